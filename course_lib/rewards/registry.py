@@ -1,0 +1,66 @@
+"""Reward functions by name, for configs and the command line.
+
+Each entry is a ready-to-use reward function whose ``__name__`` equals its key, so the
+name in a config is the name in the metrics (``rewards/<name>/mean``). Factories
+(``length_reward``, ``make_correctness_reward``, ...) build variants with other settings.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+from .answers import correctness_reward, make_correctness_reward, number_reward, proximity_reward
+from .execution import code_execution_reward
+from .formats import answer_tag_format_reward, format_reward, length_reward, think_answer_format_reward
+from .gsm8k import (
+    gsm8k_correctness_reward,
+    gsm8k_int_reward,
+    gsm8k_soft_format_reward,
+    gsm8k_strict_format_reward,
+    gsm8k_xmlcount_reward,
+)
+
+__all__ = ["REWARD_FUNCTIONS", "get_reward_functions"]
+
+_ENTRIES: list[Callable] = [
+    length_reward(ideal_length=20),
+    format_reward,
+    think_answer_format_reward,
+    answer_tag_format_reward,
+    correctness_reward,
+    make_correctness_reward("last_number", name="correctness_last_number_reward"),
+    make_correctness_reward("first_number", name="correctness_first_number_reward"),
+    number_reward,
+    proximity_reward,
+    gsm8k_correctness_reward,
+    gsm8k_int_reward,
+    gsm8k_soft_format_reward,
+    gsm8k_strict_format_reward,
+    gsm8k_xmlcount_reward,
+    code_execution_reward,
+]
+
+#: Name -> reward function. ``length_reward`` here is the seed's ideal length of 20 characters.
+REWARD_FUNCTIONS: dict[str, Callable] = {f.__name__: f for f in _ENTRIES}
+
+
+def get_reward_functions(names: Sequence[str | Callable]) -> list[Callable]:
+    """Look reward functions up by name; callables are passed through unchanged.
+
+    Raises:
+        ValueError: for an unknown name, listing the known ones.
+    """
+    if isinstance(names, str):
+        names = [names]
+    functions = []
+    for name in names:
+        if callable(name):
+            functions.append(name)
+        elif name in REWARD_FUNCTIONS:
+            functions.append(REWARD_FUNCTIONS[name])
+        else:
+            raise ValueError(
+                f"unknown reward function {name!r}; known names: {', '.join(sorted(REWARD_FUNCTIONS))}. "
+                "Pass a callable for anything else."
+            )
+    return functions

@@ -1,0 +1,14 @@
+# This file is generated from solutions/ex00_setup.py by `python -m course_lib make-stubs`.
+# Fill in the parts that raise NotImplementedError; the tests in tests/exercises/ grade them.
+"""Lesson 00 exercise: the conversational prompt format every task in the course uses."""
+
+
+def to_conversational(question: str, system: str | None = None) -> list[dict]:
+    """Turn a question into TRL's conversational prompt: a list of chat messages.
+
+    Example: ``to_conversational("What is 2 + 2?")`` returns
+    ``[{"role": "user", "content": "What is 2 + 2?"}]``; with ``system="Be brief."`` a
+    ``{"role": "system", ...}`` message comes first.
+    """
+    # HINT: each message is a dict with the keys "role" and "content".
+    raise NotImplementedError("Exercise: replace this line with your code.")

