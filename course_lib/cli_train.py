@@ -1,9 +1,90 @@
-"""Placeholder replaced by the trainer's CLI."""
+"""``python -m course_lib train``: one command for GRPO, RLOO and PPO runs.
+
+Example::
+
+    python -m course_lib train --algo grpo --model tiny --task arithmetic --max-steps 200 \\
+        --output-dir runs/tiny-grpo --set learning_rate=3e-4 --set num_generations=8
+
+Every config field can be set with ``--set key=value`` (``--list-fields`` prints them with
+their documentation). Writes ``<output-dir>/history.jsonl``, checkpoints and ``final/``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+#: Sensible starting points per task: reward functions and a few config values.
+TASK_PRESETS: dict[str, dict] = {
+    "arithmetic": {"rewards": ["correctness_first_number_reward"], "max_completion_length": 8},
+    "arithmetic-mixed": {"rewards": ["correctness_first_number_reward"], "max_completion_length": 8},
+    "arithmetic-tagged": {"rewards": ["answer_tag_format_reward", "correctness_reward"],
+                          "max_completion_length": 48},
+    "word-problems": {"rewards": ["answer_tag_format_reward", "correctness_reward"],
+                      "max_completion_length": 128},
+    "gsm8k": {"rewards": ["gsm8k_xmlcount_reward", "gsm8k_soft_format_reward", "gsm8k_strict_format_reward",
+                          "gsm8k_int_reward", "gsm8k_correctness_reward"], "max_completion_length": 256},
+}
 
 
-def add_train_arguments(parser):
-    pass
+def add_train_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--algo", choices=["grpo", "rloo", "ppo"], default="grpo")
+    parser.add_argument("--model", default="tiny", help="tiny, smollm2-135m, a local folder or a hub id")
+    parser.add_argument("--task", default="arithmetic", help="arithmetic, arithmetic-tagged, arithmetic-mixed, "
+                        "word-problems, gsm8k, gsm8k:<path to jsonl>")
+    parser.add_argument("--train-rows", type=int, default=2000, help="rows of the task to train on")
+    parser.add_argument("--engine", choices=["hf", "vllm"], default="hf")
+    parser.add_argument("--max-steps", type=int, default=100, help="optimizer steps")
+    parser.add_argument("--output-dir", default="runs/latest")
+    parser.add_argument("--resume-from", default=None, help="a <output-dir>/checkpoint-<step> folder")
+    parser.add_argument("--rewards", default=None, help="comma-separated reward function names "
+                        "(default: the task's preset)")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                        help="any config field, e.g. --set learning_rate=3e-4 (repeatable)")
+    parser.add_argument("--eval-n", type=int, default=0, help="held-out problems to evaluate before and after")
+    parser.add_argument("--list-fields", action="store_true", help="print every config field with its doc and exit")
 
 
-def run_train(args):
-    raise NotImplementedError
+def build_run(args):
+    """Config, reward functions and dataset for the parsed arguments (no model loaded)."""
+    from .config import apply_overrides, make_config
+    from .data import get_task
+    from .rewards import get_reward_functions
+
+    preset = TASK_PRESETS.get(args.task.partition(":")[0], {"rewards": ["correctness_reward"]})
+    config = make_config(args.algo, model_name_or_path=args.model, engine=args.engine, max_steps=args.max_steps,
+                         output_dir=args.output_dir, max_completion_length=preset.get("max_completion_length", 64))
+    config = apply_overrides(config, args.overrides)
+    reward_names = args.rewards.split(",") if args.rewards else preset["rewards"]
+    dataset = get_task(args.task, split="train", n=args.train_rows, seed=config.seed)
+    return config, get_reward_functions(reward_names), dataset
+
+
+def run_train(args) -> int:
+    from .config import field_docs, make_config
+
+    if args.list_fields:
+        config = make_config(args.algo)
+        for name, doc in field_docs(type(config)).items():
+            print(f"{name} = {getattr(config, name, None)!r}\n    {doc}")
+        return 0
+    from .trainer import Trainer
+
+    config, reward_funcs, dataset = build_run(args)
+    trainer = Trainer(config, reward_funcs, dataset)
+    before = _evaluate(trainer, args) if args.eval_n else None
+    history = trainer.train(resume_from=args.resume_from)
+    after = _evaluate(trainer, args) if args.eval_n else None
+    last = history[-1] if history else {}
+    summary = {"algo": args.algo, "steps": trainer.step, "output_dir": str(trainer.output_dir),
+               "final_reward": last.get("reward"), "accuracy_before": before, "accuracy_after": after}
+    print(json.dumps(summary))
+    return 0
+
+
+def _evaluate(trainer, args) -> float:
+    from .data import get_task
+    from .evaluation import evaluate_accuracy
+
+    test = get_task(args.task, split="test", n=args.eval_n, seed=0)
+    return evaluate_accuracy(trainer.model, trainer.tokenizer, test, max_new_tokens=trainer.config.max_completion_length)

@@ -238,7 +238,7 @@ def policy_loss(
     if beta != 0.0:
         per_token_kl = kl_k3(logps, ref_logps)  # (B, T)
         if use_bias_correction_kl:
-            per_token_kl = per_token_kl
+            per_token_kl = per_token_kl * ratio
 
     clipped_ratio = torch.clamp(ratio, 1 - epsilon_low, 1 + epsilon_high)
     if delta is not None:

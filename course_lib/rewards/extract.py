@@ -176,14 +176,17 @@ def normalize_number(text: Any) -> str | None:
 def numbers_equal(a: Any, b: Any, *, rel_tol: float = 1e-6, abs_tol: float = 1e-9) -> bool:
     """True when ``a`` and ``b`` parse as numbers that agree within tolerance.
 
-    Exact decimal equality first (so large integers never lose to float rounding), then
-    ``math.isclose(a, b, rel_tol=rel_tol, abs_tol=abs_tol)``. Unparsable input -> False.
+    Two whole numbers must be exactly equal (a relative tolerance would call 1000000 and
+    1000001 equal). Otherwise ``math.isclose(a, b, rel_tol=rel_tol, abs_tol=abs_tol)``, so
+    ``0.30000000000000004`` equals ``0.3``. Unparsable input -> False.
     """
     x, y = parse_number(a), parse_number(b)
     if x is None or y is None:
         return False
     if x == y:
         return True
+    if x == x.to_integral_value() and y == y.to_integral_value():
+        return False
     return math.isclose(float(x), float(y), rel_tol=rel_tol, abs_tol=abs_tol)
 
 

@@ -12,7 +12,10 @@ with a dozen numbers:
   verifier says yes; the number of tries is geometric with mean ``1 / p``.
 - **RL pushes probability away from bad answers.** ``reinforce_step`` is one REINFORCE
   update (Williams 1992) on the logits, in torch; ``train_answer_policy`` repeats it
-  and records the probability of the right answer.
+  and records the probability of the right answer. The probability taken from a bad
+  answer goes to the others *in proportion to how likely they already are* (the logit
+  gradient is ``pi_j * (r_j - mean reward)``), so a rare right answer gains little
+  until it is actually sampled and rewarded.
 - **Zero probability never learns.** If the right answer has probability 0 it is never
   sampled and its logit receives zero gradient, so it stays at 0 forever. That is why
   RL starts from an instruction-tuned model that already answers sensibly sometimes.
@@ -290,9 +293,11 @@ def train_answer_policy(
     and calls ``reinforce_step``. The input policy is not modified.
 
     Teaches: with ``combined_reward`` (bad answers score negative) probability leaves
-    the bad answers before ``4`` is ever sampled; with ``binary_reward`` and no baseline
-    nothing moves until the first success; with ``P("4") = 0`` nothing ever moves
-    toward ``4``.
+    the sampled bad answers even before ``4`` is ever produced; with ``binary_reward``
+    and no baseline nothing moves until the first success; with ``P("4") = 0`` nothing
+    ever moves toward ``4``; and with a tiny ``P("4")`` (say 0.002) the race is
+    uncertain: the policy may concentrate on other answers before ``4`` is found
+    often enough, which is why RL starts from a model that is already partly right.
     """
     if steps < 0 or batch_size < 1:
         raise ValueError(f"need steps >= 0 and batch_size >= 1, got steps={steps}, batch_size={batch_size}")

@@ -166,7 +166,7 @@ def _argmax_random_tie(values: np.ndarray, rng: np.random.Generator) -> int:
     # Plain argmax always returns the first maximum; at the start every estimate ties,
     # and always picking arm 0 would be a hidden bias.
     best = np.flatnonzero(values == values.max())
-    return int(rng.choice(best))
+    return int(best[0]) if best.size == 1 else int(best[rng.integers(best.size)])
 
 
 class _SampleAverages:
@@ -282,7 +282,9 @@ class GradientBandit:
         return weights / weights.sum()
 
     def select_action(self, rng: np.random.Generator) -> int:
-        return int(rng.choice(self.n_arms, p=self.probs))
+        # Inverse-CDF sampling: same distribution as rng.choice(p=...), several times faster.
+        cdf = np.cumsum(self.probs)
+        return int(min(np.searchsorted(cdf, rng.random() * cdf[-1], side="right"), self.n_arms - 1))
 
     def update(self, action: int, reward: float) -> None:
         if self.baseline:

@@ -110,8 +110,16 @@ def plot_bandit_comparison(comparison: Mapping[str, AgentComparison], title: str
     return fig
 
 
-def plot_gradient_variance(results: Mapping[str, GradientVarianceResult], title: str = "REINFORCE gradient: with and without a baseline") -> Figure:
+def plot_gradient_variance(
+    results: Mapping[str, GradientVarianceResult],
+    action_labels: Sequence[str] | None = None,
+    title: str = "REINFORCE gradient: with and without a baseline",
+) -> Figure:
     """Left: total variance per baseline. Right: mean estimated gradient vs the exact one.
+
+    Args:
+        results: label -> ``gradient_variance(...)`` result (same policy and rewards).
+        action_labels: names for the x axis of the right panel (e.g. the answers).
 
     Teaches: the baseline shrinks the spread of the estimate a lot while the average
     still lands on the exact gradient (scaled by ``(n-1)/n`` for the batch-mean baseline).
@@ -122,6 +130,7 @@ def plot_gradient_variance(results: Mapping[str, GradientVarianceResult], title:
     variances = [results[name].total_variance for name in names]
     bars = ax_var.bar(names, variances, color=[f"C{i}" for i in range(len(names))])
     ax_var.bar_label(bars, fmt="%.3f")
+    ax_var.set_ylim(0, 1.15 * max(variances, default=1.0))  # room for the value labels
     n_samples = next(iter(results.values())).n_samples if results else 0
     ax_var.set(title=f"Total variance of the estimate (n = {n_samples})", xlabel="baseline",
                ylabel="sum of per-logit variances")
@@ -136,9 +145,9 @@ def plot_gradient_variance(results: Mapping[str, GradientVarianceResult], title:
             res = results[name]
             ax_mean.bar(index - 0.4 + width * (i + 1.5), res.mean_gradient, width, yerr=res.mean_gradient_stderr,
                         color=f"C{i}", label=f"{name} (mean estimate)")
-        ax_mean.set_xticks(index)
+        ax_mean.set_xticks(index, labels=list(action_labels) if action_labels is not None else None)
     ax_mean.axhline(0, color="gray", linewidth=0.8)
-    ax_mean.set(title="Average gradient per logit (± 1 s.e.)", xlabel="action (logit index)", ylabel="d E[r] / d logit")
+    ax_mean.set(title="Average gradient per logit (± 1 s.e.)", xlabel="action" if action_labels is not None else "action (logit index)", ylabel="d E[r] / d logit")
     ax_mean.legend(fontsize="small", loc="best")
     fig.suptitle(title)
     return fig
@@ -219,7 +228,8 @@ def plot_gridworld(
                 d_row, d_col = ACTIONS[action]
                 length = 0.15 + 0.25 * confidence
                 ax.arrow(center[0] - d_col * length / 2, center[1] - d_row * length / 2, d_col * length, d_row * length,
-                         head_width=0.14, head_length=0.1, length_includes_head=True, color="navy")
+                         head_width=0.14, head_length=0.1, length_includes_head=True, color="navy",
+                         alpha=0.3 + 0.7 * confidence)  # faint arrow = the policy is unsure here
             if symbol == "S":
                 ax.text(c + 0.08, r + 0.2, "start", fontsize=7, color="darkgreen")
     ax.set_xlim(0, n_cols)
@@ -228,5 +238,6 @@ def plot_gridworld(
     ax.set_xticks([])
     ax.set_yticks([])
     subtitle = f"bean +{grid.bean_reward:g}, ghost {grid.ghost_reward:g}, step -{grid.step_cost:g}"
-    ax.set_title(f"{title}\n{subtitle}" + ("; arrows: greedy action" if probs is not None else ""), fontsize=10)
+    legend = "; arrow: most likely action (longer, darker = more certain)" if probs is not None else ""
+    ax.set_title(f"{title}\n{subtitle}{legend}", fontsize=10)
     return fig

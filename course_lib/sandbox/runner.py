@@ -1,35 +1,7 @@
-"""Run model-written Python in a child process with limits, for code-execution rewards.
+"""Start and supervise one sandboxed child interpreter: limits, timeout, output capture.
 
-A code verifier (the "run the tests" kind of reward from RLVR) has to execute text a
-policy wrote. This module runs it in a fresh ``python -I`` process and layers several
-guards, from the ones the operating system enforces to ones that only Python enforces:
-
-1. **Process and OS limits** (the real guards): a new session / process group that is
-   killed as a whole on a wall-clock timeout; ``setrlimit`` caps on address space
-   (``RLIMIT_AS`` -> ``MemoryError``), CPU seconds, file size, open files, core dumps and,
-   where the kernel enforces it, the number of processes (``RLIMIT_NPROC``); a network
-   namespace with no interfaces up where the kernel lets us create one (root, or
-   unprivileged user namespaces); caps on captured output.
-2. **Isolation of the interpreter**: isolated mode (no user site, no ``PYTHON*``
-   variables), an environment stripped to a handful of harmless variables (no tokens,
-   no proxies, ``HOME`` is the temporary directory), a temporary working directory that
-   is deleted afterwards.
-3. **An audit hook** (PEP 578) installed by a short prelude before the user code runs.
-   It refuses process creation (``os.fork``, ``subprocess``, ``os.system``, ``exec``),
-   signals to other processes, sockets, ``ctypes``, raising resource limits, writing
-   or deleting anything outside the temporary directory, and reading files outside the
-   Python installation and the temporary directory (so ``/proc/<parent>/environ`` and
-   secrets on disk stay out of reach).
-
-What this is not: a security boundary. Audit hooks run inside the interpreter they
-guard; CPython's documentation says plainly that they cannot stop determined malicious
-code (C extensions, interpreter internals). They stop the accidents and the reward
-hacks a policy stumbles into (``sys.exit(0)`` before the tests, writing files, calling
-out to the network). The OS limits are what keep the machine alive. One gap matters in
-practice: the kernel does not apply ``RLIMIT_NPROC`` to root (uid 0 in the initial user
-namespace), so when the trainer runs as root (Colab, most containers) a fork bomb is
-stopped by the audit hook and the process-group kill only. For untrusted code at scale
-use a container or VM per run (gVisor, Firecracker, nsjail).
+See the package docstring for the layers of protection and their limits. The child runs
+``_prelude.py`` (passed with ``-c``), which installs the audit hook and runs the code.
 """
 
 from __future__ import annotations
@@ -48,103 +20,16 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from pathlib import Path
+from typing import Callable
 
-__all__ = ["SandboxResult", "VerificationReport", "run_python", "run_tests", "sandbox_guards"]
+__all__ = ["SandboxResult", "run_python", "sandbox_guards"]
 
 _CLONE_NEWNET = 0x40000000
 _CLONE_NEWUSER = 0x10000000
 _CODE_FILENAME = "main.py"
-
-# The prelude runs in the child before the user code: it installs the audit hook and then
-# executes main.py as __main__. It is passed with -c, so it lives in no file the code can edit.
-_PRELUDE = r'''
-import json, os, sys
-_cfg = json.loads(sys.argv[1])
-sys.argv = [_cfg["code_file"]]
-with open(_cfg["code_file"], encoding="utf-8") as _f:
-    _source = _f.read()
-_code = compile(_source, _cfg["code_file"], "exec")
-
-if _cfg["audit"]:
-    def _install(cfg):
-        workdir = os.path.realpath(cfg["workdir"])
-        read_roots = tuple(os.path.realpath(p) for p in cfg["read_roots"]) + (workdir,)
-        read_files = frozenset(("/dev/null", "/dev/urandom", "/dev/zero", "/etc/localtime"))
-        allow_network = cfg["allow_network"]
-        own_pid = os.getpid()
-        realpath, fspath = os.path.realpath, os.fspath
-        write_flags = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
-        blocked = frozenset((
-            "os.fork", "os.forkpty", "os.system", "os.exec", "os.posix_spawn", "os.spawn",
-            "subprocess.Popen", "pty.spawn", "os.startfile", "os.killpg",
-            "ctypes.dlsym", "ctypes.cdata", "ctypes.call_function", "ctypes.string_at",
-            "ctypes.wstring_at",
-            "resource.setrlimit", "resource.prlimit",
-            "gc.get_objects", "gc.get_referrers", "gc.get_referents",
-        ))
-        network = frozenset((
-            "socket.connect", "socket.bind", "socket.sendto", "socket.sendmsg",
-            "socket.getaddrinfo", "socket.gethostbyname", "socket.gethostbyaddr",
-            "socket.gethostbyname_ex", "socket.getnameinfo",
-        ))
-        path_events = frozenset((
-            "os.remove", "os.rename", "os.replace", "os.rmdir", "os.mkdir", "os.symlink",
-            "os.link", "os.truncate", "os.chmod", "os.chown", "os.utime", "shutil.rmtree",
-            "shutil.copyfile", "shutil.copymode", "shutil.copystat", "shutil.move",
-        ))
-        busy = [False]
-
-        def inside(path, roots):
-            resolved = realpath(path)
-            return any(resolved == r or resolved.startswith(r + os.sep) for r in roots)
-
-        def is_path(value):
-            return isinstance(value, (str, bytes, os.PathLike))
-
-        def as_text(value):
-            value = fspath(value)
-            return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
-
-        def deny(what):
-            raise PermissionError(f"SandboxViolation: {what} is not allowed in the sandbox")
-
-        def hook(event, args):
-            if busy[0]:
-                return
-            busy[0] = True
-            try:
-                if event in blocked:
-                    deny(event)
-                if event in network and not allow_network:
-                    deny(f"network access ({event})")
-                if event == "import" and args[0] == "_posixsubprocess":
-                    deny("process creation (_posixsubprocess)")
-                if event == "os.kill" and args[0] not in (0, own_pid):
-                    deny("signalling another process")
-                if event == "open" and is_path(args[0]):
-                    path = as_text(args[0])
-                    mode, flags = args[1] or "", args[2] if isinstance(args[2], int) else 0
-                    writing = any(c in mode for c in "wax+") or (flags & write_flags)
-                    if writing and not inside(path, (workdir,)):
-                        deny(f"writing {path!r} outside the working directory")
-                    if not writing and realpath(path) not in read_files and not inside(path, read_roots):
-                        deny(f"reading {path!r}")
-                if event in path_events:
-                    for value in args:
-                        if is_path(value) and not inside(as_text(value), (workdir,)):
-                            deny(f"{event} on {as_text(value)!r} outside the working directory")
-            finally:
-                busy[0] = False
-
-        sys.modules.pop("_posixsubprocess", None)
-        sys.addaudithook(hook)
-
-    _install(_cfg)
-    del _install
-del _cfg, _f, _source
-exec(_code, {"__name__": "__main__", "__file__": "main.py", "__builtins__": __builtins__})
-'''
+# Passed to the child with -c: the code under test cannot edit it on disk.
+_PRELUDE = (Path(__file__).with_name("_prelude.py")).read_text(encoding="utf-8")
 
 
 @dataclass(frozen=True)
@@ -355,75 +240,6 @@ def _classify_exit(returncode: int, stderr: str, memory_mb: int | None) -> str |
     if "SandboxViolation" in last_line:
         return "blocked"
     return None
-
-
-@dataclass(frozen=True)
-class VerificationReport:
-    """Per-test verdicts of ``run_tests``: ``passed[i]`` and the run behind it."""
-
-    passed: list[bool]
-    results: list[SandboxResult]
-
-    @property
-    def fraction_passed(self) -> float:
-        return sum(self.passed) / len(self.passed) if self.passed else 0.0
-
-
-def _normalize_output(text: str) -> str:
-    """Compare program output line by line, ignoring trailing spaces and blank tail lines."""
-    return "\n".join(line.rstrip() for line in text.strip("\n").splitlines()).strip()
-
-
-def _assertion_program(code: str, assertion: str, marker: str) -> str:
-    # The candidate runs in its own namespace; a sys.exit() there must not skip the
-    # assertion, and the pass marker is printed only after the assertion ran.
-    return (
-        "import sys as _sys\n"
-        f"_ns = {{'__name__': '__main__'}}\n"
-        "try:\n"
-        f"    exec(compile({code!r}, 'solution.py', 'exec'), _ns)\n"
-        "except SystemExit:\n"
-        "    pass\n"
-        f"exec(compile({assertion!r}, 'test.py', 'exec'), _ns)\n"
-        f"print({marker!r})\n"
-    )
-
-
-def run_tests(
-    code: str,
-    tests: Sequence[tuple[str, str] | str],
-    **run_kwargs,
-) -> VerificationReport:
-    """Run ``code`` against each test in a separate sandboxed process.
-
-    Two kinds of tests, mixed freely:
-    - ``(stdin_text, expected_stdout)``: the program reads stdin and must print the
-      expected output (compared line by line, trailing whitespace ignored);
-    - ``"assert f(2) == 4"``: the code is executed, then the assertion in the same
-      namespace; the test passes only if a random marker printed after the assertion
-      reaches stdout, so ``sys.exit(0)`` or ``os._exit(0)`` in the code cannot fake a pass.
-
-    ``run_kwargs`` go to ``run_python`` (``timeout_s``, ``memory_mb``, ...), per test.
-    """
-    passed, results = [], []
-    for index, test in enumerate(tests):
-        if isinstance(test, str):
-            marker = "__tests_passed_" + os.urandom(8).hex()
-            result = run_python(_assertion_program(code, test, marker), **run_kwargs)
-            ok = result.returncode == 0 and result.killed_reason is None and \
-                result.stdout.rstrip().endswith(marker)
-        elif isinstance(test, (tuple, list)) and len(test) == 2:
-            stdin_text, expected = test
-            result = run_python(code, stdin=str(stdin_text), **run_kwargs)
-            ok = result.ok and _normalize_output(result.stdout) == _normalize_output(str(expected))
-        else:
-            raise TypeError(
-                f"tests[{index}] must be an assertion string or a (stdin, expected_stdout) pair, "
-                f"got {test!r}"
-            )
-        passed.append(bool(ok))
-        results.append(result)
-    return VerificationReport(passed=passed, results=results)
 
 
 @functools.lru_cache(maxsize=1)

@@ -1,0 +1,135 @@
+"""The models of a training run: policy (optionally LoRA), frozen reference, value head.
+
+- :func:`prepare_policy` applies LoRA (peft), gradient checkpointing and the dtype.
+- :func:`reference_context` gives the reference policy for KL terms *without a second
+  copy* when LoRA is on (the base model with adapters disabled); otherwise a frozen copy
+  is made once, and only when a KL coefficient needs it (beta = 0 loads no reference).
+- :func:`completion_forward` runs the transformer body once and returns the completion
+  tokens' log-probs (fused LM head, never the full ``(B, T, V)`` logits) and, for PPO,
+  the value head's per-token values from the same hidden states.
+
+Position ids are derived from the attention mask, as ``generate`` does, so that a
+left-padded prompt gets the same positions in training as when it was sampled.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+
+import torch
+from torch import nn
+
+from .logprobs import fused_linear_logprobs, selective_log_softmax
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def resolve_dtype(name: str) -> torch.dtype:
+    """``auto``: bf16 on a GPU that supports it, fp32 on CPU (fp16 only when asked)."""
+    if name == "auto":
+        return torch.bfloat16 if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else torch.float32
+    return DTYPES[name]
+
+
+def is_peft_model(model) -> bool:
+    return hasattr(model, "peft_config") and hasattr(model, "get_base_model")
+
+
+def base_model(model):
+    """The ``*ForCausalLM`` under an optional PEFT wrapper."""
+    return model.get_base_model() if is_peft_model(model) else model
+
+
+def prepare_policy(model, config):
+    """Return the trainable policy: LoRA adapters when ``config.use_lora``, checkpointing."""
+    model.to(resolve_dtype(config.dtype))
+    if config.use_lora and not is_peft_model(model):
+        from peft import LoraConfig, get_peft_model
+
+        lora = LoraConfig(r=config.lora_r, lora_alpha=config.lora_alpha, lora_dropout=config.lora_dropout,
+                          target_modules=list(config.lora_target_modules), task_type="CAUSAL_LM")
+        model = get_peft_model(model, lora)
+    if config.gradient_checkpointing:
+        base_model(model).gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        base_model(model).config.use_cache = False
+    return model
+
+
+class ReferencePolicy:
+    """Log-probs under the frozen initial policy (for the KL terms)."""
+
+    def __init__(self, policy):
+        self._copy = None
+        if not is_peft_model(policy):
+            self._copy = copy.deepcopy(policy).eval()
+            for parameter in self._copy.parameters():
+                parameter.requires_grad_(False)
+        self._policy = policy
+
+    @contextlib.contextmanager
+    def model(self):
+        """The reference model: the frozen copy, or the LoRA policy with adapters off."""
+        if self._copy is not None:
+            yield self._copy
+        else:
+            with self._policy.disable_adapter():
+                yield self._policy
+
+
+class ValueHead(nn.Module):
+    """PPO's critic on the policy's last hidden states: one scalar per token.
+
+    Initialised at zero so the first value estimates do not inject noise into GAE.
+    """
+
+    def __init__(self, hidden_size: int):
+        super().__init__()
+        self.summary = nn.Linear(hidden_size, 1)
+        nn.init.zeros_(self.summary.weight)
+        nn.init.zeros_(self.summary.bias)
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:  # (B, T, H) -> (B, T)
+        return self.summary(hidden.to(self.summary.weight.dtype)).squeeze(-1)
+
+
+def position_ids_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
+    return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+
+
+def completion_forward(model, prompt_ids, prompt_mask, completion_ids, completion_mask, *, temperature: float = 1.0,
+                       fused: bool = True, chunk_size: int | None = None, value_head: ValueHead | None = None,
+                       with_entropy: bool = False):
+    """Per-token log-probs of the completion under ``model`` (and values, entropies).
+
+    Args:
+        prompt_ids, prompt_mask: ``(B, P)`` left-padded prompts.
+        completion_ids, completion_mask: ``(B, T)`` right-padded completions.
+        temperature: log-probs of the temperature-scaled distribution the sampler used.
+    Returns:
+        ``(logps, values, entropies)``: ``(B, T)`` each; values/entropies are None unless
+        asked for.
+    """
+    input_ids = torch.cat([prompt_ids, completion_ids], dim=1)
+    attention_mask = torch.cat([prompt_mask, completion_mask], dim=1)
+    causal_lm = base_model(model)
+    body = causal_lm.get_decoder()
+    hidden = body(input_ids=input_ids, attention_mask=attention_mask,
+                  position_ids=position_ids_from_mask(attention_mask), use_cache=False).last_hidden_state
+    width = completion_ids.shape[1]
+    hidden = hidden[:, prompt_ids.shape[1] - 1: prompt_ids.shape[1] - 1 + width]  # (B, T, H): predicts token t
+    head = causal_lm.get_output_embeddings()
+    has_bias = getattr(head, "bias", None) is not None
+    entropies = None
+    if fused and not has_bias and not with_entropy:
+        logps = fused_linear_logprobs(hidden, head.weight, completion_ids, temperature=temperature,
+                                      chunk_size=chunk_size)
+    else:
+        logits = head(hidden).float() / temperature  # (B, T, V): small models, or entropy wanted
+        logps = selective_log_softmax(logits, completion_ids)
+        if with_entropy:
+            with torch.no_grad():
+                log_p = logits.log_softmax(-1)
+                entropies = -(log_p.exp() * log_p).sum(-1)
+    values = value_head(hidden) if value_head is not None else None
+    return logps, values, entropies

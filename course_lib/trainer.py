@@ -1,0 +1,406 @@
+"""The training loop shared by GRPO, RLOO and PPO.
+
+Read it top to bottom, as in CleanRL: ``train()`` repeats
+
+1. **generate** a batch: ``unique prompts x num_generations`` completions from the rollout
+   engine (``hf`` or ``vllm``), prompt-major;
+2. **score** it: reward functions -> rewards; the algorithm's advantages
+   (``rollout_scoring``); old / reference log-probs when the schedule or KL needs them;
+   the truncated importance-sampling weight when a separate engine sampled;
+3. **learn** from it: ``steps_per_generation`` micro-batches, replayed ``num_iterations``
+   times; one optimizer step every ``gradient_accumulation_steps`` micro-batches
+   (``course_lib.schedule`` gives the same table);
+4. **log** TRL-named metrics per optimizer step to ``history.jsonl``, a progress bar, a
+   periodic sample table; **checkpoint** every ``save_steps``.
+
+The maths lives in ``advantages``, ``losses``, ``ppo_losses`` and ``logprobs``; this file
+only orders the calls.
+
+Simplifications vs TRL: one process (``num_processes`` > 1 only shapes the schedule
+arithmetic); the generation batch is consumed in order, not shuffled (so the schedule
+matches the seed's tables); weights are pushed to the engine lazily, right before the
+next generation that follows an optimizer step (the samples are the same as with an
+eager push after every step, with fewer pushes).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import torch
+from tqdm.auto import tqdm
+
+from . import checkpoint as ckpt
+from .history import MetricsLogger, format_samples
+from .kl import truncated_is_ratio
+from .losses import policy_loss
+from .policy import ReferencePolicy, ValueHead, base_model, completion_forward, prepare_policy
+from .ppo_losses import ppo_policy_loss, rloo_policy_loss, value_loss
+from .rewards import compute_rewards, reward_function_name
+from .rollout import SamplingConfig, make_engine
+from .rollout_scoring import completion_metrics, grpo_advantages, ppo_advantages, rloo_advantages_with_kl
+
+
+class PromptSampler:
+    """Dataset row indices, a fresh seeded permutation each epoch; resumable."""
+
+    def __init__(self, num_rows: int, seed: int, epoch: int = 0, position: int = 0):
+        self.num_rows, self.seed, self.epoch, self.position = num_rows, seed, epoch, position
+
+    def _order(self) -> list[int]:
+        generator = torch.Generator().manual_seed(self.seed + self.epoch)
+        return torch.randperm(self.num_rows, generator=generator).tolist()
+
+    def take(self, count: int) -> list[int]:
+        taken: list[int] = []
+        while len(taken) < count:
+            order = self._order()
+            chunk = order[self.position: self.position + count - len(taken)]
+            taken += chunk
+            self.position += len(chunk)
+            if self.position >= self.num_rows:
+                self.epoch, self.position = self.epoch + 1, 0
+        return taken
+
+    def state(self) -> dict:
+        return {"epoch": self.epoch, "position": self.position}
+
+
+@dataclass
+class GenerationBatch:
+    """One generation cycle, scored: everything the micro-steps read.  B = prompts x G."""
+
+    prompt_ids: torch.Tensor                 # (B, P) left-padded
+    prompt_mask: torch.Tensor                # (B, P)
+    completion_ids: torch.Tensor             # (B, T) right-padded
+    completion_mask: torch.Tensor            # (B, T) loss mask (truncated rows zeroed if asked)
+    advantages: torch.Tensor                 # (B,) GRPO/RLOO, (B, T) PPO
+    rows: list[int]                          # dataset row of each completion
+    num_items_in_batch: int                  # valid completion tokens in the whole batch
+    old_logps: torch.Tensor | None = None    # (B, T) policy at sampling time
+    ref_logps: torch.Tensor | None = None    # (B, T) reference policy
+    sampling_ratio: torch.Tensor | None = None  # (B, T) truncated IS weight
+    old_values: torch.Tensor | None = None   # (B, T) PPO
+    returns: torch.Tensor | None = None      # (B, T) PPO
+    metrics: dict = field(default_factory=dict)
+
+    def micro_batch(self, index: int, size: int) -> dict:
+        sl = slice(index * size, (index + 1) * size)
+        out = {}
+        for name in ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask", "advantages", "old_logps",
+                     "ref_logps", "sampling_ratio", "old_values", "returns"):
+            value = getattr(self, name)
+            out[name] = value[sl] if value is not None else None
+        out["rows"] = self.rows[sl]
+        return out
+
+
+class Trainer:
+    """GRPO, RLOO or PPO on a causal LM, selected by the config's class (``config.algo``).
+
+    Args:
+        config: a ``GRPOConfig``, ``RLOOConfig`` or ``PPOConfig`` (course_lib.config).
+        reward_funcs: functions ``f(prompts, completions, **columns) -> list[float | None]``.
+        train_dataset: rows with a ``prompt`` (conversational or text) and any columns the
+            reward functions read (e.g. ``answer``).
+        model, tokenizer: the policy; loaded from ``config.model_name_or_path`` when None.
+    """
+
+    def __init__(self, config, reward_funcs: list[Callable], train_dataset, model=None, tokenizer=None,
+                 progress: bool = True, on_step: Callable[[dict], None] | None = None):
+        if config.num_processes != 1:
+            raise ValueError(f"num_processes={config.num_processes}: this trainer runs one process; keep "
+                             "num_processes=1 (use it in course_lib.schedule to study multi-GPU batches).")
+        if config.max_steps <= 0:
+            raise ValueError(f"max_steps={config.max_steps}: set the number of optimizer steps to run (> 0).")
+        if not reward_funcs:
+            raise ValueError("reward_funcs is empty: pass at least one reward function.")
+        if "prompt" not in train_dataset.column_names:
+            raise ValueError(f"train_dataset has no 'prompt' column (columns: {train_dataset.column_names}).")
+        if len(train_dataset) < config.unique_prompts_per_generation:
+            raise ValueError(f"train_dataset has {len(train_dataset)} rows but one generation batch needs "
+                             f"{config.unique_prompts_per_generation} distinct prompts; add rows or lower "
+                             "per_device_train_batch_size / steps_per_generation.")
+        self.config, self.algo = config, config.algo
+        self.reward_funcs = list(reward_funcs)
+        self.reward_weights = config.check_reward_weights(len(self.reward_funcs))
+        self.dataset = train_dataset
+        self.progress, self.on_step = progress, on_step
+        torch.manual_seed(config.seed)
+        if model is None:
+            from .models import load_policy
+
+            model, tokenizer = load_policy(config.model_name_or_path)
+        self.tokenizer = tokenizer
+        self.model = prepare_policy(model, config)
+        self.value_head = None
+        if self.algo == "ppo":
+            self.value_head = ValueHead(base_model(self.model).config.hidden_size)
+        needs_reference = config.beta != 0.0
+        self.reference = ReferencePolicy(self.model) if needs_reference else None
+        parameters = [p for p in self.model.parameters() if p.requires_grad]
+        if self.value_head is not None:
+            parameters += list(self.value_head.parameters())
+        self.optimizer = torch.optim.AdamW(parameters, lr=config.learning_rate, betas=(config.adam_beta1, config.adam_beta2),
+                                           eps=config.adam_epsilon, weight_decay=config.weight_decay)
+        from transformers import get_scheduler
+
+        self.scheduler = get_scheduler(config.lr_scheduler_type, self.optimizer, num_warmup_steps=config.warmup_steps,
+                                       num_training_steps=config.max_steps)
+        self.engine = make_engine(config.engine, self.model, tokenizer, config=config)
+        self.sampler = PromptSampler(len(train_dataset), config.seed)
+        self.output_dir = Path(config.output_dir)
+        self.step = 0          # optimizer steps done
+        self.micro_step = 0    # micro-batches done
+        self.cycle = 0         # generation batches made
+        self.tokens_seen = 0
+        self.batch: GenerationBatch | None = None
+        self.batch_position = 0  # micro-batches of self.batch consumed
+        self._weights_dirty = False
+        self._window: list[dict] = []
+
+    # ------------------------------------------------------------------ generate + score
+    def _prompts_and_columns(self, rows: list[int]):
+        subset = self.dataset.select(rows)
+        columns = {name: subset[name] for name in subset.column_names if name != "prompt"}
+        return subset["prompt"], columns
+
+    @torch.no_grad()
+    def _forward_in_chunks(self, model, batch_tensors, with_values: bool = False):
+        config, size = self.config, self.config.per_device_train_batch_size
+        logps, values = [], []
+        for start in range(0, batch_tensors["prompt_ids"].shape[0], size):
+            sl = slice(start, start + size)
+            lp, v, _ = completion_forward(model, batch_tensors["prompt_ids"][sl], batch_tensors["prompt_mask"][sl],
+                                          batch_tensors["completion_ids"][sl], batch_tensors["completion_mask"][sl],
+                                          temperature=config.temperature, fused=config.use_fused_logprobs,
+                                          chunk_size=config.logprob_chunk_size,
+                                          value_head=self.value_head if with_values else None)
+            logps.append(lp.float())
+            values.append(v.float() if v is not None else None)
+        return torch.cat(logps), (torch.cat(values) if with_values else None)
+
+    def _generate_and_score(self) -> GenerationBatch:
+        config, G = self.config, self.config.num_generations
+        if self._weights_dirty:
+            self.engine.sync_weights(self.model)
+            self._weights_dirty = False
+        prompt_rows = self.sampler.take(config.unique_prompts_per_generation)
+        prompts, columns = self._prompts_and_columns(prompt_rows)
+        sampling = SamplingConfig(temperature=config.temperature, top_p=config.top_p, top_k=config.top_k,
+                                  min_p=config.min_p, repetition_penalty=config.repetition_penalty,
+                                  max_tokens=config.max_completion_length, seed=config.seed * 100_003 + self.cycle)
+        was_training = self.model.training
+        self.model.eval()
+        rollout = self.engine.generate(list(prompts), n=G, sampling=sampling)
+        self.model.train(was_training)
+        rows = [row for row in prompt_rows for _ in range(G)]
+        repeated_prompts = [p for p in prompts for _ in range(G)]
+        conversational = isinstance(repeated_prompts[0], list)
+        completions = [[{"role": "assistant", "content": t}] if conversational else t for t in rollout.texts]
+        repeated_columns = {k: [v for v in values for _ in range(G)] for k, values in columns.items()}
+        per_func, total = compute_rewards(self.reward_funcs, repeated_prompts, completions, repeated_columns,
+                                          self.reward_weights,
+                                          completion_ids=[ids[m.bool()].tolist() for ids, m in
+                                                          zip(rollout.completion_ids, rollout.completion_mask)])
+        mask = rollout.completion_mask.clone()
+        if config.mask_truncated_completions:  # DAPO: truncated answers carry no signal
+            mask = mask * rollout.is_eos.unsqueeze(1).to(mask.dtype)
+        tensors = {"prompt_ids": rollout.prompt_ids, "prompt_mask": rollout.prompt_mask,
+                   "completion_ids": rollout.completion_ids, "completion_mask": rollout.completion_mask}
+        metrics = completion_metrics(rollout.completion_mask, rollout.is_eos)
+        for f, function in enumerate(self.reward_funcs):
+            name = reward_function_name(function)
+            metrics[f"rewards/{name}/mean"] = torch.nanmean(per_func[:, f]).item()
+            metrics[f"rewards/{name}/std"] = _nanstd(per_func[:, f])
+
+        off_policy = config.num_iterations > 1 or config.effective_steps_per_generation > config.gradient_accumulation_steps
+        use_tis = config.engine == "vllm" and config.effective_vllm_importance_sampling_correction
+        needs_old = off_policy or use_tis or self.algo in ("rloo", "ppo")
+        self.model.eval()  # no dropout in the reference passes
+        old_logps, old_values = (self._forward_in_chunks(self.model, tensors, with_values=self.algo == "ppo")
+                                 if needs_old else (None, None))
+        ref_logps = None
+        if self.reference is not None:
+            with self.reference.model() as reference:
+                ref_logps, _ = self._forward_in_chunks(reference, tensors)
+        self.model.train(was_training)
+
+        sampling_ratio = None
+        if use_tis and rollout.sampling_logps is not None:
+            sampling_ratio = truncated_is_ratio(old_logps, rollout.sampling_logps.float(), rollout.completion_mask,
+                                                cap=config.vllm_importance_sampling_cap)
+            valid = rollout.completion_mask.bool()
+            metrics["sampling/importance_sampling_ratio/mean"] = sampling_ratio[valid].mean().item()
+            metrics["sampling/importance_sampling_ratio/min"] = sampling_ratio[valid].min().item()
+            metrics["sampling/importance_sampling_ratio/max"] = sampling_ratio[valid].max().item()
+            metrics["sampling/sampling_logp_difference/mean"] = (old_logps - rollout.sampling_logps)[valid].abs().mean().item()
+
+        returns = None
+        if self.algo == "grpo":
+            advantages, reward_metrics = grpo_advantages(total, G, config.scale_rewards)
+        else:
+            scores = torch.nan_to_num(total, nan=0.0)
+            if self.algo == "rloo":
+                advantages, reward_metrics = rloo_advantages_with_kl(scores, old_logps, ref_logps, mask,
+                                                                     rollout.is_eos, config)
+            else:
+                advantages, returns, reward_metrics = ppo_advantages(scores, old_logps, ref_logps, old_values, mask,
+                                                                     rollout.is_eos, config)
+            reward_metrics.update(reward=torch.nanmean(total).item(), reward_std=_nanstd(total))
+        metrics.update(reward_metrics)
+        self.tokens_seen += int(rollout.completion_mask.sum() + rollout.prompt_mask.sum())
+        self.cycle += 1
+        batch = GenerationBatch(prompt_ids=rollout.prompt_ids, prompt_mask=rollout.prompt_mask,
+                                completion_ids=rollout.completion_ids, completion_mask=mask, advantages=advantages,
+                                rows=rows, num_items_in_batch=int(mask.sum()),
+                                old_logps=old_logps if (off_policy or use_tis or self.algo != "grpo") else None,
+                                ref_logps=ref_logps, sampling_ratio=sampling_ratio, old_values=old_values,
+                                returns=returns, metrics=metrics)
+        self._last_samples = ([_prompt_text(p) for p in repeated_prompts], rollout.texts,
+                              torch.nan_to_num(total).tolist(), advantages.float().reshape(len(rows), -1)[:, 0].tolist())
+        return batch
+
+    # ------------------------------------------------------------------ learn
+    def _micro_step(self, mb: dict) -> dict:
+        config = self.config
+        logps, values, entropies = completion_forward(
+            self.model, mb["prompt_ids"], mb["prompt_mask"], mb["completion_ids"], mb["completion_mask"],
+            temperature=config.temperature, fused=config.use_fused_logprobs, chunk_size=config.logprob_chunk_size,
+            value_head=self.value_head, with_entropy=not config.use_fused_logprobs)
+        mask = mb["completion_mask"]
+        if self.algo == "grpo":
+            out = policy_loss(
+                logps, mb["old_logps"], mb["advantages"], mask, loss_type=config.loss_type, epsilon=config.epsilon,
+                epsilon_high=config.epsilon_high, delta=config.delta,
+                importance_sampling_level=config.importance_sampling_level, beta=config.beta,
+                ref_logps=mb["ref_logps"], sampling_ratio=mb["sampling_ratio"],
+                max_completion_length=config.max_completion_length, num_items_in_batch=self.batch.num_items_in_batch,
+                gradient_accumulation_steps=config.gradient_accumulation_steps,
+                steps_per_generation=config.effective_steps_per_generation, entropies=entropies)
+            loss, metrics = out.loss, dict(out.metrics)
+        elif self.algo == "rloo":
+            out = rloo_policy_loss(logps, mb["old_logps"], mb["advantages"], mask, cliprange=config.epsilon,
+                                   cliprange_high=config.epsilon_high)
+            loss, metrics = out.loss / config.gradient_accumulation_steps, dict(out.metrics)
+        else:
+            pg = ppo_policy_loss(logps, mb["old_logps"], mb["advantages"], mask, cliprange=config.epsilon)
+            vf = value_loss(values, mb["old_values"], mb["returns"], mask, cliprange_value=config.cliprange_value)
+            loss = (pg.loss + config.vf_coef * vf.loss) / config.gradient_accumulation_steps
+            metrics = {**pg.metrics, **vf.metrics}
+        loss.backward()
+        metrics["loss"] = loss.item()
+        if "entropy" not in metrics:  # Monte-Carlo estimate from the sampled tokens when logits are fused away
+            valid = mask.bool()
+            metrics["entropy"] = (-logps.detach()[valid]).mean().item() if valid.any() else 0.0
+        return metrics
+
+    def _optimizer_step(self) -> dict:
+        parameters = [p for group in self.optimizer.param_groups for p in group["params"]]
+        grad_norm = torch.nn.utils.clip_grad_norm_(parameters, self.config.max_grad_norm)
+        learning_rate = self.scheduler.get_last_lr()[0]
+        self.optimizer.step()
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self._weights_dirty = True
+        self.step += 1
+        return {"grad_norm": grad_norm.item(), "learning_rate": learning_rate}
+
+    # ------------------------------------------------------------------ the loop
+    def train(self, resume_from: str | Path | None = None) -> list[dict]:
+        """Run until ``config.max_steps`` optimizer steps; return the logged rows."""
+        config = self.config
+        if resume_from is not None:
+            self._resume(resume_from)
+        self.logger = MetricsLogger(self.output_dir, config.report_to, config.to_dict(), resume=resume_from is not None)
+        if resume_from is not None:
+            self.logger.truncate(self.step)
+        micro_per_cycle = config.effective_steps_per_generation * config.num_iterations
+        bar = tqdm(total=config.max_steps, initial=self.step, desc=f"{self.algo.upper()}", disable=not self.progress)
+        self.model.train()
+        started, tokens_at_start = time.time(), self.tokens_seen
+        while self.step < config.max_steps:
+            if self.batch is None or self.batch_position >= micro_per_cycle:
+                self.batch, self.batch_position = self._generate_and_score(), 0
+            index = self.batch_position % config.effective_steps_per_generation
+            mb = self.batch.micro_batch(index, config.per_device_train_batch_size)
+            self._window.append(self._micro_step(mb))
+            self.batch_position += 1
+            self.micro_step += 1
+            if self.micro_step % config.gradient_accumulation_steps:
+                continue
+            row = {"step": self.step + 1, **self._optimizer_step(), **_mean_rows(self._window), **self.batch.metrics}
+            self._window = []
+            elapsed = max(time.time() - started, 1e-9)
+            row.update({"epoch": self.sampler.epoch + self.sampler.position / len(self.dataset),
+                        "num_tokens": self.tokens_seen, "tokens/s": (self.tokens_seen - tokens_at_start) / elapsed,
+                        "episode": self.cycle * config.effective_generation_batch_size, "eps": self.cycle *
+                        config.effective_generation_batch_size / elapsed, "lr": row["learning_rate"]})
+            self.logger.log(row)
+            if self.on_step is not None:
+                self.on_step(row)
+            bar.update(1)
+            bar.set_postfix(reward=f"{row.get('reward', float('nan')):.3f}", loss=f"{row['loss']:.4f}")
+            if config.log_completions and self.step % config.logging_steps == 0:
+                limit = config.num_completions_to_print or 4
+                tqdm.write(f"step {self.step}\n" + format_samples(*self._last_samples, limit=limit))
+            if config.save_steps > 0 and self.step % config.save_steps == 0:
+                self.save_checkpoint()
+        bar.close()
+        self.save_final()
+        self.logger.close()
+        return self.logger.rows
+
+    # ------------------------------------------------------------------ persistence
+    def _state(self) -> dict:
+        return {"step": self.step, "micro_step": self.micro_step, "cycle": self.cycle, "tokens_seen": self.tokens_seen,
+                "batch_position": self.batch_position, "sampler": self.sampler.state(), "algo": self.algo,
+                "config": self.config.to_dict()}
+
+    def save_checkpoint(self) -> Path:
+        folder = self.output_dir / f"checkpoint-{self.step}"
+        rollout = None if self.batch is None else {"batch": self.batch, "samples": self._last_samples}
+        return ckpt.save_checkpoint(folder, model=self.model, tokenizer=self.tokenizer, optimizer=self.optimizer,
+                                    scheduler=self.scheduler, trainer_state=self._state(), rollout=rollout,
+                                    value_head=self.value_head)
+
+    def save_final(self) -> Path:
+        """``<output_dir>/final``: the model (merged with its adapters when LoRA) + tokenizer."""
+        folder = self.output_dir / "final"
+        model = self.model.merge_and_unload() if hasattr(self.model, "merge_and_unload") else self.model
+        model.save_pretrained(folder, safe_serialization=True)
+        self.tokenizer.save_pretrained(folder)
+        if self.value_head is not None:
+            torch.save(self.value_head.state_dict(), folder / "value_head.pt")
+        return folder
+
+    def _resume(self, folder: str | Path) -> None:
+        state = ckpt.load_trainer_state(folder)
+        if state["algo"] != self.algo:
+            raise ValueError(f"checkpoint {folder} is a {state['algo']} run; this trainer is {self.algo}.")
+        ckpt.restore_weights(folder, self.model, self.value_head)
+        saved = ckpt.restore_training_state(folder, self.optimizer, self.scheduler)
+        self.step, self.micro_step, self.cycle = state["step"], state["micro_step"], state["cycle"]
+        self.tokens_seen, self.batch_position = state["tokens_seen"], state["batch_position"]
+        self.sampler = PromptSampler(len(self.dataset), self.config.seed, **state["sampler"])
+        if saved is not None:
+            self.batch, self._last_samples = saved["batch"], saved["samples"]
+        self._weights_dirty = True
+
+
+def _nanstd(x: torch.Tensor) -> float:
+    x = x[~torch.isnan(x)]
+    return x.std().item() if x.numel() > 1 else 0.0
+
+
+def _mean_rows(rows: list[dict]) -> dict:
+    keys = {k for r in rows for k in r}
+    return {k: sum(r[k] for r in rows if k in r) / sum(1 for r in rows if k in r) for k in keys}
+
+
+def _prompt_text(prompt) -> str:
+    return prompt[-1]["content"] if isinstance(prompt, list) else str(prompt)
