@@ -44,7 +44,7 @@ def _cmd_eval(args) -> int:
 def _cmd_demo(args) -> int:
     from .demo import run_demo
 
-    return run_demo(model=args.model, output_dir=args.output_dir)
+    return run_demo(model=args.model, output_dir=args.output_dir, max_steps=args.max_steps)
 
 
 def _cmd_make_stubs(args) -> int:
@@ -125,6 +125,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("demo", help="the main job (see README)")
     p.add_argument("--model", default="smollm2-135m")
     p.add_argument("--output-dir", default="outputs/demo")
+    p.add_argument("--max-steps", type=int, default=None, help="override the preset's number of steps")
     p.set_defaults(func=_cmd_demo)
 
     sub.add_parser("make-stubs", help="regenerate exercises/ from solutions/").set_defaults(func=_cmd_make_stubs)

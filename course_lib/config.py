@@ -26,6 +26,7 @@ arithmetic can be shown for any number of GPUs on one machine.
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
@@ -67,8 +68,6 @@ def _fail(name: str, value: Any, problem: str, fix: str) -> None:
 
 
 def _warn(message: str) -> None:
-    import warnings
-
     # stacklevel 5 points at the caller: _warn <- _warn_risky <- __post_init__ <- __init__ <- caller
     warnings.warn(message, ConfigWarning, stacklevel=5)
 
@@ -192,9 +191,9 @@ class RLConfig:
     local batch, `dr_grpo` constant max_completion_length (Dr. GRPO), `dapo` tokens of the whole
     accumulated batch (DAPO)."""
     mask_truncated_completions: bool = False
-    """Exclude completions that never emitted EOS from the loss (overlong filtering, DAPO). Our
-    masked reductions return 0 on an all-truncated batch, so the NaN-KL pitfall of some
-    implementations cannot occur."""
+    """Exclude completions that never emitted EOS from the loss (overlong filtering, DAPO). The
+    library's masked means return 0 when every completion is truncated, which avoids the NaN KL
+    that a plain sum / count gives there."""
     vllm_importance_sampling_correction: bool | None = None
     """Truncated importance sampling (TIS) between the vLLM sampler and the trainer ("Your Efficient
     RL Framework Secretly Brings You Off-Policy RL Training", Yao et al. 2025); None = on exactly

@@ -1,4 +1,13 @@
-"""``make demo``: evaluate the embedded models on the embedded task, with a table and a plot."""
+"""``make demo``: GRPO on an embedded model, with the reward rising before your eyes.
+
+- ``smollm2-135m`` (default): SmolLM2-135M-Instruct with LoRA on every projection, one
+  prompt x 4 completions per step, format + correctness rewards on arithmetic with an
+  ``<answer>`` tag; about 8 minutes on one CPU thread.
+- ``tiny``: the embedded 0.9M-parameter model on plain two-digit addition; about a minute.
+
+Prints held-out accuracy and samples before and after, the metrics every few steps, and
+saves ``reward.png`` (reward curves) and ``results.json`` in the output folder.
+"""
 
 from __future__ import annotations
 
@@ -6,46 +15,77 @@ import json
 import time
 from pathlib import Path
 
-MODELS_AND_TASKS = (("tiny", "arithmetic"), ("smollm2-135m", "arithmetic-tagged"))
+PRESETS = {
+    "smollm2-135m": {
+        "task": "arithmetic-tagged",
+        "rewards": ["answer_tag_format_reward", "correctness_reward"],
+        "eval_n": 20,
+        "config": dict(use_lora=True, lora_r=16, lora_alpha=32, lora_dropout=0.0, learning_rate=1e-4,
+                       per_device_train_batch_size=4, num_generations=4, max_completion_length=40,
+                       temperature=0.7, max_steps=60, lr_scheduler_type="constant", logging_steps=10,
+                       log_completions=True, num_completions_to_print=2),
+    },
+    "tiny": {
+        "task": "arithmetic",
+        "rewards": ["correctness_first_number_reward"],
+        "eval_n": 200,
+        "config": dict(learning_rate=3e-4, per_device_train_batch_size=16, num_generations=8,
+                       max_completion_length=6, max_steps=300, lr_scheduler_type="constant", logging_steps=50),
+    },
+}
 
 
-def run_demo(model: str = "smollm2-135m", output_dir: str = "outputs/demo", n: int = 50) -> int:
+def run_demo(model: str = "smollm2-135m", output_dir: str = "outputs/demo", max_steps: int | None = None) -> int:
     import matplotlib
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
+    from .config import GRPOConfig
     from .data import get_task
     from .evaluation import evaluate_accuracy
+    from .history import plot_history
     from .models import load_policy
+    from .rewards import get_reward_functions
+    from .trainer import Trainer
 
-    output = Path(output_dir)
-    output.mkdir(parents=True, exist_ok=True)
-    results = []
-    for name, task in MODELS_AND_TASKS:
-        start = time.time()
-        policy, tokenizer = load_policy(name)
-        dataset = get_task(task, split="test", n=n, seed=0)
-        accuracy, completions = evaluate_accuracy(policy, tokenizer, dataset, max_new_tokens=48,
-                                                  return_completions=True, progress=True)
-        results.append({"model": name, "task": task, "n": n, "accuracy": accuracy,
-                        "seconds": round(time.time() - start, 1),
-                        "samples": [{"question": q[-1]["content"], "completion": c.strip(), "answer": a}
-                                    for q, c, a in list(zip(dataset["prompt"], completions, dataset["answer"]))[:3]]})
-    print(f"\n{'model':<14} {'task':<18} {'accuracy':>9} {'time (s)':>9}")
-    for r in results:
-        print(f"{r['model']:<14} {r['task']:<18} {r['accuracy']:>9.1%} {r['seconds']:>9}")
-    for r in results:
-        print(f"\n{r['model']} samples:")
-        for s in r["samples"]:
-            print(f"  Q: {s['question']}\n  A: {s['completion']!r} (reference {s['answer']})")
-    figure, axis = plt.subplots(figsize=(5, 3.5))
-    axis.bar([r["model"] for r in results], [100 * r["accuracy"] for r in results], color=["#4c72b0", "#dd8452"])
-    axis.set_ylabel("greedy accuracy on held-out problems (%)")
-    axis.set_title(f"Embedded models before RL (n={n})")
-    axis.set_ylim(0, 100)
+    if model not in PRESETS:
+        raise SystemExit(f"make demo MODEL={model}: choose one of {', '.join(PRESETS)}.")
+    preset = PRESETS[model]
+    output = Path(output_dir) / model
+    settings = dict(preset["config"], model_name_or_path=model, output_dir=str(output), save_steps=0, seed=0)
+    if max_steps is not None:
+        settings["max_steps"] = max_steps
+    config = GRPOConfig(**settings)
+    policy, tokenizer = load_policy(model)
+    test = get_task(preset["task"], split="test", n=preset["eval_n"], seed=0)
+    train = get_task(preset["task"], split="train", n=2000, seed=0)
+
+    def evaluate(label: str, the_model) -> tuple[float, list[str]]:
+        accuracy, completions = evaluate_accuracy(the_model, tokenizer, test, max_new_tokens=config.max_completion_length,
+                                                  return_completions=True)
+        print(f"\n{label}: greedy accuracy {accuracy:.1%} on {len(test)} held-out problems")
+        for row, completion in list(zip(test, completions))[:3]:
+            print(f"  Q: {row['question']}\n  A: {completion.strip()!r} (reference {row['answer']})")
+        return accuracy, completions
+
+    start = time.time()
+    before, _ = evaluate("Before GRPO", policy)
+    trainer = Trainer(config, get_reward_functions(preset["rewards"]), train, policy, tokenizer)
+    history = trainer.train()
+    after, _ = evaluate("After GRPO", trainer.model)
+    reward_keys = ["reward"] + [f"rewards/{name}/mean" for name in preset["rewards"]]
+    figure = plot_history(history, keys=reward_keys, smooth=5)
+    figure.suptitle(f"GRPO on {model}: reward per step (raw and 5-step mean)")
     figure.tight_layout()
-    figure.savefig(output / "accuracy.png", dpi=120)
+    figure.savefig(output / "reward.png", dpi=120)
+    first, last = history[: max(1, len(history) // 5)], history[-max(1, len(history) // 5):]
+    mean = lambda rows, key: sum(r[key] for r in rows) / len(rows)  # noqa: E731
+    results = {"model": model, "steps": len(history), "seconds": round(time.time() - start, 1),
+               "accuracy_before": before, "accuracy_after": after,
+               "reward_first_fifth": mean(first, "reward"), "reward_last_fifth": mean(last, "reward")}
     (output / "results.json").write_text(json.dumps(results, indent=2))
-    print(f"\nsaved {output / 'accuracy.png'} and {output / 'results.json'}")
+    print(f"\nreward {results['reward_first_fifth']:.3f} (first fifth of the steps) -> "
+          f"{results['reward_last_fifth']:.3f} (last fifth); accuracy {before:.1%} -> {after:.1%}; "
+          f"{results['seconds']:.0f} s")
+    print(f"saved {output / 'reward.png'}, {output / 'results.json'} and {output / 'history.jsonl'}")
     return 0

@@ -143,16 +143,16 @@ def _call(function: RewardFunction, prompts, completions, columns, extra) -> Seq
     return function(prompts=prompts, completions=completions, **columns, **extra)
 
 
-def _failing_sample(function, prompts, completions, columns, extra) -> tuple[int | None, BaseException | None]:
-    """Call ``function`` one sample at a time to find the first sample that fails alone."""
+def _failing_sample(function, prompts, completions, columns, extra) -> int | None:
+    """Call ``function`` one sample at a time; the index of the first that fails alone."""
     for i in range(len(completions)):
         row = {k: [v[i]] for k, v in columns.items()}
         row_extra = {k: ([v[i]] if k == "completion_ids" else v) for k, v in extra.items()}
         try:
             _call(function, [prompts[i]], [completions[i]], row, row_extra)
-        except Exception as error:  # noqa: BLE001 - we only locate the failure here
-            return i, error
-    return None, None
+        except Exception:  # noqa: BLE001 - only locating the failure; the batch error is reported
+            return i
+    return None
 
 
 def _sample_context(i: int, prompts, completions, columns) -> str:
@@ -220,11 +220,11 @@ def compute_rewards(
         try:
             output = _call(function, prompts, completions, columns, extra)
         except Exception as error:
-            index, sample_error = _failing_sample(function, prompts, completions, columns, extra)
-            where = (_sample_context(index, prompts, completions, columns) if index is not None
-                     else "no single sample fails on its own (the error depends on the whole batch)")
+            index = _failing_sample(function, prompts, completions, columns, extra)
+            where = (f"at {_sample_context(index, prompts, completions, columns)}" if index is not None
+                     else "no single sample fails on its own: the error depends on the whole batch")
             raise RewardFunctionError(
-                f"reward function {name!r} raised {type(error).__name__}: {error}\n  at {where}"
+                f"reward function {name!r} raised {type(error).__name__}: {error}\n  {where}"
             ) from error
         try:
             values = list(output)

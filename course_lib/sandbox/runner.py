@@ -185,6 +185,7 @@ def _supervise(argv, env, workdir, stdin_file, limits, isolate_network, timeout_
     sizes = {"stdout": 0, "stderr": 0}
     reason = None
     deadline = start + timeout_s
+    exited_at = None
     with selectors.DefaultSelector() as sel:
         sel.register(proc.stdout, selectors.EVENT_READ, "stdout")
         sel.register(proc.stderr, selectors.EVENT_READ, "stderr")
@@ -195,8 +196,12 @@ def _supervise(argv, env, workdir, stdin_file, limits, isolate_network, timeout_
                 break
             if proc.poll() is not None:
                 # The main process is gone: kill stragglers that keep the pipes open,
-                # then drain what is left (the loop ends when both pipes reach EOF).
+                # then drain what is left (the loop ends when both pipes reach EOF). A
+                # straggler that left the group (setsid) cannot hold us past a grace period.
                 _kill_group(proc.pid)
+                exited_at = exited_at or now
+                if now - exited_at > 0.5:
+                    break
             for key, _ in sel.select(timeout=min(0.05, max(deadline - now, 0))):
                 data = os.read(key.fileobj.fileno(), 65536)
                 if not data:
@@ -210,6 +215,12 @@ def _supervise(argv, env, workdir, stdin_file, limits, isolate_network, timeout_
                     reason = "output_limit"
             if reason:
                 break
+    if reason is None:
+        # Both pipes closed, but the program may still run (it can close its stdout).
+        try:
+            proc.wait(timeout=max(deadline - time.monotonic(), 0.001))
+        except subprocess.TimeoutExpired:
+            reason = "timeout"
     _kill_group(proc.pid)
     returncode = proc.wait()
     proc.stdout.close()

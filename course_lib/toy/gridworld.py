@@ -162,7 +162,8 @@ class GridWorld:
         if new_cell in self.bean_cells and mask >> self.bean_cells.index(new_cell) & 1:
             mask &= ~(1 << self.bean_cells.index(new_cell))
             done = mask == 0
-            return StepResult(self.encode(new_cell, mask), reward + self.bean_reward, done, "cleared" if done else "bean")
+            event = "cleared" if done else "bean"
+            return StepResult(self.encode(new_cell, mask), reward + self.bean_reward, done, event)
         return StepResult(self.encode(new_cell, mask), reward, False, "move")
 
     def reset(self) -> int:
@@ -181,7 +182,9 @@ class GridWorld:
         return result
 
 
-def value_iteration(world: GridWorld, gamma: float = 0.95, tol: float = 1e-10, max_sweeps: int = 10_000) -> tuple[np.ndarray, np.ndarray]:
+def value_iteration(
+    world: GridWorld, gamma: float = 0.95, tol: float = 1e-10, max_sweeps: int = 10_000
+) -> tuple[np.ndarray, np.ndarray]:
     """Optimal state values and a greedy optimal policy by value iteration.
 
     Repeats the Bellman optimality backup (S&B eq. 4.10)

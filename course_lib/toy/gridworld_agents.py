@@ -183,7 +183,9 @@ def q_learning(
     return scores, discounted, np.eye(world.n_actions)[q.argmax(axis=1)]
 
 
-def random_agent(world: GridWorld, episodes: int, rng: np.random.Generator, gamma: float = 0.95) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def random_agent(
+    world: GridWorld, episodes: int, rng: np.random.Generator, gamma: float = 0.95
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Uniformly random moves, nothing learned: the floor for every learning curve."""
     scores, discounted = np.zeros(episodes), np.zeros(episodes)
     for episode in range(episodes):

@@ -147,7 +147,11 @@ def plot_gradient_variance(
                         color=f"C{i}", label=f"{name} (mean estimate)")
         ax_mean.set_xticks(index, labels=list(action_labels) if action_labels is not None else None)
     ax_mean.axhline(0, color="gray", linewidth=0.8)
-    ax_mean.set(title="Average gradient per logit (± 1 s.e.)", xlabel="action" if action_labels is not None else "action (logit index)", ylabel="d E[r] / d logit")
+    ax_mean.set(
+        title="Average gradient per logit (± 1 s.e.)",
+        xlabel="action" if action_labels is not None else "action (logit index)",
+        ylabel="d E[r] / d logit",
+    )
     ax_mean.legend(fontsize="small", loc="best")
     fig.suptitle(title)
     return fig

@@ -67,7 +67,9 @@ class GradientVarianceResult:
         return np.sqrt(self.variance / self.gradients.shape[0])
 
 
-def exact_policy_gradient(policy_logits: Sequence[float] | torch.Tensor, rewards_per_action: Sequence[float]) -> np.ndarray:
+def exact_policy_gradient(
+    policy_logits: Sequence[float] | torch.Tensor, rewards_per_action: Sequence[float]
+) -> np.ndarray:
     """``(V,)`` exact ``d E_pi[r] / dz = pi * (r - E_pi[r])`` for ``pi = softmax(z)``.
 
     Teaches: the gradient raises answers that beat the policy's average reward and lowers
@@ -110,11 +112,15 @@ def gradient_variance(
         raise ValueError(f"need n_samples >= 1 and trials >= 2, got n_samples={n_samples}, trials={trials}")
     if baseline == "leave_one_out" and n_samples < 2:
         raise ValueError("baseline='leave_one_out' needs n_samples >= 2, got n_samples=1")
-    rewards_per_action = (
-        np.array([float(reward_fn(a)) for a in range(n_actions)]) if callable(reward_fn) else np.asarray(reward_fn, dtype=float)
-    )
+    if callable(reward_fn):
+        rewards_per_action = np.array([float(reward_fn(a)) for a in range(n_actions)])  # (V,)
+    else:
+        rewards_per_action = np.asarray(reward_fn, dtype=float)
     if rewards_per_action.shape != (n_actions,):
-        raise ValueError(f"reward_fn gives {rewards_per_action.shape[0]} rewards but the policy has {n_actions} actions")
+        raise ValueError(
+            f"reward_fn gives {rewards_per_action.size} rewards but the policy has {n_actions} actions; "
+            "pass one reward per action"
+        )
 
     probs = torch.softmax(logits, dim=0).numpy()
     rng = np.random.default_rng(seed)

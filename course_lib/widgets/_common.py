@@ -64,7 +64,9 @@ def build_explorer(render: Callable[..., Figure], controls: Mapping[str, Any],
 
     The figure is redrawn whenever a control changes. A `ValueError` raised by `render`
     (a bad value typed by the learner) is printed as one line instead of a traceback.
-    The box keeps the last figure in `.figure` (None after an error), for inspection.
+    The box keeps the last figure in `.figure` (None after an error), for inspection,
+    and exposes `.redraw()`; while `.hold` is True, control changes do not redraw (set
+    several controls at once, then call `.redraw()`).
     """
     import ipywidgets as widgets
     from IPython.display import display
@@ -74,8 +76,11 @@ def build_explorer(render: Callable[..., Figure], controls: Mapping[str, Any],
     rows = [widgets.HBox(control_list[i:i + columns]) for i in range(0, len(control_list), columns)]
     box = widgets.VBox([*rows, output])
     box.figure = None
+    box.hold = False
 
     def redraw(_change: Any = None) -> None:
+        if box.hold and _change is not None:
+            return
         values = {name: control.value for name, control in controls.items()}
         with output:
             output.clear_output(wait=True)
@@ -89,6 +94,7 @@ def build_explorer(render: Callable[..., Figure], controls: Mapping[str, Any],
 
     for control in control_list:
         control.observe(redraw, names="value")
+    box.redraw = redraw
     redraw()
     return box
 

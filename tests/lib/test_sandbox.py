@@ -71,6 +71,12 @@ def test_infinite_loop_times_out_and_is_reported(audit_hook):
     assert not result.ok and result.returncode == -9
 
 
+def test_closing_stdout_does_not_escape_the_timeout():
+    code = "import os, time\nos.close(1)\nos.close(2)\nwhile True:\n    pass"
+    result = run_python(code, timeout_s=0.5)
+    assert result.timed_out and result.killed_reason == "timeout"
+
+
 @pytest.mark.parametrize("audit_hook", [True, False])
 def test_huge_allocation_fails_under_the_address_space_cap(audit_hook):
     result = run_python("x = bytearray(10**10)\nprint('allocated')", memory_mb=256, audit_hook=audit_hook)
@@ -109,6 +115,23 @@ def test_fork_bomb_is_contained_by_the_process_limit_alone():
     assert not result.ok  # killed by the timeout or failed fork, never unbounded
     probe = run_python("print('machine still answers')")
     assert probe.stdout == "machine still answers\n"
+
+
+@pytest.mark.parametrize(
+    "tamper",
+    [
+        "import builtins\nbuiltins.any = lambda *a: True\nbuiltins.isinstance = lambda *a: False",
+        "import __main__\n__main__.BLOCKED_EVENTS = frozenset()\n__main__.WRITE_FLAGS = 0",
+    ],
+    ids=["rebind-builtins", "rebind-prelude-globals"],
+)
+def test_rebinding_names_does_not_switch_the_hook_off(tamper):
+    target = f"/tmp/evil-{uuid.uuid4().hex}"
+    result = run_python(tamper + f"\nopen({target!r}, 'w').write('pwned')")
+    assert result.killed_reason == "blocked", result.stderr
+    assert not os.path.exists(target)
+    forked = run_python(tamper + "\nimport os\nos.fork()")
+    assert forked.killed_reason == "blocked", forked.stderr
 
 
 def test_signalling_the_parent_is_blocked():

@@ -34,10 +34,10 @@ EXAMPLE_2 = {  # per_device=3, grad_accum=4, num_generations=3, steps_per_genera
 }
 # Example 3: per_device=3, grad_accum=4, num_generations=4, steps_per_generation=4.
 # The seed prints cycle A as [0,0,0] [0,1,1] [1,1,3] [3,3,3] and cycle B as
-# [4,4,4] [4,5,5] [5,5,6] [6,6,6]. That is a typo: 12 completions of 4 per prompt are 3
-# prompts, so cycle A holds prompts 0, 1, 2 (each exactly four times; the seed's version
-# has prompt 3 four times and no prompt 2, and prompt 1 four times is fine). Cycle B
-# therefore starts at prompt 3, not 4: the seed's B repeats the same skip.
+# [4,4,4] [4,5,5] [5,5,6] [6,6,6]. That is a typo: 12 completions with 4 per prompt are
+# 3 prompts, so cycle A holds prompts 0, 1 and 2, four completions each; the seed's
+# cycle A has no prompt 2 and a fourth prompt "3" that a 3-prompt batch cannot hold.
+# Cycle B then starts at prompt 3, not 4 (the seed's B carries the same skip).
 EXAMPLE_3 = {
     0: [([0, 0, 0], False), ([0, 1, 1], False), ([1, 1, 2], False), ([2, 2, 2], True)],
     1: [([3, 3, 3], False), ([3, 4, 4], False), ([4, 4, 5], False), ([5, 5, 5], True)],

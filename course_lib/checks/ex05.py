@@ -1,0 +1,148 @@
+"""Checks for lesson 05 (GRPO): group advantages and the clipped loss with loss_type="grpo".
+
+Expected values are hand-worked numbers and `course_lib` (advantages.group_advantages,
+losses.policy_loss); each typical mistake is reproduced to name it in the hint.
+"""
+
+import torch
+
+from ..advantages import group_advantages as library_group_advantages
+from ..losses import policy_loss
+from ..testing import Hint, assert_close
+
+
+def _tensor(values, dtype=torch.float32) -> torch.Tensor:
+    return torch.tensor(values, dtype=dtype)
+
+
+def _advantage_mistakes(rewards: torch.Tensor, num_generations: int) -> dict[str, torch.Tensor]:
+    grouped = rewards.view(-1, num_generations)
+    mean, std = grouped.mean(1, keepdim=True), grouped.std(1, keepdim=True)
+    population_std = grouped.std(1, unbiased=False, keepdim=True)
+    by_generation = rewards.view(num_generations, -1)  # the generation-major misreading
+    return {
+        "normalized over the whole batch; the mean and the std are taken within each prompt's group "
+        "(rewards.view(-1, num_generations)).": (rewards - rewards.mean()) / (rewards.std() + 1e-4),
+        "the mean is per group but the std is the whole batch's (that is scale_rewards='batch'); GRPO "
+        "divides by the group's own std.": ((grouped - mean) / (rewards.std() + 1e-4)).view(-1),
+        "used the population std (divide by G); TRL and the course use the sample std, divided by "
+        "G - 1 (Bessel's correction, torch.std's default).": ((grouped - mean) / (population_std + 1e-4)).view(-1),
+        "forgot the + 1e-4 in the denominator: a group whose rewards are all equal gives 0 / 0 = NaN.":
+            ((grouped - mean) / std).view(-1),
+        "did not subtract the group mean.": (grouped / (std + 1e-4)).view(-1),
+        "grouped the rewards generation-major (rewards.view(num_generations, -1)); the layout is "
+        "prompt-major: the G completions of a prompt are contiguous, use rewards.view(-1, G).":
+            ((by_generation - by_generation.mean(0)) / (by_generation.std(0) + 1e-4)).view(-1),
+    }
+
+
+def check_group_advantages(fn) -> None:
+    # Hand-worked: group [1, 0, 0] has mean 1/3 and sample std sqrt(1/3) = 0.57735.
+    got = fn(_tensor([1.0, 0.0, 0.0, 1.0, 1.0, 1.0]), 3)
+    if isinstance(got, torch.Tensor) and got.dim() == 2:
+        raise Hint("return one advantage per completion, shape (B,): flatten the (P, G) result with .view(-1).")
+    expected = _tensor([2 / 3 / (3 ** -0.5 + 1e-4), -1 / 3 / (3 ** -0.5 + 1e-4), -1 / 3 / (3 ** -0.5 + 1e-4),
+                        0.0, 0.0, 0.0])
+    rewards = _tensor([1.0, 0.0, 0.0, 1.0, 1.0, 1.0])
+    assert_close(got, expected, name="group_advantages([1,0,0, 1,1,1], 3)", atol=1e-4,
+                 hints=_advantage_mistakes(rewards, 3))
+
+    # A group with a tiny spread shows the 1e-4; a zero-std group must give zeros.
+    cases = [
+        (_tensor([1.0, 0.0, 0.0, 1.0, 1.0, 1.0, 1.0, 1.0, 0.5, 0.0, 0.0, 0.0]), 4),
+        (_tensor([0.0, 1e-4, 0.0, 1e-4, 3.0, 3.0, 3.0, 3.0]), 4),
+        (torch.randn(24, generator=torch.Generator().manual_seed(5)) * 2 + 1, 6),
+        (torch.randint(0, 2, (16,), generator=torch.Generator().manual_seed(7)).float(), 2),
+    ]
+    for rewards, num_generations in cases:
+        got = fn(rewards.clone(), num_generations)
+        expected = library_group_advantages(rewards, num_generations, scale_rewards="group")
+        assert_close(got, expected, name=f"group_advantages(rewards={rewards.tolist()}, {num_generations})",
+                     hints=_advantage_mistakes(rewards, num_generations))
+    rewards = _tensor([2.0, 0.0, 1.0, 1.0])
+    fn(rewards, 2)
+    if rewards.tolist() != [2.0, 0.0, 1.0, 1.0]:
+        raise Hint("your function changed the rewards tensor in place; compute new tensors instead.")
+
+
+def _loss_case(seed: int = 0):
+    generator = torch.Generator().manual_seed(seed)
+    batch, tokens = 5, 6
+    logps = -torch.rand(batch, tokens, generator=generator, dtype=torch.float64) * 3
+    # Log-ratios up to +-0.6 put many tokens outside [0.8, 1.2], so the clip matters.
+    old_logps = logps + (torch.rand(batch, tokens, generator=generator, dtype=torch.float64) - 0.5) * 1.2
+    advantages = torch.tensor([1.5, -1.0, 0.5, -0.3, 0.0], dtype=torch.float64)
+    lengths = torch.tensor([6, 2, 4, 1, 3])
+    mask = (torch.arange(tokens).unsqueeze(0) < lengths.unsqueeze(1)).to(torch.float64)
+    return logps, old_logps, advantages, mask
+
+
+def _loss_mistakes(logps, old_logps, advantages, mask, epsilon) -> dict[str, torch.Tensor]:
+    def library(**overrides):
+        settings = dict(loss_type="grpo", epsilon=epsilon)
+        settings.update(overrides)
+        return policy_loss(logps, old_logps, advantages, mask, **settings).loss
+
+    ratio = torch.exp(logps - old_logps)
+    adv = advantages.unsqueeze(1)
+    unclipped = -(ratio * adv)
+    clipped_only = -(torch.clamp(ratio, 1 - epsilon, 1 + epsilon) * adv)
+    per_token = -torch.min(ratio * adv, torch.clamp(ratio, 1 - epsilon, 1 + epsilon) * adv)
+    seq_mean = lambda x: ((x * mask).sum(1) / mask.sum(1)).mean()  # noqa: E731
+    return {
+        "averaged over all valid tokens of the batch at once (that is loss_type='bnpo'); GRPO first "
+        "averages each sequence over its own tokens, then averages the sequences.": library(loss_type="bnpo"),
+        "the sign is flipped: return the *loss*, minus the clipped objective.": -library(),
+        "no clipping: take min(r * A, clip(r, 1 - eps, 1 + eps) * A).": seq_mean(unclipped),
+        "used only the clipped term; the min with the unclipped term r * A is what makes the bound "
+        "pessimistic.": seq_mean(clipped_only),
+        "ignored the mask: padded tokens must not count (divide by each row's number of valid tokens).":
+            per_token.mean(),
+        "summed the tokens of each sequence instead of averaging them.": ((per_token * mask).sum(1)).mean(),
+    }
+
+
+def check_grpo_clipped_loss(fn) -> None:
+    # Hand-worked: ratios 1.5 and 0.5 with A = +1: -min(1.5, 1.2) = -1.2 and -min(0.5, 0.8) = -0.5.
+    logps = torch.log(torch.tensor([[1.5, 0.5], [1.5, 0.5]], dtype=torch.float64))
+    zeros = torch.zeros_like(logps)
+    ones = torch.ones_like(logps)
+    got = fn(logps, zeros, torch.tensor([1.0, -1.0], dtype=torch.float64), ones, 0.2)
+    if not isinstance(got, torch.Tensor) or got.dim() != 0:
+        raise Hint(f"return a scalar tensor (0-dimensional), got {got!r}.")
+    # A = -1: -min(-1.5, -1.2) = 1.5 and -min(-0.5, -0.8) = 0.8; the two sequences average to 0.15.
+    assert_close(got, ((-1.2 - 0.5) / 2 + (1.5 + 0.8) / 2) / 2, name="hand-worked loss (ratios 1.5, 0.5; A = +1, -1)",
+                 hints=_loss_mistakes(logps, zeros, torch.tensor([1.0, -1.0], dtype=torch.float64), ones, 0.2))
+
+    for seed, epsilon in ((0, 0.2), (1, 0.1)):
+        logps, old_logps, advantages, mask = _loss_case(seed)
+        got = fn(logps, old_logps, advantages, mask, epsilon)
+        expected = policy_loss(logps, old_logps, advantages, mask, loss_type="grpo", epsilon=epsilon).loss
+        assert_close(got, expected, name=f"loss on a padded batch (epsilon={epsilon})",
+                     hints=_loss_mistakes(logps, old_logps, advantages, mask, epsilon))
+
+    # Gradients. Off-policy: clipped tokens get none; the old log-probs must be constants.
+    logps, old_logps, advantages, mask = _loss_case(2)
+    cases = (
+        ("old_logps given (computed without gradient)", lambda current: old_logps, old_logps),
+        ("old_logps=None (on-policy)", lambda current: None, None),
+        # Same values as old_logps, but built from `current`, so they sit in its graph.
+        ("old_logps that still carry a graph", lambda current: current + (old_logps - logps), old_logps),
+    )
+    for label, make_old, library_old in cases:
+        reference = logps.clone().requires_grad_(True)
+        policy_loss(reference, library_old, advantages, mask, loss_type="grpo").loss.backward()
+        current = logps.clone().requires_grad_(True)
+        loss = fn(current, make_old(current), advantages, mask, 0.2)
+        if not isinstance(loss, torch.Tensor) or not loss.requires_grad:
+            raise Hint(f"{label}: the loss has no gradient; compute it from logps with torch operations "
+                       "(no .item(), no .detach() of logps).")
+        loss.backward()
+        got = current.grad if current.grad is not None else torch.zeros_like(current)
+        if torch.allclose(got, torch.zeros_like(got)):
+            if library_old is None:
+                raise Hint("old_logps=None gives a zero gradient. Did you forget to detach the old log-probs? "
+                           "On-policy they are logps.detach(): the ratio is 1 but its gradient is not 0.")
+            raise Hint(f"{label}: the gradient is zero. Did you forget to detach the old log-probs? They are "
+                       "constants of the objective: use old_logps.detach().")
+        assert_close(got, reference.grad, name=f"gradient of the loss w.r.t. logps ({label})", atol=1e-6)

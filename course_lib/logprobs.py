@@ -1,0 +1,351 @@
+"""Per-token log-probabilities of sampled tokens, without holding the full logits.
+
+The policy-gradient loss needs `log pi(y_t | y_<t)` for every completion token, one
+number per token, but the usual route materialises the `(N, V)` logits (and, in
+autograd, several tensors of that size): for 8 completions of 20k tokens and a 128k
+vocabulary that is tens of gigabytes, while the answer is `N` numbers.
+
+- `selective_log_softmax`: log-softmax + gather from existing logits, one sequence at a
+  time, so only one extra `(T, V)` temporary lives at once.
+- `entropy_from_logits`: the entropy of each next-token distribution, in row chunks.
+- `fused_linear_logprobs`: from hidden states and the LM-head weight straight to log-probs.
+  The forward pass computes the logits of `chunk_size` rows at a time and keeps only
+  their log-normaliser; the backward pass recomputes each chunk's logits and forms
+  `d log p / d logits = onehot - softmax` on the fly. Peak extra memory is one
+  `(chunk_size, V)` buffer instead of several `(N, V)` tensors, at the price of one extra
+  matrix product (the recomputation).
+- `model_logprobs`: runs a Hugging Face causal LM's body and applies the fused head to the
+  completion tokens, with TRL's conventions (shift by one, divide by the temperature,
+  0 at padded positions).
+
+Simplifications: no Triton kernel and no logit soft-capping; models whose head has a
+bias or whose config rescales the logits fall back to the model's own forward.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+Tensor = torch.Tensor
+
+# Memory allowed for one chunk of logits (bytes). 64 MiB holds 341 rows of a 49,152-token
+# vocabulary in float32: large enough for matrix products to run at full speed, small
+# next to the `(N, V)` tensors that it replaces.
+DEFAULT_CHUNK_BYTES = 64 * 2**20
+
+
+def default_chunk_size(vocab_size: int, budget_bytes: int = DEFAULT_CHUNK_BYTES) -> int:
+    """Rows per chunk so that one float32 `(rows, vocab_size)` buffer fits the budget.
+
+    Rounded down to a multiple of 64 (matrix kernels like aligned sizes), at least 64.
+    """
+    rows = budget_bytes // (4 * max(vocab_size, 1))
+    return max(64, rows // 64 * 64)
+
+
+def selective_log_softmax(logits: Tensor, ids: Tensor, temperature: float = 1.0) -> Tensor:
+    """`log_softmax(logits / temperature)` gathered at `ids`, one leading row at a time.
+
+    Args:
+        logits: `(B, T, V)` (any `(..., V)`).
+        ids: `(B, T)` token ids in `[0, V)`.
+        temperature: divides the logits first (sampling temperature), > 0.
+
+    Returns:
+        `(B, T)` log-probabilities, in float32 for half-precision logits.
+    """
+    if temperature <= 0:
+        raise ValueError(f"temperature={temperature!r} must be > 0")
+    if logits.shape[:-1] != ids.shape:
+        raise ValueError(
+            f"logits {tuple(logits.shape)} and ids {tuple(ids.shape)} disagree; "
+            "logits must be ids.shape + (vocab,)"
+        )
+    if logits.dim() == 1:
+        return selective_log_softmax(logits[None], ids[None], temperature)[0]
+    rows = []
+    for row_logits, row_ids in zip(logits, ids):  # one (T, V) temporary at a time
+        if row_logits.dtype not in (torch.float32, torch.float64):
+            row_logits = row_logits.float()  # logsumexp in bf16 loses too much precision
+        if temperature != 1.0:
+            row_logits = row_logits / temperature
+        picked = row_logits.gather(-1, row_ids.unsqueeze(-1)).squeeze(-1)
+        rows.append(picked - torch.logsumexp(row_logits, dim=-1))
+    return torch.stack(rows)
+
+
+def entropy_from_logits(logits: Tensor, chunk_size: int | None = None) -> Tensor:
+    """Shannon entropy (nats) of `softmax(logits)` along the last axis, in row chunks.
+
+    Args:
+        logits: `(..., V)`, e.g. `(B, T, V)`.
+        chunk_size: rows per chunk; default from `DEFAULT_CHUNK_BYTES`.
+
+    Returns:
+        `logits.shape[:-1]`, float32 for half-precision input; differentiable.
+    """
+    vocab = logits.shape[-1]
+    chunk_size = chunk_size or default_chunk_size(vocab)
+    flat = logits.reshape(-1, vocab)
+    pieces = []
+    for chunk in flat.split(chunk_size):
+        logp = F.log_softmax(chunk.float() if chunk.dtype in (torch.float16, torch.bfloat16) else chunk, -1)
+        pieces.append(-(logp.exp() * logp).sum(-1))
+    if not pieces:
+        return logits.new_zeros(logits.shape[:-1])
+    return torch.cat(pieces).reshape(logits.shape[:-1])
+
+
+def _chunk_logits(hidden: Tensor, weight_t: Tensor, buffer: Tensor) -> Tensor:
+    """Logits of one chunk in float32, written into a reused buffer when dtypes allow."""
+    rows = hidden.shape[0]
+    if hidden.dtype == buffer.dtype:
+        out = buffer[:rows]
+        torch.mm(hidden, weight_t, out=out)
+        return out
+    return torch.mm(hidden, weight_t).to(buffer.dtype)
+
+
+class _FusedLinearLogProbs(torch.autograd.Function):
+    """`log_softmax((hidden @ weight.T) / T)[ids]` with chunked forward and backward."""
+
+    @staticmethod
+    def forward(ctx, hidden, weight, ids, temperature, chunk_size, with_entropy):
+        num_rows = hidden.shape[0]
+        # Fold 1/T into the small (N, H) hidden states rather than the (N, V) logits.
+        scaled = hidden if temperature == 1.0 else hidden * (1.0 / temperature)
+        compute_dtype = torch.float64 if hidden.dtype == torch.float64 else torch.float32
+        weight_t = weight.t()
+        buffer = hidden.new_empty((min(chunk_size, num_rows), weight.shape[0]), dtype=compute_dtype)
+        log_norm = hidden.new_empty(num_rows, dtype=compute_dtype)
+        target = hidden.new_empty(num_rows, dtype=compute_dtype)
+        entropy = hidden.new_empty(num_rows, dtype=compute_dtype) if with_entropy else None
+        with torch.no_grad():
+            for start in range(0, num_rows, chunk_size):
+                stop = min(start + chunk_size, num_rows)
+                logits = _chunk_logits(scaled[start:stop], weight_t, buffer)  # (c, V)
+                target[start:stop] = logits.gather(1, ids[start:stop, None]).squeeze(1)
+                row_max = logits.amax(dim=1, keepdim=True)  # (c, 1)
+                if with_entropy:
+                    # H = log Z - E_p[z]: needs the logits and the probabilities together.
+                    shifted = logits.sub_(row_max)  # in place; the buffer is reused
+                    weights = shifted.exp()
+                    sum_exp = weights.sum(1)
+                    expected = (weights * shifted).sum(1) / sum_exp
+                    entropy[start:stop] = sum_exp.log() - expected
+                else:
+                    logits.sub_(row_max).exp_()  # in place: the buffer is free after this
+                    sum_exp = logits.sum(1)
+                log_norm[start:stop] = row_max.squeeze(1) + sum_exp.log()
+        ctx.save_for_backward(hidden, weight, ids, log_norm)
+        ctx.temperature = temperature
+        ctx.chunk_size = chunk_size
+        logps = (target - log_norm).to(hidden.dtype)
+        if with_entropy:
+            entropy = entropy.to(hidden.dtype)
+            ctx.mark_non_differentiable(entropy)
+            return logps, entropy
+        return logps
+
+    @staticmethod
+    def backward(ctx, grad_logps, *unused_entropy_grad):
+        hidden, weight, ids, log_norm = ctx.saved_tensors
+        need_hidden, need_weight = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
+        if not (need_hidden or need_weight):
+            return None, None, None, None, None, None
+        inv_t = 1.0 / ctx.temperature
+        chunk_size = ctx.chunk_size
+        num_rows = hidden.shape[0]
+        compute_dtype = log_norm.dtype
+        scaled = hidden if inv_t == 1.0 else hidden * inv_t
+        weight_t = weight.t()
+        grad_logps = grad_logps.to(compute_dtype)
+        buffer = hidden.new_empty((min(chunk_size, num_rows), weight.shape[0]), dtype=compute_dtype)
+        grad_hidden = torch.empty_like(hidden) if need_hidden else None
+        grad_weight = (
+            torch.zeros(weight.shape, dtype=compute_dtype, device=weight.device) if need_weight else None
+        )
+        weight_c = weight if weight.dtype == compute_dtype else weight.to(compute_dtype)
+        for start in range(0, num_rows, chunk_size):
+            stop = min(start + chunk_size, num_rows)
+            g = grad_logps[start:stop, None]  # (c, 1)
+            logits = _chunk_logits(scaled[start:stop], weight_t, buffer)
+            # d log p_target / d z = onehot(target) - softmax(z), scaled by the incoming grad.
+            probs = logits.sub_(log_norm[start:stop, None]).exp_()
+            grad_z = probs.mul_(-g)
+            grad_z.scatter_add_(1, ids[start:stop, None], g)
+            if need_hidden:
+                # z = (h / T) @ W.T  =>  dL/dh = (dL/dz @ W) / T
+                chunk_grad = grad_z @ weight_c
+                if inv_t != 1.0:
+                    chunk_grad.mul_(inv_t)
+                grad_hidden[start:stop] = chunk_grad
+            if need_weight:
+                h_chunk = scaled[start:stop]
+                grad_weight.addmm_(grad_z.t(), h_chunk if h_chunk.dtype == compute_dtype
+                                   else h_chunk.to(compute_dtype))
+        if grad_weight is not None:
+            grad_weight = grad_weight.to(weight.dtype)
+        return grad_hidden, grad_weight, None, None, None, None
+
+
+def fused_linear_logprobs(
+    hidden: Tensor,
+    weight: Tensor,
+    ids: Tensor,
+    temperature: float = 1.0,
+    chunk_size: int | None = None,
+    return_entropy: bool = False,
+) -> Tensor | tuple[Tensor, Tensor]:
+    """Log-probabilities of `ids` under `softmax(hidden @ weight.T / temperature)`.
+
+    Equal (to float rounding) to `log_softmax(hidden @ weight.T / temperature)[ids]`
+    with the same gradients for `hidden` and `weight`, but never holds more than one
+    `(chunk_size, V)` block of logits. This is the "fused linear cross-entropy" idea of
+    Liger-Kernel and Unsloth's memory-efficient GRPO, written with plain PyTorch ops.
+
+    Args:
+        hidden: `(N, H)` or `(B, T, H)` final hidden states (after the last norm).
+        weight: `(V, H)` LM-head weight (no bias).
+        ids: `(N,)` or `(B, T)` target token ids in `[0, V)`.
+        temperature: sampling temperature T > 0; the logits are divided by it.
+        chunk_size: rows per chunk; default `default_chunk_size(V)`.
+        return_entropy: also return the entropy of each row's distribution (no
+            gradient flows through it).
+
+    Returns:
+        Log-probs shaped like `ids` (and entropies of the same shape).
+    """
+    if temperature <= 0:
+        raise ValueError(f"temperature={temperature!r} must be > 0")
+    if weight.dim() != 2 or hidden.shape[-1] != weight.shape[1]:
+        raise ValueError(
+            f"hidden {tuple(hidden.shape)} and weight {tuple(weight.shape)} disagree; "
+            "weight must be (vocab, hidden) with hidden's last dimension"
+        )
+    if hidden.shape[:-1] != ids.shape:
+        raise ValueError(f"ids {tuple(ids.shape)} must match hidden's leading shape {tuple(hidden.shape[:-1])}")
+    chunk_size = chunk_size or default_chunk_size(weight.shape[0])
+    if chunk_size < 1:
+        raise ValueError(f"chunk_size={chunk_size} must be >= 1")
+    out_shape = ids.shape
+    flat_hidden = hidden.reshape(-1, hidden.shape[-1])
+    flat_ids = ids.reshape(-1).long()
+    if flat_hidden.shape[0] == 0:
+        empty = hidden.new_zeros(out_shape) + 0 * hidden.sum() + 0 * weight.sum()
+        return (empty, empty.detach().clone()) if return_entropy else empty
+    result = _FusedLinearLogProbs.apply(
+        flat_hidden.contiguous(), weight, flat_ids, float(temperature), int(chunk_size), return_entropy
+    )
+    if return_entropy:
+        logps, entropy = result
+        return logps.reshape(out_shape), entropy.reshape(out_shape)
+    return result.reshape(out_shape)
+
+
+# Config fields with which a model rescales or soft-caps its logits after the LM head;
+# the fused path does not reproduce them, so such models use their own forward.
+_LOGIT_RESCALING_FIELDS = (
+    "final_logit_softcapping",
+    "logit_scale",
+    "logits_scaling",
+    "lm_head_multiplier",
+    "output_multiplier",
+)
+
+
+def _unwrap_peft(model):
+    """The transformers model inside a PEFT wrapper (its LoRA layers stay in place)."""
+    get_base_model = getattr(model, "get_base_model", None)
+    return get_base_model() if callable(get_base_model) else model
+
+
+def _fusable_head(model) -> tuple[torch.nn.Module, Tensor] | None:
+    """Return (decoder body, LM-head weight) when the fused path reproduces the model."""
+    lm_head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    if lm_head is None or getattr(lm_head, "bias", None) is not None:
+        return None
+    config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    if any(getattr(config, name, None) not in (None, 1.0) for name in _LOGIT_RESCALING_FIELDS):
+        return None
+    body = model.get_decoder() if hasattr(model, "get_decoder") else getattr(model, "model", None)
+    if body is None:
+        return None
+    return body, lm_head.weight
+
+
+def model_logprobs(
+    model: torch.nn.Module,
+    input_ids: Tensor,
+    attention_mask: Tensor,
+    logits_to_keep: int,
+    temperature: float = 1.0,
+    fused: bool = True,
+    chunk_size: int | None = None,
+    return_entropy: bool = False,
+) -> Tensor | tuple[Tensor, Tensor]:
+    """Per-token log-probs of the last `logits_to_keep` tokens of `input_ids`.
+
+    The convention of TRL's `_get_per_token_logps_and_entropies`: the token at position
+    `t` is scored by the logits at position `t - 1`, divided by `temperature`; positions
+    where `attention_mask` is 0 get log-prob 0 (and entropy 0).
+
+    With `fused=True` the decoder body (`get_decoder()`) runs to the last hidden states and
+    `fused_linear_logprobs` applies the LM head to the valid completion positions only,
+    so the `(B, T, V)` logits never exist. A PEFT model is unwrapped with
+    `get_base_model()` (the adapters live inside it); tied embeddings need nothing
+    special (the head's weight is the embedding's parameter, and autograd adds both
+    gradients). A head with a bias or a config that rescales logits falls back to the
+    naive path: `model(...).logits`, log-softmax, gather.
+
+    Args:
+        model: a causal LM (`transformers` `*ForCausalLM`), optionally PEFT-wrapped.
+        input_ids: `(B, L)` prompt + completion ids.
+        attention_mask: `(B, L)` 1 for real tokens.
+        logits_to_keep: number of trailing positions to score (the completion length K).
+        temperature: sampling temperature, > 0.
+        fused: use the fused head (default) or the model's full logits.
+        chunk_size: rows per chunk of the fused head.
+        return_entropy: also return per-token entropies (no gradient on the fused path).
+
+    Returns:
+        `(B, K)` log-probs (and `(B, K)` entropies).
+    """
+    if not 0 < logits_to_keep < input_ids.shape[1]:
+        raise ValueError(
+            f"logits_to_keep={logits_to_keep} must be in [1, {input_ids.shape[1] - 1}] "
+            "(at least one prompt token precedes the completion)"
+        )
+    targets = input_ids[:, -logits_to_keep:]  # (B, K)
+    target_mask = attention_mask[:, -logits_to_keep:].bool()  # (B, K)
+    base = _unwrap_peft(model)
+    fusable = _fusable_head(base) if fused else None
+
+    if fusable is None:
+        outputs = model(input_ids=input_ids, attention_mask=attention_mask,
+                        logits_to_keep=logits_to_keep + 1, use_cache=False)
+        logits = outputs.logits[:, :-1] / temperature  # (B, K, V): position t-1 scores token t
+        logps = selective_log_softmax(logits, targets).masked_fill(~target_mask, 0.0)
+        if not return_entropy:
+            return logps
+        return logps, entropy_from_logits(logits).masked_fill(~target_mask, 0.0)
+
+    body, weight = fusable
+    hidden = body(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).last_hidden_state
+    hidden = hidden[:, -logits_to_keep - 1 : -1]  # (B, K, H)
+    hidden = hidden.to(weight.dtype)
+    # Score only the valid positions: padding costs no vocabulary product at all.
+    result = fused_linear_logprobs(hidden[target_mask], weight, targets[target_mask],
+                                   temperature=temperature, chunk_size=chunk_size,
+                                   return_entropy=return_entropy)
+    if return_entropy:
+        valid_logps, valid_entropy = result
+    else:
+        valid_logps = result
+    # masked_scatter keeps the graph connected even when no position is valid.
+    logps = valid_logps.new_zeros(target_mask.shape).masked_scatter(target_mask, valid_logps)
+    if not return_entropy:
+        return logps
+    entropy = valid_entropy.new_zeros(target_mask.shape).masked_scatter(target_mask, valid_entropy)
+    return logps, entropy

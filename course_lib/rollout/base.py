@@ -1,0 +1,241 @@
+"""What every rollout engine takes and returns: sampling settings, the batch, the protocol.
+
+A rollout engine turns prompts into ``n`` sampled completions each and reports, for every
+completion token, the log-probability the *sampler* gave it. The trainer needs those to
+correct for the gap between the engine that sampled and the policy being trained (the
+truncated importance sampling, TIS, of Yao et al. 2025, "Your Efficient RL Framework
+Secretly Brings You Off-Policy RL Training").
+
+Both engines tokenize prompts with :func:`tokenize_prompts`, so they see the same prompt
+tokens, and build their output with :func:`assemble_batch`, so masks, padding and
+``is_eos`` follow one definition.
+
+Layout is prompt-major, as in TRL: the ``n`` completions of prompt ``i`` are rows
+``i*n ... i*n + n-1``, so ``rewards.view(-1, n)`` groups them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol, Sequence, runtime_checkable
+
+import torch
+
+Prompt = list[dict] | str
+
+
+@dataclass
+class SamplingConfig:
+    """How completions are sampled; the names and defaults follow TRL's ``GRPOConfig``.
+
+    Attributes:
+        temperature: logits are divided by it before sampling; ``0`` means greedy decoding.
+        top_p: nucleus sampling, keep the smallest set of tokens with this much probability
+            (``1.0`` keeps all).
+        top_k: keep the ``top_k`` most likely tokens (``None`` keeps all).
+        min_p: drop tokens whose probability is below ``min_p`` times the top one's
+            (``None`` keeps all).
+        repetition_penalty: CTRL-style penalty on tokens already in prompt or completion
+            (``1.0`` is none).
+        max_tokens: most completion tokens per sample; longer ones are truncated.
+        seed: makes one call reproducible: the same prompts, ``n`` and seed give the same
+            completions. ``None`` draws from the engine's own random stream.
+    """
+
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int | None = None
+    min_p: float | None = None
+    repetition_penalty: float = 1.0
+    max_tokens: int = 32
+    seed: int | None = None
+
+    def __post_init__(self):
+        if self.temperature < 0:
+            raise ValueError(f"temperature={self.temperature}: use 0 (greedy) or a positive value.")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p={self.top_p}: use a value in (0, 1]; 1.0 disables nucleus sampling.")
+        if self.top_k is not None and self.top_k < 1:
+            raise ValueError(f"top_k={self.top_k}: use None to keep every token, or a positive integer.")
+        if self.min_p is not None and not 0 <= self.min_p <= 1:
+            raise ValueError(f"min_p={self.min_p}: use None or a value in [0, 1].")
+        if self.repetition_penalty <= 0:
+            raise ValueError(f"repetition_penalty={self.repetition_penalty}: use a positive value (1.0 = none).")
+        if self.max_tokens < 1:
+            raise ValueError(f"max_tokens={self.max_tokens}: generate at least one token.")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0
+
+
+@dataclass
+class RolloutBatch:
+    """``n`` completions for each of ``len(prompts)`` prompts; ``B = len(prompts) * n`` rows.
+
+    Attributes:
+        prompt_ids: ``(B, P)`` prompt tokens, left-padded with the pad id.
+        prompt_mask: ``(B, P)`` 1 on real prompt tokens.
+        completion_ids: ``(B, T)`` sampled tokens, right-padded with the pad id; the eos
+            token is kept when it was generated.
+        completion_mask: ``(B, T)`` 1 up to and including the first eos, 0 after.
+        is_eos: ``(B,)`` True when the completion ended with eos, False when it was cut at
+            ``max_tokens``.
+        texts: decoded completions (masked tokens only, special tokens skipped).
+        sampling_logps: ``(B, T)`` log-probability of each sampled token under the
+            distribution it was actually drawn from: the logits after repetition penalty,
+            divided by the temperature, with top-k / top-p / min-p filtering applied, then
+            log-softmaxed. With no filtering this is ``log_softmax(logits / T)``, the same
+            quantity the trainer computes for its own policy. In greedy mode there is no
+            temperature: it is ``log_softmax(logits)`` after the repetition penalty. Zero on
+            padding. ``None`` when the engine did not record them.
+    """
+
+    prompt_ids: torch.Tensor
+    prompt_mask: torch.Tensor
+    completion_ids: torch.Tensor
+    completion_mask: torch.Tensor
+    is_eos: torch.Tensor
+    texts: list[str]
+    sampling_logps: torch.Tensor | None = None
+
+    def __len__(self) -> int:
+        return self.completion_ids.shape[0]
+
+    @property
+    def num_completion_tokens(self) -> int:
+        """How many completion tokens were generated (eos included), the unit of tokens/s."""
+        return int(self.completion_mask.sum())
+
+
+@runtime_checkable
+class RolloutEngine(Protocol):
+    """Anything that samples completions for the trainer."""
+
+    def generate(self, prompts: Sequence[Prompt], n: int, sampling: SamplingConfig) -> RolloutBatch:
+        """Sample ``n`` completions per prompt (prompt-major rows)."""
+        ...
+
+    def sync_weights(self, model) -> None:
+        """Make the engine sample from ``model``'s current weights."""
+        ...
+
+
+def eos_token_ids(tokenizer, model=None) -> list[int]:
+    """Token ids that end a completion: the tokenizer's eos plus the model's generation eos."""
+    ids: list[int] = []
+    candidates = [tokenizer.eos_token_id]
+    generation_config = getattr(model, "generation_config", None)
+    if generation_config is not None:
+        extra = generation_config.eos_token_id
+        candidates += extra if isinstance(extra, (list, tuple)) else [extra]
+    for token_id in candidates:
+        if token_id is not None and int(token_id) not in ids:
+            ids.append(int(token_id))
+    if not ids:
+        raise ValueError("The tokenizer has no eos_token; set tokenizer.eos_token so completions can end.")
+    return ids
+
+
+def pad_token_id(tokenizer) -> int:
+    if tokenizer.pad_token_id is not None:
+        return int(tokenizer.pad_token_id)
+    if tokenizer.eos_token_id is not None:
+        return int(tokenizer.eos_token_id)
+    raise ValueError("The tokenizer has neither pad_token nor eos_token; set tokenizer.pad_token.")
+
+
+def tokenize_prompts(tokenizer, prompts: Sequence[Prompt]) -> list[list[int]]:
+    """Token ids of each prompt, unpadded.
+
+    Conversations (lists of ``{"role", "content"}`` messages) go through the tokenizer's
+    chat template with the assistant turn opened (``add_generation_prompt=True``); the
+    template already writes any special tokens, so none are added. Plain strings are
+    tokenized as they are, with the tokenizer's usual special tokens.
+    """
+    if isinstance(prompts, (str, dict)) or not isinstance(prompts, Sequence) or len(prompts) == 0:
+        raise ValueError("prompts: pass a non-empty list of prompts (each a string or a list of chat messages).")
+    token_ids = []
+    for index, prompt in enumerate(prompts):
+        if isinstance(prompt, str):
+            ids = tokenizer(prompt, add_special_tokens=True)["input_ids"]
+        elif isinstance(prompt, Sequence) and all(isinstance(m, dict) for m in prompt):
+            text = tokenizer.apply_chat_template(list(prompt), add_generation_prompt=True, tokenize=False)
+            ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+        else:
+            raise TypeError(f"prompts[{index}] is a {type(prompt).__name__}; use a string or a list of "
+                            "{'role': ..., 'content': ...} messages.")
+        if len(ids) == 0:
+            raise ValueError(f"prompts[{index}] tokenizes to nothing; give the model at least one token.")
+        token_ids.append(list(ids))
+    return token_ids
+
+
+def left_pad(rows: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(ids, mask)``, both ``(len(rows), max_len)``, rows right-aligned (left padding)."""
+    width = max(len(row) for row in rows)
+    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, row in enumerate(rows):
+        if len(row):
+            ids[i, width - len(row):] = torch.as_tensor(list(row), dtype=torch.long)
+            mask[i, width - len(row):] = 1
+    return ids, mask
+
+
+def completion_mask_from_eos(completion_ids: torch.Tensor, eos_ids: Sequence[int],
+                             lengths: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(mask, is_eos)`` for right-padded completions ``(B, T)``.
+
+    ``mask`` is 1 up to and including the first eos token and 0 after it; ``is_eos`` is
+    ``(B,)``, True where an eos occurs. ``lengths`` (``(B,)``), when given, also cuts each
+    row at its generated length, so a pad id equal to an eos id is never mistaken for one.
+    """
+    batch, width = completion_ids.shape
+    positions = torch.arange(width).expand(batch, width)
+    valid = positions < lengths.unsqueeze(1) if lengths is not None else torch.ones_like(completion_ids, dtype=torch.bool)
+    is_eos_token = torch.isin(completion_ids, torch.as_tensor(list(eos_ids), dtype=completion_ids.dtype)) & valid
+    is_eos = is_eos_token.any(dim=1)
+    first_eos = torch.where(is_eos, is_eos_token.int().argmax(dim=1), torch.full((batch,), width))
+    mask = (positions <= first_eos.unsqueeze(1)) & valid
+    return mask.long(), is_eos
+
+
+def assemble_batch(tokenizer, prompt_ids: Sequence[Sequence[int]], completions: Sequence[Sequence[int]],
+                   n: int, eos_ids: Sequence[int], logps: Sequence[Sequence[float]] | None) -> RolloutBatch:
+    """Pad per-row token lists into a :class:`RolloutBatch`.
+
+    Args:
+        prompt_ids: one unpadded token list per *prompt* (``len(completions) / n`` of them).
+        completions: one token list per row, prompt-major, possibly with tokens after eos.
+        n: completions per prompt.
+        eos_ids: tokens that end a completion.
+        logps: per-row sampling log-probs aligned with ``completions``, or ``None``.
+    """
+    if len(completions) != len(prompt_ids) * n:
+        raise ValueError(f"Expected {len(prompt_ids)} prompts x n={n} completions, got {len(completions)}.")
+    pad_id = pad_token_id(tokenizer)
+    prompt_tensor, prompt_mask = left_pad(prompt_ids, pad_id)
+    width = max(1, max(len(row) for row in completions))
+    completion_ids = torch.full((len(completions), width), pad_id, dtype=torch.long)
+    for i, row in enumerate(completions):
+        completion_ids[i, :len(row)] = torch.as_tensor(list(row), dtype=torch.long)
+    lengths = torch.as_tensor([len(row) for row in completions])
+    completion_mask, is_eos = completion_mask_from_eos(completion_ids, eos_ids, lengths)
+    sampling_logps = None
+    if logps is not None:
+        sampling_logps = torch.zeros((len(completions), width), dtype=torch.float32)
+        for i, row in enumerate(logps):
+            sampling_logps[i, :len(row)] = torch.as_tensor(list(row), dtype=torch.float32)
+        sampling_logps = torch.where(completion_mask.bool(), sampling_logps, torch.zeros(()))
+    kept = [completion_ids[i, :int(completion_mask[i].sum())].tolist() for i in range(len(completions))]
+    texts = tokenizer.batch_decode(kept, skip_special_tokens=True)
+    return RolloutBatch(
+        prompt_ids=prompt_tensor.repeat_interleave(n, dim=0),
+        prompt_mask=prompt_mask.repeat_interleave(n, dim=0),
+        completion_ids=completion_ids,
+        completion_mask=completion_mask,
+        is_eos=is_eos,
+        texts=texts,
+        sampling_logps=sampling_logps,
+    )

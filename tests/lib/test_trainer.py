@@ -1,0 +1,168 @@
+"""The trainer on the tiny model: schedule, resume, algorithms, rewards errors, CLI."""
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from course_lib.config import make_config
+from course_lib.data import get_task
+from course_lib.models import load_policy
+from course_lib.rewards import RewardFunctionError, get_reward_functions
+from course_lib.schedule import schedule_table
+from course_lib.trainer import Trainer
+
+ROOT = Path(__file__).resolve().parents[2]
+CORRECT = get_reward_functions(["correctness_first_number_reward"])
+
+
+def _trainer(tmp_path, algo="grpo", rows=64, **overrides):
+    settings = dict(model_name_or_path="tiny", output_dir=str(tmp_path), max_steps=2, learning_rate=1e-3,
+                    per_device_train_batch_size=4, gradient_accumulation_steps=1, num_generations=4,
+                    max_completion_length=6, logging_steps=1, save_steps=0, seed=3)
+    settings.update(overrides)
+    config = make_config(algo, **settings)
+    model, tokenizer = load_policy("tiny")
+    return Trainer(config, CORRECT, get_task("arithmetic", n=rows, seed=0), model, tokenizer, progress=False)
+
+
+def _record_schedule(trainer):
+    """Wrap the trainer so it records (prompts of each micro-batch, optimizer step after it)."""
+    events = []
+    micro, opt = trainer._micro_step, trainer._optimizer_step
+
+    def micro_step(mb):
+        events.append(["micro", list(mb["rows"])])
+        return micro(mb)
+
+    def optimizer_step():
+        events.append(["opt"])
+        return opt()
+
+    trainer._micro_step, trainer._optimizer_step = micro_step, optimizer_step
+    return events
+
+
+@pytest.mark.parametrize("per_device,accum,generations,steps_per_gen", [
+    (3, 2, 3, 4),   # the seed's Example 1
+    (3, 4, 4, 4),   # Example 3 (with its typo corrected)
+    (6, 2, 3, 2),   # Example 4
+])
+def test_micro_batches_and_optimizer_steps_follow_the_schedule_table(tmp_path, per_device, accum, generations,
+                                                                     steps_per_gen):
+    trainer = _trainer(tmp_path, per_device_train_batch_size=per_device, gradient_accumulation_steps=accum,
+                       num_generations=generations, steps_per_generation=steps_per_gen,
+                       max_steps=2 * steps_per_gen // accum)
+    events = _record_schedule(trainer)
+    trainer.train()
+    numbering: dict[int, int] = {}
+    observed = []
+    for event in events:
+        if event[0] == "micro":
+            observed.append({"prompts": [numbering.setdefault(r, len(numbering)) for r in event[1]],
+                             "optimizer_step": False})
+        else:
+            observed[-1]["optimizer_step"] = True
+    expected = schedule_table(per_device, accum, generations, steps_per_generation=steps_per_gen, cycles=2)
+    assert [(r["prompts"], r["optimizer_step"]) for r in observed] == \
+           [(list(row.prompts), row.optimizer_step) for row in expected]
+
+
+def _comparable(row):
+    return {k: v for k, v in row.items() if k not in ("tokens/s", "eps")}
+
+
+def test_resume_reproduces_the_uninterrupted_run(tmp_path):
+    settings = dict(max_steps=6, save_steps=3, steps_per_generation=2, num_iterations=2, beta=0.04)
+    full = _trainer(tmp_path / "full", **settings)
+    full_history = full.train()
+    resumed = _trainer(tmp_path / "resumed", **settings)
+    resumed.config = resumed.config  # same config, fresh model
+    resumed_history = resumed.train(resume_from=tmp_path / "full" / "checkpoint-3")
+    assert [_comparable(r) for r in resumed_history[3:]] == [_comparable(r) for r in full_history[3:]]
+    for a, b in zip(full.model.parameters(), resumed.model.parameters()):
+        assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("algo", ["grpo", "rloo", "ppo"])
+def test_each_algorithm_updates_the_policy_and_logs_its_metrics(tmp_path, algo):
+    overrides = {"beta": 0.04} if algo == "grpo" else {}
+    trainer = _trainer(tmp_path, algo=algo, **overrides)
+    before = [p.detach().clone() for p in trainer.model.parameters()]
+    history = trainer.train()
+    assert len(history) == 2
+    assert any(not torch.equal(a, b) for a, b in zip(before, trainer.model.parameters()))
+    expected = {"grpo": ["reward", "reward_std", "frac_reward_zero_std", "kl", "clip_ratio/region_mean"],
+                "rloo": ["objective/kl", "objective/rlhf_reward", "objective/scores", "policy/approxkl_avg",
+                         "policy/clipfrac_avg", "loss/policy_avg", "val/ratio", "val/ratio_var", "val/num_eos_tokens",
+                         "lr", "episode", "eps", "objective/entropy", "objective/non_score_reward"],
+                "ppo": ["objective/kl", "loss/value_avg", "val/clipfrac_avg", "policy/approxkl_avg"]}[algo]
+    for key in expected + ["grad_norm", "learning_rate", "completions/mean_length", "entropy", "tokens/s"]:
+        assert key in history[-1] and history[-1][key] is not None and math.isfinite(history[-1][key]), key
+    assert (Path(trainer.output_dir) / "history.jsonl").exists()
+    assert (Path(trainer.output_dir) / "final" / "config.json").exists()
+
+
+def test_lora_with_kl_uses_the_base_model_as_reference(tmp_path):
+    trainer = _trainer(tmp_path, use_lora=True, lora_r=4, lora_alpha=8, lora_dropout=0.0, beta=0.04,
+                       lora_target_modules=["q_proj", "v_proj"], max_steps=3, learning_rate=5e-3)
+    assert trainer.reference._copy is None  # no second model in memory
+    history = trainer.train()
+    assert history[0]["kl"] == pytest.approx(0.0, abs=1e-6)  # adapters start at zero: policy == reference
+    assert history[-1]["kl"] > 0
+
+
+def test_truncated_completions_all_masked_give_finite_metrics(tmp_path):
+    trainer = _trainer(tmp_path, max_completion_length=1, mask_truncated_completions=True, beta=0.04,
+                       loss_type="grpo")
+    history = trainer.train()
+    for row in history:
+        for key, value in row.items():
+            if isinstance(value, float):
+                assert math.isfinite(value), key
+
+
+def test_a_raising_reward_function_stops_training_with_its_name(tmp_path):
+    def broken_reward(prompts, completions, **kwargs):
+        raise KeyError("oops")
+
+    config = make_config("grpo", output_dir=str(tmp_path), max_steps=1, per_device_train_batch_size=4,
+                         num_generations=4, max_completion_length=4, save_steps=0)
+    model, tokenizer = load_policy("tiny")
+    trainer = Trainer(config, [broken_reward], get_task("arithmetic", n=16), model, tokenizer, progress=False)
+    with pytest.raises(RewardFunctionError, match="broken_reward"):
+        trainer.train()
+
+
+def test_invalid_trainer_inputs_fail_with_a_clear_message(tmp_path):
+    model, tokenizer = load_policy("tiny")
+    config = make_config("grpo", output_dir=str(tmp_path), max_steps=1, per_device_train_batch_size=4,
+                         num_generations=4)
+    with pytest.raises(ValueError, match="reward_funcs"):
+        Trainer(config, [], get_task("arithmetic", n=16), model, tokenizer)
+    with pytest.raises(ValueError, match="reward_weights|weights"):
+        Trainer(make_config("grpo", output_dir=str(tmp_path), max_steps=1, per_device_train_batch_size=4,
+                            num_generations=4, reward_weights=[1.0, 2.0]), CORRECT, get_task("arithmetic", n=16),
+                model, tokenizer)
+
+
+@pytest.mark.slow
+def test_cli_train_and_eval_smoke(tmp_path):
+    out = tmp_path / "run"
+    env = {"OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"}
+    result = subprocess.run([sys.executable, "-m", "course_lib", "train", "--algo", "grpo", "--model", "tiny",
+                             "--task", "arithmetic", "--max-steps", "2", "--output-dir", str(out),
+                             "--set", "per_device_train_batch_size=4", "--set", "num_generations=4"],
+                            cwd=ROOT, capture_output=True, text=True, env=env, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert len((out / "history.jsonl").read_text().splitlines()) == 2
+    result = subprocess.run([sys.executable, "-m", "course_lib", "eval", "--model", str(out / "final"),
+                             "--task", "arithmetic", "--n", "8"], cwd=ROOT, capture_output=True, text=True,
+                            env=env, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    summary = json.loads(result.stdout.strip().splitlines()[-1])
+    assert 0.0 <= summary["accuracy"] <= 1.0 and summary["n"] == 8
