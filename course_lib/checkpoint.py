@@ -7,7 +7,8 @@ A checkpoint folder ``<output_dir>/checkpoint-<step>/`` holds:
 - ``rng.pt``: Python, NumPy and torch generator states;
 - ``rollout.pt``: the generation batch being consumed and the position in it, so a run
   stopped in the middle of a generation cycle resumes on the same samples;
-- ``trainer_state.json``: step counters, the prompt sampler's state and the config.
+- ``trainer_state.json``: step counters, the prompt sampler's state and the config;
+- ``history.jsonl``: the metrics logged up to this step.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ def set_rng_state(state: dict) -> None:
 
 
 def save_checkpoint(folder: str | Path, *, model, tokenizer, optimizer, scheduler, trainer_state: dict,
-                    rollout: dict | None, value_head=None) -> Path:
+                    rollout: dict | None, value_head=None, history: list[dict] | None = None) -> Path:
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(folder / "model", safe_serialization=True)
@@ -46,6 +47,7 @@ def save_checkpoint(folder: str | Path, *, model, tokenizer, optimizer, schedule
     if value_head is not None:
         torch.save(value_head.state_dict(), folder / "value_head.pt")
     (folder / "trainer_state.json").write_text(json.dumps(trainer_state, indent=2))
+    (folder / "history.jsonl").write_text("".join(json.dumps(row) + "\n" for row in history or []))
     return folder
 
 

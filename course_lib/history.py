@@ -14,12 +14,12 @@ from pathlib import Path
 
 class MetricsLogger:
     def __init__(self, output_dir: str | Path, report_to: str = "none", config: dict | None = None,
-                 resume: bool = False):
+                 previous_rows: list[dict] | None = None):
+        """``previous_rows``: the history of a resumed run, written back before new rows."""
         self.path = Path(output_dir) / "history.jsonl"
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        if not resume and self.path.exists():
-            self.path.unlink()
-        self.rows: list[dict] = load_history(self.path) if resume and self.path.exists() else []
+        self.rows: list[dict] = list(previous_rows or [])
+        self.path.write_text("".join(json.dumps(r) + "\n" for r in self.rows))
         self._wandb = self._tensorboard = None
         if report_to == "wandb":
             import wandb
@@ -42,11 +42,6 @@ class MetricsLogger:
             for key, value in row.items():
                 if isinstance(value, (int, float)) and value is not None:
                     self._tensorboard.add_scalar(key, value, step)
-
-    def truncate(self, step: int) -> None:
-        """Drop rows after ``step`` (a resumed run rewrites them)."""
-        self.rows = [r for r in self.rows if r.get("step", 0) <= step]
-        self.path.write_text("".join(json.dumps(r) + "\n" for r in self.rows))
 
     def close(self) -> None:
         if self._wandb is not None:

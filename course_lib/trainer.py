@@ -35,10 +35,10 @@ import torch
 from tqdm.auto import tqdm
 
 from . import checkpoint as ckpt
-from .history import MetricsLogger, format_samples
+from .history import MetricsLogger, format_samples, load_history
 from .kl import truncated_is_ratio
 from .losses import policy_loss
-from .policy import ReferencePolicy, ValueHead, base_model, completion_forward, prepare_policy
+from .policy import ReferencePolicy, ValueHead, base_model, completion_forward, prepare_policy, resolve_dtype
 from .ppo_losses import ppo_policy_loss, rloo_policy_loss, value_loss
 from .rewards import compute_rewards, reward_function_name
 from .rollout import SamplingConfig, make_engine
@@ -151,7 +151,7 @@ class Trainer:
 
         self.scheduler = get_scheduler(config.lr_scheduler_type, self.optimizer, num_warmup_steps=config.warmup_steps,
                                        num_training_steps=config.max_steps)
-        self.engine = make_engine(config.engine, self.model, tokenizer, config=config)
+        self.engine = make_engine(config.engine, self.model, tokenizer, **self._engine_options())
         self.sampler = PromptSampler(len(train_dataset), config.seed)
         self.output_dir = Path(config.output_dir)
         self.step = 0          # optimizer steps done
@@ -162,6 +162,15 @@ class Trainer:
         self.batch_position = 0  # micro-batches of self.batch consumed
         self._weights_dirty = False
         self._window: list[dict] = []
+
+    def _engine_options(self) -> dict:
+        config = self.config
+        if config.engine == "hf":
+            # The HF engine records sampling log-probs only when the TIS correction reads them.
+            return {"record_logps": bool(config.effective_vllm_importance_sampling_correction)}
+        return {"dtype": str(resolve_dtype(config.dtype)).removeprefix("torch."), "seed": config.seed,
+                "max_model_len": config.vllm_max_model_length, "kv_cache_gib": config.vllm_kv_cache_gib,
+                "gpu_memory_utilization": config.vllm_gpu_memory_utilization}
 
     # ------------------------------------------------------------------ generate + score
     def _prompts_and_columns(self, rows: list[int]):
@@ -219,7 +228,7 @@ class Trainer:
             metrics[f"rewards/{name}/std"] = _nanstd(per_func[:, f])
 
         off_policy = config.num_iterations > 1 or config.effective_steps_per_generation > config.gradient_accumulation_steps
-        use_tis = config.engine == "vllm" and config.effective_vllm_importance_sampling_correction
+        use_tis = bool(config.effective_vllm_importance_sampling_correction)
         needs_old = off_policy or use_tis or self.algo in ("rloo", "ppo")
         self.model.eval()  # no dropout in the reference passes
         old_logps, old_values = (self._forward_in_chunks(self.model, tensors, with_values=self.algo == "ppo")
@@ -314,11 +323,8 @@ class Trainer:
     def train(self, resume_from: str | Path | None = None) -> list[dict]:
         """Run until ``config.max_steps`` optimizer steps; return the logged rows."""
         config = self.config
-        if resume_from is not None:
-            self._resume(resume_from)
-        self.logger = MetricsLogger(self.output_dir, config.report_to, config.to_dict(), resume=resume_from is not None)
-        if resume_from is not None:
-            self.logger.truncate(self.step)
+        previous_rows = self._resume(resume_from) if resume_from is not None else []
+        self.logger = MetricsLogger(self.output_dir, config.report_to, config.to_dict(), previous_rows)
         micro_per_cycle = config.effective_steps_per_generation * config.num_iterations
         bar = tqdm(total=config.max_steps, initial=self.step, desc=f"{self.algo.upper()}", disable=not self.progress)
         self.model.train()
@@ -366,7 +372,7 @@ class Trainer:
         rollout = None if self.batch is None else {"batch": self.batch, "samples": self._last_samples}
         return ckpt.save_checkpoint(folder, model=self.model, tokenizer=self.tokenizer, optimizer=self.optimizer,
                                     scheduler=self.scheduler, trainer_state=self._state(), rollout=rollout,
-                                    value_head=self.value_head)
+                                    value_head=self.value_head, history=self.logger.rows)
 
     def save_final(self) -> Path:
         """``<output_dir>/final``: the model (merged with its adapters when LoRA) + tokenizer."""
@@ -378,7 +384,8 @@ class Trainer:
             torch.save(self.value_head.state_dict(), folder / "value_head.pt")
         return folder
 
-    def _resume(self, folder: str | Path) -> None:
+    def _resume(self, folder: str | Path) -> list[dict]:
+        """Restore everything saved in a checkpoint; return the history logged up to it."""
         state = ckpt.load_trainer_state(folder)
         if state["algo"] != self.algo:
             raise ValueError(f"checkpoint {folder} is a {state['algo']} run; this trainer is {self.algo}.")
@@ -390,6 +397,7 @@ class Trainer:
         if saved is not None:
             self.batch, self._last_samples = saved["batch"], saved["samples"]
         self._weights_dirty = True
+        return [row for row in load_history(folder) if row["step"] <= self.step]
 
 
 def _nanstd(x: torch.Tensor) -> float:

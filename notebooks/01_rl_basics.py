@@ -35,7 +35,7 @@ if importlib.util.find_spec("course_lib") is None:  # Colab or a fresh kernel el
     sys.path.insert(0, "/content/course")
 
 # %%
-import matplotlib.pyplot as plt
+# %matplotlib inline
 import numpy as np
 from IPython.display import display
 
@@ -221,15 +221,17 @@ for label, group in runs.items():
     print(f"{label:<34} first step that sampled '4': {firsts}")
 
 # %% [markdown]
-# Where did the probability go? Before training every answer has 1/16; after training
-# with the shaped reward almost everything sits on `4`, and the numbers near the top
-# were the last to lose their share.
+# Where did the probability go? Early on, the picture is uneven: an answer that was
+# *sampled* and scored badly loses probability, and since probabilities sum to 1, the
+# answers that were not sampled at all gain a little — even `cat`, if it happened not to
+# come up. Only answers that keep being sampled keep being judged. After enough steps
+# almost everything sits on `4`.
 
 # %%
 shaped_run = runs["number + correctness (+-1, +-3)"][0]
 early = train_answer_policy(reward_fn=combined_reward, steps=3, seed=0)
 display(plot_answer_distribution(untrained.probs, early.policy.probs, CANDIDATE_ANSWERS,
-                                 title="After only 3 steps (24 samples): letters and symbols already lose"))
+                                 title="After 3 steps (24 samples): sampled bad answers lose, unsampled ones gain"))
 display(plot_answer_distribution(untrained.probs, shaped_run.policy.probs, CANDIDATE_ANSWERS,
                                  title=f"After {steps} steps"))
 
@@ -323,22 +325,29 @@ def mentions(*words):
     return lambda text: all(word.lower() in text.lower() for word in words)
 
 
-email_reward = rubric(
-    predicate_reward(mentions("refund", "1042"), name="has_keywords"),
-    predicate_reward(lambda text: text.strip() == ideal_reply, name="exact_match"),
-    (-1.0, predicate_reward(lambda text: len(text.split()) > 60, name="too_long")),
-    predicate_reward(mentions("Dana"), name="uses_name"),
-    predicate_reward(lambda text: bool(re.search(r"(phone|tel)[: ]", text, re.I)) and "@" in text,
-                     name="signature"),
-    name="email_rubric",
-)
+checks = {
+    "has_keywords": (1.0, predicate_reward(mentions("refund", "1042"), name="has_keywords")),
+    "exact_match": (1.0, predicate_reward(lambda text: text.strip() == ideal_reply, name="exact_match")),
+    "too_long": (-1.0, predicate_reward(lambda text: len(text.split()) > 60, name="too_long")),
+    "uses_name": (1.0, predicate_reward(mentions("Dana"), name="uses_name")),
+    "signature": (1.0, predicate_reward(lambda text: bool(re.search(r"(phone|tel)[: ]", text, re.I)) and "@" in text,
+                                        name="signature")),
+}
+email_reward = rubric(*checks.values(), name="email_rubric")
 replies = [
     ideal_reply,
     "Hi Dana, your refund for order 1042 was sent today.\n--\nSam, Support\nphone: 555-0100, sam@shop.example",
     "Dear customer, we are looking into it. " * 12,
 ]
-for reply, score in zip(replies, email_reward(prompts=None, completions=replies)):
-    print(f"{score:+.0f}  {reply[:70]!r}")
+print(" ".join(f"{name:>12}" for name in checks), f"{'total':>7}  reply")
+for i, (reply, total) in enumerate(zip(replies, email_reward(prompts=None, completions=replies))):
+    parts = [weight * check(prompts=None, completions=[reply])[0] for weight, check in checks.values()]
+    print(" ".join(f"{part:>+12.0f}" for part in parts), f"{total:>+7.0f}  {reply[:40]!r}...")
+
+# %% [markdown]
+# The ideal reply and the signed one tie at +3 for different reasons: one matches
+# exactly, the other earns the signature point. A rubric shows *why* a reply scored what
+# it did, which makes a reward much easier to debug than one opaque number.
 
 # %% [markdown]
 # There is no single right way to design a reward function or a verifier, and a badly
@@ -418,7 +427,10 @@ display(plot_learning_curves([[c.returns for c in curves[m]] for m in methods], 
 # What the REINFORCE agent learned, drawn as arrows (longer, darker = more certain):
 
 # %%
-display(plot_gridworld(world, curves["reinforce_baseline"][0].policy, title="Learned by REINFORCE with baseline"))
+learned = curves["reinforce_baseline"][0].policy
+display(plot_gridworld(world, learned, title="Learned by REINFORCE with baseline: both beans on the board"))
+# Bean 1 is the bottom-left one: with only bean 0 left (mask 0b01) the arrows lead to it.
+display(plot_gridworld(world, learned, bean_mask=0b01, title="... and after eating the bottom-left bean"))
 
 # %% [markdown]
 # ### Explore: how much does the starting probability matter?

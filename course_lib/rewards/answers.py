@@ -43,13 +43,20 @@ def _tag_answer(text: str) -> str | None:
     return normalize_number(tagged) or tagged
 
 
+def _tag_or_first_number(text: str) -> str | None:
+    tagged = extract_answer_tag(text)
+    return _tag_answer(text) if tagged is not None else extract_first_number(text)
+
+
 #: How the model's answer is read from its text. ``"tag"``: the content of the last
 #: ``<answer>...</answer>`` (normalized when it is a number); ``"last_number"`` and
-#: ``"first_number"``: a number anywhere in the text.
+#: ``"first_number"``: a number anywhere in the text; ``"tag_or_first_number"``: the tag
+#: when there is one, else the first number (the rule of ``course_lib.evaluation``).
 ANSWER_EXTRACTORS: dict[str, Callable[[str], str | None]] = {
     "tag": _tag_answer,
     "last_number": extract_last_number,
     "first_number": extract_first_number,
+    "tag_or_first_number": _tag_or_first_number,
 }
 
 
@@ -96,7 +103,7 @@ def make_correctness_reward(
     applicable", ignored by ``compute_rewards`` like TRL does).
 
     Args:
-        extractor: ``"tag"``, ``"last_number"``, ``"first_number"`` or a callable.
+        extractor: a key of ``ANSWER_EXTRACTORS`` or a callable ``text -> str | None``.
         answer_column: the dataset column holding the reference.
         correct, incorrect: the two scores (the seed's example uses +3 / -3).
         rel_tol: relative tolerance for numeric answers.

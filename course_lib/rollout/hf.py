@@ -139,7 +139,7 @@ class HFEngine:
     def device(self) -> torch.device:
         return next(self.model.parameters()).device
 
-    def _generation_config(self, sampling: SamplingConfig, n: int, eos_ids: list[int]):
+    def _generation_config(self, sampling: SamplingConfig, eos_ids: list[int]):
         from transformers import GenerationConfig
 
         base = getattr(self.model, "generation_config", None)
@@ -153,7 +153,7 @@ class HFEngine:
         if config.do_sample:
             config.temperature, config.top_k, config.top_p = 1.0, 0, 1.0  # neutral: no warper is built
         config.num_beams = 1
-        config.num_return_sequences = n
+        config.num_return_sequences = 1  # rows are repeated beforehand: greedy refuses n > 1 returns
         config.max_new_tokens = sampling.max_tokens
         config.max_length = None
         config.eos_token_id = eos_ids
@@ -176,7 +176,7 @@ class HFEngine:
         prompt_ids = tokenize_prompts(self.tokenizer, prompts)
         eos_ids = eos_token_ids(self.tokenizer, self.model)
         pad_id = pad_token_id(self.tokenizer)
-        config = self._generation_config(sampling, n, eos_ids)
+        config = self._generation_config(sampling, eos_ids)
         prompts_per_call = len(prompt_ids) if self.batch_size is None else max(1, self.batch_size // n)
 
         completions: list[list[int]] = []
@@ -185,6 +185,7 @@ class HFEngine:
             for start in range(0, len(prompt_ids), prompts_per_call):
                 chunk = prompt_ids[start:start + prompts_per_call]
                 ids, mask = left_pad(chunk, pad_id)
+                ids, mask = ids.repeat_interleave(n, dim=0), mask.repeat_interleave(n, dim=0)  # prompt-major
                 processor = _SamplingProcessor(sampling, self.record_logps)
                 sequences = self.model.generate(
                     input_ids=ids.to(self.device), attention_mask=mask.to(self.device),

@@ -4,18 +4,23 @@ Figures are built with `matplotlib.figure.Figure` directly (not `pyplot`): they 
 under any backend, are never shown by a stray `plt.show()`, and are freed when the
 last reference goes. ipywidgets is imported inside `build_explorer` only, so the
 plotting functions work where ipywidgets is absent.
+
+Such figures are not known to pyplot, so `plt.show()` does not show them and IPython
+only shows them as images once a PNG formatter exists for `Figure` (`%matplotlib
+inline` installs one). `enable_notebook_display` installs it when none is there;
+importing `course_lib.widgets` calls it, so a cell ending with a figure shows it.
 """
 
 from __future__ import annotations
 
+import io
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-import numpy as np
 from matplotlib import colormaps
 from matplotlib.figure import Figure
 
-__all__ = ["build_explorer", "category_colors", "parse_numbers"]
+__all__ = ["build_explorer", "category_colors", "enable_notebook_display", "new_figure", "parse_numbers"]
 
 
 def category_colors(count: int) -> list[tuple[float, float, float, float]]:
@@ -51,11 +56,6 @@ def parse_numbers(text: str | Sequence[float], name: str = "values") -> list[flo
     if not values:
         raise ValueError(f"{name} is empty. Fix: type at least one number, e.g. '1, 0, 1, 0'.")
     return values
-
-
-def finite_or_nan(values: Sequence[Any]) -> np.ndarray:
-    """Floats with None -> NaN, as a 1-D array."""
-    return np.array([float("nan") if v is None else float(v) for v in values], dtype=float)
 
 
 def build_explorer(render: Callable[..., Figure], controls: Mapping[str, Any],
@@ -102,3 +102,29 @@ def build_explorer(render: Callable[..., Figure], controls: Mapping[str, Any],
 def new_figure(width: float, height: float) -> Figure:
     """A constrained-layout figure of `width` x `height` inches."""
     return Figure(figsize=(width, height), layout="constrained")
+
+
+def _figure_png(fig: Figure) -> bytes:
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", bbox_inches="tight")
+    return buffer.getvalue()
+
+
+def enable_notebook_display() -> bool:
+    """Make IPython display `Figure` objects as PNG images, if it does not already.
+
+    Returns True when running under IPython (a formatter is then in place), False
+    elsewhere (nothing to do). An existing formatter, e.g. from `%matplotlib inline`,
+    is kept.
+    """
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return False
+    shell = get_ipython()
+    if shell is None:
+        return False
+    png_formatter = shell.display_formatter.formatters["image/png"]
+    if png_formatter.for_type(Figure) is None:
+        png_formatter.for_type(Figure, _figure_png)
+    return True

@@ -87,8 +87,8 @@ def plot_advantages(rewards: Sequence[float] | torch.Tensor | str, num_generatio
     """Bar charts: rewards per completion (coloured by prompt group), then advantages.
 
     Args:
-        rewards: `(B,)` prompt-major rewards (or a string such as `"1, 0, 0, 1"`);
-            NaN (or `"nan"`) = a reward function that did not apply.
+        rewards: `(B,)` prompt-major rewards: a tensor, a list (None allowed) or a
+            string such as `"1, 0, 0, 1"`; NaN / None / `"nan"` = unscorable.
         num_generations: completions per prompt G; B must be a multiple of G.
         scale_rewards: `"group"`, `"batch"` or `"none"`, the scaling drawn when
             `compare` is False.
@@ -102,8 +102,10 @@ def plot_advantages(rewards: Sequence[float] | torch.Tensor | str, num_generatio
     Tick labels are `group.member`; dotted lines separate the groups; the black
     segments on the reward panel are the group means (the GRPO baseline).
     """
-    values = np.asarray(parse_numbers(rewards, "rewards") if isinstance(rewards, str)
-                        else torch.as_tensor(rewards, dtype=torch.float32).numpy(), dtype=float)
+    if isinstance(rewards, torch.Tensor):
+        values = rewards.detach().float().cpu().numpy().astype(float)
+    else:  # a string, or numbers with None for "not applicable"
+        values = np.asarray(parse_numbers(rewards, "rewards"), dtype=float)
     panels, is_std_zero = compute_advantage_panels(values, num_generations, scale_rewards, compare)
     num_panels = 1 + len(panels)
     columns = 1 if num_panels == 2 else 2
@@ -120,9 +122,10 @@ def plot_advantages(rewards: Sequence[float] | torch.Tensor | str, num_generatio
         if np.isfinite(chunk).any():
             ax.hlines(np.nanmean(chunk), start - 0.4, start + num_generations - 0.6, color="black",
                       linewidth=2, label="group mean" if group == 0 else None)
-    ax.set(title=f"Rewards of {values.size // num_generations} prompts x {num_generations} completions",
+    num_prompts = values.size // num_generations
+    ax.set(title=f"Rewards of {num_prompts} prompt{'s' if num_prompts > 1 else ''} x {num_generations} completions",
            ylabel="reward")
-    ax.legend(loc="upper right", fontsize=8, framealpha=0.8)
+    ax.legend(loc="best", fontsize=8, framealpha=0.8)
 
     positions = [grid[1 + i // columns, i % columns] for i in range(len(panels))] if columns == 2 \
         else [grid[1, 0]]

@@ -152,7 +152,8 @@ def plot_clip_objective(epsilon: float = 0.2, epsilon_high: float | None = None,
             ax.grid(alpha=0.3)
         sign = "A > 0 (good completion)" if advantage > 0 else "A < 0 (bad completion)"
         axes[0, column].set_title(f"{sign}, A = {advantage:+g}")
-        axes[1, column].set_xlabel("sequence ratio s (geometric mean)" if level == "sequence" else "ratio r = pi / pi_old")
+        axes[1, column].set_xlabel("sequence ratio s (geometric mean)" if level == "sequence"
+                                   else "ratio r = pi / pi_old")
         axes[1, column].set_ylim(-1.4, 1.4)
     axes[0, 0].legend(loc="upper left", fontsize=8)
     bounds = f"clip to [{1 - epsilon:g}, {1 + epsilon_high_value:g}]" + (f", delta = {delta:g}" if delta else "")

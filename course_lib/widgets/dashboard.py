@@ -38,22 +38,28 @@ DEFAULT_PANELS: tuple[str | tuple[str, ...], ...] = (
     "grad_norm",
     "learning_rate",
     "objective/rlhf_reward",
+    "objective/scores",
     "objective/kl",
     "policy/entropy_avg",
     "val/ratio",
+    "loss/value_avg",
     "eval/accuracy",
 )
 _STEP_KEYS = ("step", "global_step")
-_NOT_METRICS = {"step", "global_step", "epoch", "time", "timestamp", "elapsed", "wall_time"}
+_NOT_METRICS = {"step", "global_step", "epoch", "episode", "tokens_seen", "time", "timestamp", "elapsed",
+                "wall_time"}
 
 
 def load_history(path: str | Path) -> list[dict[str, Any]]:
-    """Read a `history.jsonl` file: one JSON object a line; blank lines skipped.
+    """Read a `history.jsonl` file (or the one inside a run folder): a JSON object a line.
 
-    A run that is still writing may leave a half-written last line: it is ignored.
-    A broken line elsewhere raises `ValueError` with its line number.
+    Blank lines are skipped. A run that is still writing may leave a half-written last
+    line: it is ignored. A broken line elsewhere raises `ValueError` with its number.
     """
-    lines = Path(path).read_text(encoding="utf-8").splitlines()
+    path = Path(path)
+    if path.is_dir():
+        path = path / "history.jsonl"
+    lines = path.read_text(encoding="utf-8").splitlines()
     rows: list[dict[str, Any]] = []
     for number, line in enumerate(lines, start=1):
         if not line.strip():
@@ -63,7 +69,8 @@ def load_history(path: str | Path) -> list[dict[str, Any]]:
         except json.JSONDecodeError as error:
             if number == len(lines):
                 break
-            raise ValueError(f"{path}: line {number} is not JSON ({error.msg}). Fix: one JSON object per line.") from None
+            raise ValueError(f"{path}: line {number} is not JSON ({error.msg}). "
+                             "Fix: one JSON object per line.") from None
         if not isinstance(row, dict):
             raise ValueError(f"{path}: line {number} holds {type(row).__name__}, not a JSON object.")
         rows.append(row)
@@ -113,7 +120,10 @@ def _default_panels(history: Sequence[Mapping[str, Any]], max_panels: int) -> li
         if group:
             panels.append(group)
             used.update(group)
-    panels += [(key,) for key in sorted(k for k in present if k not in used)]
+    rest = sorted(k for k in present if k not in used)
+    # per-function reward means before everything else (stds, mins, maxes...)
+    rest.sort(key=lambda k: not (k.startswith("rewards/") and k.endswith("/mean")))
+    panels += [(key,) for key in rest]
     return panels[:max_panels]
 
 
@@ -135,7 +145,8 @@ def plot_training_history(history: Sequence[Mapping[str, Any]] | str | Path,
         history: rows of logged metrics (dicts), or the path of a `history.jsonl`.
         keys: the panels: a metric name, or a list of names sharing one panel. None =
             the metrics present, `DEFAULT_PANELS` first (clip ratios share a panel),
-            then the others alphabetically, at most `max_panels`.
+            then `rewards/<name>/mean`, then the others alphabetically, at most
+            `max_panels`.
         smooth: trailing moving-average window; the raw points stay visible, faint.
         columns: panels per row.
         title: figure title.

@@ -35,7 +35,8 @@ _VOCAB = 10
 
 def _distributions(gap: float, distribution: str) -> tuple[Distribution, Distribution]:
     if distribution == "gaussian":
-        return Normal(torch.tensor(0.0, dtype=torch.float64), 1.0), Normal(torch.tensor(float(gap), dtype=torch.float64), 1.0)
+        mean = torch.tensor(0.0, dtype=torch.float64)
+        return Normal(mean, 1.0), Normal(mean + float(gap), 1.0)
     if distribution == "categorical":
         generator = torch.Generator().manual_seed(1234)  # the same two distributions at every call
         logits = torch.randn(_VOCAB, generator=generator, dtype=torch.float64)

@@ -11,8 +11,11 @@
 - `measure_logprob_memory`: measured peak memory of the log-probs of N tokens (forward
   and backward), for the naive path (full `(N, V)` logits, then
   `selective_log_softmax`) and for `fused_linear_logprobs` at several chunk sizes. On a
-  CPU each measurement runs in a fresh Python process and reads the growth of its peak
-  resident memory (`ru_maxrss`); on CUDA it reads `torch.cuda.max_memory_allocated`.
+  CPU each measurement runs in a fresh Python process: on Linux it resets the process's
+  resident-memory high-water mark (`/proc/self/clear_refs`) and reads `VmHWM` minus
+  the resident memory before the call. (`getrusage(...).ru_maxrss` is the fallback
+  elsewhere; on Linux it is unreliable here, because a child started by fork/exec
+  inherits its parent's peak.) On CUDA it reads `torch.cuda.max_memory_allocated`.
 - `plot_memory_vs_chunk_size`: the measured peaks (and times) vs the chunk size.
 
 Simplification: RSS includes allocator slack, so CPU numbers are good to a few MiB.
@@ -78,7 +81,7 @@ def kv_cache_gb(layers: int, kv_dim: int, context: int, batch: int = 1, bytes_pe
 
 # The measurement, run in a fresh interpreter so that its peak-RSS growth is its own.
 _MEASURE_SCRIPT = r"""
-import json, resource, sys, time
+import json, re, resource, sys, time
 import torch
 from course_lib.logprobs import fused_linear_logprobs, selective_log_softmax
 
@@ -99,7 +102,11 @@ def run():
         logps.sum().backward()
     return logps
 
+def proc_status_kib(field):
+    return int(re.search(field + r":\s+(\d+)", open("/proc/self/status").read()).group(1))
+
 if device.type == "cuda":
+    method = "cuda.max_memory_allocated"
     torch.cuda.synchronize()
     torch.cuda.reset_peak_memory_stats()
     base = torch.cuda.memory_allocated()
@@ -109,12 +116,24 @@ if device.type == "cuda":
     seconds = time.perf_counter() - start
     peak = torch.cuda.max_memory_allocated() - base
 else:
-    base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
+    try:  # Linux: reset this process's RSS high-water mark, then read it back
+        with open("/proc/self/clear_refs", "w") as handle:
+            handle.write("5")
+        method, base = "VmHWM", proc_status_kib("VmRSS") * 1024
+    except OSError:
+        # Elsewhere: peak RSS since start (bytes on macOS, KiB on Linux). It can start
+        # from the parent's peak after fork/exec, so it only sees growth beyond that.
+        method = "ru_maxrss"
+        scale = 1 if sys.platform == "darwin" else 1024
+        base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale
     start = time.perf_counter()
     run()
     seconds = time.perf_counter() - start
-    peak = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base) * 1024
-print(json.dumps({"peak_bytes": peak, "seconds": seconds}))
+    if method == "VmHWM":
+        peak = proc_status_kib("VmHWM") * 1024 - base
+    else:
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale - base
+print(json.dumps({"peak_bytes": peak, "seconds": seconds, "method": method}))
 """
 
 
@@ -161,7 +180,7 @@ def measure_logprob_memory(chunk_sizes: Sequence[int | None] = (None, 4096, 1024
         One dict per chunk size: `chunk_size`, `peak_mib` (peak memory above what the
         inputs already hold), `seconds`, `full_logits_mib` (`N * V * 4` bytes, one
         float32 logits tensor), `n_tokens`, `hidden`, `vocab`, `device`, `method`
-        ("ru_maxrss" or "cuda.max_memory_allocated").
+        ("VmHWM", "ru_maxrss" or "cuda.max_memory_allocated").
     """
     import torch
 
@@ -179,7 +198,7 @@ def measure_logprob_memory(chunk_sizes: Sequence[int | None] = (None, 4096, 1024
         results.append({
             "chunk_size": chunk_size, "peak_mib": measured["peak_bytes"] / MIB, "seconds": measured["seconds"],
             "full_logits_mib": n_tokens * vocab * 4 / MIB, "n_tokens": n_tokens, "hidden": hidden, "vocab": vocab,
-            "device": device, "method": "cuda.max_memory_allocated" if device == "cuda" else "ru_maxrss",
+            "device": device, "method": measured["method"],
         })
     return results
 

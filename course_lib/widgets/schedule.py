@@ -125,7 +125,7 @@ def plot_schedule(rows: Sequence[ScheduleRow], parameters: Mapping[str, Any] | N
     cmap = ListedColormap(category_colors(min(num_prompts, 20)))
     grid_height = max(1.6, 0.9 + 0.36 * slots)
     text_height = 0.9 if parameters is not None else 0.0
-    width = max(min(2 + 0.6 * steps, 16), 9.5 if parameters is not None else 5)
+    width = max(min(2 + 0.6 * steps, 16), 9.5 if parameters is not None else 6.5)
     fig = new_figure(width, grid_height + text_height + 0.3)
     if parameters is not None:
         ax, text_ax = fig.subplots(2, 1, height_ratios=[grid_height, text_height])
@@ -161,8 +161,8 @@ def plot_schedule(rows: Sequence[ScheduleRow], parameters: Mapping[str, Any] | N
                        fontsize=8)
     ax.set_xlabel("micro-step in the generation cycle" + (" (it = pass over the batch)" if show_iteration else ""))
     ax.set_ylabel("slot" + (" (process:slot)" if processes > 1 else ""))
-    ax.set_title((title + ": " if title else "") + "cell = prompt of the completion; red \u25bc = optimizer "
-                 "step; black = new generation", fontsize=10, pad=18)
+    ax.set_title((title + "\n" if title else "") + "cell = prompt of the completion; red \u25bc = optimizer "
+                 "step; black line = new generation", fontsize=9, pad=16)
 
     if text_ax is not None:
         text_ax.axis("off")

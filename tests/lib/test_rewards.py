@@ -227,6 +227,8 @@ def test_correctness_extractors_and_the_plus_minus_three_example():
     first = make_correctness_reward("first_number")
     assert last(completions=completions, answer=["4", "4"]) == [1.0, 0.0]  # 4; 5
     assert first(completions=completions, answer=["4", "4"]) == [0.0, 1.0]  # 2; 4
+    either = make_correctness_reward("tag_or_first_number")
+    assert either(completions=["7 or <answer>4</answer>", "4 then 7"], answer=["4", "4"]) == [1.0, 1.0]
     pm3 = make_correctness_reward("last_number", correct=3.0, incorrect=-3.0, name="pm3")
     assert pm3(completions=completions, answer=["4", "4"]) == [3.0, -3.0]
     assert pm3.__name__ == "pm3"

@@ -17,7 +17,8 @@ from course_lib.schedule import schedule_table
 from course_lib.trainer import Trainer
 
 ROOT = Path(__file__).resolve().parents[2]
-CORRECT = get_reward_functions(["correctness_first_number_reward"])
+# Proximity gives graded rewards, so groups have variance even when the model is usually right.
+CORRECT = get_reward_functions(["correctness_first_number_reward", "proximity_reward"])
 
 
 def _trainer(tmp_path, algo="grpo", rows=64, **overrides):
@@ -77,7 +78,7 @@ def _comparable(row):
 
 
 def test_resume_reproduces_the_uninterrupted_run(tmp_path):
-    settings = dict(max_steps=6, save_steps=3, steps_per_generation=2, num_iterations=2, beta=0.04)
+    settings = dict(max_steps=6, save_steps=3, steps_per_generation=2, num_iterations=2, beta=0.04, temperature=1.5)
     full = _trainer(tmp_path / "full", **settings)
     full_history = full.train()
     resumed = _trainer(tmp_path / "resumed", **settings)
@@ -91,7 +92,8 @@ def test_resume_reproduces_the_uninterrupted_run(tmp_path):
 @pytest.mark.parametrize("algo", ["grpo", "rloo", "ppo"])
 def test_each_algorithm_updates_the_policy_and_logs_its_metrics(tmp_path, algo):
     overrides = {"beta": 0.04} if algo == "grpo" else {}
-    trainer = _trainer(tmp_path, algo=algo, **overrides)
+    # Hot sampling and two prompts a step make groups with unequal rewards (a learning signal).
+    trainer = _trainer(tmp_path, algo=algo, temperature=1.5, per_device_train_batch_size=8, **overrides)
     before = [p.detach().clone() for p in trainer.model.parameters()]
     history = trainer.train()
     assert len(history) == 2
@@ -109,7 +111,8 @@ def test_each_algorithm_updates_the_policy_and_logs_its_metrics(tmp_path, algo):
 
 def test_lora_with_kl_uses_the_base_model_as_reference(tmp_path):
     trainer = _trainer(tmp_path, use_lora=True, lora_r=4, lora_alpha=8, lora_dropout=0.0, beta=0.04,
-                       lora_target_modules=["q_proj", "v_proj"], max_steps=3, learning_rate=5e-3)
+                       lora_target_modules=["q_proj", "v_proj"], max_steps=3, learning_rate=5e-3,
+                       temperature=1.5, per_device_train_batch_size=8)
     assert trainer.reference._copy is None  # no second model in memory
     history = trainer.train()
     assert history[0]["kl"] == pytest.approx(0.0, abs=1e-6)  # adapters start at zero: policy == reference
@@ -146,7 +149,7 @@ def test_invalid_trainer_inputs_fail_with_a_clear_message(tmp_path):
         Trainer(config, [], get_task("arithmetic", n=16), model, tokenizer)
     with pytest.raises(ValueError, match="reward_weights|weights"):
         Trainer(make_config("grpo", output_dir=str(tmp_path), max_steps=1, per_device_train_batch_size=4,
-                            num_generations=4, reward_weights=[1.0, 2.0]), CORRECT, get_task("arithmetic", n=16),
+                            num_generations=4, reward_weights=[1.0, 2.0, 3.0]), CORRECT, get_task("arithmetic", n=16),
                 model, tokenizer)
 
 

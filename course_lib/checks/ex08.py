@@ -1,0 +1,217 @@
+"""Checks for lesson 08 (RLOO): leave-one-out advantages, the KL in the reward, Reinforce++'s
+per-token rewards, and flagging an unhealthy `val/ratio`.
+
+Expected values are the seed's worked numbers (3 prompts x 4 completions, rewards 1..10),
+other hand-worked cases, `course_lib.advantages.rloo_advantages`, and explicit loops
+written here; each typical mistake is reproduced to name it in the hint.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..advantages import generation_major_to_prompt_major
+from ..advantages import rloo_advantages as library_rloo_advantages
+from ..testing import Hint, assert_close
+
+
+def _tensor(values, dtype=torch.float64) -> torch.Tensor:
+    return torch.tensor(values, dtype=dtype)
+
+
+# The seed's example: rewards listed generation-major (first completion of each of the three
+# prompts, then the second completion of each, ...).
+SEED_GENERATION_MAJOR = [1.0, 2.0, 3.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0]
+
+
+def _advantage_mistakes(rewards: torch.Tensor, k: int) -> dict[str, torch.Tensor]:
+    grouped = rewards.view(-1, k)
+    by_generation = rewards.view(k, -1)  # the generation-major misreading of a prompt-major tensor
+    return {
+        "grouped the rewards generation-major (rewards.view(k, -1), as the seed's vectorized code does); "
+        "here the layout is prompt-major: the k completions of a prompt are contiguous, use rewards.view(-1, k).":
+            (by_generation - (by_generation.sum(0, keepdim=True) - by_generation) / (k - 1)).reshape(-1),
+        "the baseline includes the completion's own reward (r_i - mean of the whole group); RLOO leaves it "
+        "out: the baseline is the mean of the OTHER k - 1 rewards.": (grouped - grouped.mean(1, keepdim=True)).reshape(-1),
+        "divided the others' sum by k; there are k - 1 others.":
+            (grouped - (grouped.sum(1, keepdim=True) - grouped) / k).reshape(-1),
+        "returned the baseline; the advantage is the reward minus the baseline.":
+            ((grouped.sum(1, keepdim=True) - grouped) / (k - 1)).reshape(-1),
+        "the sign is flipped: advantage = reward - baseline.":
+            -(grouped - (grouped.sum(1, keepdim=True) - grouped) / (k - 1)).reshape(-1),
+        "normalised by the group's std as GRPO does; RLOO only subtracts the leave-one-out mean.":
+            ((grouped - grouped.mean(1, keepdim=True)) / (grouped.std(1, keepdim=True) + 1e-4)).reshape(-1),
+    }
+
+
+def check_rloo_advantages(fn) -> None:
+    # The seed's numbers, translated to prompt-major: prompt 0 got rewards 1, 2, 5, 8.
+    prompt_major = generation_major_to_prompt_major(_tensor(SEED_GENERATION_MAJOR), 4)
+    got = fn(prompt_major.clone(), 4)
+    if isinstance(got, torch.Tensor) and got.dim() == 2:
+        raise Hint("return one advantage per completion, shape (B,): flatten the (P, k) result with .reshape(-1).")
+    expected = _tensor([1 - (2 + 5 + 8) / 3, 2 - (1 + 5 + 8) / 3, 5 - (1 + 2 + 8) / 3, 8 - (1 + 2 + 5) / 3,
+                        2 - (3 + 6 + 9) / 3, 3 - (2 + 6 + 9) / 3, 6 - (3 + 2 + 9) / 3, 9 - (2 + 3 + 6) / 3,
+                        3 - (4 + 7 + 10) / 3, 4 - (3 + 7 + 10) / 3, 7 - (3 + 4 + 10) / 3, 10 - (3 + 4 + 7) / 3])
+    assert_close(got, expected, name="the seed's example in prompt-major order (rewards 1, 2, 5, 8 | 2, 3, 6, 9 | ...)",
+                 hints=_advantage_mistakes(prompt_major, 4))
+    # The seed's two asserts: its advantage[0] and advantage[7] sit at prompt-major 0 and 6.
+    assert_close(got[0], 1 - (2 + 5 + 8) / 3, name="first completion of the first prompt")
+    assert_close(got[6], 6 - (3 + 2 + 9) / 3, name="third completion of the second prompt")
+
+    cases = [
+        (_tensor([1.0, 0.0]), 2),
+        (_tensor([1.0, 0.0, 0.0, 1.0, 1.0, 1.0]), 3),
+        (torch.randn(24, generator=torch.Generator().manual_seed(3), dtype=torch.float64) * 2 + 1, 6),
+        (torch.randint(0, 2, (16,), generator=torch.Generator().manual_seed(4)).double(), 4),
+    ]
+    for rewards, k in cases:
+        got = fn(rewards.clone(), k)
+        assert_close(got, library_rloo_advantages(rewards, k), name=f"rloo_advantages({rewards.tolist()}, k={k})",
+                     hints=_advantage_mistakes(rewards, k))
+    rewards = _tensor([2.0, 0.0, 1.0, 1.0])
+    fn(rewards, 2)
+    if rewards.tolist() != [2.0, 0.0, 1.0, 1.0]:
+        raise Hint("your function changed the rewards tensor in place; compute new tensors instead.")
+
+
+def _kl_case(seed: int):
+    generator = torch.Generator().manual_seed(seed)
+    batch, tokens = 5, 6
+    logps = -torch.rand(batch, tokens, generator=generator, dtype=torch.float64) * 3
+    ref_logps = -torch.rand(batch, tokens, generator=generator, dtype=torch.float64) * 3
+    lengths = torch.tensor([6, 2, 4, 1, 3])
+    mask = (torch.arange(tokens).unsqueeze(0) < lengths.unsqueeze(1)).to(torch.float64)
+    # Padding holds garbage, as after a real forward pass: only the mask says what counts.
+    logps = torch.where(mask.bool(), logps, torch.full_like(logps, -7.0))
+    scores = torch.randn(batch, generator=generator, dtype=torch.float64)
+    return scores, logps, ref_logps, mask
+
+
+def _reward_by_loops(scores, logps, ref_logps, mask, kl_coef):
+    rlhf, non_score = [], []
+    for b in range(scores.shape[0]):
+        kl = sum(float(logps[b, t] - ref_logps[b, t]) for t in range(logps.shape[1]) if mask[b, t] == 1)
+        non_score.append(-kl_coef * kl)
+        rlhf.append(float(scores[b]) - kl_coef * kl)
+    return _tensor(rlhf), _tensor(non_score)
+
+
+def _reward_mistakes(scores, logps, ref_logps, mask, kl_coef) -> dict[str, torch.Tensor]:
+    kl = (logps - ref_logps) * mask
+    return {
+        "padded positions were counted: multiply the per-token KL by the mask before summing.":
+            scores - kl_coef * (logps - ref_logps).sum(1),
+        "the KL was added to the score; it is a penalty: rlhf_reward = score - kl_coef * KL.":
+            scores + kl_coef * kl.sum(1),
+        "averaged the KL over tokens; the sequence-level penalty sums it over the completion's tokens.":
+            scores - kl_coef * kl.sum(1) / mask.sum(1),
+        "used ref_logps - logps; the k1 estimate of KL(pi || pi_ref) is logps - ref_logps.":
+            scores - kl_coef * (-kl).sum(1),
+        "forgot kl_coef: the penalty is kl_coef * KL.": scores - kl.sum(1),
+    }
+
+
+def check_rloo_reward_with_kl(fn) -> None:
+    # Hand-worked: KL = 0.5 + 0.5 = 1.0 in row 0; row 1 counts only its first token (0.25).
+    scores = _tensor([1.0, 0.0])
+    logps = _tensor([[-1.0, -2.0], [-0.5, -4.0]])
+    ref_logps = _tensor([[-1.5, -2.5], [-0.75, -1.0]])
+    mask = _tensor([[1.0, 1.0], [1.0, 0.0]])
+    out = fn(scores, logps, ref_logps, mask, 0.1)
+    if not (isinstance(out, tuple) and len(out) == 2):
+        raise Hint(f"return a pair (rlhf_reward, non_score_reward), got {type(out).__name__}.")
+    rlhf, non_score = out
+    hints = _reward_mistakes(scores, logps, ref_logps, mask, 0.1)
+    assert_close(rlhf, _tensor([0.9, -0.025]), name="rlhf_reward (hand-worked, kl_coef=0.1)", hints=hints)
+    assert_close(non_score, _tensor([-0.1, -0.025]), name="non_score_reward (hand-worked, kl_coef=0.1)",
+                 hints={m: v - scores for m, v in hints.items()})
+
+    for seed, kl_coef in ((0, 0.05), (1, 0.3)):
+        scores, logps, ref_logps, mask = _kl_case(seed)
+        rlhf, non_score = fn(scores, logps, ref_logps, mask, kl_coef)
+        expected_rlhf, expected_non_score = _reward_by_loops(scores, logps, ref_logps, mask, kl_coef)
+        hints = _reward_mistakes(scores, logps, ref_logps, mask, kl_coef)
+        assert_close(rlhf, expected_rlhf, name=f"rlhf_reward on a padded batch (kl_coef={kl_coef})", hints=hints)
+        assert_close(non_score, expected_non_score, name=f"non_score_reward (kl_coef={kl_coef})",
+                     hints={m: v - scores for m, v in hints.items()})
+
+
+def _token_rewards_by_loops(scores, logps, ref_logps, mask, kl_coef):
+    out = torch.zeros_like(logps)
+    for b in range(logps.shape[0]):
+        valid = [t for t in range(logps.shape[1]) if mask[b, t] == 1]
+        for t in valid:
+            out[b, t] = -kl_coef * (logps[b, t] - ref_logps[b, t])
+        out[b, valid[-1]] += scores[b]
+    return out
+
+
+def _token_mistakes(scores, logps, ref_logps, mask, kl_coef) -> dict[str, torch.Tensor]:
+    kl_rewards = -kl_coef * (logps - ref_logps) * mask
+    at_last_column = kl_rewards.clone()
+    at_last_column[:, -1] += scores
+    at_first = kl_rewards.clone()
+    at_first[:, 0] += scores
+    unmasked = -kl_coef * (logps - ref_logps)
+    last = (mask.sum(1).long() - 1).clamp(min=0)
+    unmasked[torch.arange(len(scores)), last] += scores
+    everywhere = kl_rewards + scores.unsqueeze(1) * mask
+    return {
+        "the score went to the last column; with right padding the last VALID token is at index "
+        "mask.sum(1) - 1.": at_last_column,
+        "the score went to the first token; eq. 1 gives it at the end of the completion (the EOS token).": at_first,
+        "padded positions hold rewards: multiply the KL term by the mask.": unmasked,
+        "the score was added to every token; it belongs to the last valid token only.": everywhere,
+    }
+
+
+def check_token_level_rewards(fn) -> None:
+    example = (_tensor([2.0]), _tensor([[-1.0, -1.0, 0.0]]), _tensor([[-2.0, -1.0, 0.0]]), _tensor([[1.0, 1.0, 0.0]]))
+    got = fn(*(x.clone() for x in example), 0.5)
+    if not isinstance(got, torch.Tensor) or got.shape != (1, 3):
+        raise Hint(f"return the (B, T) per-token rewards; got {got!r}.")
+    assert_close(got, _tensor([[-0.5, 2.0, 0.0]]), name="hand-worked example of the docstring",
+                 hints=_token_mistakes(*example, 0.5))
+
+    for seed, kl_coef in ((2, 0.05), (3, 0.2)):
+        scores, logps, ref_logps, mask = _kl_case(seed)
+        got = fn(scores.clone(), logps.clone(), ref_logps.clone(), mask.clone(), kl_coef)
+        assert_close(got, _token_rewards_by_loops(scores, logps, ref_logps, mask, kl_coef),
+                     name=f"per-token rewards of a right-padded batch (kl_coef={kl_coef})",
+                     hints=_token_mistakes(scores, logps, ref_logps, mask, kl_coef))
+        # Summed over tokens, eq. 1 gives back the sequence-level rlhf_reward.
+        expected_rlhf, _ = _reward_by_loops(scores, logps, ref_logps, mask, kl_coef)
+        assert_close(got.sum(1), expected_rlhf, name="per-token rewards summed over the completion")
+
+
+def check_unhealthy_ratio_steps(fn) -> None:
+    history = [{"step": 1, "val/ratio": 1.0}, {"step": 2, "val/ratio": 1.05}, {"step": 3, "val/ratio": 0.4},
+               {"step": 4, "val/ratio": 2.0}, {"step": 5, "val/ratio": None}, {"step": 6, "val/ratio": 1.2}]
+    try:
+        got = fn(history, 0.2)
+    except (TypeError, KeyError) as error:
+        raise Hint(f"rows with val/ratio None (or without the key) must be skipped; your function raised "
+                   f"{type(error).__name__}: {error}.") from error
+    if got == [4]:
+        raise Hint("only ratios above 1 + cliprange were flagged; a ratio of 0.4 (or 0.1) means the policy "
+                   "moved just as drastically, in the other direction.")
+    if got == [3, 4, 6]:
+        raise Hint("a ratio exactly on the band's edge (1.2 with cliprange 0.2) is still inside: use < and >.")
+    if list(got) != [3, 4]:
+        raise Hint(f"ratios 1.0, 1.05, 0.4, 2.0, None, 1.2 with cliprange=0.2: expected steps [3, 4], got {got!r}.")
+
+    history = [{"step": 10, "loss": 0.1}, {"step": 20, "val/ratio": float("nan")}, {"step": 30, "val/ratio": 1000.0},
+               {"step": 40, "val/ratio": 0.1}, {"step": 50, "val/ratio": 0.95}, {"step": 60, "val/ratio": 1.12}]
+    try:
+        got = fn(history, 0.1)
+    except (TypeError, KeyError) as error:
+        raise Hint(f"rows without val/ratio (or with NaN) must be skipped; your function raised "
+                   f"{type(error).__name__}: {error}.") from error
+    if 20 in list(got):
+        raise Hint("a NaN ratio was flagged; skip it (NaN compares False with everything, so test math.isnan).")
+    if list(got) != [30, 40, 60]:
+        raise Hint(f"with cliprange=0.1 the band is [0.9, 1.1]: expected steps [30, 40, 60], got {got!r}. "
+                   "Did you use the cliprange argument instead of a fixed 0.2?")
+    if fn([], 0.2) != []:
+        raise Hint("an empty history has no unhealthy step: return [].")

@@ -1,0 +1,98 @@
+# This file is generated from solutions/ex08_rloo.py by `python -m course_lib make-stubs`.
+# Fill in the parts that raise NotImplementedError; the tests in tests/exercises/ grade them.
+"""Lesson 08 exercises: RLOO's leave-one-out advantages, the KL folded into the reward
+(sequence-level and token-level), and reading the ratio metric of a run."""
+
+import math
+
+import torch
+
+
+def rloo_advantages(rewards: torch.Tensor, k: int) -> torch.Tensor:
+    """REINFORCE Leave-One-Out advantages, prompt-major.
+
+    `rewards` has shape `(B,)` with `B = num_prompts * k`, prompt-major: the `k`
+    completions of a prompt are contiguous (`rewards.view(-1, k)` has one prompt per
+    row). The baseline of completion `i` is the mean reward of the **other** `k - 1`
+    completions of its prompt, so its own reward never enters its baseline:
+
+        A_i = r_i - (sum_{j in group, j != i} r_j) / (k - 1)
+
+    Example: `rloo_advantages(torch.tensor([1., 2., 5., 8.]), 4)` gives
+    `[1 - 15/3, 2 - 14/3, 5 - 11/3, 8 - 8/3] = [-4., -2.6667, 1.3333, 5.3333]`.
+    The rewards hold no NaN; `k >= 2`.
+
+    Returns:
+        `(B,)` advantages, same dtype as `rewards`; `rewards` is left unchanged.
+    """
+    # HINT: rewards.view(-1, k) puts one prompt per row; the others' sum is the row sum minus r_i.
+    raise NotImplementedError("Exercise: replace this line with your code.")
+
+
+def rloo_reward_with_kl(scores: torch.Tensor, logps: torch.Tensor, ref_logps: torch.Tensor, mask: torch.Tensor,
+                        kl_coef: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """RLOO's reward with the KL penalty folded in, one number per completion.
+
+    Per token, the KL estimate is `kl_t = logps_t - ref_logps_t` (the k1 estimator,
+    log pi(y_t) - log pi_ref(y_t)), counted only where `mask == 1`. Then:
+
+        non_score_reward = -kl_coef * sum_t kl_t            (B,)
+        rlhf_reward      = scores + non_score_reward        (B,)
+
+    Args:
+        scores: `(B,)` reward-function / reward-model scores.
+        logps: `(B, T)` log-probs of the sampled tokens under the policy.
+        ref_logps: `(B, T)` the same under the reference model.
+        mask: `(B, T)` 1 for completion tokens, 0 for padding (padded positions may hold
+            any value in `logps` and `ref_logps`).
+        kl_coef: the KL coefficient beta (`kl_coef`, default 0.05 in the seed's config).
+
+    Example: `scores=[1.]`, `logps=[[-1., -2.]]`, `ref_logps=[[-1.5, -2.5]]`, mask all 1,
+    `kl_coef=0.1`: KL sum = 1.0, non_score_reward = -0.1, rlhf_reward = 0.9.
+
+    Returns:
+        `(rlhf_reward, non_score_reward)`, both `(B,)`.
+    """
+    # HINT: multiply the per-token KL by the mask before summing over tokens.
+    raise NotImplementedError("Exercise: replace this line with your code.")
+
+
+def token_level_rewards(scores: torch.Tensor, logps: torch.Tensor, ref_logps: torch.Tensor, mask: torch.Tensor,
+                        kl_coef: float) -> torch.Tensor:
+    """Reinforce++'s per-token reward (Hu 2025, eq. 1): KL on every token, score at the end.
+
+        r_t = -kl_coef * (logps_t - ref_logps_t)            for every valid token t
+        r_t += scores                                        at the LAST valid token
+
+    and `r_t = 0` at padded positions (`mask == 0`). Completions are right-padded and
+    every row has at least one valid token; the last valid token of row `b` is at
+    index `mask[b].sum() - 1`.
+
+    Example: `scores=[2.]`, `logps=[[-1., -1., 0.]]`, `ref_logps=[[-2., -1., 0.]]`,
+    `mask=[[1, 1, 0]]`, `kl_coef=0.5` gives `[[-0.5, 2.0, 0.0]]`.
+
+    Returns:
+        `(B, T)` per-token rewards. Summed over tokens they equal `rlhf_reward` of
+        `rloo_reward_with_kl`.
+    """
+    # HINT: the score goes at index mask.sum(1) - 1 of each row, not at the last column.
+    raise NotImplementedError("Exercise: replace this line with your code.")
+
+
+def unhealthy_ratio_steps(history: list[dict], cliprange: float = 0.2) -> list[int]:
+    """Steps at which `val/ratio` left the clip band `[1 - cliprange, 1 + cliprange]`.
+
+    `history` is what `Trainer.train()` returns: one dict per optimizer step with a
+    `"step"` key. `val/ratio` (the mean of pi / pi_old) should hover around 1.0; a value
+    like 2.0, 1000.0 or 0.1 means the successive policies differ too much. A value
+    exactly on the band's edge is still inside. Rows where `val/ratio` is missing,
+    None or NaN are skipped.
+
+    Example: rows with ratios 1.0, 1.05, 0.4, 2.0, None, 1.2 at steps 1..6 and
+    `cliprange=0.2` give `[3, 4]`.
+
+    Returns:
+        The `"step"` values of the flagged rows, in order.
+    """
+    # HINT: a ratio far BELOW 1 is as drastic as one far above it.
+    raise NotImplementedError("Exercise: replace this line with your code.")

@@ -1,0 +1,92 @@
+"""Lesson 07 exercises: the batch arithmetic of GRPO and its step-by-step schedule."""
+
+
+def batch_arithmetic(per_device_train_batch_size: int, gradient_accumulation_steps: int, num_generations: int,
+                     num_processes: int = 1, steps_per_generation: int | None = None,
+                     generation_batch_size: int | None = None) -> dict:
+    """The derived batch sizes of a GRPO configuration, as TRL resolves them.
+
+    - `steps_per_generation`: as given; else `generation_batch_size / (per_device *
+      num_processes)` when that is given; else `gradient_accumulation_steps`.
+      Setting both `steps_per_generation` and `generation_batch_size` is an error.
+    - `generation_batch_size`: completions generated at once,
+      `per_device * num_processes * steps_per_generation`.
+    - `effective_batch_size`: completions whose gradients make one optimizer step,
+      `per_device * gradient_accumulation_steps * num_processes`.
+    - `optimizer_steps_per_generation`: `steps_per_generation / gradient_accumulation_steps`
+      (a float: 4 / 2 = 2.0).
+    - `unique_prompts_per_generation`: `generation_batch_size / num_generations` (an int).
+
+    Raise `ValueError` when both `steps_per_generation` and `generation_batch_size` are
+    set, when `generation_batch_size` is not a multiple of `per_device * num_processes`,
+    when `num_generations < 2`, or when `num_generations` does not divide the generation
+    batch (a prompt's group would be split).
+
+    Example: `batch_arithmetic(3, 2, 3, steps_per_generation=4)` returns
+    `{"steps_per_generation": 4, "generation_batch_size": 12, "effective_batch_size": 6,
+    "optimizer_steps_per_generation": 2.0, "unique_prompts_per_generation": 4}`.
+    """
+    # BEGIN SOLUTION
+    global_micro_batch = per_device_train_batch_size * num_processes
+    if steps_per_generation is not None and generation_batch_size is not None:
+        raise ValueError("steps_per_generation and generation_batch_size are mutually exclusive: set one")
+    if generation_batch_size is not None:
+        if generation_batch_size % global_micro_batch != 0:
+            raise ValueError(f"generation_batch_size={generation_batch_size} is not a multiple of "
+                             f"per_device_train_batch_size * num_processes = {global_micro_batch}")
+        steps_per_generation = generation_batch_size // global_micro_batch
+    elif steps_per_generation is None:
+        steps_per_generation = gradient_accumulation_steps
+    generation_batch = global_micro_batch * steps_per_generation
+    if num_generations < 2:
+        raise ValueError(f"num_generations={num_generations}: a group needs at least 2 completions")
+    if generation_batch % num_generations != 0:
+        raise ValueError(f"num_generations={num_generations} does not divide the generation batch "
+                         f"of {generation_batch} completions")
+    return {
+        "steps_per_generation": steps_per_generation,
+        "generation_batch_size": generation_batch,
+        "effective_batch_size": per_device_train_batch_size * gradient_accumulation_steps * num_processes,
+        "optimizer_steps_per_generation": steps_per_generation / gradient_accumulation_steps,
+        "unique_prompts_per_generation": generation_batch // num_generations,
+    }
+    # END SOLUTION
+
+
+def micro_batches(per_device_train_batch_size: int, gradient_accumulation_steps: int, num_generations: int,
+                  steps_per_generation: int | None = None, cycles: int = 2) -> list[tuple[list[int], bool]]:
+    """Every micro-step of `cycles` generation cycles, on one process.
+
+    Each generation cycle takes `U = generation batch / num_generations` new prompts
+    (numbered on from the previous cycle: the first cycle uses 0 .. U-1, the second
+    U .. 2U-1, ...), repeats each one `num_generations` times in a row (prompt-major),
+    and cuts that list into `steps_per_generation` micro-batches of
+    `per_device_train_batch_size` completions (`steps_per_generation=None` means
+    `gradient_accumulation_steps`). The optimizer steps after every
+    `gradient_accumulation_steps`-th micro-step, counted from the start of training
+    (not from the start of the cycle).
+
+    Example (the seed's Example 1): `micro_batches(3, 2, 3, 4, cycles=1)` returns
+    `[([0, 0, 0], False), ([1, 1, 1], True), ([2, 2, 2], False), ([3, 3, 3], True)]`.
+
+    Returns:
+        One `(prompt indices of the micro-batch, optimizer step after it?)` per micro-step.
+        Raise `ValueError` when `num_generations` does not divide the generation batch.
+    """
+    # BEGIN SOLUTION
+    # HINT: build the generation batch as a list of prompt indices first, then slice it.
+    steps = gradient_accumulation_steps if steps_per_generation is None else steps_per_generation
+    generation_batch = per_device_train_batch_size * steps
+    if generation_batch % num_generations != 0:
+        raise ValueError(f"num_generations={num_generations} does not divide the generation batch of "
+                         f"{generation_batch} completions")
+    prompts_per_cycle = generation_batch // num_generations
+    rows, micro_step = [], 0
+    for cycle in range(cycles):
+        completions = [cycle * prompts_per_cycle + i // num_generations for i in range(generation_batch)]
+        for step in range(steps):
+            batch = completions[step * per_device_train_batch_size:(step + 1) * per_device_train_batch_size]
+            micro_step += 1
+            rows.append((batch, micro_step % gradient_accumulation_steps == 0))
+    return rows
+    # END SOLUTION
