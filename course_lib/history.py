@@ -51,11 +51,30 @@ class MetricsLogger:
 
 
 def load_history(path: str | Path) -> list[dict]:
-    """Rows of a ``history.jsonl`` file (or of the one inside a run folder)."""
+    """Read a ``history.jsonl`` file (or the one inside a run folder): a JSON object a line.
+
+    Blank lines are skipped. A run that is still writing may leave a half-written last
+    line: it is ignored. A broken line elsewhere raises ``ValueError`` with its number.
+    """
     path = Path(path)
     if path.is_dir():
         path = path / "history.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    lines = path.read_text(encoding="utf-8").splitlines()
+    rows: list[dict] = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as error:
+            if number == len(lines):
+                break
+            raise ValueError(f"{path}: line {number} is not JSON ({error.msg}). "
+                             "Fix: one JSON object per line.") from None
+        if not isinstance(row, dict):
+            raise ValueError(f"{path}: line {number} holds {type(row).__name__}, not a JSON object.")
+        rows.append(row)
+    return rows
 
 
 def format_samples(prompts: list[str], completions: list[str], rewards: list[float], advantages: list[float],
@@ -72,38 +91,12 @@ def format_samples(prompts: list[str], completions: list[str], rewards: list[flo
     return "\n".join(lines)
 
 
-DEFAULT_PLOT_KEYS = ("reward", "reward_std", "frac_reward_zero_std", "kl", "entropy", "clip_ratio/region_mean",
-                     "completions/mean_length", "loss", "grad_norm", "learning_rate",
-                     "objective/rlhf_reward", "objective/scores", "objective/kl", "val/ratio", "loss/value_avg")
+def plot_history(history, keys=None, smooth: int = 1, title: str | None = None):
+    """The logged metrics as a grid of line plots (a list of rows or a path); a Figure.
 
+    The plotting lives with the lesson widgets (``course_lib.widgets.dashboard``); this is
+    the trainer-side name for it.
+    """
+    from .widgets.dashboard import plot_training_history
 
-def plot_history(history, keys: tuple[str, ...] | list[str] | None = None, smooth: int = 1):
-    """A grid of line plots of the logged metrics (a list of rows or a path); returns the Figure."""
-    import matplotlib.pyplot as plt
-
-    rows = load_history(history) if isinstance(history, (str, Path)) else list(history)
-    keys = [k for k in (keys or DEFAULT_PLOT_KEYS) if any(r.get(k) is not None for r in rows)]
-    keys += sorted({k for r in rows for k in r if k.startswith("rewards/") and k.endswith("/mean")} - set(keys))
-    if not keys:
-        raise ValueError("no plottable metrics in this history")
-    columns = min(4, len(keys))
-    figure_rows = math.ceil(len(keys) / columns)
-    figure, axes = plt.subplots(figure_rows, columns, figsize=(3.6 * columns, 2.6 * figure_rows), squeeze=False)
-    for axis, key in zip(axes.flat, keys):
-        points = [(r["step"], r[key]) for r in rows if r.get(key) is not None]
-        steps, values = zip(*points)
-        if smooth > 1 and len(values) >= smooth:
-            kernel = [sum(values[max(0, i - smooth + 1): i + 1]) / len(values[max(0, i - smooth + 1): i + 1])
-                      for i in range(len(values))]
-            axis.plot(steps, values, color="#bbbbbb", linewidth=0.8)
-            axis.plot(steps, kernel, color="#1f77b4")
-        else:
-            axis.plot(steps, values, color="#1f77b4", marker="." if len(values) < 30 else None)
-        axis.set_title(key, fontsize=9)
-        axis.set_xlabel("optimizer step", fontsize=8)
-        axis.tick_params(labelsize=7)
-        axis.grid(alpha=0.3)
-    for axis in list(axes.flat)[len(keys):]:
-        axis.axis("off")
-    figure.tight_layout()
-    return figure
+    return plot_training_history(history, keys=keys, smooth=smooth, title=title)

@@ -221,10 +221,19 @@ def policy_loss(
     epsilon_high = epsilon if epsilon_high is None else epsilon_high
     steps_per_generation = steps_per_generation or gradient_accumulation_steps
     sequence_level = importance_sampling_level == "sequence"
+    valid = mask != 0
     mask = mask.to(logps.dtype)
     advantages = _as_column(advantages.to(logps.dtype), logps.shape[0])  # (B, 1) or (B, T)
     if old_logps is None:  # on-policy: ratio 1, gradient of log pi
         old_logps = logps.detach()
+    # Padded positions may hold anything (-inf, NaN, stale values). Zero them before any
+    # exponential so that no inf * 0 = NaN can reach the loss, its gradient or a metric.
+    logps = logps.masked_fill(~valid, 0.0)
+    old_logps = old_logps.masked_fill(~valid, 0.0)
+    if ref_logps is not None:
+        ref_logps = ref_logps.masked_fill(~valid, 0.0)
+    if sampling_ratio is not None:
+        sampling_ratio = torch.where(valid, sampling_ratio, torch.ones_like(sampling_ratio))
 
     log_ratio = logps - old_logps  # (B, T)
     if sequence_level:

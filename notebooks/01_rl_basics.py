@@ -341,7 +341,8 @@ replies = [
 ]
 print(" ".join(f"{name:>12}" for name in checks), f"{'total':>7}  reply")
 for i, (reply, total) in enumerate(zip(replies, email_reward(prompts=None, completions=replies))):
-    parts = [weight * check(prompts=None, completions=[reply])[0] for weight, check in checks.values()]
+    # "+ 0.0" turns the -0.0 of a weighted zero into 0.0 for printing.
+    parts = [weight * check(prompts=None, completions=[reply])[0] + 0.0 for weight, check in checks.values()]
     print(" ".join(f"{part:>+12.0f}" for part in parts), f"{total:>+7.0f}  {reply[:40]!r}...")
 
 # %% [markdown]

@@ -366,9 +366,9 @@ accuracy_before = evaluate_accuracy(model, tokenizer, test_prompts, max_new_toke
 config = GRPOConfig(
     output_dir=str(OUTPUT / "05_grpo"),
     num_generations=8,
-    per_device_train_batch_size=16,  # 2 prompts x 8 completions per micro-step
+    per_device_train_batch_size=32,  # 4 prompts x 8 completions per micro-step
     gradient_accumulation_steps=1,
-    learning_rate=3e-4,              # tiny models want a far larger rate than TRL's 1e-6
+    learning_rate=3e-5,              # TRL's default 1e-6 is for billion-parameter models
     beta=0.04,                       # a small KL penalty, so that `kl` is logged
     max_completion_length=8,
     temperature=1.0,
@@ -386,9 +386,13 @@ for row in history[-3:]:
     print({key: round(row[key], 3) for key in ("step", "reward", "reward_std", "frac_reward_zero_std", "kl")})
 
 # %% [markdown]
-# In fast mode eight steps are far too few to move the accuracy beyond noise: real runs take
-# hundreds of steps (on CPU, the course measured 600 steps for +15–25 points on this
-# task). The curves are what to read.
+# In fast mode eight steps are far too few to move the accuracy beyond noise; real runs take
+# hundreds of steps. The tiny model is already right about 90% of the time when it decodes
+# greedily, but only about 80% of its *samples* are right: GRPO sharpens the distribution.
+# In one full-size run on a CPU (200 steps, 2.5 minutes) greedy accuracy went from 91% to
+# 96.5% and the sampled reward from about 0.80 to 0.84. The learning rate matters a lot:
+# at 3e-4 the same model collapsed within 16 steps (greedy accuracy 94% → 39%). The
+# curves below are what to read.
 
 # %%
 from course_lib.history import plot_history

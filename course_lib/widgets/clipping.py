@@ -253,7 +253,7 @@ def clip_explorer() -> object:
     slider = dict(continuous_update=False, readout_format=".2f")
     controls = {
         "epsilon": widgets.FloatSlider(value=0.2, min=0.01, max=0.9, step=0.01, description="epsilon", **slider),
-        "epsilon_high": widgets.FloatSlider(value=0.28, min=0.01, max=1.0, step=0.01, description="epsilon_high",
+        "epsilon_high": widgets.FloatSlider(value=0.2, min=0.01, max=1.0, step=0.01, description="epsilon_high",
                                             **slider),
         "delta": widgets.FloatSlider(value=0.0, min=0.0, max=3.0, step=0.05, description="delta (0=off)", **slider),
         "level": widgets.Dropdown(options=["token", "sequence"], value="token", description="IS level"),

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 from matplotlib.figure import Figure
 
+from ..history import load_history
 from ._common import new_figure
 
 __all__ = ["DEFAULT_PANELS", "LiveDashboard", "load_history", "metric_series", "plot_training_history"]
@@ -48,33 +49,6 @@ DEFAULT_PANELS: tuple[str | tuple[str, ...], ...] = (
 _STEP_KEYS = ("step", "global_step")
 _NOT_METRICS = {"step", "global_step", "epoch", "episode", "tokens_seen", "time", "timestamp", "elapsed",
                 "wall_time"}
-
-
-def load_history(path: str | Path) -> list[dict[str, Any]]:
-    """Read a `history.jsonl` file (or the one inside a run folder): a JSON object a line.
-
-    Blank lines are skipped. A run that is still writing may leave a half-written last
-    line: it is ignored. A broken line elsewhere raises `ValueError` with its number.
-    """
-    path = Path(path)
-    if path.is_dir():
-        path = path / "history.jsonl"
-    lines = path.read_text(encoding="utf-8").splitlines()
-    rows: list[dict[str, Any]] = []
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as error:
-            if number == len(lines):
-                break
-            raise ValueError(f"{path}: line {number} is not JSON ({error.msg}). "
-                             "Fix: one JSON object per line.") from None
-        if not isinstance(row, dict):
-            raise ValueError(f"{path}: line {number} holds {type(row).__name__}, not a JSON object.")
-        rows.append(row)
-    return rows
 
 
 def _as_float(value: Any) -> float:

@@ -1,0 +1,325 @@
+"""Time per GRPO optimizer step: ``course_lib.trainer.Trainer`` against TRL 1.16's ``GRPOTrainer``.
+
+Both trainers get the same model (fresh loads of the same folder, so identical starting
+weights), the same prompts task, the same reward functions and the same settings
+(``GRPOConfig.to_trl_grpo_config`` translates ours into TRL's), on CPU in float32 with
+one torch thread. Each runs ``warmup + steps`` optimizer steps; only the last ``steps``
+are timed, from one optimizer step's end to the next (ours: the ``on_step`` callback;
+TRL: a ``TrainerCallback.on_step_end``), so model loading, trainer construction and the
+final save are outside the clock. Rounds alternate the order (ours, TRL, TRL, ours, ...)
+so that background load falls on both sides alike.
+
+The workload is the same on both sides: per optimizer step, one generation batch of
+``per_device_train_batch_size`` completions (``per_device_train_batch_size /
+num_generations`` prompts x ``num_generations``) capped at ``max_completion_length``
+tokens, sampled with ``generate``; the rewards; one forward + backward over the batch; one
+AdamW step (``gradient_accumulation_steps = steps_per_generation = 1``,
+``num_iterations = 1``, ``beta = 0``, so neither side computes old or reference log-probs).
+
+Setups (``--models``):
+
+- ``tiny``: the embedded ~1M-parameter Llama, task ``arithmetic``, reward
+  ``correctness_first_number_reward``; batch 16 = 2 prompts x 8, 8 new tokens, lr 3e-4,
+  temperature 1.0, full fine-tuning.
+- ``smollm2``: SmolLM2-135M-Instruct, task ``arithmetic-tagged`` (system prompt + one
+  worked example), rewards ``answer_tag_format_reward`` + ``correctness_reward``; batch
+  4 = 1 prompt x 4, 32 new tokens, temperature 0.7, lr 1e-4, LoRA r=16 (alpha 32, dropout
+  0.05) on all projections (TRL gets the same ``peft.LoraConfig``).
+
+What still differs (the printed columns show it):
+
+- The prompt order: TRL's ``RepeatSampler`` and our ``PromptSampler`` draw different
+  prompts from the same dataset, so the completions (and their lengths, which set how many
+  decoding steps ``generate`` runs) differ; the ``tokens`` column is the mean number of
+  completion tokens generated per step on each side.
+- Log-probs: TRL asks the model for ``fused_lm_head`` log-probs and entropies (its
+  ``entropy`` metric); ours runs the decoder body and a chunked fused log-softmax, and
+  estimates the entropy from the sampled tokens' log-probs.
+- Bookkeeping: TRL gathers metrics through ``accelerate``, keeps completion tables and
+  shuffles the batch; ours writes one ``history.jsonl`` row per step.
+
+Columns: ``s/step`` mean seconds per optimizer step; ``gen`` seconds per step inside the
+generation call (chat template, tokenisation and ``generate``); ``reward`` seconds per step
+scoring; ``rest`` the remainder (log-probs, loss, backward, optimizer, bookkeeping);
+``ratio`` ours / TRL (below 1: ours is faster).
+
+    OMP_NUM_THREADS=1 python benchmarks/step_vs_trl.py                      # tiny 20 steps, smollm2 3
+    OMP_NUM_THREADS=1 python benchmarks/step_vs_trl.py --models tiny --steps 1 --warmup 0
+    OMP_NUM_THREADS=1 python benchmarks/step_vs_trl.py --models tiny --profile   # cProfile of ours
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")  # before torch is imported: 2 threads are slower here
+
+import argparse
+import cProfile
+import hashlib
+import io
+import pstats
+import statistics
+import sys
+import tempfile
+import time
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+SETUPS = {
+    "tiny": {
+        "model": "tiny", "task": "arithmetic", "rewards": ["correctness_first_number_reward"],
+        "default_steps": 20,
+        "config": dict(per_device_train_batch_size=16, num_generations=8, max_completion_length=8,
+                       learning_rate=3e-4, beta=0.0, loss_type="dapo", temperature=1.0),
+    },
+    "smollm2": {
+        "model": "smollm2-135m", "task": "arithmetic-tagged",
+        "rewards": ["answer_tag_format_reward", "correctness_reward"],
+        "default_steps": 3,
+        "config": dict(per_device_train_batch_size=4, num_generations=4, max_completion_length=32,
+                       learning_rate=1e-4, beta=0.0, loss_type="dapo", temperature=0.7, use_lora=True, lora_r=16,
+                       lora_alpha=32, lora_dropout=0.05),
+    },
+}
+
+
+@dataclass
+class StepClock:
+    """Wall time at each optimizer step's end, and the generation / reward seconds spent in it."""
+
+    started: float = 0.0
+    started_cpu: float = 0.0
+    ends: list[float] = field(default_factory=list)
+    cpu_ends: list[float] = field(default_factory=list)
+    generation: list[float] = field(default_factory=list)
+    rewards: list[float] = field(default_factory=list)
+    tokens: list[int] = field(default_factory=list)
+    _gen: float = 0.0
+    _rew: float = 0.0
+    _tok: int = 0
+
+    def start(self) -> None:
+        self.started, self.started_cpu = time.perf_counter(), time.process_time()
+
+    def tick(self, *_args, **_kwargs) -> None:
+        self.ends.append(time.perf_counter())
+        self.cpu_ends.append(time.process_time())
+        self.generation.append(self._gen)
+        self.rewards.append(self._rew)
+        self.tokens.append(self._tok)
+        self._gen, self._rew, self._tok = 0.0, 0.0, 0
+
+    def wrap(self, function, kind: str, count_tokens=None):
+        """``function`` with its wall time added to this step's ``kind`` ("gen" or "rew")."""
+        def timed(*args, **kwargs):
+            begin = time.perf_counter()
+            out = function(*args, **kwargs)
+            if kind == "gen":
+                self._gen += time.perf_counter() - begin
+                self._tok += count_tokens(out)
+            else:
+                self._rew += time.perf_counter() - begin
+            return out
+        return timed
+
+    def summary(self, warmup: int) -> dict:
+        """Means over the steps after ``warmup`` (seconds per step)."""
+        edges = [self.started, *self.ends]
+        durations = [b - a for a, b in zip(edges, edges[1:])][warmup:]
+        cpu_edges = [self.started_cpu, *self.cpu_ends]
+        cpu = [b - a for a, b in zip(cpu_edges, cpu_edges[1:])][warmup:]
+        if not durations:
+            raise RuntimeError(f"no timed step: the run made {len(self.ends)} steps with warmup={warmup}.")
+        mean = statistics.fmean
+        return {"steps": len(durations), "step": mean(durations), "cpu": mean(cpu), "gen": mean(self.generation[warmup:]),
+                "rew": mean(self.rewards[warmup:]), "tokens": mean(self.tokens[warmup:]), "durations": durations}
+
+
+def _base_config(setup: dict, steps: int, seed: int, output_dir: str):
+    from course_lib.config import GRPOConfig
+
+    return GRPOConfig(model_name_or_path=setup["model"], output_dir=output_dir, seed=seed, dtype="float32",
+                      max_steps=steps, save_steps=0, logging_steps=10**6, report_to="none",
+                      lr_scheduler_type="linear", **setup["config"])
+
+
+def _load(setup: dict):
+    from course_lib.data import get_task
+    from course_lib.models import load_policy
+    from course_lib.rewards import get_reward_functions
+
+    model, tokenizer = load_policy(setup["model"])
+    return model, tokenizer, get_task(setup["task"], n=512), get_reward_functions(setup["rewards"])
+
+
+def weights_digest(model) -> str:
+    """SHA-1 of every parameter (sorted by name): equal digests mean identical starting weights."""
+    digest = hashlib.sha1()
+    for name, parameter in sorted(model.named_parameters()):
+        digest.update(name.encode())
+        digest.update(parameter.detach().float().contiguous().numpy().tobytes())
+    return digest.hexdigest()[:12]
+
+
+def run_ours(setup: dict, total_steps: int, seed: int, profile: bool = False) -> tuple[StepClock, str, str | None]:
+    import course_lib.trainer as trainer_module
+    from course_lib.trainer import Trainer
+
+    model, tokenizer, dataset, reward_funcs = _load(setup)
+    clock = StepClock()
+    with tempfile.TemporaryDirectory() as output_dir:
+        config = _base_config(setup, total_steps, seed, output_dir)
+        torch.manual_seed(seed)
+        trainer = Trainer(config, reward_funcs, dataset, model, tokenizer, progress=False, on_step=clock.tick)
+        digest = weights_digest(trainer.model)
+        trainer.engine.generate = clock.wrap(trainer.engine.generate, "gen",
+                                             lambda batch: int(batch.completion_mask.sum()))
+        original_rewards = trainer_module.compute_rewards
+        trainer_module.compute_rewards = clock.wrap(original_rewards, "rew")
+        profiler = cProfile.Profile() if profile else None
+        try:
+            clock.start()
+            if profiler is not None:
+                profiler.enable()
+            trainer.train()
+        finally:
+            if profiler is not None:
+                profiler.disable()
+            trainer_module.compute_rewards = original_rewards
+    report = None
+    if profiler is not None:
+        stream = io.StringIO()
+        pstats.Stats(profiler, stream=stream).sort_stats("cumulative").print_stats(40)
+        report = stream.getvalue()
+    return clock, digest, report
+
+
+def run_trl(setup: dict, total_steps: int, seed: int) -> tuple[StepClock, str]:
+    from transformers import TrainerCallback
+    from transformers.trainer_callback import PrinterCallback
+    from trl import GRPOTrainer
+
+    model, tokenizer, dataset, reward_funcs = _load(setup)
+    clock = StepClock()
+
+    class Tick(TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):
+            clock.tick()
+
+    with tempfile.TemporaryDirectory() as output_dir:
+        config = _base_config(setup, total_steps, seed, output_dir)
+        args = config.to_trl_grpo_config(use_cpu=True, bf16=False, fp16=False, report_to="none",
+                                         logging_steps=10**6, save_strategy="no", dataloader_num_workers=0,
+                                         use_vllm=False, disable_tqdm=True, seed=seed, output_dir=output_dir)
+        peft_config = None
+        if config.use_lora:
+            from peft import LoraConfig
+
+            peft_config = LoraConfig(r=config.lora_r, lora_alpha=config.lora_alpha, lora_dropout=config.lora_dropout,
+                                     target_modules=list(config.lora_target_modules), task_type="CAUSAL_LM")
+        torch.manual_seed(seed)
+        trainer = GRPOTrainer(model=model, reward_funcs=reward_funcs, args=args, train_dataset=dataset,
+                              processing_class=tokenizer, peft_config=peft_config, callbacks=[Tick()])
+        trainer.remove_callback(PrinterCallback)  # its end-of-training metrics dump is noise here
+        digest = weights_digest(trainer.model)
+        trainer._generate = clock.wrap(trainer._generate, "gen", lambda out: sum(len(ids) for ids in out[1]))
+        trainer._calculate_rewards = clock.wrap(trainer._calculate_rewards, "rew")
+        clock.start()
+        trainer.train()
+    return clock, digest
+
+
+def _line(label: str, s: dict) -> str:
+    rest = s["step"] - s["gen"] - s["rew"]
+    return (f"  {label:<5} {s['step']:8.4f} s/step  gen {s['gen']:7.4f} ({100 * s['gen'] / s['step']:4.1f}%)  "
+            f"reward {s['rew']:7.4f}  rest {rest:7.4f}  cpu {s['cpu']:7.4f} s/step  tokens {s['tokens']:5.1f}  "
+            f"({s['steps']} steps)")
+
+
+def benchmark(name: str, steps: int, warmup: int, rounds: int, seed: int, profile: bool) -> float:
+    setup = SETUPS[name]
+    total = warmup + steps
+    print(f"\n== {name}: model={setup['model']} task={setup['task']} rewards={','.join(setup['rewards'])}")
+    print(f"   {', '.join(f'{k}={v}' for k, v in setup['config'].items())}; warmup={warmup} timed={steps} "
+          f"rounds={rounds} seed={seed} torch threads={torch.get_num_threads()}")
+    durations = {"ours": [], "trl": []}
+    parts = {"ours": [], "trl": []}
+    digests = {}
+    for round_index in range(rounds):
+        order = ("ours", "trl") if round_index % 2 == 0 else ("trl", "ours")
+        for side in order:
+            if side == "ours":
+                clock, digest, report = run_ours(setup, total, seed, profile=profile and round_index == 0)
+                if report:
+                    print(f"-- cProfile of ours (round 1, all {total} steps, cumulative):\n{report}")
+            else:
+                clock, digest = run_trl(setup, total, seed)
+            digests[side] = digest
+            summary = clock.summary(warmup)
+            durations[side] += summary["durations"]
+            parts[side].append(summary)
+            print(f" round {round_index + 1} {_line(side, summary)}")
+    print(f"   starting weights: ours {digests['ours']}  TRL {digests['trl']}  "
+          f"({'identical' if digests['ours'] == digests['trl'] else 'DIFFERENT'})")
+    means = {}
+    for side in ("ours", "trl"):
+        runs = parts[side]
+        weight = [r["steps"] for r in runs]
+        merged = {k: sum(r[k] * w for r, w in zip(runs, weight)) / sum(weight) for k in ("step", "cpu", "gen", "rew", "tokens")}
+        merged["steps"] = sum(weight)
+        means[side] = merged
+        print(f" all    {_line(side, merged)}")
+    ratio = means["ours"]["step"] / means["trl"]["step"]
+    cpu_ratio = means["ours"]["cpu"] / means["trl"]["cpu"]
+    print(f"ratio ours/TRL [{name}]: {ratio:.3f}x wall  (ours {means['ours']['step']:.4f} s/step, "
+          f"TRL {means['trl']['step']:.4f} s/step; median step ours {statistics.median(durations['ours']):.4f} s, "
+          f"TRL {statistics.median(durations['trl']):.4f} s); {cpu_ratio:.3f}x CPU time")
+    return ratio
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--models", default="tiny,smollm2", help=f"comma-separated, from {', '.join(SETUPS)}")
+    parser.add_argument("--steps", type=int, default=None,
+                        help="timed optimizer steps per run (default: tiny 20, smollm2 3)")
+    parser.add_argument("--warmup", type=int, default=1, help="untimed optimizer steps before the timed ones")
+    parser.add_argument("--rounds", type=int, default=2, help="runs per trainer, alternating which goes first")
+    parser.add_argument("--seed", type=int, default=42)
+    parser.add_argument("--threads", type=int, default=1, help="torch threads for both trainers")
+    parser.add_argument("--profile", action="store_true", help="print a cProfile of our first run")
+    args = parser.parse_args(argv)
+    names = [n.strip() for n in args.models.split(",") if n.strip()]
+    unknown = [n for n in names if n not in SETUPS]
+    if unknown or not names:
+        parser.error(f"--models={args.models!r}: unknown {unknown}; use a comma-separated list of {', '.join(SETUPS)}")
+    if args.steps is not None and args.steps < 1:
+        parser.error(f"--steps={args.steps}: time at least one step")
+    if args.warmup < 0 or args.rounds < 1:
+        parser.error(f"--warmup={args.warmup} --rounds={args.rounds}: use warmup >= 0 and rounds >= 1")
+    args.names = names
+    return args
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    torch.set_num_threads(args.threads)
+    warnings.filterwarnings("ignore")
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    ratios = {}
+    for name in args.names:
+        steps = args.steps if args.steps is not None else SETUPS[name]["default_steps"]
+        ratios[name] = benchmark(name, steps, args.warmup, args.rounds, args.seed, args.profile)
+    print("\nsummary: " + "  ".join(f"{name} {ratio:.3f}x" for name, ratio in ratios.items()) + "  (ours/TRL s/step)")
+
+
+if __name__ == "__main__":
+    main()

