@@ -1,7 +1,7 @@
 """Rollout throughput: the vLLM engine against the Hugging Face ``generate`` engine.
 
 Both engines sample the same prompts with the same settings in one process, with the same
-thread budget; each does one warm-up call first (not timed). Throughput counts completion
+thread budget; each does one warm-up call first (not timed), then they take turns. Throughput counts completion
 tokens that were really generated (up to and including eos), so the padding steps that
 ``generate`` spends on finished rows count as time, not as tokens.
 
@@ -34,21 +34,29 @@ def parse_args():
     parser.add_argument("--vllm-multiprocessing", action="store_true",
                         help="run vLLM's engine core in a separate process with vLLM's own thread pinning")
     parser.add_argument("--kv-cache-gib", type=float, default=1.0)
+    parser.add_argument("--vllm-dtype", default="float32",
+                        help="vLLM weights; bfloat16 is much faster on CPUs with AMX, but then the sampling "
+                             "log-probs no longer match the float32 trainer (the TIS correction's job)")
     return parser.parse_args()
 
 
-def timed_throughput(engine, prompts, n, sampling, repeats):
-    """Tokens per second over ``repeats`` calls after one untimed warm-up call."""
+def interleaved_throughput(engines: dict, prompts, n, sampling, repeats):
+    """Tokens per second of each engine over ``repeats`` timed calls after one untimed warm-up.
+
+    The engines take turns call by call, so a change in machine load hits both alike.
+    """
     from dataclasses import replace
 
-    engine.generate(prompts, n, replace(sampling, seed=10_000))  # warm-up: kernels, allocator, caches
-    tokens, seconds = 0, 0.0
+    for engine in engines.values():
+        engine.generate(prompts, n, replace(sampling, seed=10_000))  # warm-up: kernels, allocator, caches
+    totals = {name: [0, 0.0] for name in engines}
     for repeat in range(repeats):
-        start = time.perf_counter()
-        batch = engine.generate(prompts, n, replace(sampling, seed=repeat))
-        seconds += time.perf_counter() - start
-        tokens += batch.num_completion_tokens
-    return tokens / seconds, tokens, seconds
+        for name, engine in engines.items():
+            start = time.perf_counter()
+            batch = engine.generate(prompts, n, replace(sampling, seed=repeat))
+            totals[name][1] += time.perf_counter() - start
+            totals[name][0] += batch.num_completion_tokens
+    return {name: (tokens / seconds, tokens, seconds) for name, (tokens, seconds) in totals.items()}
 
 
 def main():
@@ -68,23 +76,21 @@ def main():
     print(f"model={args.model} prompts={args.prompts} n={args.n} max_tokens={args.max_tokens} "
           f"temperature={args.temperature} torch threads={args.threads} repeats={args.repeats}")
 
-    hf_rate, hf_tokens, hf_seconds = timed_throughput(HFEngine(model, tokenizer), prompts, args.n, sampling,
-                                                      args.repeats)
-    print(f"HF generate : {hf_rate:8.1f} tokens/s  ({hf_tokens} tokens in {hf_seconds:.2f} s)")
-
     from course_lib.rollout.vllm_engine import VLLMEngine
 
     start = time.perf_counter()
-    engine = VLLMEngine(resolve_model_path(args.model), tokenizer, kv_cache_gib=args.kv_cache_gib)
+    vllm_engine = VLLMEngine(resolve_model_path(args.model), tokenizer, dtype=args.vllm_dtype,
+                             kv_cache_gib=args.kv_cache_gib)
     startup = time.perf_counter() - start
     torch.set_num_threads(args.threads)
-    vllm_rate, vllm_tokens, vllm_seconds = timed_throughput(engine, prompts, args.n, sampling, args.repeats)
     mode = "own process, vLLM-pinned threads" if args.vllm_multiprocessing else "in-process"
-    print(f"vLLM ({mode}): {vllm_rate:8.1f} tokens/s  ({vllm_tokens} tokens in {vllm_seconds:.2f} s; "
-          f"engine start {startup:.1f} s)")
-    print(f"ratio vLLM / HF: {vllm_rate / hf_rate:.2f}x")
-    engine.shutdown()
-
+    results = interleaved_throughput({"hf": HFEngine(model, tokenizer), "vllm": vllm_engine}, prompts, args.n,
+                                     sampling, args.repeats)
+    labels = {"hf": "HF generate (float32)", "vllm": f"vLLM ({args.vllm_dtype}, {mode}; start {startup:.0f} s)"}
+    for name, (rate, tokens, seconds) in results.items():
+        print(f"{labels[name]:<55} {rate:8.1f} tokens/s  ({tokens} tokens in {seconds:.2f} s)")
+    print(f"ratio vLLM / HF: {results['vllm'][0] / results['hf'][0]:.2f}x")
+    vllm_engine.shutdown()
 
 if __name__ == "__main__":
     main()

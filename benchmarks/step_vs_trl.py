@@ -55,6 +55,7 @@ import os
 os.environ.setdefault("OMP_NUM_THREADS", "1")  # before torch is imported: 2 threads are slower here
 
 import argparse
+import contextlib
 import cProfile
 import hashlib
 import io
@@ -89,20 +90,25 @@ SETUPS = {
 }
 
 
+PHASES = ("generate", "reward", "forward", "backward", "optimizer")
+
+
 @dataclass
 class StepClock:
-    """Wall time at each optimizer step's end, and the generation / reward seconds spent in it."""
+    """Wall and CPU time at each optimizer step's end, and the wall seconds of each phase in it.
+
+    Phases are timed by wrapping the call that does them (``timed``); what no phase covers
+    (loss arithmetic, gradient clipping, batching, logging) is the step's ``other``.
+    """
 
     started: float = 0.0
     started_cpu: float = 0.0
     ends: list[float] = field(default_factory=list)
     cpu_ends: list[float] = field(default_factory=list)
-    generation: list[float] = field(default_factory=list)
-    rewards: list[float] = field(default_factory=list)
+    phases: list[dict[str, float]] = field(default_factory=list)
     tokens: list[int] = field(default_factory=list)
-    _gen: float = 0.0
-    _rew: float = 0.0
-    _tok: int = 0
+    _open: dict[str, float] = field(default_factory=dict)
+    _tokens: int = 0
 
     def start(self) -> None:
         self.started, self.started_cpu = time.perf_counter(), time.process_time()
@@ -110,35 +116,48 @@ class StepClock:
     def tick(self, *_args, **_kwargs) -> None:
         self.ends.append(time.perf_counter())
         self.cpu_ends.append(time.process_time())
-        self.generation.append(self._gen)
-        self.rewards.append(self._rew)
-        self.tokens.append(self._tok)
-        self._gen, self._rew, self._tok = 0.0, 0.0, 0
+        self.phases.append({name: self._open.get(name, 0.0) for name in PHASES})
+        self.tokens.append(self._tokens)
+        self._open, self._tokens = {}, 0
 
-    def wrap(self, function, kind: str, count_tokens=None):
-        """``function`` with its wall time added to this step's ``kind`` ("gen" or "rew")."""
-        def timed(*args, **kwargs):
+    def add(self, phase: str, seconds: float) -> None:
+        self._open[phase] = self._open.get(phase, 0.0) + seconds
+
+    def timed(self, function, phase: str, count_tokens=None):
+        """``function`` with its wall time added to ``phase`` of the current step."""
+        def wrapper(*args, **kwargs):
             begin = time.perf_counter()
             out = function(*args, **kwargs)
-            if kind == "gen":
-                self._gen += time.perf_counter() - begin
-                self._tok += count_tokens(out)
-            else:
-                self._rew += time.perf_counter() - begin
+            self.add(phase, time.perf_counter() - begin)
+            if count_tokens is not None:
+                self._tokens += count_tokens(out)
             return out
-        return timed
+        return wrapper
 
     def summary(self, warmup: int) -> dict:
-        """Means over the steps after ``warmup`` (seconds per step)."""
-        edges = [self.started, *self.ends]
+        """Means over the steps after ``warmup``: seconds per step, per phase, tokens per step."""
+        edges, cpu_edges = [self.started, *self.ends], [self.started_cpu, *self.cpu_ends]
         durations = [b - a for a, b in zip(edges, edges[1:])][warmup:]
-        cpu_edges = [self.started_cpu, *self.cpu_ends]
         cpu = [b - a for a, b in zip(cpu_edges, cpu_edges[1:])][warmup:]
         if not durations:
             raise RuntimeError(f"no timed step: the run made {len(self.ends)} steps with warmup={warmup}.")
         mean = statistics.fmean
-        return {"steps": len(durations), "step": mean(durations), "cpu": mean(cpu), "gen": mean(self.generation[warmup:]),
-                "rew": mean(self.rewards[warmup:]), "tokens": mean(self.tokens[warmup:]), "durations": durations}
+        out = {"steps": len(durations), "step": mean(durations), "cpu": mean(cpu), "tokens": mean(self.tokens[warmup:]),
+               "durations": durations}
+        for name in PHASES:
+            out[name] = mean(p[name] for p in self.phases[warmup:])
+        return out
+
+
+@contextlib.contextmanager
+def timed_backward(clock: StepClock):
+    """Time every ``Tensor.backward`` call (both trainers call it once per micro-batch)."""
+    original = torch.Tensor.backward
+    torch.Tensor.backward = clock.timed(original, "backward")
+    try:
+        yield
+    finally:
+        torch.Tensor.backward = original
 
 
 def _base_config(setup: dict, steps: int, seed: int, output_dir: str):
@@ -173,25 +192,29 @@ def run_ours(setup: dict, total_steps: int, seed: int, profile: bool = False) ->
 
     model, tokenizer, dataset, reward_funcs = _load(setup)
     clock = StepClock()
+    originals = {name: getattr(trainer_module, name) for name in ("compute_rewards", "completion_forward")}
     with tempfile.TemporaryDirectory() as output_dir:
         config = _base_config(setup, total_steps, seed, output_dir)
         torch.manual_seed(seed)
         trainer = Trainer(config, reward_funcs, dataset, model, tokenizer, progress=False, on_step=clock.tick)
         digest = weights_digest(trainer.model)
-        trainer.engine.generate = clock.wrap(trainer.engine.generate, "gen",
-                                             lambda batch: int(batch.completion_mask.sum()))
-        original_rewards = trainer_module.compute_rewards
-        trainer_module.compute_rewards = clock.wrap(original_rewards, "rew")
+        trainer.engine.generate = clock.timed(trainer.engine.generate, "generate",
+                                              lambda batch: int(batch.completion_mask.sum()))
+        trainer.optimizer.step = clock.timed(trainer.optimizer.step, "optimizer")
+        trainer_module.compute_rewards = clock.timed(originals["compute_rewards"], "reward")
+        trainer_module.completion_forward = clock.timed(originals["completion_forward"], "forward")
         profiler = cProfile.Profile() if profile else None
         try:
-            clock.start()
-            if profiler is not None:
-                profiler.enable()
-            trainer.train()
+            with timed_backward(clock):
+                clock.start()
+                if profiler is not None:
+                    profiler.enable()
+                trainer.train()
         finally:
             if profiler is not None:
                 profiler.disable()
-            trainer_module.compute_rewards = original_rewards
+            for name, function in originals.items():
+                setattr(trainer_module, name, function)
     report = None
     if profiler is not None:
         stream = io.StringIO()
@@ -209,6 +232,14 @@ def run_trl(setup: dict, total_steps: int, seed: int) -> tuple[StepClock, str]:
     clock = StepClock()
 
     class Tick(TrainerCallback):
+        """Step ends, and the optimizer's step between TRL's pre/post optimizer-step events."""
+
+        def on_pre_optimizer_step(self, args, state, control, **kwargs):
+            self.begin = time.perf_counter()
+
+        def on_optimizer_step(self, args, state, control, **kwargs):
+            clock.add("optimizer", time.perf_counter() - self.begin)
+
         def on_step_end(self, args, state, control, **kwargs):
             clock.tick()
 
@@ -228,18 +259,21 @@ def run_trl(setup: dict, total_steps: int, seed: int) -> tuple[StepClock, str]:
                               processing_class=tokenizer, peft_config=peft_config, callbacks=[Tick()])
         trainer.remove_callback(PrinterCallback)  # its end-of-training metrics dump is noise here
         digest = weights_digest(trainer.model)
-        trainer._generate = clock.wrap(trainer._generate, "gen", lambda out: sum(len(ids) for ids in out[1]))
-        trainer._calculate_rewards = clock.wrap(trainer._calculate_rewards, "rew")
-        clock.start()
-        trainer.train()
+        trainer._generate = clock.timed(trainer._generate, "generate", lambda out: sum(len(ids) for ids in out[1]))
+        trainer._calculate_rewards = clock.timed(trainer._calculate_rewards, "reward")
+        trainer._get_per_token_logps_and_entropies = clock.timed(trainer._get_per_token_logps_and_entropies,
+                                                                 "forward")
+        with timed_backward(clock):
+            clock.start()
+            trainer.train()
     return clock, digest
 
 
 def _line(label: str, s: dict) -> str:
-    rest = s["step"] - s["gen"] - s["rew"]
-    return (f"  {label:<5} {s['step']:8.4f} s/step  gen {s['gen']:7.4f} ({100 * s['gen'] / s['step']:4.1f}%)  "
-            f"reward {s['rew']:7.4f}  rest {rest:7.4f}  cpu {s['cpu']:7.4f} s/step  tokens {s['tokens']:5.1f}  "
-            f"({s['steps']} steps)")
+    other = s["step"] - sum(s[name] for name in PHASES)
+    phases = "  ".join(f"{name[:3]} {s[name]:.4f}" for name in PHASES)
+    return (f"  {label:<5} {s['step']:.4f} s/step (cpu {s['cpu']:.4f})  {phases}  oth {other:.4f}  "
+            f"gen% {100 * s['generate'] / s['step']:4.1f}  tokens {s['tokens']:5.1f}  ({s['steps']} steps)")
 
 
 def benchmark(name: str, steps: int, warmup: int, rounds: int, seed: int, profile: bool) -> float:
@@ -271,7 +305,7 @@ def benchmark(name: str, steps: int, warmup: int, rounds: int, seed: int, profil
     for side in ("ours", "trl"):
         runs = parts[side]
         weight = [r["steps"] for r in runs]
-        merged = {k: sum(r[k] * w for r, w in zip(runs, weight)) / sum(weight) for k in ("step", "cpu", "gen", "rew", "tokens")}
+        merged = {k: sum(r[k] * w for r, w in zip(runs, weight)) / sum(weight) for k in ("step", "cpu", "tokens", *PHASES)}
         merged["steps"] = sum(weight)
         means[side] = merged
         print(f" all    {_line(side, merged)}")

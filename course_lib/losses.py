@@ -190,8 +190,9 @@ def policy_loss(
         steps_per_generation: micro-batches per generation batch; defaults to
             `gradient_accumulation_steps` (TRL's default).
         num_processes: data-parallel processes.
-        use_bias_correction_kl: multiply the KL term by the (unclipped) ratio; TRL
-            1.16's default (DeepSeek-V3.2), a no-op on-policy for the value.
+        use_bias_correction_kl: multiply the KL term by the (unclipped) ratio, TRL
+            1.16's default (DeepSeek-V3.2). On-policy the ratio is 1, so the value is
+            unchanged, but its gradient adds `beta * k3` per token.
         entropies: optional `(B, T)` per-token entropies, only logged (`entropy`).
         training: TRL's train mode; `False` gives eval-mode scaling (no division by
             the accumulation steps).
@@ -199,8 +200,9 @@ def policy_loss(
     Returns:
         `LossOutput` with `loss` (scalar) and `metrics`: `clip_ratio/low_mean`,
         `clip_ratio/low_min`, `clip_ratio/high_mean`, `clip_ratio/high_max`,
-        `clip_ratio/region_mean`, `policy_loss` (the loss before the accumulation
-        scaling), `kl` when `beta != 0`, `entropy` when `entropies` is given.
+        `clip_ratio/region_mean`, `policy_loss` (the loss before the division by
+        `gradient_accumulation_steps`; for dapo the loss itself, as TRL logs it),
+        `kl` when `beta != 0`, `entropy` when `entropies` is given.
     """
     _check_inputs(logps, mask, old_logps=old_logps, ref_logps=ref_logps)
     if loss_type not in LOSS_TYPES:

@@ -67,7 +67,7 @@ class TinyRecipe:
     num_heads: int = 4
     intermediate_size: int = 384
     max_positions: int = 128
-    steps: int = 1200
+    steps: int = 500
     batch_size: int = 32
     learning_rate: float = 2e-3
     warmup_steps: int = 50

@@ -106,6 +106,11 @@ display(plot_gridworld(world, optimal_policy, title="Beans and ghosts: the optim
 # **RLHF** (reinforcement learning from human feedback), popularised by OpenAI, trains
 # the agent to answer questions (states) in ways people rate as more useful. The thumbs
 # up / thumbs down buttons under a ChatGPT answer are exactly that kind of signal.
+#
+# How this differs from ordinary fine-tuning: supervised fine-tuning raises the
+# probability of the next word of text someone wrote; it never looks at a reward. RL
+# scores the model's *own* outputs and optimises that score, so the model can learn how
+# to reach good answers instead of memorising reference ones.
 
 # %% [markdown]
 # ## 4. "What is 2 + 2?" — the first reward function

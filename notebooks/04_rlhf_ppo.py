@@ -114,9 +114,9 @@ for t, token in enumerate(completion_ids[0].tolist()):
 # | **reward model** | scores a finished completion (learned from human preferences); a **reward function** can replace it when answers are checkable | no |
 #
 # The value model is usually a language model of the same family with a scalar head in
-# place of the vocabulary head. It can be a **separate** network (OpenAI's original
-# implementation) or a **head on the policy's own hidden states** (shared body, cheaper;
-# `course_lib.policy.ValueHead` does this). Memory, with a rough rule of thumb per
+# place of the vocabulary head. It can be a **separate** network (TRL's `PPOTrainer`
+# takes a `value_model` of its own) or a **head on the policy's own hidden states**
+# (shared body, cheaper; `course_lib.policy.ValueHead` does this). Memory, with a rough rule of thumb per
 # parameter (trained: 2 bytes of bf16 weights + 2 of gradients + 8 of fp32 Adam moments;
 # frozen: 2 bytes; activations and the KV cache come on top):
 
@@ -196,7 +196,8 @@ def plot_token_rewards(beta: float = 0.5, missing_eos_penalty: float = 1.0):
         ax.axhline(0, color="0.3", linewidth=0.8)
         ax.set_xticks(tokens)
         ax.set_xlabel("token t")
-        ended = "ends with EOS" if example_is_eos[row] else f"no EOS: score {example_scores[row]:.0f} - {missing_eos_penalty:g}"
+        ended = ("ends with EOS" if example_is_eos[row]
+                 else f"no EOS: score {example_scores[row]:.0f} - {missing_eos_penalty:g}")
         ax.set_title(f"completion {row} ({ended})", fontsize=9)
     axes[0].set_ylabel("reward r_t")
     axes[0].legend(fontsize=8)
@@ -315,7 +316,9 @@ feedback(ex04.check_whiten, ex.whiten)
 # %% [markdown]
 # ## 6. The clipped value loss
 #
-# The critic regresses V(s_t) on the returns. PPO's RLHF implementations clip that update
+# The policy loss is lesson 03's clipped surrogate, applied to every token with its own
+# advantage A_t: the ratio π/π_old is clipped to [1 − ε, 1 + ε] (`cliprange`, 0.2) so that
+# one batch cannot move the policy too far. The critic regresses V(s_t) on the returns. PPO's RLHF implementations clip that update
 # the same way they clip the policy: the new value may not move further than
 # `cliprange_value` (0.2) from the value at rollout time without the loss taking the
 # worse of the two errors:
@@ -347,12 +350,12 @@ feedback(ex04.check_value_loss, ex.value_loss)
 # |---|---|---|
 # | reward at EOS only | the score of the whole text lands on its last token; the others get only the KL part | `rollout_scoring.ppo_advantages` |
 # | KL per token | −β·(log π − log π_ref) on every token keeps the policy near the reference | `beta` (alias `kl_coef`, 0.05) |
-# | EOS handling / response truncation | text after EOS is masked out; completions without EOS get the penalty | `missing_eos_penalty` |
+# | EOS handling / response truncation | text after EOS is masked out; completions without EOS get the penalty (TRL's example scripts: `--stop_token eos --missing_eos_penalty 1.0`) | `missing_eos_penalty` |
 # | advantage whitening | mean 0, std 1 over the valid tokens of the batch | always on |
 # | reward whitening | optional, keeps the mean | `whiten_rewards` |
 # | value clipping | clipped value loss, `max` of the two errors | `cliprange_value` (0.2), `vf_coef` (0.1) |
 # | value head initialised at 0 | no random values in the first advantages | `ValueHead.__init__` |
-# | separate or shared value model | OpenAI used a separate network; a head on the policy saves a whole model | `course_lib` shares the body: `policy.ValueHead` |
+# | separate or shared value model | a separate critic network learns on its own but costs a whole model; a head on the policy shares its features | `course_lib` shares the body: `policy.ValueHead` |
 # | PPO epochs and mini-batches | each rollout batch is reused for several passes | `num_ppo_epochs` (4), `num_mini_batches` (1) |
 # | learning-rate annealing | the learning rate decays linearly to 0 over training | `lr_scheduler_type="linear"` |
 # | sampling temperature | the same temperature in sampling and in the log-probs of the loss | `temperature` (0.7) |

@@ -121,7 +121,7 @@ print(f"bnpo, 2 micro-batches summed: {bnpo.item():+.4f}   (differs: the small m
 print("per-token weights for lengths 3, 9, 2, 6:")
 for loss_type in ("grpo", "bnpo", "dr_grpo", "dapo"):
     weights = per_token_weights([3, 9, 2, 6], loss_type, max_completion_length=16)
-    print(f"  {loss_type:<8}", [round(w, 4) for w in weights])
+    print(f"  {loss_type:<8}", [round(float(w), 4) for w in weights])
 
 # %% [markdown]
 # ## Exercise 1 — the four aggregations
@@ -294,7 +294,8 @@ prompts = get_task("arithmetic", split="train", n=scaled(64, 2000), seed=0)
 
 def run(name: str, **settings) -> tuple[Trainer, list[dict]]:
     """A short GRPO run on the tiny model; `settings` override the defaults below."""
-    defaults = dict(output_dir=str(OUTPUT / "06" / name), num_generations=8, per_device_train_batch_size=16,
+    defaults = dict(output_dir=str(OUTPUT / "06" / name), num_generations=scaled(4, 8),
+                    per_device_train_batch_size=scaled(8, 16),
                     max_completion_length=8, learning_rate=1e-4, logging_steps=1, save_steps=0, seed=0,
                     max_steps=scaled(4, 150))
     model, tokenizer = load_policy("tiny")
@@ -318,7 +319,9 @@ for row in truncated:
 # generated. Generation is the expensive part of RL for LLMs, so reusing it is tempting;
 # the price is that the second pass is **off-policy**: the policy has already moved, the
 # ratio leaves 1, and the clip (section 3) starts to act. The table below (lesson 07 explains
-# it) shows the replay, and a short run shows the clip becoming active.
+# it) shows the replay, and a short run shows the clip becoming active: with this schedule
+# the odd optimizer steps train on fresh completions (ratio 1, nothing clipped) and the
+# even ones replay them after an update (some tokens clipped).
 #
 # **`beta`** is the KL coefficient. With `beta=0.0` (the default in TRL and here) no
 # reference model is loaded at all: less memory and one forward pass fewer per batch.
@@ -330,7 +333,7 @@ from course_lib.schedule import format_schedule, schedule_table
 print(format_schedule(schedule_table(per_device_train_batch_size=4, gradient_accumulation_steps=2,
                                      num_generations=4, num_iterations=2, cycles=1)))
 trainer, replayed = run("mu2", num_iterations=2, max_steps=scaled(4, 100), learning_rate=3e-4)
-print("clip_ratio/region_mean per step:", [round(row["clip_ratio/region_mean"], 3) for row in replayed])
+print("clip_ratio/region_mean per optimizer step:", [round(row["clip_ratio/region_mean"], 3) for row in replayed])
 print("reference model loaded with beta=0.0:", trainer.reference is not None)
 trainer_kl, _ = run("beta", beta=0.04, max_steps=1)
 print("reference model loaded with beta=0.04:", trainer_kl.reference is not None)

@@ -121,11 +121,10 @@ class RolloutEngine(Protocol):
         ...
 
 
-def eos_token_ids(tokenizer, model=None) -> list[int]:
-    """Token ids that end a completion: the tokenizer's eos plus the model's generation eos."""
+def eos_token_ids(tokenizer, generation_config=None) -> list[int]:
+    """Token ids that end a completion: the tokenizer's eos plus the generation config's eos."""
     ids: list[int] = []
     candidates = [tokenizer.eos_token_id]
-    generation_config = getattr(model, "generation_config", None)
     if generation_config is not None:
         extra = generation_config.eos_token_id
         candidates += extra if isinstance(extra, (list, tuple)) else [extra]

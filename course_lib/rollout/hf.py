@@ -42,17 +42,16 @@ class _SamplingProcessor:
     samples from (softmax) or takes the argmax of (greedy).
     """
 
-    def __init__(self, sampling: SamplingConfig, record_logps: bool):
-        from transformers.generation.logits_process import (MinPLogitsWarper, RepetitionPenaltyLogitsProcessor,
-                                                            TemperatureLogitsWarper, TopKLogitsWarper,
-                                                            TopPLogitsWarper)
+    def __init__(self, sampling: SamplingConfig, record_logps: bool, prompt_mask: torch.Tensor):
+        from transformers.generation.logits_process import (MinPLogitsWarper, TemperatureLogitsWarper,
+                                                            TopKLogitsWarper, TopPLogitsWarper)
 
         self.steps: list[torch.Tensor] = []
         self.record_logps = record_logps
+        self.prompt_mask = prompt_mask.bool()
+        self.repetition_penalty = sampling.repetition_penalty
         self._previous_logps: torch.Tensor | None = None
         self.transforms = []
-        if sampling.repetition_penalty != 1.0:
-            self.transforms.append(RepetitionPenaltyLogitsProcessor(sampling.repetition_penalty))
         if not sampling.greedy:
             if sampling.temperature != 1.0:
                 self.transforms.append(TemperatureLogitsWarper(sampling.temperature))
@@ -63,8 +62,24 @@ class _SamplingProcessor:
             if sampling.top_p < 1.0:
                 self.transforms.append(TopPLogitsWarper(sampling.top_p))
 
+    def _penalize_repeats(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        """CTRL's repetition penalty (Keskar et al. 2019) on tokens of the prompt or completion.
+
+        Left padding is not part of the prompt, so pad positions are left out (``generate``'s
+        own processor would count them, penalising the pad token, which is often eos).
+        """
+        generated = input_ids.shape[1] - self.prompt_mask.shape[1]
+        real = torch.cat([self.prompt_mask.to(input_ids.device),
+                          torch.ones((input_ids.shape[0], generated), dtype=torch.bool, device=input_ids.device)], 1)
+        counts = torch.zeros(scores.shape, device=scores.device).scatter_add_(1, input_ids, real.float())
+        seen = counts > 0
+        penalized = torch.where(scores > 0, scores / self.repetition_penalty, scores * self.repetition_penalty)
+        return torch.where(seen, penalized, scores)
+
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
         self._collect(input_ids[:, -1])
+        if self.repetition_penalty != 1.0:
+            scores = self._penalize_repeats(input_ids, scores)
         for transform in self.transforms:
             scores = transform(input_ids, scores)
         if self.record_logps:
@@ -174,7 +189,7 @@ class HFEngine:
         if n < 1:
             raise ValueError(f"n={n}: ask for at least one completion per prompt.")
         prompt_ids = tokenize_prompts(self.tokenizer, prompts)
-        eos_ids = eos_token_ids(self.tokenizer, self.model)
+        eos_ids = eos_token_ids(self.tokenizer, getattr(self.model, "generation_config", None))
         pad_id = pad_token_id(self.tokenizer)
         config = self._generation_config(sampling, eos_ids)
         prompts_per_call = len(prompt_ids) if self.batch_size is None else max(1, self.batch_size // n)
@@ -186,7 +201,7 @@ class HFEngine:
                 chunk = prompt_ids[start:start + prompts_per_call]
                 ids, mask = left_pad(chunk, pad_id)
                 ids, mask = ids.repeat_interleave(n, dim=0), mask.repeat_interleave(n, dim=0)  # prompt-major
-                processor = _SamplingProcessor(sampling, self.record_logps)
+                processor = _SamplingProcessor(sampling, self.record_logps, mask)
                 sequences = self.model.generate(
                     input_ids=ids.to(self.device), attention_mask=mask.to(self.device),
                     generation_config=config, logits_processor=[processor])

