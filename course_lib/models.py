@@ -100,16 +100,44 @@ def resolve_model_path(name: str | os.PathLike) -> Path | str:
     return name  # a hub id
 
 
+def load_unsloth_policy(name: str | os.PathLike, *, max_seq_length: int = 2048, load_in_4bit: bool = False,
+                        fast_inference: bool = False, **kwargs):
+    """``(model, tokenizer)`` through Unsloth's ``FastLanguageModel`` (CUDA GPUs only).
+
+    Unsloth patches the model for faster, leaner training (and with ``fast_inference`` a
+    vLLM engine sharing the GPU memory); the result is an ordinary transformers model that
+    :class:`course_lib.trainer.Trainer` accepts.
+    """
+    if not torch.cuda.is_available():
+        raise ModelNotAvailableError("Unsloth needs a CUDA GPU (it raises at import on CPU); use load_policy() here.")
+    try:
+        from unsloth import FastLanguageModel
+    except ImportError as error:
+        raise ModelNotAvailableError("Unsloth is not installed: `pip install -e .[gpu]` on a GPU machine.") from error
+    model, tokenizer = FastLanguageModel.from_pretrained(model_name=str(resolve_model_path(name)),
+                                                         max_seq_length=max_seq_length, load_in_4bit=load_in_4bit,
+                                                         fast_inference=fast_inference, **kwargs)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    tokenizer.padding_side = "left"
+    return model, tokenizer
+
+
 def load_policy(name: str | os.PathLike = "tiny", *, dtype: torch.dtype | str = torch.float32,
-                device: str | torch.device | None = None):
+                device: str | torch.device | None = None, backend: str = "hf"):
     """Load ``(model, tokenizer)`` ready for RL.
 
     The tokenizer pads on the left (prompts are right-aligned for generation) and has a pad
     token; the model is in eval mode on ``device`` (CPU unless given). A folder holding a
     PEFT adapter (``adapter_config.json``) is loaded on top of its base model.
+    ``backend="unsloth"`` loads through :func:`load_unsloth_policy` (GPU only).
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    if backend == "unsloth":
+        return load_unsloth_policy(name)
+    if backend != "hf":
+        raise ValueError(f"backend={backend!r}: use 'hf' (transformers) or 'unsloth' (CUDA GPUs).")
     if isinstance(dtype, str):
         dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[dtype]
     path = resolve_model_path(name)

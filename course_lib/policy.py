@@ -78,19 +78,45 @@ class ReferencePolicy:
 
 
 class ValueHead(nn.Module):
-    """PPO's critic on the policy's last hidden states: one scalar per token.
+    """PPO's critic: a linear head giving one scalar per token from last hidden states.
 
-    Initialised at zero so the first value estimates do not inject noise into GAE.
+    With ``backbone=None`` the head reads the *policy's* hidden states (a shared trunk: one
+    forward pass, the critic's gradient also shapes the policy's features). With a
+    backbone (a frozen-architecture copy of the policy's transformer body, trained on its
+    own) the critic is a separate value model, as in the original RLHF setups: twice the
+    memory, no interference between the two losses.
+
+    The head starts at zero so the first value estimates add no noise to GAE.
     """
 
-    def __init__(self, hidden_size: int):
+    def __init__(self, hidden_size: int, backbone: nn.Module | None = None):
         super().__init__()
         self.summary = nn.Linear(hidden_size, 1)
         nn.init.zeros_(self.summary.weight)
         nn.init.zeros_(self.summary.bias)
+        self.backbone = backbone
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:  # (B, T, H) -> (B, T)
         return self.summary(hidden.to(self.summary.weight.dtype)).squeeze(-1)
+
+    def values_for(self, policy_hidden, input_ids, attention_mask, position_ids, start: int, width: int):
+        """Values of the completion positions: from the policy's hidden states or its own body."""
+        if self.backbone is None:
+            return self(policy_hidden)
+        hidden = self.backbone(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                               use_cache=False).last_hidden_state
+        return self(hidden[:, start: start + width])
+
+
+def make_value_head(policy, separate: bool) -> ValueHead:
+    """A value head on the policy's trunk, or on a trainable copy of its transformer body."""
+    causal_lm = base_model(policy)
+    backbone = None
+    if separate:
+        backbone = copy.deepcopy(causal_lm.get_decoder())
+        for parameter in backbone.parameters():
+            parameter.requires_grad_(True)  # LoRA freezes the policy's base weights, not the critic's
+    return ValueHead(causal_lm.config.hidden_size, backbone)
 
 
 def position_ids_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
@@ -112,12 +138,13 @@ def completion_forward(model, prompt_ids, prompt_mask, completion_ids, completio
     """
     input_ids = torch.cat([prompt_ids, completion_ids], dim=1)
     attention_mask = torch.cat([prompt_mask, completion_mask], dim=1)
+    position_ids = position_ids_from_mask(attention_mask)
     causal_lm = base_model(model)
     body = causal_lm.get_decoder()
-    hidden = body(input_ids=input_ids, attention_mask=attention_mask,
-                  position_ids=position_ids_from_mask(attention_mask), use_cache=False).last_hidden_state
-    width = completion_ids.shape[1]
-    hidden = hidden[:, prompt_ids.shape[1] - 1: prompt_ids.shape[1] - 1 + width]  # (B, T, H): predicts token t
+    hidden = body(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                  use_cache=False).last_hidden_state
+    start, width = prompt_ids.shape[1] - 1, completion_ids.shape[1]
+    hidden = hidden[:, start: start + width]  # (B, T, H): the state that predicts completion token t
     head = causal_lm.get_output_embeddings()
     has_bias = getattr(head, "bias", None) is not None
     entropies = None
@@ -131,5 +158,7 @@ def completion_forward(model, prompt_ids, prompt_mask, completion_ids, completio
             with torch.no_grad():
                 log_p = logits.log_softmax(-1)
                 entropies = -(log_p.exp() * log_p).sum(-1)
-    values = value_head(hidden) if value_head is not None else None
+    values = None
+    if value_head is not None:
+        values = value_head.values_for(hidden, input_ids, attention_mask, position_ids, start, width)
     return logps, values, entropies

@@ -6,7 +6,7 @@
   (Schulman et al. 2017, eq. 7) is applied to the sequence ratio. With one PPO epoch
   and one mini-batch the ratio is 1 and this is plain REINFORCE with a baseline.
 - `ppo_policy_loss`: the token-level clipped surrogate of PPO for RLHF (Ziegler et al.
-  2019; "The N Implementation Details of RLHF with PPO", Huang et al. 2022).
+  2019; "The N Implementation Details of RLHF with PPO", Huang, Liu & von Werra 2023).
 - `value_loss`: the clipped value loss of the same implementations,
   `0.5 * mean(max((V - R)^2, (clip(V, V_old - c, V_old + c) - R)^2))`.
 

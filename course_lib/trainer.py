@@ -38,7 +38,7 @@ from . import checkpoint as ckpt
 from .history import MetricsLogger, format_samples, load_history
 from .kl import truncated_is_ratio
 from .losses import policy_loss
-from .policy import ReferencePolicy, ValueHead, base_model, completion_forward, prepare_policy, resolve_dtype
+from .policy import ReferencePolicy, completion_forward, make_value_head, prepare_policy, resolve_dtype
 from .ppo_losses import ppo_policy_loss, rloo_policy_loss, value_loss
 from .rewards import compute_rewards, reward_function_name
 from .rollout import SamplingConfig, make_engine
@@ -139,7 +139,7 @@ class Trainer:
         self.model = prepare_policy(model, config)
         self.value_head = None
         if self.algo == "ppo":
-            self.value_head = ValueHead(base_model(self.model).config.hidden_size)
+            self.value_head = make_value_head(self.model, separate=config.use_separate_value_model)
         needs_reference = config.beta != 0.0
         self.reference = ReferencePolicy(self.model) if needs_reference else None
         parameters = [p for p in self.model.parameters() if p.requires_grad]

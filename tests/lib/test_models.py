@@ -53,6 +53,15 @@ def test_unknown_model_and_missing_package_errors_say_what_to_do(monkeypatch):
         smollm2_gguf_path()
 
 
+def test_unsloth_backend_explains_what_it_needs():
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present: the Unsloth path is exercised by the GPU cells")
+    with pytest.raises(ModelNotAvailableError, match="CUDA GPU"):
+        load_policy("tiny", backend="unsloth")
+    with pytest.raises(ValueError, match="backend"):
+        load_policy("tiny", backend="onnx")
+
+
 def test_answer_checking():
     assert predicted_number("42<|im_end|>") == "42"
     assert predicted_number("so 3 + 4 = 7. <answer>7</answer>") == "7"

@@ -169,3 +169,16 @@ def test_cli_train_and_eval_smoke(tmp_path):
     assert result.returncode == 0, result.stderr[-2000:]
     summary = json.loads(result.stdout.strip().splitlines()[-1])
     assert 0.0 <= summary["accuracy"] <= 1.0 and summary["n"] == 8
+
+
+def test_ppo_with_a_separate_value_model_trains_its_own_trunk(tmp_path):
+    trainer = _trainer(tmp_path, algo="ppo", use_separate_value_model=True, temperature=1.5,
+                       per_device_train_batch_size=8)
+    critic_body = trainer.value_head.backbone
+    assert critic_body is not None and critic_body is not trainer.model.get_decoder()
+    before = [p.detach().clone() for p in critic_body.parameters()]
+    policy_before = [p.detach().clone() for p in trainer.model.parameters()]
+    history = trainer.train()
+    assert any(not torch.equal(a, b) for a, b in zip(before, critic_body.parameters()))
+    assert any(not torch.equal(a, b) for a, b in zip(policy_before, trainer.model.parameters()))
+    assert math.isfinite(history[-1]["loss/value_avg"])

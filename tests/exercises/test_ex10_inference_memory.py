@@ -1,0 +1,17 @@
+from course_lib.checks import ex10
+
+
+def test_chunked_selective_log_softmax(exercise):
+    ex10.check_chunked_selective_log_softmax(exercise("ex10_inference_memory").chunked_selective_log_softmax)
+
+
+def test_logits_memory_bytes(exercise):
+    ex10.check_logits_memory_bytes(exercise("ex10_inference_memory").logits_memory_bytes)
+
+
+def test_kv_cache_bytes(exercise):
+    ex10.check_kv_cache_bytes(exercise("ex10_inference_memory").kv_cache_bytes)
+
+
+def test_truncated_is_weight(exercise):
+    ex10.check_truncated_is_weight(exercise("ex10_inference_memory").truncated_is_weight)
