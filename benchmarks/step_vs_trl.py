@@ -35,13 +35,23 @@ What still differs (the printed columns show it):
 - Log-probs: TRL asks the model for ``fused_lm_head`` log-probs and entropies (its
   ``entropy`` metric); ours runs the decoder body and a chunked fused log-softmax, and
   estimates the entropy from the sampled tokens' log-probs.
+- TRL patches the model's ``forward`` in place (its fused LM head), so every run loads a
+  fresh copy of the model; the digests printed under each model show that both trainers
+  started from the same weights (LoRA adapters included: both are created right after
+  ``torch.manual_seed(seed)``).
+- Both train with dropout on (LoRA's 0.05; TRL's ``disable_dropout`` is off by default).
 - Bookkeeping: TRL gathers metrics through ``accelerate``, keeps completion tables and
   shuffles the batch; ours writes one ``history.jsonl`` row per step.
 
-Columns: ``s/step`` mean seconds per optimizer step; ``gen`` seconds per step inside the
-generation call (chat template, tokenisation and ``generate``); ``reward`` seconds per step
-scoring; ``rest`` the remainder (log-probs, loss, backward, optimizer, bookkeeping);
-``ratio`` ours / TRL (below 1: ours is faster).
+Columns, per side, means over the timed steps: ``s/step`` wall seconds per optimizer step
+(``cpu``: this process's CPU seconds per step, which background load on a shared machine
+inflates far less than wall time); the wall seconds inside each phase, timed by wrapping
+the call that does it: ``gen`` the generation call (chat template, tokenisation,
+``generate``), ``rew`` the rewards, ``for`` the log-prob forward passes, ``bac`` every
+``Tensor.backward``, ``opt`` the AdamW step; ``oth`` the rest (loss arithmetic, gradient
+clipping, batching, logging); ``tokens`` completion tokens generated per step. The last
+line per model is ``ratio ours/TRL`` of the mean wall seconds per step (below 1: ours is
+faster), with the CPU-time ratio beside it.
 
     OMP_NUM_THREADS=1 python benchmarks/step_vs_trl.py                      # tiny 20 steps, smollm2 3
     OMP_NUM_THREADS=1 python benchmarks/step_vs_trl.py --models tiny --steps 1 --warmup 0
@@ -67,8 +77,6 @@ import time
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-
-import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -152,6 +160,8 @@ class StepClock:
 @contextlib.contextmanager
 def timed_backward(clock: StepClock):
     """Time every ``Tensor.backward`` call (both trainers call it once per micro-batch)."""
+    import torch
+
     original = torch.Tensor.backward
     torch.Tensor.backward = clock.timed(original, "backward")
     try:
@@ -187,6 +197,8 @@ def weights_digest(model) -> str:
 
 
 def run_ours(setup: dict, total_steps: int, seed: int, profile: bool = False) -> tuple[StepClock, str, str | None]:
+    import torch
+
     import course_lib.trainer as trainer_module
     from course_lib.trainer import Trainer
 
@@ -224,6 +236,7 @@ def run_ours(setup: dict, total_steps: int, seed: int, profile: bool = False) ->
 
 
 def run_trl(setup: dict, total_steps: int, seed: int) -> tuple[StepClock, str]:
+    import torch
     from transformers import TrainerCallback
     from transformers.trainer_callback import PrinterCallback
     from trl import GRPOTrainer
@@ -277,6 +290,8 @@ def _line(label: str, s: dict) -> str:
 
 
 def benchmark(name: str, steps: int, warmup: int, rounds: int, seed: int, profile: bool) -> float:
+    import torch
+
     setup = SETUPS[name]
     total = warmup + steps
     print(f"\n== {name}: model={setup['model']} task={setup['task']} rewards={','.join(setup['rewards'])}")
@@ -342,6 +357,8 @@ def parse_args(argv=None):
 
 def main(argv=None) -> None:
     args = parse_args(argv)
+    import torch
+
     torch.set_num_threads(args.threads)
     warnings.filterwarnings("ignore")
     from transformers.utils import logging as hf_logging

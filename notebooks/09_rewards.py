@@ -43,7 +43,7 @@ import warnings
 
 from IPython.display import display
 
-from course_lib.environment import fast_mode, scaled
+from course_lib.environment import fast_mode
 
 print("fast mode:", fast_mode())
 
@@ -213,7 +213,9 @@ plt.show()
 # ## 5. The GSM8K reward family
 #
 # Most open GRPO recipes for GSM8K grade an XML layout, `<reasoning>…</reasoning>` then
-# `<answer>…</answer>`, with five small rewards that the trainer adds up (maximum 4.0):
+# `<answer>…</answer>`, with five small rewards that the trainer adds up (maximum 4.0).
+# The set was shared by @willccbb and is reused in Unsloth's notebooks; it is popular and
+# works well:
 #
 # | function | score | rewards |
 # |---|---|---|
@@ -323,6 +325,13 @@ for reply, score in zip(replies, email_rubric(completions=replies)):
 # %% [markdown]
 # The ideal reply scores +4, the most this rubric gives (four bonuses, no penalty); the
 # rambling one loses a point for length and earns nothing else.
+#
+# There is no single right way to design these. One practical route: paste a batch of
+# your model's outputs into a strong model (GPT-4o, or a local Llama 3.1 8B) and ask it to
+# draft rules such as "if the answer sounds too robotic, subtract 3 points"; then turn each
+# rule into a small function you can test. Whatever the route, a badly designed reward
+# can quietly make the model worse, so test every reward on hand-written completions
+# before training.
 #
 # A rubric can be one reward function (as above: one column in the metrics) or several
 # functions passed to the trainer separately, which logs each one under

@@ -135,7 +135,8 @@ from course_lib.rollout import SamplingConfig, make_engine, vllm_available
 
 for engine in ("hf", "vllm"):
     config = make_config("grpo", engine=engine)
-    print(f"engine={engine}: vllm_importance_sampling_correction -> {config.effective_vllm_importance_sampling_correction}, "
+    correction = config.effective_vllm_importance_sampling_correction
+    print(f"engine={engine}: vllm_importance_sampling_correction -> {correction}, "
           f"cap {config.vllm_importance_sampling_cap}")
 
 if vllm_available() and not fast_mode():
@@ -163,7 +164,9 @@ else:
 # ## 3. The sampling/training mismatch, and truncated importance sampling
 #
 # Even with identical weights, the inference engine and the trainer do not compute the same
-# probabilities: different kernels, different precision, different order of additions.
+# probabilities: different kernels, different precision, different order of additions. In
+# float32 on a CPU the gap is tiny (around 1e-6 in log-prob for the tiny model, when the
+# cell above runs); with bf16 kernels on a GPU it is orders of magnitude larger.
 # The tokens are sampled from `π_sampler` but the loss assumes `π_old` (the trainer's), so
 # the batch is slightly **off-policy**. The correction weighs each token's loss by the
 # importance ratio, truncated from above so that a rare large ratio cannot blow up the
@@ -270,8 +273,8 @@ from course_lib.widgets import kv_cache_gb, logits_memory_gb
 
 print(f"logits: {logits_memory_gb(8, 20 * 1024, 128_256):.1f} GiB"
       f" ({logits_memory_gb(8, 20 * 1024, 128_256, unit='GB'):.1f} GB of 10^9 bytes)")
-print(f"KV cache: {kv_cache_gb(32, 1024, 20 * 1024):.1f} GiB per sequence, {kv_cache_gb(32, 1024, 20 * 1024, batch=8):.0f} "
-      "GiB for a batch of 8")
+print(f"KV cache: {kv_cache_gb(32, 1024, 20 * 1024):.1f} GiB per sequence, "
+      f"{kv_cache_gb(32, 1024, 20 * 1024, batch=8):.0f} GiB for a batch of 8")
 
 # %% [markdown]
 # The whole bill, as reported in the guide (Llama 3.1 8B, 20K context, 8 generations):
@@ -385,6 +388,9 @@ display(plot_memory_vs_chunk_size(results))
 # matrices: the optimizer state (two fp32 moments per trainable parameter in AdamW) shrinks
 # with the trainable parameters, and with LoRA the *reference* model is the base with the
 # adapters switched off — no second copy. **QLoRA** also stores the frozen base in 4 bits.
+# GRPO used to mean full fine-tuning; with (Q)LoRA it fits on one small GPU: the "aha
+# moment" demos with Qwen2.5 3B first needed two A100s (160 GB), while Unsloth reports the
+# same with a 5 GB GPU.
 
 # %%
 from course_lib.models import count_parameters
@@ -415,7 +421,9 @@ for billions in (0.5, 1.5, 3, 7, 8, 14, 17):
 #
 # This cell runs only on a CUDA machine with the GPU extras installed (`pip install
 # unsloth vllm`, which the setup cell does on Colab) and network access to download the
-# model. `fast_inference=True` starts a vLLM engine that shares the model's memory.
+# model. `fast_inference=True` starts a vLLM engine that shares the model's memory. (If
+# Unsloth raises an error locally, the guide suggests `pip install diffusers` and the
+# latest vLLM.)
 
 # %%
 if torch.cuda.is_available() and engines_available()["unsloth"]:

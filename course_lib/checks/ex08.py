@@ -32,7 +32,8 @@ def _advantage_mistakes(rewards: torch.Tensor, k: int) -> dict[str, torch.Tensor
         "here the layout is prompt-major: the k completions of a prompt are contiguous, use rewards.view(-1, k).":
             (by_generation - (by_generation.sum(0, keepdim=True) - by_generation) / (k - 1)).reshape(-1),
         "the baseline includes the completion's own reward (r_i - mean of the whole group); RLOO leaves it "
-        "out: the baseline is the mean of the OTHER k - 1 rewards.": (grouped - grouped.mean(1, keepdim=True)).reshape(-1),
+        "out: the baseline is the mean of the OTHER k - 1 rewards.":
+            (grouped - grouped.mean(1, keepdim=True)).reshape(-1),
         "divided the others' sum by k; there are k - 1 others.":
             (grouped - (grouped.sum(1, keepdim=True) - grouped) / k).reshape(-1),
         "returned the baseline; the advantage is the reward minus the baseline.":

@@ -22,9 +22,12 @@ def _run(algo: str, tmp_path, **overrides):
     model, tokenizer = load_policy("tiny")
     test = get_task("arithmetic", split="test", n=200, seed=1)
     before = evaluate_accuracy(model, tokenizer, test, max_new_tokens=6)
+    # Four prompts x 8 completions a step and a small learning rate: the tiny model sits just past
+    # the point where it learned to carry, and large noisy steps knock it back (measured:
+    # lr 3e-4 with 2 prompts a step collapsed it to 0%).
     settings = dict(model_name_or_path="tiny", output_dir=str(tmp_path), seed=0, max_completion_length=6,
-                    per_device_train_batch_size=16, num_generations=8, temperature=1.0,
-                    lr_scheduler_type="constant", save_steps=0, logging_steps=100)
+                    per_device_train_batch_size=32, num_generations=8, temperature=1.0, learning_rate=3e-5,
+                    max_steps=200, lr_scheduler_type="constant", save_steps=0, logging_steps=100)
     settings.update(overrides)
     trainer = Trainer(make_config(algo, **settings), get_reward_functions(["correctness_first_number_reward"]),
                       get_task("arithmetic", split="train", n=4000, seed=0), model, tokenizer, progress=False)
@@ -37,11 +40,11 @@ def _run(algo: str, tmp_path, **overrides):
 
 @pytest.mark.slow
 def test_grpo_raises_held_out_accuracy(tmp_path):
-    before, after = _run("grpo", tmp_path, learning_rate=3e-4, max_steps=300)
+    before, after = _run("grpo", tmp_path)
     assert after >= before + MARGIN
 
 
 @pytest.mark.slow
 def test_rloo_raises_held_out_accuracy(tmp_path):
-    before, after = _run("rloo", tmp_path, learning_rate=3e-4, max_steps=300, beta=0.0, num_iterations=1)
+    before, after = _run("rloo", tmp_path, beta=0.0, num_iterations=1)
     assert after >= before + MARGIN

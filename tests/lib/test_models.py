@@ -17,7 +17,7 @@ def test_tiny_loads_with_chat_template_and_eos():
                                          tokenize=False)
     assert text == "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
     ids = tokenizer(text, add_special_tokens=False)["input_ids"]
-    assert tokenizer.decode(ids) == text and len(ids) == len("user\nhi\n\nassistant\n") + 3
+    assert tokenizer.decode(ids) == text and len(ids) == len("user\nhi\nassistant\n") + 3  # characters + 3 special tokens
     assert tokenizer.eos_token == "<|im_end|>" and tokenizer.padding_side == "left"
     assert model.config.vocab_size == len(tokenizer)
 
