@@ -197,6 +197,7 @@ def weights_digest(model) -> str:
 
 
 def run_ours(setup: dict, total_steps: int, seed: int, profile: bool = False) -> tuple[StepClock, str, str | None]:
+    """Train ``total_steps`` steps with ``course_lib.trainer.Trainer``; return (clock, weights digest, cProfile)."""
     import torch
 
     import course_lib.trainer as trainer_module
@@ -236,6 +237,7 @@ def run_ours(setup: dict, total_steps: int, seed: int, profile: bool = False) ->
 
 
 def run_trl(setup: dict, total_steps: int, seed: int) -> tuple[StepClock, str]:
+    """Train ``total_steps`` steps with TRL's ``GRPOTrainer``; return (clock, weights digest)."""
     import torch
     from transformers import TrainerCallback
     from transformers.trainer_callback import PrinterCallback
@@ -290,6 +292,7 @@ def _line(label: str, s: dict) -> str:
 
 
 def benchmark(name: str, steps: int, warmup: int, rounds: int, seed: int, profile: bool) -> float:
+    """Run both trainers ``rounds`` times on setup ``name``, print the table; return ours / TRL s/step."""
     import torch
 
     setup = SETUPS[name]
@@ -299,7 +302,7 @@ def benchmark(name: str, steps: int, warmup: int, rounds: int, seed: int, profil
           f"rounds={rounds} seed={seed} torch threads={torch.get_num_threads()}")
     durations = {"ours": [], "trl": []}
     parts = {"ours": [], "trl": []}
-    digests = {}
+    digests: set[tuple[str, str]] = set()
     for round_index in range(rounds):
         order = ("ours", "trl") if round_index % 2 == 0 else ("trl", "ours")
         for side in order:
@@ -309,18 +312,22 @@ def benchmark(name: str, steps: int, warmup: int, rounds: int, seed: int, profil
                     print(f"-- cProfile of ours (round 1, all {total} steps, cumulative):\n{report}")
             else:
                 clock, digest = run_trl(setup, total, seed)
-            digests[side] = digest
+            digests.add((side, digest))
             summary = clock.summary(warmup)
             durations[side] += summary["durations"]
             parts[side].append(summary)
             print(f" round {round_index + 1} {_line(side, summary)}")
-    print(f"   starting weights: ours {digests['ours']}  TRL {digests['trl']}  "
-          f"({'identical' if digests['ours'] == digests['trl'] else 'DIFFERENT'})")
+    ours_digests = sorted(d for side, d in digests if side == "ours")
+    trl_digests = sorted(d for side, d in digests if side == "trl")
+    same = len({d for _, d in digests}) == 1
+    print(f"   starting weights: ours {','.join(ours_digests)}  TRL {','.join(trl_digests)}  "
+          f"({'identical' if same else 'DIFFERENT'})")
     means = {}
     for side in ("ours", "trl"):
         runs = parts[side]
         weight = [r["steps"] for r in runs]
-        merged = {k: sum(r[k] * w for r, w in zip(runs, weight)) / sum(weight) for k in ("step", "cpu", "tokens", *PHASES)}
+        merged = {k: sum(r[k] * w for r, w in zip(runs, weight)) / sum(weight)
+                  for k in ("step", "cpu", "tokens", *PHASES)}
         merged["steps"] = sum(weight)
         means[side] = merged
         print(f" all    {_line(side, merged)}")

@@ -29,8 +29,8 @@ PRESETS = {
         "task": "arithmetic",
         "rewards": ["correctness_first_number_reward"],
         "eval_n": 200,
-        "config": dict(learning_rate=3e-4, per_device_train_batch_size=16, num_generations=8,
-                       max_completion_length=6, max_steps=300, lr_scheduler_type="constant", logging_steps=50),
+        "config": dict(learning_rate=3e-5, per_device_train_batch_size=32, num_generations=8,
+                       max_completion_length=6, max_steps=200, lr_scheduler_type="constant", logging_steps=50),
     },
 }
 

@@ -306,6 +306,8 @@ class Trainer:
         if "entropy" not in metrics:  # Monte-Carlo estimate from the sampled tokens when logits are fused away
             valid = mask.bool()
             metrics["entropy"] = (-logps.detach()[valid]).mean().item() if valid.any() else 0.0
+        if self.algo != "grpo":
+            metrics["policy/entropy_avg"] = metrics["entropy"]  # the name RLOO/PPO docs use
         return metrics
 
     def _optimizer_step(self) -> dict:

@@ -378,7 +378,7 @@ variants = {
 histories = {name: run(name.split(",")[0] + "_" + settings["scale_rewards"], **settings)[1]
              for name, settings in variants.items()}
 fig, axes = plt.subplots(1, 3, figsize=(13, 3.4))
-for ax, key in zip(axes, ("reward", "completions/mean_length", "loss")):
+for ax, key in zip(axes, ("reward", "completions/mean_length", "grad_norm")):
     for name, rows in histories.items():
         ax.plot([r["step"] for r in rows], [r[key] for r in rows], marker="." if len(rows) < 30 else None, label=name)
     ax.set(title=key, xlabel="optimizer step")
@@ -388,10 +388,13 @@ fig.tight_layout()
 plt.show()
 
 # %% [markdown]
-# The `loss` panel shows the scales differ: `dr_grpo` divides by B × `max_completion_length`,
-# so its loss (and gradient) is smaller than `dapo`'s when completions are shorter than the
-# limit, and `scale_rewards="none"` keeps the raw reward scale. Changing the loss type can
-# therefore call for a different learning rate.
+# The `grad_norm` panel shows that the scales differ even when the samples are the same:
+# `dr_grpo` divides by B × `max_completion_length`, so its gradient is smaller than
+# `dapo`'s whenever the completions are shorter than the limit, and
+# `scale_rewards="none"` keeps the raw reward scale instead of unit-variance groups.
+# Changing the loss type or the scaling can therefore call for a different learning rate.
+# (In fast mode the runs are too short for the updates to change what the model samples,
+# so the reward and length curves lie on top of each other.)
 
 # %% [markdown]
 # ## Questions

@@ -466,15 +466,19 @@ print({name: getattr(seed_config, name) for name in
 # activations held at once shrink (lesson 07). With several GPUs, DeepSpeed ZeRO stage 3
 # shards parameters, gradients and optimizer state across them
 # (`accelerate launch --config_file examples/accelerate_configs/deepspeed_zero3.yaml ...`).
+# Under ZeRO-3, TRL's `ds3_gather_for_generation` (default True) gathers the sharded
+# policy weights for generation, which is faster; turning it off lets you train a model
+# larger than one GPU's memory, at the price of slower generation.
 #
 # **The benchmark.** To validate the trainer, TRL trained Pythia-1B (`EleutherAI/pythia-
 # 1b-deduped`, with the SFT and reward models of the N+ implementation details study) on
 # TL;DR summarization: DeepSpeed ZeRO-2, `num_ppo_epochs 2`, `num_mini_batches 2`,
-# learning rate 3e-6, `kl_coef 0.03`, `missing_eos_penalty 1.0`, `stop_token eos`,
-# 1,000,000 episodes. Judged by GPT-4o mini against the reference summaries on 1,000
-# examples (the checkpoints served with vLLM for the evaluation), the RLOO checkpoint won
-# **51.2%** of comparisons, the SFT starting point **33.0%** — a sign that the RLOO
-# training works as intended.
+# learning rate 3e-6, per-device batch 8 with 8 accumulation steps (16 and 16 in a later
+# version of the page), `local_rollout_forward_batch_size 16`, `kl_coef 0.03`,
+# `missing_eos_penalty 1.0`, `stop_token eos`, 1,000,000 episodes. Judged by GPT-4o mini
+# against the reference summaries on 1,000 examples (the checkpoints served with vLLM for
+# the evaluation), the RLOO checkpoint won **51.2%** of comparisons, the SFT starting
+# point **33.0%** — a sign that the RLOO training works as intended.
 
 # %%
 fig, ax = plt.subplots(figsize=(4.5, 2.8))

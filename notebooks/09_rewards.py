@@ -383,8 +383,9 @@ feedback(ex09.check_combine_rewards, ex.combine_rewards)
 # Rewards meet real completions: greedy answers of the course's tiny model on six
 # arithmetic problems, scored by a correctness reward, the proximity reward and the
 # number-present reward. The heatmap shows at a glance which signal a policy could learn
-# from: correctness is mostly 0 here, while proximity separates near misses from wild
-# guesses.
+# from: correctness only splits right from wrong, proximity also ranks the wrong answers
+# (a near miss above a wild guess), and the number reward is the same for all of them —
+# it stops teaching once every answer is a number.
 
 # %%
 from course_lib.evaluation import greedy_completions

@@ -421,16 +421,26 @@ for billions in (0.5, 1.5, 3, 7, 8, 14, 17):
 #
 # This cell runs only on a CUDA machine with the GPU extras installed (`pip install
 # unsloth vllm`, which the setup cell does on Colab) and network access to download the
-# model. `fast_inference=True` starts a vLLM engine that shares the model's memory. (If
-# Unsloth raises an error locally, the guide suggests `pip install diffusers` and the
-# latest vLLM.)
+# model. In Unsloth's own words, fast inference is one flag of its loader:
+#
+# ```python
+# from unsloth import FastLanguageModel
+# model, tokenizer = FastLanguageModel.from_pretrained(
+#     model_name="unsloth/Llama-3.2-3B-Instruct", fast_inference=True)
+# model.fast_generate(["Hello!"])
+# ```
+#
+# `fast_inference=True` starts a vLLM engine that shares the model's memory.
+# `course_lib.models.load_unsloth_policy` makes the same call and returns a model the
+# course's `Trainer` accepts. (If Unsloth raises an error locally, the guide suggests
+# `pip install diffusers` and the latest vLLM.)
 
 # %%
 if torch.cuda.is_available() and engines_available()["unsloth"]:
-    from unsloth import FastLanguageModel
+    from course_lib.models import load_unsloth_policy
 
-    fast_model, fast_tokenizer = FastLanguageModel.from_pretrained(
-        model_name="unsloth/Llama-3.2-3B-Instruct", max_seq_length=1024, load_in_4bit=True,
+    fast_model, fast_tokenizer = load_unsloth_policy(
+        "unsloth/Llama-3.2-3B-Instruct", max_seq_length=1024, load_in_4bit=True,
         fast_inference=True,  # vLLM inside, sharing the weights' GPU memory
         max_lora_rank=16, gpu_memory_utilization=0.6)
     print(fast_model.fast_generate(["Hello!"]))

@@ -192,7 +192,9 @@ def completion_mask_from_eos(completion_ids: torch.Tensor, eos_ids: Sequence[int
     """
     batch, width = completion_ids.shape
     positions = torch.arange(width).expand(batch, width)
-    valid = positions < lengths.unsqueeze(1) if lengths is not None else torch.ones_like(completion_ids, dtype=torch.bool)
+    if lengths is None:
+        lengths = torch.full((batch,), width)
+    valid = positions < lengths.unsqueeze(1)
     is_eos_token = torch.isin(completion_ids, torch.as_tensor(list(eos_ids), dtype=completion_ids.dtype)) & valid
     is_eos = is_eos_token.any(dim=1)
     first_eos = torch.where(is_eos, is_eos_token.int().argmax(dim=1), torch.full((batch,), width))

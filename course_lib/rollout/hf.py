@@ -10,8 +10,8 @@ temperature, min-p, top-k, top-p) run inside one logits processor of ours, place
 ``generate``'s own warpers are switched off. That processor therefore sees exactly the
 scores ``generate`` samples from; it keeps their log-softmax for one step only and, at the
 next step, reads off the entry of the token that was just appended. The result is the
-same ``log_softmax(processed scores)[sampled id]`` as with ``output_scores``, in ``O(B)``
-memory per step.
+same ``log_softmax(processed scores)[sampled id]`` as with ``output_scores``, holding one
+``(B, V)`` tensor at a time instead of one per step.
 
 The filters run in vLLM's order (temperature, min-p, top-k, top-p) rather than
 ``generate``'s (temperature, top-k, top-p, min-p), so the two engines sample the same

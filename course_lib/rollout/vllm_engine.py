@@ -68,7 +68,7 @@ def _preserve_process_state():
         numpy_state = numpy.random.get_state()
     except ImportError:  # pragma: no cover - numpy ships with torch
         numpy, numpy_state = None, None
-    with torch.random.fork_rng(devices=[]):
+    with torch.random.fork_rng(devices=list(range(torch.cuda.device_count()))):
         try:
             yield
         finally:
@@ -187,7 +187,7 @@ class VLLMEngine:
         self.model_path = str(Path(model_path)) if Path(str(model_path)).exists() else str(model_path)
         self.eos_ids = eos_token_ids(tokenizer, _generation_config(self.model_path))
         options = dict(model=self.model_path, dtype=dtype, max_model_len=max_model_len, seed=self.seed,
-                       enforce_eager=True, logprobs_mode="processed_logprobs", skip_tokenizer_init=True,
+                       enforce_eager=True, logprobs_mode="processed_logprobs",
                        gpu_memory_utilization=gpu_memory_utilization)
         if not torch.cuda.is_available() and "VLLM_CPU_KVCACHE_SPACE" not in os.environ:
             options["kv_cache_memory_bytes"] = int(kv_cache_gib * 2**30)
@@ -252,7 +252,7 @@ class VLLMEngine:
         if not weights:
             raise ValueError("sync_weights: the model has no weights to send.")
         with torch.no_grad():
-            self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": iter(weights)})
+            self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights})
         self.llm.reset_prefix_cache()
 
     def vllm_model(self) -> torch.nn.Module:

@@ -56,3 +56,9 @@ __all__ = [
     "GridLearningCurve", "greedy_score", "train_gridworld",
     "GradientVarianceResult", "exact_policy_gradient", "gradient_variance",
 ]
+
+# Figures here are built without pyplot (nothing leaks between calls): let a notebook cell that
+# ends with one show it as an image.
+from ..widgets._common import enable_notebook_display as _enable_notebook_display  # noqa: E402
+
+_enable_notebook_display()

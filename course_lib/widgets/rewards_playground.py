@@ -39,7 +39,9 @@ def _broadcast_columns(columns: Mapping[str, Any], count: int) -> dict[str, list
     """A column given as one value applies to every completion."""
     out = {}
     for name, value in columns.items():
-        if isinstance(value, (list, tuple)):
+        # Any sequence but a string is one value per completion (lists, tuples, a dataset
+        # Column, arrays); anything else applies to all.
+        if hasattr(value, "__len__") and hasattr(value, "__getitem__") and not isinstance(value, (str, bytes, dict)):
             if len(value) != count:
                 raise ValueError(f"column {name!r} has {len(value)} values for {count} completions. "
                                  "Fix: one value per completion, or a single value for all.")

@@ -27,13 +27,13 @@ def prompts():
     return get_task("arithmetic", split="test", n=4)["prompt"]
 
 
-def reference_logps(model, batch, temperature: float, top_k: int | None = None,
-                    repetition_penalty: float = 1.0) -> torch.Tensor:
+def reference_logps(model, batch, temperature: float, top_k: int | None = None, repetition_penalty: float = 1.0,
+                    min_p: float | None = None) -> torch.Tensor:
     """The sampling distribution's log-probs at the sampled ids, rebuilt from a forward pass.
 
     Per position: logits of the unpadded prompt + completion, the repetition penalty on
     every token seen so far (divide positive logits, multiply negative ones), divided by
-    the temperature, top-k filtered, log-softmaxed.
+    the temperature, min-p then top-k filtered, log-softmaxed.
     """
     out = torch.zeros_like(batch.completion_ids, dtype=torch.float32)
     for row in range(len(batch)):
@@ -47,10 +47,18 @@ def reference_logps(model, batch, temperature: float, top_k: int | None = None,
             seen = sorted(set(prompt.tolist()) | set(completion[:t].tolist()))
             step[seen] = torch.where(step[seen] > 0, step[seen] / repetition_penalty, step[seen] * repetition_penalty)
             step = step / temperature
+            if min_p is not None:
+                probs = torch.softmax(step, -1)
+                step[probs < min_p * probs.max()] = float("-inf")
             if top_k is not None:
                 step[step < step.topk(top_k).values[-1]] = float("-inf")
             out[row, t] = torch.log_softmax(step, -1)[completion[t]]
     return out
+
+
+# Sampling settings whose log-probs both engines must reproduce.
+SAMPLING_CASES = [dict(temperature=0.7), dict(temperature=1.0), dict(temperature=1.3, top_k=5),
+                  dict(temperature=0.9, repetition_penalty=1.3), dict(temperature=1.2, min_p=0.05)]
 
 
 def check_batch_layout(batch, tokenizer, prompts, n):
@@ -146,15 +154,11 @@ def test_greedy_matches_generate(tiny, prompts):
     assert torch.equal(batch.completion_ids[0::2], batch.completion_ids[1::2])  # greedy: n copies agree
 
 
-@pytest.mark.parametrize("temperature, top_k, repetition_penalty", [(0.7, None, 1.0), (1.0, None, 1.0),
-                                                                    (1.3, 5, 1.0), (0.9, None, 1.3)])
-def test_sampling_logps_match_forward_pass(tiny, prompts, temperature, top_k, repetition_penalty):
+@pytest.mark.parametrize("settings", SAMPLING_CASES)
+def test_sampling_logps_match_forward_pass(tiny, prompts, settings):
     model, tokenizer = tiny
-    sampling = SamplingConfig(temperature=temperature, top_k=top_k, repetition_penalty=repetition_penalty,
-                              max_tokens=10, seed=3)
-    batch = HFEngine(model, tokenizer).generate(prompts, 3, sampling)
-    expected = reference_logps(model, batch, temperature, top_k, repetition_penalty)
-    torch.testing.assert_close(batch.sampling_logps, expected, atol=1e-4, rtol=0)
+    batch = HFEngine(model, tokenizer).generate(prompts, 3, SamplingConfig(max_tokens=10, seed=3, **settings))
+    torch.testing.assert_close(batch.sampling_logps, reference_logps(model, batch, **settings), atol=1e-4, rtol=0)
     assert (batch.sampling_logps[batch.completion_mask == 0] == 0).all()
 
 

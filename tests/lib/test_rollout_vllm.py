@@ -13,11 +13,13 @@ import torch
 
 from course_lib.data import get_task
 from course_lib.models import load_policy, resolve_model_path
-from course_lib.rollout import HFEngine, SamplingConfig
-from test_rollout_hf import check_batch_layout, reference_logps
+from course_lib.rollout import HFEngine, SamplingConfig, vllm_available
+from test_rollout_hf import SAMPLING_CASES, check_batch_layout, reference_logps
 
-pytestmark = [pytest.mark.vllm, pytest.mark.slow]
-pytest.importorskip("vllm", reason="vLLM is not installed (optional engine)")
+# find_spec, not import: importing vLLM takes seconds even when these tests are deselected.
+# xdist_group keeps the module on one worker under `--dist loadgroup` (one engine start).
+pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.xdist_group("vllm_engine"),
+              pytest.mark.skipif(not vllm_available(), reason="vLLM is not installed (optional engine)")]
 
 # float32, two different kernel sets: measured gaps are ~6e-6 on the checkpoint's weights and up
 # to ~3e-4 on the perturbed ones (median 0; the largest on tokens with log-prob below -9).
@@ -55,9 +57,8 @@ def perturbed(model, scale=0.05, seed=0):
     return noisy
 
 
-def max_logp_gap(model, batch, temperature, top_k=None, repetition_penalty=1.0):
-    expected = reference_logps(model, batch, temperature, top_k, repetition_penalty)
-    return (batch.sampling_logps - expected).abs().max().item()
+def max_logp_gap(model, batch, **settings):
+    return (batch.sampling_logps - reference_logps(model, batch, **settings)).abs().max().item()
 
 
 def test_layout_masks_and_eos(engine, setup, prompts):
@@ -67,14 +68,10 @@ def test_layout_masks_and_eos(engine, setup, prompts):
     assert not batch.is_eos.all() and batch.completion_ids.shape[1] == 2
 
 
-@pytest.mark.parametrize("temperature, top_k, repetition_penalty", [(0.7, None, 1.0), (1.0, None, 1.0),
-                                                                    (1.3, 5, 1.0), (0.9, None, 1.3)])
-def test_sampling_logps_are_the_processed_distribution(engine, setup, prompts, temperature, top_k,
-                                                       repetition_penalty):
-    sampling = SamplingConfig(temperature=temperature, top_k=top_k, repetition_penalty=repetition_penalty,
-                              max_tokens=10, seed=1)
-    batch = engine.generate(prompts, 3, sampling)
-    assert max_logp_gap(setup["model"], batch, temperature, top_k, repetition_penalty) < TOLERANCE
+@pytest.mark.parametrize("settings", SAMPLING_CASES)
+def test_sampling_logps_are_the_processed_distribution(engine, setup, prompts, settings):
+    batch = engine.generate(prompts, 3, SamplingConfig(max_tokens=10, seed=1, **settings))
+    assert max_logp_gap(setup["model"], batch, **settings) < TOLERANCE
 
 
 def test_sync_weights_of_a_perturbed_model(engine, setup, prompts):
@@ -82,11 +79,11 @@ def test_sync_weights_of_a_perturbed_model(engine, setup, prompts):
     noisy = perturbed(model)
     sampling = SamplingConfig(temperature=0.8, max_tokens=10, seed=2)
     before = engine.generate(prompts, 2, sampling)
-    assert max_logp_gap(noisy, before, 0.8) > 0.05  # the engine still has the checkpoint's weights
+    assert max_logp_gap(noisy, before, temperature=0.8) > 0.05  # the engine still has the checkpoint's weights
 
     engine.sync_weights(noisy)
     after = engine.generate(prompts, 2, sampling)
-    assert max_logp_gap(noisy, after, 0.8) < TOLERANCE
+    assert max_logp_gap(noisy, after, temperature=0.8) < TOLERANCE
 
     greedy = SamplingConfig(temperature=0, max_tokens=12)
     vllm_greedy = engine.generate(prompts, 1, greedy)
@@ -108,9 +105,9 @@ def test_sync_weights_merges_lora_adapters(engine, setup, prompts):
     weights_before = {name: p.detach().clone() for name, p in peft_model.named_parameters()}
 
     sampling = SamplingConfig(temperature=0.9, max_tokens=10, seed=3)
-    assert max_logp_gap(peft_model, engine.generate(prompts, 2, sampling), 0.9) > 0.05
+    assert max_logp_gap(peft_model, engine.generate(prompts, 2, sampling), temperature=0.9) > 0.05
     engine.sync_weights(peft_model)
-    assert max_logp_gap(peft_model, engine.generate(prompts, 2, sampling), 0.9) < TOLERANCE
+    assert max_logp_gap(peft_model, engine.generate(prompts, 2, sampling), temperature=0.9) < TOLERANCE
     for name, parameter in peft_model.named_parameters():  # the trainer's weights are untouched
         assert torch.equal(parameter, weights_before[name]), name
 
