@@ -339,7 +339,7 @@ def benchmark(name: str, steps: int, warmup: int, rounds: int, seed: int, profil
     return ratio
 
 
-def parse_args(argv=None):
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", default="tiny,smollm2", help=f"comma-separated, from {', '.join(SETUPS)}")
     parser.add_argument("--steps", type=int, default=None,
@@ -362,11 +362,13 @@ def parse_args(argv=None):
     return args
 
 
-def main(argv=None) -> None:
+def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     import torch
 
     torch.set_num_threads(args.threads)
+    # TRL warns about the vLLM version and transformers about generation flags on every run;
+    # none of it bears on the timing, and it would bury the table.
     warnings.filterwarnings("ignore")
     from transformers.utils import logging as hf_logging
 

@@ -117,7 +117,7 @@ bnpo = sum(policy_loss(logps[s], None, advantages[s], mask[s], loss_type="bnpo",
                        gradient_accumulation_steps=2).loss for s in micro)
 print(f"token mean of the full batch: {full.item():+.4f}")
 print(f"dapo, 2 micro-batches summed: {dapo.item():+.4f}   (same: one weight per token)")
-print(f"bnpo, 2 micro-batches summed: {bnpo.item():+.4f}   (differs: the small micro-batch counts as much as the big one)")
+print(f"bnpo, 2 micro-batches summed: {bnpo.item():+.4f}   (differs: the small micro-batch weighs as much as the big)")
 print("per-token weights for lengths 3, 9, 2, 6:")
 for loss_type in ("grpo", "bnpo", "dr_grpo", "dapo"):
     weights = per_token_weights([3, 9, 2, 6], loss_type, max_completion_length=16)

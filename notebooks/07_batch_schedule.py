@@ -13,7 +13,7 @@
 # 1. learn what each batch setting means and which ones to touch;
 # 2. derive the formulas: effective batch, generation batch, optimizer steps per
 #    generation, unique prompts per generation;
-# 3. reproduce the four example tables of the seed documentation step by step, with the
+# 3. reproduce the four example tables of Unsloth's RL documentation step by step, with the
 #    optimizer updates marked — and find the typo in the third one;
 # 4. write the schedule generator yourself and check it against `course_lib.schedule`,
 #    which the course's trainer follows.
@@ -39,7 +39,7 @@ if importlib.util.find_spec("course_lib") is None:  # Colab or a fresh kernel el
 #
 # | setting | meaning |
 # |---|---|
-# | `per_device_train_batch_size` | completions per process in one **micro-step** (one forward + backward pass). The seed calls it *train_batch_size*: samples per process per step. |
+# | `per_device_train_batch_size` | completions per process in one **micro-step** (one forward + backward pass). Unsloth's documentation calls it *train_batch_size*: samples per process per step. |
 # | `gradient_accumulation_steps` (also called gradient accumulation) | micro-steps whose gradients are summed before **one optimizer update** (the backward passes happen every micro-step; the update waits). |
 # | `num_processes` | data-parallel training processes (GPUs, workers); each runs its own micro-batches. |
 # | `num_generations` | completions sampled per prompt: the group size G of lesson 05. |
@@ -53,9 +53,9 @@ if importlib.util.find_spec("course_lib") is None:  # Colab or a fresh kernel el
 #
 # One more rule concerns small batches. A generation batch must hold **whole groups**:
 # G divides it. If you ask for `per_device_train_batch_size` smaller than
-# `num_generations` (say 1 completion a step with 8 generations), Unsloth quietly raises
-# the per-device batch to `num_generations`; TRL 1.16 and `course_lib` refuse the setting
-# with an error instead, so you choose the fix yourself:
+# `num_generations` (say 1 completion a step with 8 generations), Unsloth raises the
+# per-device batch to `num_generations` and prints a notice; TRL 1.16 and `course_lib`
+# refuse the setting with an error instead, so you choose the fix yourself:
 
 # %%
 from course_lib.config import GRPOConfig
@@ -96,7 +96,7 @@ from course_lib.schedule import (
     unique_prompts_per_generation,
 )
 
-per_device, accumulation, generations, steps = 3, 2, 3, 4  # the seed's Example 1
+per_device, accumulation, generations, steps = 3, 2, 3, 4  # Example 1 of the tables below
 generation = generation_batch_size(per_device, steps)
 print("effective batch                :", effective_batch_size(per_device, accumulation))
 print("generation batch               :", generation)
@@ -145,7 +145,8 @@ feedback(ex07.check_batch_arithmetic, ex.batch_arithmetic)
 #    `gradient_accumulation_steps` micro-steps (counted from the start of training).
 #
 # `course_lib.schedule.schedule_table` lists the micro-steps; `format_schedule` prints them
-# like the seed's tables, one table per generation cycle (A, B, ...). The four examples:
+# like the tables of Unsloth's RL documentation, one table per generation cycle (A, B, ...).
+# Its four examples:
 #
 # **Example 1** — `per_device_train_batch_size=3`, `gradient_accumulation_steps=2`,
 # `num_generations=3`, `steps_per_generation=4`. Each micro-batch is one prompt's group;
@@ -190,11 +191,11 @@ display(plot_schedule(schedule_table(**SCHEDULE_PRESETS["Example 2"]), SCHEDULE_
 # computed on the whole generation batch *before* it is cut (lesson 05), so a completion
 # carries its group's statistics into whichever micro-batch it lands in.
 #
-# The seed prints cycle A of this example as `[0,0,0] [0,1,1] [1,1,3] [3,3,3]`. Count the
+# The documentation prints cycle A of this example as `[0,0,0] [0,1,1] [1,1,3] [3,3,3]`. Count the
 # completions per prompt: every prompt must appear exactly `num_generations` = 4 times, and
 # 4 micro-batches × 3 completions = 12 completions = **3** prompts, numbered 0, 1, 2.
 # In the printed table prompt 2 never appears and prompt 3 appears 4 times: the `3` in
-# the third micro-batch and the last one should read `2`. (The seed then numbers cycle B
+# the third micro-batch and the last one should read `2`. (It then numbers cycle B
 # from 4; with three prompts per cycle it starts at 3 — the labels are only names, but each
 # one must still appear 4 times.)
 
@@ -238,7 +239,7 @@ except ImportError:
     print("ipywidgets is not installed: the explorer is skipped (pip install ipywidgets).")
 
 # %% [markdown]
-# Two configurations the seed does not show, printed with the same function. With two
+# Two configurations the documentation does not show, printed with the same function. With two
 # processes each process owns its own slice of the generation batch (separated by `|`),
 # and the effective batch doubles. With accumulation 2 and 3 micro-steps per generation,
 # the second update straddles two generation cycles.
@@ -256,7 +257,7 @@ print(format_schedule(schedule_table(per_device_train_batch_size=2, gradient_acc
 # Implement `micro_batches(per_device_train_batch_size, gradient_accumulation_steps,
 # num_generations, steps_per_generation, cycles)` in the same file: the prompt indices of
 # every micro-batch and whether the optimizer steps after it. The check compares your
-# table with the seed's examples and with `schedule_table`.
+# table with the documentation's examples and with `schedule_table`.
 
 # %%
 ex = load_exercise("ex07_batch_schedule")

@@ -66,7 +66,7 @@ def micro_batches(per_device_train_batch_size: int, gradient_accumulation_steps:
     `gradient_accumulation_steps`-th micro-step, counted from the start of training
     (not from the start of the cycle).
 
-    Example (the seed's Example 1): `micro_batches(3, 2, 3, 4, cycles=1)` returns
+    Example (Example 1 of the lesson): `micro_batches(3, 2, 3, 4, cycles=1)` returns
     `[([0, 0, 0], False), ([1, 1, 1], True), ([2, 2, 2], False), ([3, 3, 3], True)]`.
 
     Returns:

@@ -1,7 +1,8 @@
 """Checks for lesson 07 (the batch schedule): batch arithmetic and the micro-batch table.
 
-Expected values are the seed's tables written out by hand, `course_lib.schedule`'s
-formula helpers and `schedule_table`; typical mistakes are reproduced to name them.
+Expected values are the lesson's example tables (from Unsloth's RL documentation) written
+out by hand, `course_lib.schedule`'s formula helpers and `schedule_table`; typical
+mistakes are reproduced to name them.
 """
 
 from ..schedule import (
@@ -127,7 +128,8 @@ def _schedule_hint(got, expected, per_device, accumulation, generations, steps) 
         if got_flags == per_cycle:
             return ("the prompts are right but the optimizer steps are counted from the start of each cycle; "
                     "count micro-steps from the start of training (accumulation can straddle two cycles).")
-        return "the prompts are right but the optimizer-step flags are not: True after every accumulation-th micro-step."
+        return ("the prompts are right but the optimizer-step flags are not: True after every "
+                "gradient_accumulation_steps-th micro-step.")
     if len(got) != len(expected):
         return (f"expected {len(expected)} micro-steps (steps_per_generation x cycles), got {len(got)}. "
                 "steps_per_generation=None means gradient_accumulation_steps.")
@@ -151,9 +153,9 @@ def check_micro_batches(fn) -> None:
     example_4 = [([0, 0, 0, 1, 1, 1], False), ([2, 2, 2, 3, 3, 3], True),
                  ([4, 4, 4, 5, 5, 5], False), ([6, 6, 6, 7, 7, 7], True)]
     cases = [
-        ("the seed's Example 1", (3, 2, 3, 4), example_1),
-        ("the seed's Example 4", (6, 2, 3, 2), example_4),
-        ("the seed's Example 3 (typo corrected)", (3, 4, 4, 4), _table(3, 4, 4, 4, 2)),
+        ("Example 1 of the lesson", (3, 2, 3, 4), example_1),
+        ("Example 4 of the lesson", (6, 2, 3, 2), example_4),
+        ("Example 3 of the lesson (typo corrected)", (3, 4, 4, 4), _table(3, 4, 4, 4, 2)),
         ("steps_per_generation=None", (4, 2, 4, None), _table(4, 2, 4, None, 2)),
         ("accumulation straddling two cycles", (2, 2, 2, 3), _table(2, 2, 2, 3, 2)),
         ("three cycles", (4, 3, 2, 2), _table(4, 3, 2, 2, 3)),

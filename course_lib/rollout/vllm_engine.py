@@ -105,8 +105,8 @@ def _merged_lora_weights(layers: dict[str, torch.nn.Module]) -> dict[str, torch.
     merged = {}
     for name, layer in layers.items():
         adapters = [a for a in layer.active_adapters if a in layer.lora_A]
-        if layer.merged or not adapters:
-            continue  # the base weight already holds the adapter, or none is active
+        if layer.merged or getattr(layer, "disable_adapters", False) or not adapters:
+            continue  # the base weight already holds the adapter, or no adapter is in use
         if any(a in getattr(layer, "lora_variant", {}) or getattr(layer, "lora_bias", {}).get(a) for a in adapters):
             return None
         weight = layer.get_base_layer().weight

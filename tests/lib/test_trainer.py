@@ -182,3 +182,22 @@ def test_ppo_with_a_separate_value_model_trains_its_own_trunk(tmp_path):
     assert any(not torch.equal(a, b) for a, b in zip(before, critic_body.parameters()))
     assert any(not torch.equal(a, b) for a, b in zip(policy_before, trainer.model.parameters()))
     assert math.isfinite(history[-1]["loss/value_avg"])
+
+
+@pytest.mark.vllm
+@pytest.mark.slow
+@pytest.mark.xdist_group("vllm_engine")
+def test_grpo_with_the_vllm_engine_syncs_weights_and_corrects_with_tis(tmp_path):
+    pytest.importorskip("vllm")
+    # A large learning rate moves the policy far in one step: without a weight sync, the
+    # engine's sampling log-probs would drift away from the trainer's.
+    trainer = _trainer(tmp_path, engine="vllm", max_steps=3, learning_rate=2e-2, temperature=1.5,
+                       per_device_train_batch_size=8, vllm_kv_cache_gib=0.5)
+    assert trainer.config.effective_vllm_importance_sampling_correction  # on by default with vLLM
+    history = trainer.train()
+    for row in history:
+        assert row["sampling/sampling_logp_difference/mean"] < 1e-3, row
+        assert row["sampling/importance_sampling_ratio/min"] > 0.99
+        assert row["sampling/importance_sampling_ratio/max"] <= 2.0
+    before = [p.detach().clone() for p in load_policy("tiny")[0].parameters()]
+    assert any(not torch.equal(a, b) for a, b in zip(before, trainer.model.parameters()))
