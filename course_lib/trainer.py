@@ -25,6 +25,7 @@ eager push after every step, with fewer pushes).
 
 from __future__ import annotations
 
+import copy
 import math
 import time
 from dataclasses import dataclass, field
@@ -129,6 +130,8 @@ class Trainer:
         self.reward_funcs = list(reward_funcs)
         self.reward_weights = config.check_reward_weights(len(self.reward_funcs))
         self.dataset = train_dataset
+        # Plain lists once, so each generation cycle indexes them instead of slicing the dataset.
+        self._columns = {name: list(train_dataset[name]) for name in train_dataset.column_names}
         self.progress, self.on_step = progress, on_step
         torch.manual_seed(config.seed)
         if model is None:
@@ -145,8 +148,11 @@ class Trainer:
         parameters = [p for p in self.model.parameters() if p.requires_grad]
         if self.value_head is not None:
             parameters += list(self.value_head.parameters())
+        # The fused kernel updates all parameters in one pass (TRL's default optimizer too).
         self.optimizer = torch.optim.AdamW(parameters, lr=config.learning_rate, betas=(config.adam_beta1, config.adam_beta2),
-                                           eps=config.adam_epsilon, weight_decay=config.weight_decay)
+                                           eps=config.adam_epsilon, weight_decay=config.weight_decay,
+                                           fused=all(p.dtype in (torch.float32, torch.float16, torch.bfloat16)
+                                                     for p in parameters))
         from transformers import get_scheduler
 
         self.scheduler = get_scheduler(config.lr_scheduler_type, self.optimizer, num_warmup_steps=config.warmup_steps,
@@ -174,9 +180,8 @@ class Trainer:
 
     # ------------------------------------------------------------------ generate + score
     def _prompts_and_columns(self, rows: list[int]):
-        subset = self.dataset.select(rows)
-        columns = {name: subset[name] for name in subset.column_names if name != "prompt"}
-        return subset["prompt"], columns
+        columns = {name: [values[r] for r in rows] for name, values in self._columns.items() if name != "prompt"}
+        return [self._columns["prompt"][r] for r in rows], columns
 
     @torch.no_grad()
     def _forward_in_chunks(self, model, batch_tensors, with_values: bool = False):
@@ -379,7 +384,9 @@ class Trainer:
     def save_final(self) -> Path:
         """``<output_dir>/final``: the model (merged with its adapters when LoRA) + tokenizer."""
         folder = self.output_dir / "final"
-        model = self.model.merge_and_unload() if hasattr(self.model, "merge_and_unload") else self.model
+        model = self.model
+        if hasattr(model, "merge_and_unload"):  # merge a copy: the trainer keeps its adapters
+            model = copy.deepcopy(model).merge_and_unload()
         model.save_pretrained(folder, safe_serialization=True)
         self.tokenizer.save_pretrained(folder)
         if self.value_head is not None:

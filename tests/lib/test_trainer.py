@@ -201,3 +201,11 @@ def test_grpo_with_the_vllm_engine_syncs_weights_and_corrects_with_tis(tmp_path)
         assert row["sampling/importance_sampling_ratio/max"] <= 2.0
     before = [p.detach().clone() for p in load_policy("tiny")[0].parameters()]
     assert any(not torch.equal(a, b) for a, b in zip(before, trainer.model.parameters()))
+
+
+def test_saving_the_final_lora_model_keeps_the_trainer_adapters(tmp_path):
+    trainer = _trainer(tmp_path, use_lora=True, lora_r=4, lora_alpha=8, lora_target_modules=["q_proj"], max_steps=1)
+    trainer.train()
+    assert any("lora_" in name for name, _ in trainer.model.named_parameters())
+    saved, _ = load_policy(str(tmp_path / "final"))
+    assert not any("lora_" in name for name, _ in saved.named_parameters())  # merged into plain weights
