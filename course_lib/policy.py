@@ -4,9 +4,11 @@
 - :func:`reference_context` gives the reference policy for KL terms *without a second
   copy* when LoRA is on (the base model with adapters disabled); otherwise a frozen copy
   is made once, and only when a KL coefficient needs it (beta = 0 loads no reference).
-- :func:`completion_forward` runs the transformer body once and returns the completion
+- :func:`completion_forward` runs the transformer body and returns the completion
   tokens' log-probs (fused LM head, never the full ``(B, T, V)`` logits) and, for PPO,
-  the value head's per-token values from the same hidden states.
+  the value head's per-token values from the same hidden states. A prompt repeated in the
+  micro-batch (GRPO's G completions of one prompt) goes through the body once; its
+  key/value cache is shared by the completions (see :func:`_shared_prompt_hidden`).
 
 Position ids are derived from the attention mask, as ``generate`` does, so that a
 left-padded prompt gets the same positions in training as when it was sampled.
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import inspect
 
 import torch
 from torch import nn
@@ -123,10 +126,91 @@ def position_ids_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
     return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
 
 
+# Off only to time or test the single-pass path against the shared-prompt one.
+_SHARE_PROMPT_PASS = True
+
+
+def _unique_prompt_rows(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor):
+    """``(first, inverse)``: one row index per distinct prompt ``(U,)``, and each row's prompt ``(B,)``.
+
+    Two rows hold the same prompt when their masks and their unmasked tokens agree (the
+    ids under the padding may differ: no real token attends to them).
+    """
+    mask = prompt_mask.long()
+    keys = torch.cat([prompt_ids * mask, mask], dim=1)  # (B, 2P)
+    unique, inverse = torch.unique(keys, dim=0, return_inverse=True)
+    rows = torch.arange(len(keys), device=keys.device)
+    first = torch.full((len(unique),), len(keys), dtype=torch.long, device=keys.device)
+    first = first.scatter_reduce(0, inverse, rows, reduce="amin")  # lowest row holding each prompt
+    return first, inverse
+
+
+def _shareable_cache(causal_lm, body):
+    """An empty KV cache when the prompt pass can be shared, else None.
+
+    Sharing needs a decoder that accepts ``past_key_values``, a cache that keeps every
+    prompt position (no sliding-window layers, which drop old keys) and no gradient
+    checkpointing in training mode (transformers then drops the cache).
+    """
+    from transformers import DynamicCache
+    from transformers.cache_utils import DynamicLayer
+
+    if "past_key_values" not in inspect.signature(body.forward).parameters:
+        return None
+    if getattr(causal_lm, "is_gradient_checkpointing", False) and body.training:
+        return None
+    cache = DynamicCache(config=causal_lm.config)
+    if not all(type(layer) is DynamicLayer for layer in cache.layers):
+        return None
+    return cache
+
+
+def _full_pass_hidden(body, input_ids, attention_mask, position_ids, start: int, width: int):
+    """``(B, T, H)`` hidden states predicting each completion token, from one pass over prompt + completion.
+
+    ``start = P - 1``: the last prompt position predicts completion token 0; ``width = T``.
+    """
+    hidden = body(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                  use_cache=False).last_hidden_state  # (B, P + T, H)
+    return hidden[:, start: start + width]
+
+
+def _shared_prompt_hidden(body, cache, prompt_ids, prompt_mask, completion_ids, attention_mask, position_ids,
+                          first, inverse):
+    """``(B, T, H)`` hidden states predicting each completion token, each distinct prompt run once.
+
+    GRPO repeats every prompt G times, and prompts are usually much longer than the
+    completions, so most of a single pass is the same prompt computed G times (and its
+    activations kept G times for the backward). Here the body runs on the U distinct
+    prompts ``(U, P)``, with gradients, filling ``cache``; the cache is expanded to one row
+    per completion by indexing (a differentiable gather: the backward sums the G rows'
+    gradients into the shared prompt), and a second pass runs only the completion tokens
+    that predict another token, ``(B, T - 1)``, attending to the cached prompt. Positions
+    and the attention mask are those of the single pass, so the result equals it up to
+    float rounding.
+    """
+    P, T = prompt_ids.shape[1], completion_ids.shape[1]
+    prompt_hidden = body(input_ids=prompt_ids[first], attention_mask=prompt_mask[first],
+                         position_ids=position_ids[first, :P], past_key_values=cache,
+                         use_cache=True).last_hidden_state  # (U, P, H)
+    last_prompt_state = prompt_hidden[inverse, -1:]  # (B, 1, H): predicts completion token 0
+    if T == 1:
+        return last_prompt_state
+    cache.batch_select_indices(inverse)  # (U, ...) -> (B, ...) keys and values, in the graph
+    completion_hidden = body(input_ids=completion_ids[:, :-1], attention_mask=attention_mask[:, :-1],
+                             position_ids=position_ids[:, P:-1], past_key_values=cache,
+                             use_cache=True).last_hidden_state  # (B, T - 1, H): predict tokens 1..T-1
+    return torch.cat([last_prompt_state, completion_hidden], dim=1)
+
+
 def completion_forward(model, prompt_ids, prompt_mask, completion_ids, completion_mask, *, temperature: float = 1.0,
                        fused: bool = True, chunk_size: int | None = None, value_head: ValueHead | None = None,
                        with_entropy: bool = False):
     """Per-token log-probs of the completion under ``model`` (and values, entropies).
+
+    Rows that share a prompt (prompt-major GRPO batches, whole or partial groups) run the
+    prompt through the body once (:func:`_shared_prompt_hidden`); otherwise, or under
+    gradient checkpointing, one pass over prompt + completion. Both give the same values.
 
     Args:
         prompt_ids, prompt_mask: ``(B, P)`` left-padded prompts.
@@ -141,10 +225,16 @@ def completion_forward(model, prompt_ids, prompt_mask, completion_ids, completio
     position_ids = position_ids_from_mask(attention_mask)
     causal_lm = base_model(model)
     body = causal_lm.get_decoder()
-    hidden = body(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                  use_cache=False).last_hidden_state
     start, width = prompt_ids.shape[1] - 1, completion_ids.shape[1]
-    hidden = hidden[:, start: start + width]  # (B, T, H): the state that predicts completion token t
+    first, inverse = _unique_prompt_rows(prompt_ids, prompt_mask)
+    repeated = len(first) < len(inverse) and width > 0
+    cache = _shareable_cache(causal_lm, body) if _SHARE_PROMPT_PASS and repeated else None
+    if cache is not None:
+        hidden = _shared_prompt_hidden(body, cache, prompt_ids, prompt_mask, completion_ids, attention_mask,
+                                       position_ids, first, inverse)
+    else:
+        hidden = _full_pass_hidden(body, input_ids, attention_mask, position_ids, start, width)
+    # hidden: (B, T, H), the state that predicts completion token t
     head = causal_lm.get_output_embeddings()
     has_bias = getattr(head, "bias", None) is not None
     entropies = None
