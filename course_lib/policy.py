@@ -179,15 +179,17 @@ def _shared_prompt_hidden(body, cache, prompt_ids, prompt_mask, completion_ids, 
                           first, inverse):
     """``(B, T, H)`` hidden states predicting each completion token, each distinct prompt run once.
 
-    GRPO repeats every prompt G times, and prompts are usually much longer than the
-    completions, so most of a single pass is the same prompt computed G times (and its
-    activations kept G times for the backward). Here the body runs on the U distinct
+    GRPO repeats every prompt G times: a single pass computes each prompt G times and keeps
+    G copies of its activations for the backward. With short completions that is most of
+    the work (about 90% of the tokens for the tiny model's arithmetic prompts, 8
+    completions of 6 tokens each). Here the body runs on the U distinct
     prompts ``(U, P)``, with gradients, filling ``cache``; the cache is expanded to one row
     per completion by indexing (a differentiable gather: the backward sums the G rows'
     gradients into the shared prompt), and a second pass runs only the completion tokens
     that predict another token, ``(B, T - 1)``, attending to the cached prompt. Positions
     and the attention mask are those of the single pass, so the result equals it up to
-    float rounding.
+    float rounding. One difference under dropout (e.g. LoRA's): the G completions of a
+    prompt share one dropout mask on the prompt's activations instead of drawing G.
     """
     P, T = prompt_ids.shape[1], completion_ids.shape[1]
     prompt_hidden = body(input_ids=prompt_ids[first], attention_mask=prompt_mask[first],

@@ -332,6 +332,7 @@ from course_lib.schedule import format_schedule, schedule_table
 
 print(format_schedule(schedule_table(per_device_train_batch_size=4, gradient_accumulation_steps=2,
                                      num_generations=4, num_iterations=2, cycles=1)))
+# A large learning rate, so that one update visibly moves the ratio of the replayed batch.
 trainer, replayed = run("mu2", num_iterations=2, max_steps=scaled(4, 100), learning_rate=3e-4)
 print("clip_ratio/region_mean per optimizer step:", [round(row["clip_ratio/region_mean"], 3) for row in replayed])
 print("reference model loaded with beta=0.0:", trainer.reference is not None)

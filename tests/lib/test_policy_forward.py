@@ -1,8 +1,10 @@
-"""completion_forward with a shared prompt pass equals one plain forward of the whole model.
+"""completion_forward with a shared prompt pass equals the single pass and the plain model.
 
-The reference for every check is the model's own forward over prompt + completion
-(``model(...).logits`` and ``.hidden_states[-1]``), with log-probs taken by
-``log_softmax`` + gather: it shares no code with ``completion_forward``. Batches are
+Every check compares the default path (each distinct prompt run once, its KV cache shared)
+with the forced single pass over prompt + completion, and with the model's own forward
+(``model(...).logits`` and ``.hidden_states[-1]``, log-probs by ``log_softmax`` +
+gather), which shares no code with ``completion_forward``: log-probs, values and the
+gradients of every trainable parameter. Batches are
 prompt-major like the trainer's micro-batches: repeated prompts, partial groups at both
 ends, left-padded prompts of different lengths, completions padded after their eos.
 An embedding hook counts the tokens the body saw, so each test also knows which path ran.
@@ -18,8 +20,10 @@ import course_lib.policy as policy
 from course_lib.models import load_policy
 from course_lib.policy import base_model, completion_forward, make_value_head
 
-# float32 on CPU; the largest differences measured are ~5e-7 (values) and ~1e-6 (gradients).
-TOL = dict(rtol=1e-5, atol=1e-5)
+# float32. Shared vs single pass: measured up to 3e-6 (log-probs) and 3e-6 of the largest
+# gradient. Against the plain forward the fused log-softmax's own rounding adds ~8e-6.
+TOL = 1e-5
+REFERENCE_TOL = 3e-5
 PAD = 0
 TEMPERATURE = 0.7
 
@@ -116,31 +120,47 @@ class TokenCounter:
         self._handle.remove()
 
 
+def _run(model, batch, *, share: bool, value_head=None, with_entropy=False):
+    """completion_forward's outputs and gradients, and the token batches its body passes saw."""
+    counter, previous = TokenCounter(model), policy._SHARE_PROMPT_PASS
+    policy._SHARE_PROMPT_PASS = share
+    try:
+        out = _forward_and_grads(lambda: completion_forward(model, *batch, temperature=TEMPERATURE,
+                                                            value_head=value_head, with_entropy=with_entropy),
+                                 model, value_head, batch)
+    finally:
+        policy._SHARE_PROMPT_PASS = previous
+        counter.close()
+    return out, counter.take()
+
+
+def _assert_close(ours, expected, valid, tol, what):
+    """Outputs at the valid tokens: absolute ``tol``. Gradients: ``tol`` times the tensor's largest gradient."""
+    for name, mine, theirs in zip(("log-probs", "values", "entropies"), ours[:3], expected[:3]):
+        if mine is not None:
+            assert (mine - theirs.detach())[valid].abs().max() <= tol, f"{name} differ ({what})"
+    assert len(ours[3]) == len(expected[3]) > 0
+    for index, (grad, expected_grad) in enumerate(zip(ours[3], expected[3])):
+        error = (grad - expected_grad).abs().max()
+        assert error <= tol * expected_grad.abs().max(), f"gradient of parameter {index} differs by {error} ({what})"
+
+
 def _assert_matches_reference(model, batch, *, value_head=None, with_entropy=False, expect_shared=True):
-    counter = TokenCounter(model)
-    ours = _forward_and_grads(lambda: completion_forward(model, *batch, temperature=TEMPERATURE,
-                                                         value_head=value_head, with_entropy=with_entropy),
-                              model, value_head, batch)
-    shapes = counter.take()
-    counter.close()
+    """The default path equals the forced single pass (to TOL) and the plain forward (to REFERENCE_TOL)."""
+    shared, shared_passes = _run(model, batch, share=True, value_head=value_head, with_entropy=with_entropy)
+    single, single_passes = _run(model, batch, share=False, value_head=value_head, with_entropy=with_entropy)
     reference = _forward_and_grads(lambda: _reference(model, value_head, batch), model, value_head, batch)
     B, P, T = batch[0].shape[0], batch[0].shape[1], batch[2].shape[1]
+    assert single_passes == [(B, P + T)]
     if expect_shared:
         unique = len({(tuple(i.tolist()), tuple(m.tolist())) for i, m in zip(batch[0], batch[1])})
-        expected_passes = [(unique, P)] + ([(B, T - 1)] if T > 1 else [])
+        assert shared_passes == [(unique, P)] + ([(B, T - 1)] if T > 1 else []), "prompts were not shared"
     else:
-        expected_passes = [(B, P + T)]
-    assert shapes == expected_passes, "the body ran on other token batches than expected"
+        assert shared_passes == single_passes, "expected the single-pass fallback"
     valid = batch[3].bool()
-    torch.testing.assert_close(ours[0][valid], reference[0][valid], **TOL)
-    if value_head is not None:
-        torch.testing.assert_close(ours[1][valid], reference[1][valid], **TOL)
-    if with_entropy:
-        torch.testing.assert_close(ours[2][valid], reference[2].detach()[valid], **TOL)
-    assert len(ours[3]) == len(reference[3]) > 0
-    for ours_grad, reference_grad in zip(ours[3], reference[3]):
-        torch.testing.assert_close(ours_grad, reference_grad, **TOL)
-    return ours
+    _assert_close(shared, single, valid, TOL, "shared prompt vs single pass")
+    _assert_close(shared, reference, valid, REFERENCE_TOL, "shared prompt vs the model's logits")
+    return shared
 
 
 @pytest.mark.parametrize("layout", list(LAYOUTS))
@@ -163,18 +183,6 @@ def test_embedded_tiny_model_gives_the_same_log_probs_values_and_gradients(embed
     torch.nn.init.normal_(value_head.summary.weight, std=0.1)
     batch = _batch([3, 8, 5], [14, 9, 11], [6, 6, 2, 6, 1, 6, 6, 3, 6, 6, 6, 4, 6, 6, 5, 6], 6)
     _assert_matches_reference(embedded_tiny, batch, value_head=value_head)
-
-
-def test_forced_single_pass_gives_the_same_results(monkeypatch):
-    model = _random_llama(seed=3)
-    batch = _batch(*LAYOUTS["partial_groups"])
-    shared = _assert_matches_reference(model, batch)
-    monkeypatch.setattr(policy, "_SHARE_PROMPT_PASS", False)
-    single = _assert_matches_reference(model, batch, expect_shared=False)
-    valid = batch[3].bool()
-    torch.testing.assert_close(shared[0][valid], single[0][valid], **TOL)
-    for shared_grad, single_grad in zip(shared[3], single[3]):
-        torch.testing.assert_close(shared_grad, single_grad, **TOL)
 
 
 def test_distinct_prompts_use_the_single_pass():
@@ -203,7 +211,7 @@ def test_lora_model_and_its_disabled_adapter_reference():
             reference, _, _ = _reference(model, None, batch)
     valid = batch[3].bool()
     assert not without_adapter.requires_grad
-    torch.testing.assert_close(without_adapter[valid], reference[valid], **TOL)
+    assert (without_adapter - reference)[valid].abs().max() <= REFERENCE_TOL
     assert (adapted - without_adapter)[valid].abs().max() > 1e-3  # the adapters really were off
 
 
@@ -233,7 +241,7 @@ def test_separate_value_model_keeps_its_own_full_pass():
                                  position_ids=(mask.cumsum(-1) - 1).clamp(min=0)).last_hidden_state
     expected = value_head(hidden[:, P - 1: P - 1 + T])
     valid = completion_mask.bool()
-    torch.testing.assert_close(values[valid], expected[valid], **TOL)
+    assert (values - expected)[valid].abs().max() <= TOL
 
 
 def test_unique_prompt_rows_ignores_ids_under_the_padding():
