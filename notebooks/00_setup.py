@@ -156,7 +156,7 @@ from course_lib.grading import load_exercise
 from course_lib.testing import feedback
 
 ex = load_exercise("ex00_setup")
-feedback(ex00.check_to_conversational, ex.to_conversational)
+feedback(ex00.check_to_conversational, ex.to_conversational);
 
 # %% [markdown]
 # ## Questions

@@ -187,7 +187,7 @@ from course_lib.grading import load_exercise
 from course_lib.testing import feedback
 
 ex = load_exercise("ex01_rl_basics")
-feedback(ex01.check_sample_until_success, ex.sample_until_success)
+feedback(ex01.check_sample_until_success, ex.sample_until_success);
 
 # %% [markdown]
 # ## 6. What RL adds: pushing probability away from bad answers
@@ -296,7 +296,7 @@ print("buggy program passes:  ", run_tests(buggy, tests).passed, "(2 * 2 == 4 fo
 
 # %%
 ex = load_exercise("ex01_rl_basics")
-feedback(ex01.check_verifier_reward, ex.verifier_reward)
+feedback(ex01.check_verifier_reward, ex.verifier_reward);
 
 # %% [markdown]
 # ## 9. Designing rewards: two examples
@@ -390,7 +390,7 @@ for i, (reply, total) in enumerate(zip(replies, email_reward(prompts=None, compl
 
 # %%
 ex = load_exercise("ex01_rl_basics")
-feedback(ex01.check_epsilon_greedy_action, ex.epsilon_greedy_action)
+feedback(ex01.check_epsilon_greedy_action, ex.epsilon_greedy_action);
 
 # %% [markdown]
 # Now four agents play the 10-armed testbed of Sutton & Barto (each run a freshly drawn

@@ -123,7 +123,7 @@ from course_lib.grading import load_exercise
 from course_lib.testing import feedback
 
 ex = load_exercise("ex02_policy_gradients")
-feedback(ex02.check_reinforce_loss, ex.reinforce_loss)
+feedback(ex02.check_reinforce_loss, ex.reinforce_loss);
 
 # %% [markdown]
 # ### One REINFORCE step on a real (untrained) transformer
@@ -218,7 +218,7 @@ print("largest gradient difference:", (grad_reinforce - grad_rloo).abs().max().i
 
 # %%
 ex = load_exercise("ex02_policy_gradients")
-feedback(ex02.check_baseline_subtract, ex.baseline_subtract)
+feedback(ex02.check_baseline_subtract, ex.baseline_subtract);
 
 # %% [markdown]
 # ## 4. Measuring the variance
@@ -347,7 +347,7 @@ for name, logits in [("on-policy", fresh_logits), ("stale batch", stale_logits)]
 
 # %%
 ex = load_exercise("ex02_policy_gradients")
-feedback(ex02.check_discounted_returns, ex.discounted_returns)
+feedback(ex02.check_discounted_returns, ex.discounted_returns);
 
 # %% [markdown]
 # The grid-world REINFORCE agent of `course_lib` uses these returns, with and without a

@@ -117,7 +117,7 @@ from course_lib.grading import load_exercise
 from course_lib.testing import feedback
 
 ex = load_exercise("ex03_ppo")
-feedback(ex03.check_clipped_surrogate, ex.clipped_surrogate)
+feedback(ex03.check_clipped_surrogate, ex.clipped_surrogate);
 
 # %% [markdown]
 # ### The clip at work: many epochs on one batch
@@ -229,8 +229,8 @@ display(plot_kl_estimators(gap=1.0, distribution="gaussian", num_samples=scaled(
 
 # %%
 ex = load_exercise("ex03_ppo")
-feedback(ex03.check_kl_k1, ex.kl_k1)
-feedback(ex03.check_kl_k3, ex.kl_k3)
+feedback(ex03.check_kl_k1, ex.kl_k1);
+feedback(ex03.check_kl_k3, ex.kl_k3);
 
 # %% [markdown]
 # The estimators on tokens sampled from the answer policy after the no-clip run above,
@@ -340,7 +340,7 @@ print("TD errors delta_t:", gae(token_rewards[None], values[None], mask, gamma=1
 
 # %%
 ex = load_exercise("ex03_ppo")
-feedback(ex03.check_gae, ex.gae)
+feedback(ex03.check_gae, ex.gae);
 
 # %% [markdown]
 # ## 6. PPO for a language model, end to end

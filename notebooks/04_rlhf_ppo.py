@@ -239,7 +239,7 @@ from course_lib.grading import load_exercise
 from course_lib.testing import feedback
 
 ex = load_exercise("ex04_rlhf_ppo")
-feedback(ex04.check_per_token_rewards, ex.per_token_rewards)
+feedback(ex04.check_per_token_rewards, ex.per_token_rewards);
 
 # %% [markdown]
 # ## 4. The value head and GAE over tokens
@@ -311,7 +311,7 @@ plt.show()
 
 # %%
 ex = load_exercise("ex04_rlhf_ppo")
-feedback(ex04.check_whiten, ex.whiten)
+feedback(ex04.check_whiten, ex.whiten);
 
 # %% [markdown]
 # ## 6. The clipped value loss
@@ -335,7 +335,7 @@ feedback(ex04.check_whiten, ex.whiten)
 
 # %%
 ex = load_exercise("ex04_rlhf_ppo")
-feedback(ex04.check_value_loss, ex.value_loss)
+feedback(ex04.check_value_loss, ex.value_loss);
 
 # %% [markdown]
 # ## 7. The implementation details that matter

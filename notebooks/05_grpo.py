@@ -231,7 +231,7 @@ from course_lib.grading import load_exercise
 from course_lib.testing import feedback
 
 ex = load_exercise("ex05_grpo")
-feedback(ex05.check_group_advantages, ex.group_advantages)
+feedback(ex05.check_group_advantages, ex.group_advantages);
 
 # %% [markdown]
 # ## 4. The GRPO loss
@@ -282,7 +282,7 @@ print("d loss / d logps:\n", logps.grad)
 
 # %%
 ex = load_exercise("ex05_grpo")
-feedback(ex05.check_grpo_clipped_loss, ex.grpo_clipped_loss)
+feedback(ex05.check_grpo_clipped_loss, ex.grpo_clipped_loss);
 
 # %% [markdown]
 # ## 5. The GRPO recipe in TRL

@@ -136,7 +136,7 @@ from course_lib.grading import load_exercise
 from course_lib.testing import feedback
 
 ex = load_exercise("ex06_grpo_variants")
-feedback(ex06.check_aggregate_loss, ex.aggregate_loss)
+feedback(ex06.check_aggregate_loss, ex.aggregate_loss);
 
 # %% [markdown]
 # ## 2. `scale_rewards`: what the advantages are divided by
@@ -212,7 +212,7 @@ except ImportError:
 
 # %%
 ex = load_exercise("ex06_grpo_variants")
-feedback(ex06.check_two_sided_clip_objective, ex.two_sided_clip_objective)
+feedback(ex06.check_two_sided_clip_objective, ex.two_sided_clip_objective);
 
 # %% [markdown]
 # ## 4. `importance_sampling_level`: token or sequence (GSPO)
@@ -241,7 +241,7 @@ display(plot_sequence_ratio(epsilon=0.2))
 
 # %%
 ex = load_exercise("ex06_grpo_variants")
-feedback(ex06.check_sequence_level_ratio, ex.sequence_level_ratio)
+feedback(ex06.check_sequence_level_ratio, ex.sequence_level_ratio);
 
 # %% [markdown]
 # ## 5. `mask_truncated_completions` and the NaN-KL pitfall

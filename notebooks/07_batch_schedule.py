@@ -130,7 +130,7 @@ from course_lib.grading import load_exercise
 from course_lib.testing import feedback
 
 ex = load_exercise("ex07_batch_schedule")
-feedback(ex07.check_batch_arithmetic, ex.batch_arithmetic)
+feedback(ex07.check_batch_arithmetic, ex.batch_arithmetic);
 
 # %% [markdown]
 # ## 3. The schedule, step by step
@@ -261,7 +261,7 @@ print(format_schedule(schedule_table(per_device_train_batch_size=2, gradient_acc
 
 # %%
 ex = load_exercise("ex07_batch_schedule")
-feedback(ex07.check_micro_batches, ex.micro_batches)
+feedback(ex07.check_micro_batches, ex.micro_batches);
 
 # %% [markdown]
 # ## 4. The trainer follows the table

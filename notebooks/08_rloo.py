@@ -193,7 +193,7 @@ from course_lib.grading import load_exercise
 from course_lib.testing import feedback
 
 ex = load_exercise("ex08_rloo")
-feedback(ex08.check_rloo_advantages, ex.rloo_advantages)
+feedback(ex08.check_rloo_advantages, ex.rloo_advantages);
 
 # %% [markdown]
 # ## 3. The KL penalty lives in the reward
@@ -247,7 +247,7 @@ print({k: round(v, 4) for k, v in metrics.items()})
 
 # %%
 ex = load_exercise("ex08_rloo")
-feedback(ex08.check_rloo_reward_with_kl, ex.rloo_reward_with_kl)
+feedback(ex08.check_rloo_reward_with_kl, ex.rloo_reward_with_kl);
 
 # %% [markdown]
 # ## 4. Token-level or sequence-level KL (Reinforce++, eq. 1)
@@ -286,7 +286,7 @@ print("reward-to-go G_t (what a per-token advantage would start from):\n", rewar
 
 # %%
 ex = load_exercise("ex08_rloo")
-feedback(ex08.check_token_level_rewards, ex.token_level_rewards)
+feedback(ex08.check_token_level_rewards, ex.token_level_rewards);
 
 # %% [markdown]
 # ## 5. Reinforce++ options and the EOS trick

@@ -119,7 +119,7 @@ from course_lib.grading import load_exercise
 from course_lib.testing import feedback
 
 ex = load_exercise("ex09_rewards")
-feedback(ex09.check_extract_answer, ex.extract_answer)
+feedback(ex09.check_extract_answer, ex.extract_answer);
 
 # %% [markdown]
 # ## 3. Format rewards
@@ -175,7 +175,7 @@ for text, s, p in zip(samples, strict, partial):
 
 # %%
 ex = load_exercise("ex09_rewards")
-feedback(ex09.check_format_reward, ex.format_reward)
+feedback(ex09.check_format_reward, ex.format_reward);
 
 # %% [markdown]
 # ## 4. Length rewards
@@ -267,7 +267,7 @@ display(plot_reward_breakdown(gsm8k_completions, gsm8k, answer="72"))
 
 # %%
 ex = load_exercise("ex09_rewards")
-feedback(ex09.check_proximity_score, ex.proximity_score)
+feedback(ex09.check_proximity_score, ex.proximity_score);
 
 # %%
 from course_lib.rewards import proximity_score
@@ -375,7 +375,7 @@ print("warning:", caught[0].message.args[0].splitlines()[0] if caught else None)
 
 # %%
 ex = load_exercise("ex09_rewards")
-feedback(ex09.check_combine_rewards, ex.combine_rewards)
+feedback(ex09.check_combine_rewards, ex.combine_rewards);
 
 # %% [markdown]
 # ## 9. The tiny model, graded

@@ -212,7 +212,7 @@ from course_lib.grading import load_exercise
 from course_lib.testing import feedback
 
 ex = load_exercise("ex10_inference_memory")
-feedback(ex10.check_truncated_is_weight, ex.truncated_is_weight)
+feedback(ex10.check_truncated_is_weight, ex.truncated_is_weight);
 
 # %% [markdown]
 # ## 4. fp16 or bf16?
@@ -265,8 +265,8 @@ print("bf16 supported here:", device_info()["bf16_supported"])
 
 # %%
 ex = load_exercise("ex10_inference_memory")
-feedback(ex10.check_logits_memory_bytes, ex.logits_memory_bytes)
-feedback(ex10.check_kv_cache_bytes, ex.kv_cache_bytes)
+feedback(ex10.check_logits_memory_bytes, ex.logits_memory_bytes);
+feedback(ex10.check_kv_cache_bytes, ex.kv_cache_bytes);
 
 # %%
 from course_lib.widgets import kv_cache_gb, logits_memory_gb
@@ -331,7 +331,7 @@ plt.show()
 
 # %%
 ex = load_exercise("ex10_inference_memory")
-feedback(ex10.check_chunked_selective_log_softmax, ex.chunked_selective_log_softmax)
+feedback(ex10.check_chunked_selective_log_softmax, ex.chunked_selective_log_softmax);
 
 # %% [markdown]
 # The fused version gives the same numbers and gradients as the naive one:

@@ -181,7 +181,7 @@ from course_lib.grading import load_exercise
 from course_lib.testing import feedback
 
 ex = load_exercise("ex11_capstone")
-feedback(ex11.check_verify_sorted, ex.verify_sorted)
+feedback(ex11.check_verify_sorted, ex.verify_sorted);
 
 # %% [markdown]
 # ### Exercise 2 — a reward with partial credit: `sorting_reward(prompts, completions, answer, **kwargs)`
