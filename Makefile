@@ -49,7 +49,7 @@ demo: install
 test: install
 	$(PY) -m course_lib check-stubs
 	$(PY) -m course_lib check-exercises-fail-on-stubs
-	$(PY) -m pytest tests -q -n 2 --dist loadgroup --impl solutions
+	$(PY) -m pytest tests -q -n 2 --dist loadgroup --impl solutions --durations=15
 
 grade: install
 	$(PY) -m course_lib grade
