@@ -212,6 +212,54 @@ plt.show()
 # group is silent again.
 
 # %% [markdown]
+# ### The sampling parameters
+#
+# The generation side of a GRPO config has five knobs (TRL's names and defaults):
+#
+# | parameter | default | what it does |
+# |---|---|---|
+# | `temperature` | 1.0 | divides the logits before sampling; higher = more random, more diverse groups |
+# | `top_p` | 1.0 | nucleus sampling: keep the smallest set of tokens holding this much probability; must lie in (0, 1], 1.0 keeps all |
+# | `top_k` | None | keep only the k most likely tokens; None disables the filter |
+# | `min_p` | None | drop tokens whose probability is below `min_p` x the top token's; typical values 0.01–0.2 |
+# | `repetition_penalty` | 1.0 | > 1 discourages tokens already in the prompt or completion, < 1 encourages repeats |
+#
+# Every filter removes diversity, and diversity is what gives a group a learning signal.
+# The cell below samples 8 answers to each of a few prompts from the tiny model under
+# several settings and counts how many distinct answers a group holds and how many groups
+# would be silent (all rewards equal).
+
+# %%
+from course_lib.data import get_task
+from course_lib.models import load_policy
+from course_lib.rewards import compute_rewards, get_reward_functions
+from course_lib.rollout import SamplingConfig, make_engine
+
+sampling_model, sampling_tokenizer = load_policy("tiny")
+sampling_task = get_task("arithmetic", split="test", n=scaled(8, 32), seed=2)
+engine = make_engine("hf", sampling_model, sampling_tokenizer)
+correct = get_reward_functions(["correctness_first_number_reward"])
+settings = {
+    "temperature=1.0": SamplingConfig(temperature=1.0),
+    "temperature=0.3": SamplingConfig(temperature=0.3),
+    "top_k=2": SamplingConfig(top_k=2),
+    "top_p=0.5": SamplingConfig(top_p=0.5),
+    "min_p=0.2": SamplingConfig(min_p=0.2),
+    "repetition_penalty=1.5": SamplingConfig(repetition_penalty=1.5),
+}
+print(f"{'setting':<24} {'distinct answers / 8':>22} {'silent groups':>14} {'accuracy':>9}")
+for label, sampling in settings.items():
+    sampling.max_tokens, sampling.seed = 6, 0
+    batch = engine.generate(list(sampling_task["prompt"]), n=8, sampling=sampling)
+    groups = [batch.texts[i:i + 8] for i in range(0, len(batch.texts), 8)]
+    answers = [a for a in sampling_task["answer"] for _ in range(8)]
+    _, rewards = compute_rewards(correct, [None] * len(answers), batch.texts, {"answer": answers})
+    grouped = rewards.view(-1, 8)
+    silent = (grouped.max(1).values == grouped.min(1).values).float().mean().item()
+    distinct = sum(len(set(g)) for g in groups) / len(groups)
+    print(f"{label:<24} {distinct:>22.1f} {silent:>14.0%} {rewards.mean().item():>9.1%}")
+
+# %% [markdown]
 # ## Exercise 1 — group advantages
 #
 # Open `exercises/ex05_grpo.py` and implement `group_advantages(rewards, num_generations)`:
