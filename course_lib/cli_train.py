@@ -3,7 +3,7 @@
 Example::
 
     python -m course_lib train --algo grpo --model tiny --task arithmetic --max-steps 200 \\
-        --output-dir runs/tiny-grpo --set learning_rate=3e-4 --set num_generations=8
+        --output-dir runs/tiny-grpo --set learning_rate=3e-5 --set per_device_train_batch_size=32
 
 Every config field can be set with ``--set key=value`` (``--list-fields`` prints them with
 their documentation). Writes ``<output-dir>/history.jsonl``, checkpoints and ``final/``.
@@ -40,7 +40,7 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rewards", default=None, help="comma-separated reward function names "
                         "(default: the task's preset)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                        help="any config field, e.g. --set learning_rate=3e-4 (repeatable)")
+                        help="any config field, e.g. --set learning_rate=3e-5 (repeatable)")
     parser.add_argument("--eval-n", type=int, default=0, help="held-out problems to evaluate before and after")
     parser.add_argument("--list-fields", action="store_true", help="print every config field with its doc and exit")
 
