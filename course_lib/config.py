@@ -160,6 +160,11 @@ class RLConfig:
     """KV-cache size in GiB for vLLM on CPU (sets VLLM_CPU_KVCACHE_SPACE)."""
     vllm_max_model_length: int | None = None
     """vLLM context window; None = prompt + completion lengths or the model's own."""
+    vllm_dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
+    """Precision of the vLLM sampler; "auto" = the training dtype. bfloat16 samples ~3.8x
+    faster than HF float32 on a CPU with AMX (SmolLM2-135M, benchmarks/rollout.py) at a
+    ~0.07 log-prob gap to a float32 trainer, which the TIS correction (Yao et al. 2025)
+    absorbs; float32 matches the trainer to ~1e-6 but is only ~1.5x faster there."""
 
     # --- policy loss -----------------------------------------------------------------
     beta: float = 0.0
@@ -268,6 +273,7 @@ class RLConfig:
             "scale_rewards": SCALE_REWARDS,
             "engine": ENGINES,
             "dtype": DTYPES,
+            "vllm_dtype": DTYPES,
             "lr_scheduler_type": LR_SCHEDULERS,
             "report_to": REPORT_TO,
         }

@@ -174,7 +174,8 @@ class Trainer:
         if config.engine == "hf":
             # The HF engine records sampling log-probs only when the TIS correction reads them.
             return {"record_logps": bool(config.effective_vllm_importance_sampling_correction)}
-        return {"dtype": str(resolve_dtype(config.dtype)).removeprefix("torch."), "seed": config.seed,
+        sampler_dtype = config.dtype if config.vllm_dtype == "auto" else config.vllm_dtype
+        return {"dtype": str(resolve_dtype(sampler_dtype)).removeprefix("torch."), "seed": config.seed,
                 "max_model_len": config.vllm_max_model_length, "kv_cache_gib": config.vllm_kv_cache_gib,
                 "gpu_memory_utilization": config.vllm_gpu_memory_utilization}
 

@@ -209,3 +209,17 @@ def test_saving_the_final_lora_model_keeps_the_trainer_adapters(tmp_path):
     assert any("lora_" in name for name, _ in trainer.model.named_parameters())
     saved, _ = load_policy(str(tmp_path / "final"))
     assert not any("lora_" in name for name, _ in saved.named_parameters())  # merged into plain weights
+
+
+@pytest.mark.vllm
+@pytest.mark.slow
+@pytest.mark.xdist_group("vllm_engine")
+def test_a_bfloat16_sampler_is_corrected_by_truncated_importance_sampling(tmp_path):
+    pytest.importorskip("vllm")
+    trainer = _trainer(tmp_path, engine="vllm", vllm_dtype="bfloat16", max_steps=1, temperature=1.5,
+                       per_device_train_batch_size=8, vllm_kv_cache_gib=0.5)
+    row = trainer.train()[0]
+    # bf16 sampling differs from the fp32 trainer: the weights are no longer all 1, and capped at 2.
+    assert row["sampling/sampling_logp_difference/mean"] > 1e-3
+    assert row["sampling/importance_sampling_ratio/min"] < 1.0 < row["sampling/importance_sampling_ratio/max"] <= 2.0
+    assert math.isfinite(row["loss"])
