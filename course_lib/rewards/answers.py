@@ -85,6 +85,12 @@ def _column(kwargs: dict, column: str, function_name: str, size: int) -> Sequenc
     return values
 
 
+def _score_each(completions, references, extract, score) -> list[float | None]:
+    """``score(extracted answer, reference)`` per completion; None where the reference is None."""
+    return [None if reference is None else score(extract(completion_text(completion)), reference)
+            for completion, reference in zip(completions, references)]
+
+
 def make_correctness_reward(
     extractor: str | Callable[[str], str | None] = "tag",
     *,
@@ -111,16 +117,12 @@ def make_correctness_reward(
     """
     extract = _resolve_extractor(extractor)
 
+    def score(predicted, reference) -> float:
+        return float(correct) if same_answer(predicted, reference, rel_tol=rel_tol) else float(incorrect)
+
     def reward(prompts=None, completions=(), **kwargs) -> list[float | None]:
         references = _column(kwargs, answer_column, name, len(completions))
-        scores: list[float | None] = []
-        for completion, reference in zip(completions, references):
-            if reference is None:
-                scores.append(None)
-                continue
-            predicted = extract(completion_text(completion))
-            scores.append(float(correct) if same_answer(predicted, reference, rel_tol=rel_tol) else float(incorrect))
-        return scores
+        return _score_each(completions, references, extract, score)
 
     reward.__name__ = reward.__qualname__ = name
     reward.__doc__ = f"{correct} if the {extractor!r} answer equals column {answer_column!r}, else {incorrect}."
@@ -180,18 +182,14 @@ def make_proximity_reward(
         raise ValueError(f"need missing < floor < 1.0, got missing={missing}, floor={floor}")
     extract = _resolve_extractor(extractor)
 
+    def score(predicted, reference) -> float:
+        if isinstance(reference, str) and "####" in reference:
+            reference = extract_hash_answer(reference)
+        return proximity_score(predicted, reference, floor=floor, missing=missing)
+
     def reward(prompts=None, completions=(), **kwargs) -> list[float | None]:
         references = _column(kwargs, answer_column, name, len(completions))
-        scores: list[float | None] = []
-        for completion, reference in zip(completions, references):
-            if reference is None:
-                scores.append(None)
-                continue
-            if isinstance(reference, str) and "####" in reference:
-                reference = extract_hash_answer(reference)
-            predicted = extract(completion_text(completion))
-            scores.append(proximity_score(predicted, reference, floor=floor, missing=missing))
-        return scores
+        return _score_each(completions, references, extract, score)
 
     reward.__name__ = reward.__qualname__ = name
     return reward
