@@ -26,9 +26,7 @@ eager push after every step, with fewer pushes).
 from __future__ import annotations
 
 import copy
-import math
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
@@ -43,61 +41,8 @@ from .policy import ReferencePolicy, completion_forward, make_value_head, prepar
 from .ppo_losses import ppo_policy_loss, rloo_policy_loss, value_loss
 from .rewards import compute_rewards, reward_function_name
 from .rollout import SamplingConfig, make_engine
+from .batches import GenerationBatch, PromptSampler
 from .rollout_scoring import completion_metrics, grpo_advantages, ppo_advantages, rloo_advantages_with_kl
-
-
-class PromptSampler:
-    """Dataset row indices, a fresh seeded permutation each epoch; resumable."""
-
-    def __init__(self, num_rows: int, seed: int, epoch: int = 0, position: int = 0):
-        self.num_rows, self.seed, self.epoch, self.position = num_rows, seed, epoch, position
-
-    def _order(self) -> list[int]:
-        generator = torch.Generator().manual_seed(self.seed + self.epoch)
-        return torch.randperm(self.num_rows, generator=generator).tolist()
-
-    def take(self, count: int) -> list[int]:
-        taken: list[int] = []
-        while len(taken) < count:
-            order = self._order()
-            chunk = order[self.position: self.position + count - len(taken)]
-            taken += chunk
-            self.position += len(chunk)
-            if self.position >= self.num_rows:
-                self.epoch, self.position = self.epoch + 1, 0
-        return taken
-
-    def state(self) -> dict:
-        return {"epoch": self.epoch, "position": self.position}
-
-
-@dataclass
-class GenerationBatch:
-    """One generation cycle, scored: everything the micro-steps read.  B = prompts x G."""
-
-    prompt_ids: torch.Tensor                 # (B, P) left-padded
-    prompt_mask: torch.Tensor                # (B, P)
-    completion_ids: torch.Tensor             # (B, T) right-padded
-    completion_mask: torch.Tensor            # (B, T) loss mask (truncated rows zeroed if asked)
-    advantages: torch.Tensor                 # (B,) GRPO/RLOO, (B, T) PPO
-    rows: list[int]                          # dataset row of each completion
-    num_items_in_batch: int                  # valid completion tokens in the whole batch
-    old_logps: torch.Tensor | None = None    # (B, T) policy at sampling time
-    ref_logps: torch.Tensor | None = None    # (B, T) reference policy
-    sampling_ratio: torch.Tensor | None = None  # (B, T) truncated IS weight
-    old_values: torch.Tensor | None = None   # (B, T) PPO
-    returns: torch.Tensor | None = None      # (B, T) PPO
-    metrics: dict = field(default_factory=dict)
-
-    def micro_batch(self, index: int, size: int) -> dict:
-        sl = slice(index * size, (index + 1) * size)
-        out = {}
-        for name in ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask", "advantages", "old_logps",
-                     "ref_logps", "sampling_ratio", "old_values", "returns"):
-            value = getattr(self, name)
-            out[name] = value[sl] if value is not None else None
-        out["rows"] = self.rows[sl]
-        return out
 
 
 class Trainer:

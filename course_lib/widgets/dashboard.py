@@ -11,7 +11,6 @@ the step; rows may miss keys and values may be NaN or None, those points are ski
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path

@@ -1,0 +1,67 @@
+"""The data a training run moves around: which prompts come next, and one scored batch.
+
+- :class:`PromptSampler`: dataset rows in a fresh seeded permutation each epoch (as TRL's
+  sampler does), resumable from ``(epoch, position)``.
+- :class:`GenerationBatch`: one generation cycle after scoring: tensors the loss reads,
+  sliced into micro-batches in order (prompt-major rows).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+
+class PromptSampler:
+    """Dataset row indices, a fresh seeded permutation each epoch; resumable."""
+
+    def __init__(self, num_rows: int, seed: int, epoch: int = 0, position: int = 0):
+        self.num_rows, self.seed, self.epoch, self.position = num_rows, seed, epoch, position
+
+    def _order(self) -> list[int]:
+        generator = torch.Generator().manual_seed(self.seed + self.epoch)
+        return torch.randperm(self.num_rows, generator=generator).tolist()
+
+    def take(self, count: int) -> list[int]:
+        taken: list[int] = []
+        while len(taken) < count:
+            order = self._order()
+            chunk = order[self.position: self.position + count - len(taken)]
+            taken += chunk
+            self.position += len(chunk)
+            if self.position >= self.num_rows:
+                self.epoch, self.position = self.epoch + 1, 0
+        return taken
+
+    def state(self) -> dict:
+        return {"epoch": self.epoch, "position": self.position}
+
+
+@dataclass
+class GenerationBatch:
+    """One generation cycle, scored: everything the micro-steps read.  B = prompts x G."""
+
+    prompt_ids: torch.Tensor                 # (B, P) left-padded
+    prompt_mask: torch.Tensor                # (B, P)
+    completion_ids: torch.Tensor             # (B, T) right-padded
+    completion_mask: torch.Tensor            # (B, T) loss mask (truncated rows zeroed if asked)
+    advantages: torch.Tensor                 # (B,) GRPO/RLOO, (B, T) PPO
+    rows: list[int]                          # dataset row of each completion
+    num_items_in_batch: int                  # valid completion tokens in the whole batch
+    old_logps: torch.Tensor | None = None    # (B, T) policy at sampling time
+    ref_logps: torch.Tensor | None = None    # (B, T) reference policy
+    sampling_ratio: torch.Tensor | None = None  # (B, T) truncated IS weight
+    old_values: torch.Tensor | None = None   # (B, T) PPO
+    returns: torch.Tensor | None = None      # (B, T) PPO
+    metrics: dict = field(default_factory=dict)
+
+    def micro_batch(self, index: int, size: int) -> dict:
+        sl = slice(index * size, (index + 1) * size)
+        out = {}
+        for name in ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask", "advantages", "old_logps",
+                     "ref_logps", "sampling_ratio", "old_values", "returns"):
+            value = getattr(self, name)
+            out[name] = value[sl] if value is not None else None
+        out["rows"] = self.rows[sl]
+        return out
