@@ -20,6 +20,7 @@ from .advantages import (
     clip_rewards,
     gae,
     group_advantages,
+    nanstd,
     normalize_advantages,
     normalize_rewards,
     rloo_advantages,
@@ -39,17 +40,10 @@ def grpo_advantages(rewards: torch.Tensor, num_generations: int, scale_rewards) 
     metrics = {
         "reward": torch.nanmean(rewards).item(),
         # TRL's reward_std: the std of each group, averaged (what the advantages divide by).
-        "reward_std": torch.nanmean(_nanstd_rows(grouped)).item(),
+        "reward_std": torch.nanmean(nanstd(grouped, dim=1).nan_to_num(0.0)).item(),
         "frac_reward_zero_std": stats.is_std_zero.float().mean().item(),
     }
     return advantages, metrics
-
-
-def _nanstd_rows(x: torch.Tensor) -> torch.Tensor:
-    mean = torch.nanmean(x, dim=1, keepdim=True)
-    count = (~torch.isnan(x)).sum(1)
-    var = torch.nansum((x - mean) ** 2, dim=1) / (count - 1).clamp(min=1)
-    return var.sqrt()
 
 
 def rloo_advantages_with_kl(scores: torch.Tensor, logps: torch.Tensor, ref_logps: torch.Tensor | None,

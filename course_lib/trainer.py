@@ -41,6 +41,7 @@ from .policy import ReferencePolicy, completion_forward, make_value_head, prepar
 from .ppo_losses import ppo_policy_loss, rloo_policy_loss, value_loss
 from .rewards import compute_rewards, reward_function_name
 from .rollout import SamplingConfig, make_engine
+from .advantages import nanstd
 from .batches import GenerationBatch, PromptSampler
 from .rollout_scoring import completion_metrics, grpo_advantages, ppo_advantages, rloo_advantages_with_kl
 
@@ -176,7 +177,7 @@ class Trainer:
         for f, function in enumerate(self.reward_funcs):
             name = reward_function_name(function)
             metrics[f"rewards/{name}/mean"] = torch.nanmean(per_func[:, f]).item()
-            metrics[f"rewards/{name}/std"] = _nanstd(per_func[:, f])
+            metrics[f"rewards/{name}/std"] = nanstd(per_func[:, f]).nan_to_num(0.0).item()
 
         off_policy = config.num_iterations > 1 or config.effective_steps_per_generation > config.gradient_accumulation_steps
         use_tis = bool(config.effective_vllm_importance_sampling_correction)
@@ -211,14 +212,14 @@ class Trainer:
             else:
                 advantages, returns, reward_metrics = ppo_advantages(scores, old_logps, ref_logps, old_values, mask,
                                                                      rollout.is_eos, config)
-            reward_metrics.update(reward=torch.nanmean(total).item(), reward_std=_nanstd(total))
+            reward_metrics.update(reward=torch.nanmean(total).item(), reward_std=nanstd(total).nan_to_num(0.0).item())
         metrics.update(reward_metrics)
         self.tokens_seen += int(rollout.completion_mask.sum() + rollout.prompt_mask.sum())
         self.cycle += 1
         batch = GenerationBatch(prompt_ids=rollout.prompt_ids, prompt_mask=rollout.prompt_mask,
                                 completion_ids=rollout.completion_ids, completion_mask=mask, advantages=advantages,
                                 rows=rows, num_items_in_batch=int(mask.sum()),
-                                old_logps=old_logps if (off_policy or use_tis or self.algo != "grpo") else None,
+                                old_logps=old_logps,  # None when on-policy: the loss detaches logps
                                 ref_logps=ref_logps, sampling_ratio=sampling_ratio, old_values=old_values,
                                 returns=returns, metrics=metrics)
         self._last_samples = ([_prompt_text(p) for p in repeated_prompts], rollout.texts,
@@ -353,11 +354,6 @@ class Trainer:
             self.batch, self._last_samples = saved["batch"], saved["samples"]
         self._weights_dirty = True
         return [row for row in load_history(folder) if row["step"] <= self.step]
-
-
-def _nanstd(x: torch.Tensor) -> float:
-    x = x[~torch.isnan(x)]
-    return x.std().item() if x.numel() > 1 else 0.0
 
 
 def _mean_rows(rows: list[dict]) -> dict:
