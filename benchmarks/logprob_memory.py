@@ -35,7 +35,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from course_lib.logprobs import default_chunk_size, fused_linear_logprobs  # noqa: E402
+from course_lib.ops.logprobs import default_chunk_size, fused_linear_logprobs  # noqa: E402
 
 VARIANTS = ("naive", "fused")
 

@@ -171,7 +171,7 @@ def timed_backward(clock: StepClock):
 
 
 def _base_config(setup: dict, steps: int, seed: int, output_dir: str):
-    from course_lib.config import GRPOConfig
+    from course_lib.algos import GRPOConfig
 
     return GRPOConfig(model_name_or_path=setup["model"], output_dir=output_dir, seed=seed, dtype="float32",
                       max_steps=steps, save_steps=0, logging_steps=10**6, report_to="none",

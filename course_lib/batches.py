@@ -4,6 +4,7 @@
   sampler does), resumable from ``(epoch, position)``.
 - :class:`GenerationBatch`: one generation cycle after scoring: tensors the loss reads,
   sliced into micro-batches in order (prompt-major rows).
+- :func:`completion_metrics`: TRL's completion-length metrics of a generation batch.
 """
 
 from __future__ import annotations
@@ -65,3 +66,16 @@ class GenerationBatch:
             out[name] = value[sl] if value is not None else None
         out["rows"] = self.rows[sl]
         return out
+
+
+def completion_metrics(completion_mask: torch.Tensor, is_eos: torch.Tensor) -> dict:
+    """TRL's completion-length metrics for one generation batch."""
+    lengths = completion_mask.sum(1).float()
+    terminated = lengths[is_eos]
+    return {
+        "completions/mean_length": lengths.mean().item(),
+        "completions/min_length": lengths.min().item(),
+        "completions/max_length": lengths.max().item(),
+        "completions/clipped_ratio": (~is_eos).float().mean().item(),
+        "completions/mean_terminated_length": terminated.mean().item() if len(terminated) else 0.0,
+    }

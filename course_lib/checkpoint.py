@@ -63,7 +63,7 @@ def restore_weights(folder: str | Path, model, value_head=None) -> None:
     """Load the checkpoint's weights into ``model`` (full model or LoRA adapters) in place."""
     from safetensors.torch import load_file
 
-    from .policy import is_peft_model
+    from .models import is_peft_model
 
     model_dir = Path(folder) / "model"
     if is_peft_model(model):

@@ -47,7 +47,8 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
 
 def build_run(args):
     """Config, reward functions and dataset for the parsed arguments (no model loaded)."""
-    from .config import apply_overrides, make_config
+    from .config import apply_overrides
+    from .algos import make_config
     from .data import get_task
     from .rewards import get_reward_functions
 
@@ -61,7 +62,8 @@ def build_run(args):
 
 
 def run_train(args) -> int:
-    from .config import field_docs, make_config
+    from .config import field_docs
+    from .algos import make_config
 
     if args.list_fields:
         config = make_config(args.algo)

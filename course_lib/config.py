@@ -1,23 +1,19 @@
-"""Training configuration: one validated dataclass per algorithm.
+"""Training configuration: the fields every algorithm shares, and their validation.
 
-`RLConfig` holds every knob shared by GRPO, RLOO and PPO, under the names and defaults
-of TRL 1.16's `GRPOConfig` (see DESIGN.md, "Conventions"). Each field carries a
-docstring right below it, CleanRL style; `field_docs(cls)` reads those strings from the
-source so that the command line can print them as help.
+`RLConfig` holds every knob read by GRPO, RLOO and PPO alike, under the names and
+defaults of TRL 1.16's `GRPOConfig`. Each field carries a docstring right below it,
+CleanRL style; `field_docs(cls)` reads those strings from the source so that the
+command line can print them as help. Each algorithm's own config (`GRPOConfig` in
+`course_lib/algos/grpo.py`, `RLOOConfig` and `PPOConfig` beside it) adds only the fields
+that algorithm reads, so a knob that would be ignored cannot be set.
 
 A config is checked once, when it is built: a bad value raises `ValueError` naming the
 field, the value and the fix, and a legal but risky setting emits a `ConfigWarning`.
 Values derived from the fields (`effective_steps_per_generation`,
-`effective_generation_batch_size`, `effective_epsilon_high`,
-`effective_vllm_importance_sampling_correction`) are computed in `__post_init__` and
-never mutated afterwards: configs are frozen; `apply_overrides` and
-`dataclasses.replace` build a new, re-validated one.
-
-`GRPOConfig` is `RLConfig` under its algorithm name; `RLOOConfig` and `PPOConfig`
-(config_onpolicy.py, re-exported here) add the fields of their algorithm and accept the
-seed documents' names (`rloo_k`, `kl_coef`, `num_ppo_epochs`, `cliprange`) as aliases.
-Helpers (`field_docs`, `apply_overrides`, `make_config`, dict and TRL conversion) are in
-config_tools.py and re-exported here.
+`effective_generation_batch_size`, `effective_vllm_importance_sampling_correction`) are
+computed in `__post_init__` and never mutated afterwards: configs are frozen;
+`apply_overrides` and `dataclasses.replace` build a new, re-validated one. Build a
+config by algorithm name with `course_lib.algos.make_config`.
 
 Simplifications compared to TRL: no Hub, DeepSpeed, FSDP or evaluation-loop options;
 `num_processes` is a field (TRL reads it from the launcher) so that the batch
@@ -26,50 +22,41 @@ arithmetic can be shown for any number of GPUs on one machine.
 
 from __future__ import annotations
 
+import math
+import sys
 import warnings
+from pathlib import Path
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
-from course_lib.config_tools import (
-    ConfigWarning,
-    apply_overrides,
-    field_docs,
-    from_dict,
-    make_config,
-    register,
-    to_dict,
-    to_trl_grpo_config,
-)
+from course_lib.config_tools import ConfigWarning, apply_overrides, field_docs, from_dict, to_dict
+from course_lib.models import TORCH_DTYPES
+from course_lib.rollout import ENGINES
 
-__all__ = [
-    "ConfigWarning",
-    "GRPOConfig",
-    "OnPolicyConfig",
-    "PPOConfig",
-    "RLConfig",
-    "RLOOConfig",
-    "apply_overrides",
-    "field_docs",
-    "make_config",
-]
+__all__ = ["ConfigWarning", "RLConfig", "apply_overrides", "field_docs", "fail", "warn"]
 
-LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo")
-IMPORTANCE_SAMPLING_LEVELS = ("token", "sequence")
-SCALE_REWARDS = ("group", "batch", "none")
-ENGINES = ("hf", "vllm")
-DTYPES = ("auto", "float32", "bfloat16", "float16")
+DTYPES = ("auto", *TORCH_DTYPES)
 LR_SCHEDULERS = ("constant", "linear", "cosine")
 REPORT_TO = ("none", "wandb", "tensorboard")
 _ALL_PROJECTIONS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
 
-def _fail(name: str, value: Any, problem: str, fix: str) -> None:
+def fail(name: str, value: Any, problem: str, fix: str) -> None:
+    """Raise the config error format: ``field=value problem. Fix: fix.``"""
     raise ValueError(f"{name}={value!r} {problem}. Fix: {fix}.")
 
 
-def _warn(message: str) -> None:
-    # stacklevel 5 points at the caller: _warn <- _warn_risky <- __post_init__ <- __init__ <- caller
-    warnings.warn(message, ConfigWarning, stacklevel=5)
+def warn(message: str) -> None:
+    """Emit a `ConfigWarning` pointing at the code that built the config.
+
+    The stack level is counted past the config classes' own frames (their validation
+    methods and the dataclass-generated `__init__`), however deep the class hierarchy.
+    """
+    internal = (str(Path(__file__).parent / "config"), str(Path(__file__).parent / "algos"), "<string>")
+    frame, level = sys._getframe(1), 1
+    while frame is not None and frame.f_code.co_filename.startswith(internal):
+        frame, level = frame.f_back, level + 1
+    warnings.warn(message, ConfigWarning, stacklevel=level + 1)
 
 
 @dataclass(frozen=True)
@@ -111,9 +98,10 @@ class RLConfig:
     max_grad_norm: float = 1.0
     """Clip the global gradient norm to this value; 0 disables clipping."""
     max_steps: int = -1
-    """Optimizer steps to run; -1 runs `num_train_epochs` passes over the prompts instead."""
+    """Optimizer steps to run; -1 runs `num_train_epochs` passes over the prompts instead (see
+    `total_steps`)."""
     num_train_epochs: float = 3.0
-    """Passes over the prompt dataset when `max_steps` is -1."""
+    """Passes over the prompt dataset when `max_steps` is -1 (TRL's rule)."""
     gradient_checkpointing: bool = False
     """Recompute activations in the backward pass to save memory (TRL defaults to True for large
     models; off here because the course models are small)."""
@@ -166,7 +154,7 @@ class RLConfig:
     ~0.07 log-prob gap to a float32 trainer, which the TIS correction (Yao et al. 2025)
     absorbs; float32 matches the trainer to ~1e-6 but is only ~1.5x faster there."""
 
-    # --- policy loss -----------------------------------------------------------------
+    # --- policy loss (each algorithm adds its own) -------------------------------
     beta: float = 0.0
     """KL coefficient against the reference policy (GRPO, Shao et al. 2024); 0 skips the reference
     model. DeepSeek-R1 used 0.001."""
@@ -179,22 +167,8 @@ class RLConfig:
     epsilon_high: float | None = None
     """Upper clipping bound, "clip-higher" of DAPO (Yu et al. 2025), which recommends 0.28; None =
     `epsilon`."""
-    delta: float | None = None
-    """Two-sided GRPO: cap the ratio at delta also for negative advantages (INTELLECT-2, Prime
-    Intellect 2025); use > 1 + epsilon; None disables."""
-    importance_sampling_level: Literal["token", "sequence"] = "token"
-    """One ratio per token, or one per sequence (geometric mean of the token ratios, GSPO, Zheng et
-    al. 2025)."""
     reward_weights: list[float] | None = None
     """Weight of each reward function in the weighted sum; None = all 1.0."""
-    scale_rewards: Literal["group", "batch", "none"] | bool = "group"
-    """Divide advantages by the std of the group (`group`/True, GRPO), of the whole batch (`batch`,
-    PPO-Lite / Tricks or Traps, Liu et al. 2025) or not at all (`none`/False, Dr. GRPO, Liu et
-    al. 2025: std scaling biases toward too-easy and too-hard prompts)."""
-    loss_type: Literal["grpo", "bnpo", "dr_grpo", "dapo"] = "dapo"
-    """Token aggregation: `grpo` per-sequence mean (length bias, not advised), `bnpo` tokens of the
-    local batch, `dr_grpo` constant max_completion_length (Dr. GRPO), `dapo` tokens of the whole
-    accumulated batch (DAPO)."""
     mask_truncated_completions: bool = False
     """Exclude completions that never emitted EOS from the loss (overlong filtering, DAPO). The
     library's masked means return 0 when every completion is truncated, which avoids the NaN KL
@@ -229,7 +203,8 @@ class RLConfig:
 
     # --- logging ---------------------------------------------------------------------
     logging_steps: int = 10
-    """Log metrics every this many optimizer steps."""
+    """Print the progress-bar summary of samples every this many optimizer steps (with
+    `log_completions`); metrics go to history.jsonl at every step whatever this is."""
     save_steps: int = 500
     """Save a checkpoint every this many optimizer steps; 0 saves only at the end."""
     log_completions: bool = False
@@ -242,7 +217,6 @@ class RLConfig:
     # --- derived in __post_init__ (not arguments, not saved) --------------------
     effective_steps_per_generation: int = field(init=False, repr=False)
     effective_generation_batch_size: int = field(init=False, repr=False)
-    effective_epsilon_high: float = field(init=False, repr=False)
     effective_vllm_importance_sampling_correction: bool = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -258,8 +232,6 @@ class RLConfig:
         object.__setattr__(self, name, value)  # frozen: only __post_init__ writes
 
     def _normalize(self) -> None:
-        if isinstance(self.scale_rewards, bool):  # TRL: True == "group", False == "none"
-            self._set("scale_rewards", "group" if self.scale_rewards else "none")
         if self.top_k == 0:
             self._set("top_k", None)  # TRL spells "disabled" as 0
         if self.reward_weights is not None:
@@ -268,9 +240,6 @@ class RLConfig:
 
     def _check_choices(self) -> None:
         choices = {
-            "loss_type": LOSS_TYPES,
-            "importance_sampling_level": IMPORTANCE_SAMPLING_LEVELS,
-            "scale_rewards": SCALE_REWARDS,
             "engine": ENGINES,
             "dtype": DTYPES,
             "vllm_dtype": DTYPES,
@@ -280,7 +249,7 @@ class RLConfig:
         for name, allowed in choices.items():
             value = getattr(self, name)
             if value not in allowed:
-                _fail(name, value, "is not a known choice", f"use one of {', '.join(allowed)}")
+                fail(name, value, "is not a known choice", f"use one of {', '.join(allowed)}")
 
     def _check_ranges(self) -> None:
         for name in ("per_device_train_batch_size", "gradient_accumulation_steps", "num_processes",
@@ -288,50 +257,53 @@ class RLConfig:
                      "lora_r", "lora_alpha"):
             value = getattr(self, name)
             if value < 1:
-                _fail(name, value, "must be at least 1", f"set {name} to a positive integer")
+                fail(name, value, "must be at least 1", f"set {name} to a positive integer")
         for name in ("steps_per_generation", "generation_batch_size", "max_prompt_length",
                      "vllm_max_model_length", "num_completions_to_print"):
             value = getattr(self, name)
             if value is not None and value < 1:
-                _fail(name, value, "must be None or at least 1", f"set {name}=None or a positive integer")
+                fail(name, value, "must be None or at least 1", f"set {name}=None or a positive integer")
         if self.num_generations < self.MIN_GENERATIONS:
-            _fail("num_generations", self.num_generations,
+            fail("num_generations", self.num_generations,
                   f"is below {self.MIN_GENERATIONS}: a group baseline needs at least two completions per prompt",
                   "set num_generations >= 2 (8 is TRL's default)")
+        if self.max_steps != -1 and self.max_steps < 1:
+            fail("max_steps", self.max_steps, "must be -1 (use num_train_epochs) or at least 1",
+                 "set max_steps to a positive number of optimizer steps, or -1")
+        if self.max_steps == -1 and not self.num_train_epochs > 0:
+            fail("num_train_epochs", self.num_train_epochs, "must be > 0 when max_steps=-1",
+                 "set num_train_epochs (e.g. 1.0) or max_steps")
         for name in ("beta", "epsilon", "learning_rate", "weight_decay", "warmup_steps",
                      "max_grad_norm", "save_steps", "adam_epsilon"):
             value = getattr(self, name)
             if value < 0:
-                _fail(name, value, "must be non-negative", f"set {name} >= 0")
+                fail(name, value, "must be non-negative", f"set {name} >= 0")
         if self.epsilon_high is not None and self.epsilon_high < 0:
-            _fail("epsilon_high", self.epsilon_high, "must be non-negative",
+            fail("epsilon_high", self.epsilon_high, "must be non-negative",
                   "set epsilon_high >= 0 (DAPO uses 0.28) or None to reuse epsilon")
-        if self.delta is not None and self.delta <= 1.0:
-            _fail("delta", self.delta, "caps the ratio at or below 1, so even on-policy tokens with a negative "
-                  "advantage would get no gradient", "use delta > 1 + epsilon (INTELLECT-2) or None")
         if not self.temperature > 0:
-            _fail("temperature", self.temperature, "must be > 0", "use e.g. 1.0 (0.7 for lower diversity)")
+            fail("temperature", self.temperature, "must be > 0", "use e.g. 1.0 (0.7 for lower diversity)")
         if not 0 < self.top_p <= 1:
-            _fail("top_p", self.top_p, "must lie in (0, 1]", "use 1.0 to disable nucleus sampling")
+            fail("top_p", self.top_p, "must lie in (0, 1]", "use 1.0 to disable nucleus sampling")
         if self.min_p is not None and not 0 <= self.min_p <= 1:
-            _fail("min_p", self.min_p, "must lie in [0, 1]", "use None or a value such as 0.05")
+            fail("min_p", self.min_p, "must lie in [0, 1]", "use None or a value such as 0.05")
         if self.top_k is not None and self.top_k < 0:
-            _fail("top_k", self.top_k, "must be None or >= 0", "use None to disable top-k")
+            fail("top_k", self.top_k, "must be None or >= 0", "use None to disable top-k")
         if not self.repetition_penalty > 0:
-            _fail("repetition_penalty", self.repetition_penalty, "must be > 0", "use 1.0 for no penalty")
+            fail("repetition_penalty", self.repetition_penalty, "must be > 0", "use 1.0 for no penalty")
         if not self.vllm_importance_sampling_cap > 0:
-            _fail("vllm_importance_sampling_cap", self.vllm_importance_sampling_cap, "must be > 0",
+            fail("vllm_importance_sampling_cap", self.vllm_importance_sampling_cap, "must be > 0",
                   "use TRL's value 2.0")
         if not 0 < self.vllm_gpu_memory_utilization <= 1:
-            _fail("vllm_gpu_memory_utilization", self.vllm_gpu_memory_utilization, "must lie in (0, 1]",
+            fail("vllm_gpu_memory_utilization", self.vllm_gpu_memory_utilization, "must lie in (0, 1]",
                   "use e.g. 0.3 when vLLM shares the GPU with training")
         if not 0 <= self.lora_dropout < 1:
-            _fail("lora_dropout", self.lora_dropout, "must lie in [0, 1)", "use e.g. 0.05")
+            fail("lora_dropout", self.lora_dropout, "must lie in [0, 1)", "use e.g. 0.05")
         if not 0 <= self.adam_beta1 < 1 or not 0 <= self.adam_beta2 < 1:
-            _fail("adam_beta1/adam_beta2", (self.adam_beta1, self.adam_beta2), "must lie in [0, 1)",
+            fail("adam_beta1/adam_beta2", (self.adam_beta1, self.adam_beta2), "must lie in [0, 1)",
                   "use 0.9 and 0.999")
         if self.reward_weights is not None and len(self.reward_weights) == 0:
-            _fail("reward_weights", self.reward_weights, "is empty", "use None for equal weights")
+            fail("reward_weights", self.reward_weights, "is empty", "use None for equal weights")
 
     def _requested_steps_per_generation(self) -> int | None:
         """Steps per generation asked for by the user (RLOO/PPO may derive it)."""
@@ -342,11 +314,11 @@ class RLConfig:
         global_micro_batch = self.per_device_train_batch_size * self.num_processes
         steps = self._requested_steps_per_generation()
         if steps is not None and self.generation_batch_size is not None:
-            _fail("steps_per_generation", steps, f"is set together with generation_batch_size="
+            fail("steps_per_generation", steps, f"is set together with generation_batch_size="
                   f"{self.generation_batch_size}; each determines the other", "set only one of the two")
         if self.generation_batch_size is not None:
             if self.generation_batch_size % global_micro_batch != 0:
-                _fail("generation_batch_size", self.generation_batch_size,
+                fail("generation_batch_size", self.generation_batch_size,
                       f"is not a multiple of per_device_train_batch_size * num_processes = {global_micro_batch}",
                       f"use a multiple of {global_micro_batch}")
             steps = self.generation_batch_size // global_micro_batch
@@ -354,7 +326,7 @@ class RLConfig:
             steps = self.gradient_accumulation_steps
         generation_batch = global_micro_batch * steps
         if generation_batch % self.num_generations != 0:
-            _fail("num_generations", self.num_generations,
+            fail("num_generations", self.num_generations,
                   f"does not divide the generation batch of {generation_batch} completions "
                   f"(per_device_train_batch_size={self.per_device_train_batch_size} * num_processes="
                   f"{self.num_processes} * steps_per_generation={steps}), so a prompt's group would be split",
@@ -363,24 +335,16 @@ class RLConfig:
         self._set("effective_generation_batch_size", generation_batch)
 
     def _derive_rest(self) -> None:
-        self._set("effective_epsilon_high", self.epsilon if self.epsilon_high is None else self.epsilon_high)
         correction = self.vllm_importance_sampling_correction
         self._set("effective_vllm_importance_sampling_correction",
                   self.engine == "vllm" if correction is None else bool(correction))
 
     def _warn_risky(self) -> None:
-        if self.importance_sampling_level == "sequence" and self.loss_type in ("bnpo", "dr_grpo", "dapo"):
-            # Same condition as TRL's GRPOTrainer warning.
-            _warn(f"importance_sampling_level='sequence' with loss_type={self.loss_type!r} sums per-token terms, "
-                  "so each sequence weighs as much as its length; GSPO's objective is loss_type='grpo'.")
-        if self.delta is not None and self.delta <= 1 + self.epsilon:
-            _warn(f"delta={self.delta} <= 1 + epsilon = {1 + self.epsilon}: INTELLECT-2 recommends delta > 1 + "
-                  "epsilon, otherwise the upper cap clips tokens the ordinary PPO clip would keep.")
-        if self.effective_epsilon_high < self.epsilon:
-            _warn(f"epsilon_high={self.epsilon_high} < epsilon={self.epsilon}: the ratio may fall further than it "
+        if self.epsilon_high is not None and self.epsilon_high < self.epsilon:
+            warn(f"epsilon_high={self.epsilon_high} < epsilon={self.epsilon}: the ratio may fall further than it "
                   "may rise; DAPO's clip-higher uses epsilon_high > epsilon (0.28 vs 0.2).")
         if self.vllm_importance_sampling_correction and self.engine != "vllm":
-            _warn(f"vllm_importance_sampling_correction=True has no effect with engine={self.engine!r}: the "
+            warn(f"vllm_importance_sampling_correction=True has no effect with engine={self.engine!r}: the "
                   "sampler and the trainer are the same model, so there is no mismatch to correct.")
 
     # -- derived arithmetic --------------------------------------------------------
@@ -394,13 +358,30 @@ class RLConfig:
         """Distinct prompts in one generation batch."""
         return self.effective_generation_batch_size // self.num_generations
 
+    @property
+    def optimizer_steps_per_generation(self) -> float:
+        """Optimizer steps taken from one generation batch (every replay counted)."""
+        return self.effective_steps_per_generation * self.num_iterations / self.gradient_accumulation_steps
+
+    def total_steps(self, num_prompts: int) -> int:
+        """Optimizer steps of the run: `max_steps`, or `num_train_epochs` passes over `num_prompts`.
+
+        An epoch is every whole generation batch the prompts fill (a last, partial one is
+        dropped, as TRL's RepeatSampler does), each giving `optimizer_steps_per_generation`
+        steps; the result is rounded up and at least 1.
+        """
+        if self.max_steps > 0:
+            return self.max_steps
+        generations_per_epoch = num_prompts // self.unique_prompts_per_generation
+        return max(1, math.ceil(self.num_train_epochs * generations_per_epoch * self.optimizer_steps_per_generation))
+
     # -- checks that need information known only to the trainer ----------------------
     def check_reward_weights(self, num_reward_funcs: int) -> list[float]:
         """Return the weights for `num_reward_funcs` functions, or raise if they do not match."""
         if self.reward_weights is None:
             return [1.0] * num_reward_funcs
         if len(self.reward_weights) != num_reward_funcs:
-            _fail("reward_weights", self.reward_weights,
+            fail("reward_weights", self.reward_weights,
                   f"has {len(self.reward_weights)} entries but {num_reward_funcs} reward functions were given",
                   f"pass exactly {num_reward_funcs} weights, or None for equal weights")
         return list(self.reward_weights)
@@ -412,23 +393,7 @@ class RLConfig:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RLConfig:
-        """Rebuild a config from `to_dict` output; the `algo` key picks the class."""
-        return from_dict(data, base=cls)
+        """Rebuild a config of this class from `to_dict` output (`course_lib.algos.config_from_dict`
+        picks the class from the `algo` key)."""
+        return from_dict(data, cls)
 
-    def to_trl_grpo_config(self, **extra: Any) -> Any:
-        """The equivalent `trl.GRPOConfig` (single process), for parity checks."""
-        return to_trl_grpo_config(self, **extra)
-
-
-@register
-@dataclass(frozen=True)
-class GRPOConfig(RLConfig):
-    """Group Relative Policy Optimization (Shao et al. 2024) and its variants (DAPO, Dr. GRPO,
-    GSPO)."""
-
-    algo: ClassVar[str] = "grpo"
-
-
-# The on-policy configs live in their own module; it imports RLConfig from here, which
-# is defined by now, so this import at the bottom is safe.
-from course_lib.config_onpolicy import OnPolicyConfig, PPOConfig, RLOOConfig  # noqa: E402

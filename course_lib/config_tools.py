@@ -6,12 +6,12 @@
   values using the field annotations (`bool`, `int`, `float`, `X | None`, `list[float]`
   as `"1.0,0.5"`, `Literal` choices) and returns a new, re-validated config. Unknown keys
   fail with a did-you-mean suggestion.
-- `make_config(algo, **overrides)`, `to_dict` / `from_dict` (JSON-safe, for
-  checkpoints) and `to_trl_grpo_config` (the same run expressed as a `trl.GRPOConfig`,
-  used by parity checks; TRL is imported only there).
+- `to_dict` / `from_dict` (JSON-safe, for checkpoints) and `to_trl_grpo_config` (the
+  same run expressed as a `trl.GRPOConfig`, used by parity checks; TRL is imported only
+  there).
 
-The config classes are passed in as arguments or registered with `@register`, so this
-module does not import `config.py` (which imports it).
+The config classes are passed in as arguments, so this module imports no config (the
+configs import it); `course_lib.algos` maps algorithm names to classes.
 """
 
 from __future__ import annotations
@@ -26,30 +26,14 @@ import typing
 from collections.abc import Iterable, Mapping
 from typing import Any, Literal, Union
 
-_REGISTRY: dict[str, type] = {}
-
-
 class ConfigWarning(UserWarning):
     """A legal but risky configuration (the message says why and what to do)."""
 
 
-def register(cls: type) -> type:
-    """Class decorator: make `cls` reachable by its `algo` name."""
-    _REGISTRY[cls.algo] = cls
-    return cls
-
-
-def _suggest(word: str, candidates: Iterable[str]) -> str:
+def suggest(word: str, candidates: Iterable[str]) -> str:
+    """`" Did you mean 'x'?"` for the closest candidate, or an empty string."""
     close = difflib.get_close_matches(word, list(candidates), n=1, cutoff=0.6)
     return f" Did you mean {close[0]!r}?" if close else ""
-
-
-def _config_class(algo: str) -> type:
-    key = algo.lower()
-    if key not in _REGISTRY:
-        raise ValueError(f"algo={algo!r} is not known.{_suggest(key, _REGISTRY)} "
-                         f"Fix: use one of {', '.join(sorted(_REGISTRY))}.")
-    return _REGISTRY[key]
 
 
 # ---------------------------------------------------------------------------------------
@@ -132,7 +116,7 @@ def _coerce(text: str, hint: Any) -> Any:
     raise ValueError(f"no rule to read {hint}")
 
 
-def _resolve_keys(cls: type, values: Mapping[str, Any]) -> dict[str, Any]:
+def resolve_keys(cls: type, values: Mapping[str, Any]) -> dict[str, Any]:
     """Map alias names to field names and reject unknown or derived keys."""
     fields = {f.name: f for f in dataclasses.fields(cls)}
     aliases: dict[str, str] = getattr(cls, "ALIASES", {})
@@ -141,7 +125,7 @@ def _resolve_keys(cls: type, values: Mapping[str, Any]) -> dict[str, Any]:
         name = aliases.get(key, key)
         if name not in fields:
             raise ValueError(f"{key}={value!r}: {cls.__name__} has no field {key!r}."
-                             f"{_suggest(key, list(fields) + list(aliases))} "
+                             f"{suggest(key, list(fields) + list(aliases))} "
                              "Fix: run with --help to list the fields.")
         if not fields[name].init:
             raise ValueError(f"{key}={value!r}: {key!r} is computed from the other fields. "
@@ -175,7 +159,7 @@ def apply_overrides(config: Any, overrides: Iterable[str] | Mapping[str, Any]) -
             if not sep or not key.strip():
                 raise ValueError(f"override {item!r} is not of the form key=value. Fix: write e.g. beta=0.04.")
             pairs[key.strip().removeprefix("--").replace("-", "_")] = text.strip()
-    resolved = _resolve_keys(cls, pairs)
+    resolved = resolve_keys(cls, pairs)
     hints = typing.get_type_hints(cls)
     changes = {}
     for name, value in resolved.items():
@@ -192,12 +176,6 @@ def apply_overrides(config: Any, overrides: Iterable[str] | Mapping[str, Any]) -
 # ---------------------------------------------------------------------------------------
 # Construction and serialisation
 # ---------------------------------------------------------------------------------------
-def make_config(algo: str, **overrides: Any) -> Any:
-    """Build the config of `algo` ("grpo", "rloo", "ppo"); aliases such as `rloo_k` work."""
-    cls = _config_class(algo)
-    return cls(**_resolve_keys(cls, overrides))
-
-
 def to_dict(config: Any) -> dict[str, Any]:
     """JSON-safe dict: `algo` plus every settable field (derived values are left out)."""
     data: dict[str, Any] = {"algo": config.algo}
@@ -208,15 +186,14 @@ def to_dict(config: Any) -> dict[str, Any]:
     return data
 
 
-def from_dict(data: Mapping[str, Any], base: type) -> Any:
-    """Inverse of `to_dict`. `algo` (if present) picks the class; it must subclass `base`."""
+def from_dict(data: Mapping[str, Any], cls: type) -> Any:
+    """Inverse of `to_dict` for the class `cls`; an `algo` key, if present, must be `cls`'s."""
     values = dict(data)
     algo = values.pop("algo", None)
-    cls = base if algo is None or algo == base.algo else _config_class(algo)
-    if not issubclass(cls, base):
-        raise ValueError(f"algo={algo!r} gives {cls.__name__}, which is not a {base.__name__}. "
-                         f"Fix: call {cls.__name__}.from_dict or RLConfig.from_dict.")
-    return cls(**_resolve_keys(cls, values))
+    if algo is not None and algo != cls.algo:
+        raise ValueError(f"algo={algo!r} does not match {cls.__name__} (algo={cls.algo!r}). "
+                         "Fix: use course_lib.algos.config_from_dict, which picks the class from 'algo'.")
+    return cls(**resolve_keys(cls, values))
 
 
 def to_trl_grpo_config(config: Any, **extra: Any) -> Any:
@@ -249,7 +226,8 @@ def to_trl_grpo_config(config: Any, **extra: Any) -> Any:
             "num_generations", "max_completion_length", "temperature", "top_p", "min_p",
             "repetition_penalty", "beta", "num_iterations", "epsilon", "epsilon_high", "delta",
             "importance_sampling_level", "reward_weights", "scale_rewards", "loss_type",
-            "mask_truncated_completions", "vllm_gpu_memory_utilization", "vllm_max_model_length",
+            "mask_truncated_completions", "use_bias_correction_kl", "vllm_gpu_memory_utilization",
+            "vllm_max_model_length",
             "logging_steps", "log_completions", "num_completions_to_print", "report_to",
         )
     }

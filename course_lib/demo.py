@@ -40,10 +40,10 @@ def run_demo(model: str = "smollm2-135m", output_dir: str = "outputs/demo", max_
 
     matplotlib.use("Agg")
 
-    from .config import GRPOConfig
+    from .algos import GRPOConfig
     from .data import get_task
     from .evaluation import evaluate_accuracy
-    from .history import plot_history
+    from .widgets.dashboard import plot_training_history
     from .models import load_policy
     from .rewards import get_reward_functions
     from .trainer import Trainer
@@ -74,7 +74,7 @@ def run_demo(model: str = "smollm2-135m", output_dir: str = "outputs/demo", max_
     history = trainer.train()
     after, _ = evaluate("After GRPO", trainer.model)
     reward_keys = ["reward"] + [f"rewards/{name}/mean" for name in preset["rewards"]]
-    figure = plot_history(history, keys=reward_keys, smooth=5, title=f"GRPO on {model}: reward per optimizer step")
+    figure = plot_training_history(history, keys=reward_keys, smooth=5, title=f"GRPO on {model}: reward per optimizer step")
     figure.savefig(output / "reward.png", dpi=120)
     first, last = history[: max(1, len(history) // 5)], history[-max(1, len(history) // 5):]
     mean = lambda rows, key: sum(r[key] for r in rows) / len(rows)  # noqa: E731

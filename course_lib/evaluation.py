@@ -1,37 +1,19 @@
 """Greedy evaluation of a policy on a task with a reference ``answer`` column.
 
-A completion is correct when the first number it contains (or the number inside
-``<answer>`` tags, when there are tags) equals the reference. This is the held-out
-metric of the course's learning tests and of ``python -m course_lib eval``.
+A completion is correct by the same rule the correctness rewards use
+(:func:`course_lib.rewards.answers.is_correct`): the number inside ``<answer>`` tags when
+there are tags, else the first number, compared numerically with the reference. This is
+the held-out metric of the course's learning tests and of ``python -m course_lib eval``.
 """
 
 from __future__ import annotations
 
-import re
-
 import torch
 from tqdm.auto import tqdm
 
-_NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
-_TAGGED = re.compile(r"<answer>\s*(.*?)\s*</answer>", re.DOTALL)
+from .rewards.answers import is_correct
 
-
-def predicted_number(completion: str) -> str | None:
-    """The model's answer: inside ``<answer>`` tags when present, else the first number."""
-    tagged = _TAGGED.search(completion)
-    text = tagged.group(1) if tagged else completion
-    match = _NUMBER.search(text.replace(",", ""))
-    return match.group(0) if match else None
-
-
-def is_correct(completion: str, answer: str) -> bool:
-    predicted = predicted_number(completion)
-    if predicted is None:
-        return False
-    try:
-        return abs(float(predicted) - float(answer)) < 1e-6
-    except ValueError:
-        return predicted == answer
+__all__ = ["evaluate_accuracy", "greedy_completions", "is_correct"]
 
 
 @torch.no_grad()

@@ -89,14 +89,3 @@ def format_samples(prompts: list[str], completions: list[str], rewards: list[flo
     for p, c, r, a in list(zip(prompts, completions, rewards, advantages))[:limit]:
         lines.append(f"{cut(p):<{width}} | {cut(c):<{width}} | {r:6.2f} | {a:+.3f}")
     return "\n".join(lines)
-
-
-def plot_history(history, keys=None, smooth: int = 1, title: str | None = None):
-    """The logged metrics as a grid of line plots (a list of rows or a path); a Figure.
-
-    The plotting lives with the lesson widgets (``course_lib.widgets.dashboard``); this is
-    the trainer-side name for it.
-    """
-    from .widgets.dashboard import plot_training_history
-
-    return plot_training_history(history, keys=keys, smooth=smooth, title=title)

@@ -25,11 +25,32 @@ import torch
 from .tiny import TINY_DIR
 
 EMBEDDED_MODELS = ("tiny", "smollm2-135m")
+#: Precisions a model can be trained or sampled in; configs add "auto" (see resolve_dtype).
+TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
 class ModelNotAvailableError(RuntimeError):
     """A model name or path that cannot be loaded, with what to do about it."""
+
+
+def resolve_dtype(name: str) -> torch.dtype:
+    """``auto``: bf16 on a GPU that supports it, fp32 on CPU (fp16 only when asked)."""
+    if name == "auto":
+        return torch.bfloat16 if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else torch.float32
+    if name not in TORCH_DTYPES:
+        raise ValueError(f"dtype={name!r} is not known. Fix: use auto, {', '.join(TORCH_DTYPES)}.")
+    return TORCH_DTYPES[name]
+
+
+def is_peft_model(model) -> bool:
+    """True for a PEFT wrapper (LoRA adapters) around a transformers model."""
+    return hasattr(model, "peft_config") and hasattr(model, "get_base_model")
+
+
+def unwrap_peft(model):
+    """The transformers model inside a PEFT wrapper (its adapter layers stay in place)."""
+    return model.get_base_model() if is_peft_model(model) else model
 
 
 def cache_dir() -> Path:
@@ -139,7 +160,7 @@ def load_policy(name: str | os.PathLike = "tiny", *, dtype: torch.dtype | str = 
     if backend != "hf":
         raise ValueError(f"backend={backend!r}: use 'hf' (transformers) or 'unsloth' (CUDA GPUs).")
     if isinstance(dtype, str):
-        dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[dtype]
+        dtype = resolve_dtype(dtype)
     path = resolve_model_path(name)
     try:
         if isinstance(path, Path) and (path / "adapter_config.json").exists():

@@ -1,12 +1,14 @@
-"""The models of a training run: policy (optionally LoRA), frozen reference, value head.
+"""The models of a training run: the policy (optionally LoRA) and its frozen reference.
 
 - :func:`prepare_policy` applies LoRA (peft), gradient checkpointing and the dtype.
 - :func:`reference_context` gives the reference policy for KL terms *without a second
   copy* when LoRA is on (the base model with adapters disabled); otherwise a frozen copy
   is made once, and only when a KL coefficient needs it (beta = 0 loads no reference).
 - :func:`completion_forward` runs the transformer body and returns the completion
-  tokens' log-probs (fused LM head, never the full ``(B, T, V)`` logits) and, for PPO,
-  the value head's per-token values from the same hidden states. A prompt repeated in the
+  tokens' log-probs and exact entropies (the model's LM head applied by
+  :func:`course_lib.ops.logprobs.head_logprobs`, fused: never the full ``(B, T, V)``
+  logits) and, for PPO, the value head's per-token values from the same hidden states
+  (the value head itself is PPO's, in :mod:`course_lib.algos.ppo`). A prompt repeated in the
   micro-batch (GRPO's G completions of one prompt) goes through the body once; its
   key/value cache is shared by the completions (see :func:`_shared_prompt_hidden`).
 
@@ -21,27 +23,9 @@ import copy
 import inspect
 
 import torch
-from torch import nn
 
-from .logprobs import fused_linear_logprobs, selective_log_softmax
-
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-
-
-def resolve_dtype(name: str) -> torch.dtype:
-    """``auto``: bf16 on a GPU that supports it, fp32 on CPU (fp16 only when asked)."""
-    if name == "auto":
-        return torch.bfloat16 if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else torch.float32
-    return DTYPES[name]
-
-
-def is_peft_model(model) -> bool:
-    return hasattr(model, "peft_config") and hasattr(model, "get_base_model")
-
-
-def base_model(model):
-    """The ``*ForCausalLM`` under an optional PEFT wrapper."""
-    return model.get_base_model() if is_peft_model(model) else model
+from .models import is_peft_model, resolve_dtype, unwrap_peft
+from .ops.logprobs import head_logprobs, lm_head, selective_log_softmax
 
 
 def prepare_policy(model, config):
@@ -54,8 +38,8 @@ def prepare_policy(model, config):
                           target_modules=list(config.lora_target_modules), task_type="CAUSAL_LM")
         model = get_peft_model(model, lora)
     if config.gradient_checkpointing:
-        base_model(model).gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-        base_model(model).config.use_cache = False
+        unwrap_peft(model).gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        unwrap_peft(model).config.use_cache = False
     return model
 
 
@@ -78,48 +62,6 @@ class ReferencePolicy:
         else:
             with self._policy.disable_adapter():
                 yield self._policy
-
-
-class ValueHead(nn.Module):
-    """PPO's critic: a linear head giving one scalar per token from last hidden states.
-
-    With ``backbone=None`` the head reads the *policy's* hidden states (a shared trunk: one
-    forward pass, the critic's gradient also shapes the policy's features). With a
-    backbone (a frozen-architecture copy of the policy's transformer body, trained on its
-    own) the critic is a separate value model, as in the original RLHF setups: twice the
-    memory, no interference between the two losses.
-
-    The head starts at zero so the first value estimates add no noise to GAE.
-    """
-
-    def __init__(self, hidden_size: int, backbone: nn.Module | None = None):
-        super().__init__()
-        self.summary = nn.Linear(hidden_size, 1)
-        nn.init.zeros_(self.summary.weight)
-        nn.init.zeros_(self.summary.bias)
-        self.backbone = backbone
-
-    def forward(self, hidden: torch.Tensor) -> torch.Tensor:  # (B, T, H) -> (B, T)
-        return self.summary(hidden.to(self.summary.weight.dtype)).squeeze(-1)
-
-    def values_for(self, policy_hidden, input_ids, attention_mask, position_ids, start: int, width: int):
-        """Values of the completion positions: from the policy's hidden states or its own body."""
-        if self.backbone is None:
-            return self(policy_hidden)
-        hidden = self.backbone(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                               use_cache=False).last_hidden_state
-        return self(hidden[:, start: start + width])
-
-
-def make_value_head(policy, separate: bool) -> ValueHead:
-    """A value head on the policy's trunk, or on a trainable copy of its transformer body."""
-    causal_lm = base_model(policy)
-    backbone = None
-    if separate:
-        backbone = copy.deepcopy(causal_lm.get_decoder())
-        for parameter in backbone.parameters():
-            parameter.requires_grad_(True)  # LoRA freezes the policy's base weights, not the critic's
-    return ValueHead(causal_lm.config.hidden_size, backbone)
 
 
 def position_ids_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
@@ -206,18 +148,24 @@ def _shared_prompt_hidden(body, cache, prompt_ids, prompt_mask, completion_ids, 
 
 
 def completion_forward(model, prompt_ids, prompt_mask, completion_ids, completion_mask, *, temperature: float = 1.0,
-                       fused: bool = True, chunk_size: int | None = None, value_head: ValueHead | None = None,
+                       fused: bool = True, chunk_size: int | None = None, value_head=None,
                        with_entropy: bool = False):
     """Per-token log-probs of the completion under ``model`` (and values, entropies).
 
     Rows that share a prompt (prompt-major GRPO batches, whole or partial groups) run the
     prompt through the body once (:func:`_shared_prompt_hidden`); otherwise, or under
     gradient checkpointing, one pass over prompt + completion. Both give the same values.
+    The LM head is the model's own, as :func:`course_lib.ops.logprobs.lm_head` reads it
+    (bias, logit scale, Gemma-2's soft cap); a model whose head it cannot reproduce is
+    scored through its own forward pass.
 
     Args:
         prompt_ids, prompt_mask: ``(B, P)`` left-padded prompts.
         completion_ids, completion_mask: ``(B, T)`` right-padded completions.
         temperature: log-probs of the temperature-scaled distribution the sampler used.
+        fused: chunked LM head (never the ``(B, T, V)`` logits).
+        value_head: PPO's critic (:class:`course_lib.algos.ppo.ValueHead`), or None.
+        with_entropy: also return the exact entropy of each next-token distribution.
     Returns:
         ``(logps, values, entropies)``: ``(B, T)`` each; values/entropies are None unless
         asked for.
@@ -225,9 +173,13 @@ def completion_forward(model, prompt_ids, prompt_mask, completion_ids, completio
     input_ids = torch.cat([prompt_ids, completion_ids], dim=1)
     attention_mask = torch.cat([prompt_mask, completion_mask], dim=1)
     position_ids = position_ids_from_mask(attention_mask)
-    causal_lm = base_model(model)
-    body = causal_lm.get_decoder()
+    causal_lm = unwrap_peft(model)
     start, width = prompt_ids.shape[1] - 1, completion_ids.shape[1]
+    head = lm_head(causal_lm)
+    if head is None:
+        return _own_forward(model, input_ids, attention_mask, position_ids, completion_ids, start, width,
+                            temperature, value_head, with_entropy)
+    body = causal_lm.get_decoder()
     first, inverse = _unique_prompt_rows(prompt_ids, prompt_mask)
     repeated = len(first) < len(inverse) and width > 0
     cache = _shareable_cache(causal_lm, body) if _SHARE_PROMPT_PASS and repeated else None
@@ -237,20 +189,29 @@ def completion_forward(model, prompt_ids, prompt_mask, completion_ids, completio
     else:
         hidden = _full_pass_hidden(body, input_ids, attention_mask, position_ids, start, width)
     # hidden: (B, T, H), the state that predicts completion token t
-    head = causal_lm.get_output_embeddings()
-    has_bias = getattr(head, "bias", None) is not None
-    entropies = None
-    if fused and not has_bias and not with_entropy:
-        logps = fused_linear_logprobs(hidden, head.weight, completion_ids, temperature=temperature,
-                                      chunk_size=chunk_size)
-    else:
-        logits = head(hidden).float() / temperature  # (B, T, V): small models, or entropy wanted
-        logps = selective_log_softmax(logits, completion_ids)
-        if with_entropy:
-            with torch.no_grad():
-                log_p = logits.log_softmax(-1)
-                entropies = -(log_p.exp() * log_p).sum(-1)
+    logps, entropies = head_logprobs(head, hidden, completion_ids, temperature=temperature, fused=fused,
+                                     chunk_size=chunk_size, with_entropy=with_entropy)
     values = None
     if value_head is not None:
+        values = value_head.values_for(hidden, input_ids, attention_mask, position_ids, start, width)
+    return logps, values, entropies
+
+
+def _own_forward(model, input_ids, attention_mask, position_ids, completion_ids, start: int, width: int,
+                 temperature: float, value_head, with_entropy: bool):
+    """:func:`completion_forward` through the model's own forward (full logits)."""
+    from .ops.logprobs import entropy_from_logits
+
+    outputs = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                    use_cache=False, output_hidden_states=value_head is not None)
+    logits = outputs.logits[:, start: start + width].float() / temperature  # (B, T, V)
+    logps = selective_log_softmax(logits, completion_ids)
+    entropies = None
+    if with_entropy:
+        with torch.no_grad():
+            entropies = entropy_from_logits(logits)
+    values = None
+    if value_head is not None:
+        hidden = outputs.hidden_states[-1][:, start: start + width]
         values = value_head.values_for(hidden, input_ids, attention_mask, position_ids, start, width)
     return logps, values, entropies

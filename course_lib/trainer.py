@@ -5,7 +5,7 @@ Read it top to bottom, as in CleanRL: ``train()`` repeats
 1. **generate** a batch: ``unique prompts x num_generations`` completions from the rollout
    engine (``hf`` or ``vllm``), prompt-major;
 2. **score** it: reward functions -> rewards; the algorithm's advantages
-   (``rollout_scoring``); old / reference log-probs when the schedule or KL needs them;
+   (``algorithm.advantages``); old / reference log-probs when the schedule or KL needs them;
    the truncated importance-sampling weight when a separate engine sampled;
 3. **learn** from it: ``steps_per_generation`` micro-batches, replayed ``num_iterations``
    times; one optimizer step every ``gradient_accumulation_steps`` micro-batches
@@ -13,8 +13,10 @@ Read it top to bottom, as in CleanRL: ``train()`` repeats
 4. **log** TRL-named metrics per optimizer step to ``history.jsonl``, a progress bar, a
    periodic sample table; **checkpoint** every ``save_steps``.
 
-The maths lives in ``advantages``, ``losses``, ``ppo_losses`` and ``logprobs``; this file
-only orders the calls.
+What differs between GRPO, RLOO and PPO is two calls on the algorithm object
+(``course_lib/algos``): ``advantages(...)`` after scoring and ``loss(...)`` in each
+micro-step; the shared maths is in ``course_lib/ops``. This file only orders the calls
+and has no per-algorithm branch.
 
 Simplifications vs TRL: one process (``num_processes`` > 1 only shapes the schedule
 arithmetic); the generation batch is consumed in order, not shuffled (so the schedule
@@ -34,20 +36,20 @@ import torch
 from tqdm.auto import tqdm
 
 from . import checkpoint as ckpt
+from .algos import get_algorithm
+from .algos.base import PolicyOutputs, ScoredBatch
+from .batches import GenerationBatch, PromptSampler, completion_metrics
 from .history import MetricsLogger, format_samples, load_history
-from .kl import truncated_is_ratio
-from .losses import policy_loss
-from .policy import ReferencePolicy, completion_forward, make_value_head, prepare_policy, resolve_dtype
-from .ppo_losses import ppo_policy_loss, rloo_policy_loss, value_loss
+from .models import resolve_dtype
+from .ops.importance import importance_sampling_ratio
+from .ops.stats import nanstd
+from .policy import ReferencePolicy, completion_forward, prepare_policy
 from .rewards import compute_rewards, reward_function_name
 from .rollout import SamplingConfig, make_engine
-from .advantages import nanstd
-from .batches import GenerationBatch, PromptSampler
-from .rollout_scoring import completion_metrics, grpo_advantages, ppo_advantages, rloo_advantages_with_kl
 
 
 class Trainer:
-    """GRPO, RLOO or PPO on a causal LM, selected by the config's class (``config.algo``).
+    """GRPO, RLOO or PPO on a causal LM, selected by the config's class (``course_lib.algos``).
 
     Args:
         config: a ``GRPOConfig``, ``RLOOConfig`` or ``PPOConfig`` (course_lib.config).
@@ -62,8 +64,6 @@ class Trainer:
         if config.num_processes != 1:
             raise ValueError(f"num_processes={config.num_processes}: this trainer runs one process; keep "
                              "num_processes=1 (use it in course_lib.schedule to study multi-GPU batches).")
-        if config.max_steps <= 0:
-            raise ValueError(f"max_steps={config.max_steps}: set the number of optimizer steps to run (> 0).")
         if not reward_funcs:
             raise ValueError("reward_funcs is empty: pass at least one reward function.")
         if "prompt" not in train_dataset.column_names:
@@ -72,7 +72,8 @@ class Trainer:
             raise ValueError(f"train_dataset has {len(train_dataset)} rows but one generation batch needs "
                              f"{config.unique_prompts_per_generation} distinct prompts; add rows or lower "
                              "per_device_train_batch_size / steps_per_generation.")
-        self.config, self.algo = config, config.algo
+        self.config, self.algorithm = config, get_algorithm(config)
+        self.max_steps = config.total_steps(len(train_dataset))
         self.reward_funcs = list(reward_funcs)
         self.reward_weights = config.check_reward_weights(len(self.reward_funcs))
         self.dataset = train_dataset
@@ -86,9 +87,7 @@ class Trainer:
             model, tokenizer = load_policy(config.model_name_or_path)
         self.tokenizer = tokenizer
         self.model = prepare_policy(model, config)
-        self.value_head = None
-        if self.algo == "ppo":
-            self.value_head = make_value_head(self.model, separate=config.use_separate_value_model)
+        self.value_head = self.algorithm.make_value_head(self.model, config)
         needs_reference = config.beta != 0.0
         self.reference = ReferencePolicy(self.model) if needs_reference else None
         parameters = [p for p in self.model.parameters() if p.requires_grad]
@@ -102,7 +101,7 @@ class Trainer:
         from transformers import get_scheduler
 
         self.scheduler = get_scheduler(config.lr_scheduler_type, self.optimizer, num_warmup_steps=config.warmup_steps,
-                                       num_training_steps=config.max_steps)
+                                       num_training_steps=self.max_steps)
         self.engine = make_engine(config.engine, self.model, tokenizer, **self._engine_options())
         self.sampler = PromptSampler(len(train_dataset), config.seed)
         self.output_dir = Path(config.output_dir)
@@ -154,7 +153,8 @@ class Trainer:
         prompts, columns = self._prompts_and_columns(prompt_rows)
         sampling = SamplingConfig(temperature=config.temperature, top_p=config.top_p, top_k=config.top_k,
                                   min_p=config.min_p, repetition_penalty=config.repetition_penalty,
-                                  max_tokens=config.max_completion_length, seed=config.seed * 100_003 + self.cycle)
+                                  max_tokens=config.max_completion_length, seed=config.seed * 100_003 + self.cycle,
+                                  max_prompt_length=config.max_prompt_length)
         was_training = self.model.training
         self.model.eval()
         rollout = self.engine.generate(list(prompts), n=G, sampling=sampling)
@@ -181,9 +181,9 @@ class Trainer:
 
         off_policy = config.num_iterations > 1 or config.effective_steps_per_generation > config.gradient_accumulation_steps
         use_tis = bool(config.effective_vllm_importance_sampling_correction)
-        needs_old = off_policy or use_tis or self.algo in ("rloo", "ppo")
+        needs_old = off_policy or use_tis or self.algorithm.always_needs_old_logps
         self.model.eval()  # no dropout in the reference passes
-        old_logps, old_values = (self._forward_in_chunks(self.model, tensors, with_values=self.algo == "ppo")
+        old_logps, old_values = (self._forward_in_chunks(self.model, tensors, with_values=self.value_head is not None)
                                  if needs_old else (None, None))
         ref_logps = None
         if self.reference is not None:
@@ -193,27 +193,13 @@ class Trainer:
 
         sampling_ratio = None
         if use_tis and rollout.sampling_logps is not None:
-            sampling_ratio = truncated_is_ratio(old_logps, rollout.sampling_logps.float(), rollout.completion_mask,
-                                                cap=config.vllm_importance_sampling_cap)
-            valid = rollout.completion_mask.bool()
-            metrics["sampling/importance_sampling_ratio/mean"] = sampling_ratio[valid].mean().item()
-            metrics["sampling/importance_sampling_ratio/min"] = sampling_ratio[valid].min().item()
-            metrics["sampling/importance_sampling_ratio/max"] = sampling_ratio[valid].max().item()
-            metrics["sampling/sampling_logp_difference/mean"] = (old_logps - rollout.sampling_logps)[valid].abs().mean().item()
-
-        returns = None
-        if self.algo == "grpo":
-            advantages, reward_metrics = grpo_advantages(total, G, config.scale_rewards)
-        else:
-            scores = torch.nan_to_num(total, nan=0.0)
-            if self.algo == "rloo":
-                advantages, reward_metrics = rloo_advantages_with_kl(scores, old_logps, ref_logps, mask,
-                                                                     rollout.is_eos, config)
-            else:
-                advantages, returns, reward_metrics = ppo_advantages(scores, old_logps, ref_logps, old_values, mask,
-                                                                     rollout.is_eos, config)
-            reward_metrics.update(reward=torch.nanmean(total).item(), reward_std=nanstd(total).nan_to_num(0.0).item())
-        metrics.update(reward_metrics)
+            sampling_ratio = self._sampling_correction(old_logps, rollout.sampling_logps.float(),
+                                                       rollout.completion_mask, metrics)
+        scored = ScoredBatch(rewards=total, mask=mask, is_eos=rollout.is_eos, num_generations=G,
+                             old_logps=old_logps, ref_logps=ref_logps, old_values=old_values)
+        result = self.algorithm.advantages(scored, config)
+        advantages, returns = result.advantages, result.returns
+        metrics.update(result.metrics)
         self.tokens_seen += int(rollout.completion_mask.sum() + rollout.prompt_mask.sum())
         self.cycle += 1
         batch = GenerationBatch(prompt_ids=rollout.prompt_ids, prompt_mask=rollout.prompt_mask,
@@ -226,40 +212,38 @@ class Trainer:
                               torch.nan_to_num(total).tolist(), advantages.float().reshape(len(rows), -1)[:, 0].tolist())
         return batch
 
+    def _sampling_correction(self, old_logps, sampling_logps, completion_mask, metrics: dict) -> torch.Tensor:
+        """Truncated importance weights between the trained policy and the sampler (no gradient).
+
+        Per token, or once per completion for an algorithm whose action is the completion
+        (RLOO); the logged ratio statistics are per token either way, as TRL logs them.
+        """
+        level = self.algorithm.sampling_correction_level
+        cap = self.config.vllm_importance_sampling_cap
+        token_ratio = importance_sampling_ratio(old_logps, sampling_logps, completion_mask, mode="token_truncate",
+                                                clip_max=cap)
+        valid = completion_mask.bool()
+        metrics["sampling/importance_sampling_ratio/mean"] = token_ratio[valid].mean().item()
+        metrics["sampling/importance_sampling_ratio/min"] = token_ratio[valid].min().item()
+        metrics["sampling/importance_sampling_ratio/max"] = token_ratio[valid].max().item()
+        metrics["sampling/sampling_logp_difference/mean"] = (old_logps - sampling_logps)[valid].abs().mean().item()
+        if level == "token":
+            return token_ratio.detach()
+        return importance_sampling_ratio(old_logps, sampling_logps, completion_mask, mode="sequence_truncate",
+                                         clip_max=cap).detach()
+
     # ------------------------------------------------------------------ learn
     def _micro_step(self, mb: dict) -> dict:
         config = self.config
         logps, values, entropies = completion_forward(
             self.model, mb["prompt_ids"], mb["prompt_mask"], mb["completion_ids"], mb["completion_mask"],
             temperature=config.temperature, fused=config.use_fused_logprobs, chunk_size=config.logprob_chunk_size,
-            value_head=self.value_head, with_entropy=not config.use_fused_logprobs)
-        mask = mb["completion_mask"]
-        if self.algo == "grpo":
-            out = policy_loss(
-                logps, mb["old_logps"], mb["advantages"], mask, loss_type=config.loss_type, epsilon=config.epsilon,
-                epsilon_high=config.epsilon_high, delta=config.delta,
-                importance_sampling_level=config.importance_sampling_level, beta=config.beta,
-                ref_logps=mb["ref_logps"], sampling_ratio=mb["sampling_ratio"],
-                max_completion_length=config.max_completion_length, num_items_in_batch=self.batch.num_items_in_batch,
-                gradient_accumulation_steps=config.gradient_accumulation_steps,
-                steps_per_generation=config.effective_steps_per_generation, entropies=entropies)
-            loss, metrics = out.loss, dict(out.metrics)
-        elif self.algo == "rloo":
-            out = rloo_policy_loss(logps, mb["old_logps"], mb["advantages"], mask, cliprange=config.epsilon,
-                                   cliprange_high=config.epsilon_high)
-            loss, metrics = out.loss / config.gradient_accumulation_steps, dict(out.metrics)
-        else:
-            pg = ppo_policy_loss(logps, mb["old_logps"], mb["advantages"], mask, cliprange=config.epsilon)
-            vf = value_loss(values, mb["old_values"], mb["returns"], mask, cliprange_value=config.cliprange_value)
-            loss = (pg.loss + config.vf_coef * vf.loss) / config.gradient_accumulation_steps
-            metrics = {**pg.metrics, **vf.metrics}
-        loss.backward()
-        metrics["loss"] = loss.item()
-        if "entropy" not in metrics:  # Monte-Carlo estimate from the sampled tokens when logits are fused away
-            valid = mask.bool()
-            metrics["entropy"] = (-logps.detach()[valid]).mean().item() if valid.any() else 0.0
-        if self.algo != "grpo":
-            metrics["policy/entropy_avg"] = metrics["entropy"]  # the name RLOO/PPO docs use
+            value_head=self.value_head, with_entropy=True)
+        out = self.algorithm.loss(mb, PolicyOutputs(logps=logps, entropies=entropies, values=values), config,
+                                  num_items_in_batch=self.batch.num_items_in_batch)
+        out.loss.backward()
+        metrics = dict(out.metrics)
+        metrics["loss"] = out.loss.item()
         return metrics
 
     def _optimizer_step(self) -> dict:
@@ -275,15 +259,15 @@ class Trainer:
 
     # ------------------------------------------------------------------ the loop
     def train(self, resume_from: str | Path | None = None) -> list[dict]:
-        """Run until ``config.max_steps`` optimizer steps; return the logged rows."""
+        """Run until ``self.max_steps`` optimizer steps (``config.total_steps``); return the logged rows."""
         config = self.config
         previous_rows = self._resume(resume_from) if resume_from is not None else []
         self.logger = MetricsLogger(self.output_dir, config.report_to, config.to_dict(), previous_rows)
         micro_per_cycle = config.effective_steps_per_generation * config.num_iterations
-        bar = tqdm(total=config.max_steps, initial=self.step, desc=f"{self.algo.upper()}", disable=not self.progress)
+        bar = tqdm(total=self.max_steps, initial=self.step, desc=self.algorithm.name.upper(), disable=not self.progress)
         self.model.train()
         started, tokens_at_start = time.time(), self.tokens_seen
-        while self.step < config.max_steps:
+        while self.step < self.max_steps:
             if self.batch is None or self.batch_position >= micro_per_cycle:
                 self.batch, self.batch_position = self._generate_and_score(), 0
             index = self.batch_position % config.effective_steps_per_generation
@@ -318,7 +302,7 @@ class Trainer:
     # ------------------------------------------------------------------ persistence
     def _state(self) -> dict:
         return {"step": self.step, "micro_step": self.micro_step, "cycle": self.cycle, "tokens_seen": self.tokens_seen,
-                "batch_position": self.batch_position, "sampler": self.sampler.state(), "algo": self.algo,
+                "batch_position": self.batch_position, "sampler": self.sampler.state(), "algo": self.algorithm.name,
                 "config": self.config.to_dict()}
 
     def save_checkpoint(self) -> Path:
@@ -343,8 +327,8 @@ class Trainer:
     def _resume(self, folder: str | Path) -> list[dict]:
         """Restore everything saved in a checkpoint; return the history logged up to it."""
         state = ckpt.load_trainer_state(folder)
-        if state["algo"] != self.algo:
-            raise ValueError(f"checkpoint {folder} is a {state['algo']} run; this trainer is {self.algo}.")
+        if state["algo"] != self.algorithm.name:
+            raise ValueError(f"checkpoint {folder} is a {state['algo']} run; this trainer is {self.algorithm.name}.")
         ckpt.restore_weights(folder, self.model, self.value_head)
         saved = ckpt.restore_training_state(folder, self.optimizer, self.scheduler)
         self.step, self.micro_step, self.cycle = state["step"], state["micro_step"], state["cycle"]

@@ -128,7 +128,7 @@ feedback(ex02.check_reinforce_loss, ex.reinforce_loss);
 # step, and measure each completion's log-probability again.
 
 # %%
-from course_lib.masking import masked_sum
+from course_lib.ops.masking import masked_sum
 from course_lib.policy import completion_forward
 from course_lib.rewards import number_reward
 from course_lib.rollout import HFEngine, SamplingConfig
@@ -174,7 +174,7 @@ for text, r, a, lp0, lp1 in zip(batch.texts, rewards, advantages, before.detach(
 # gradient is the REINFORCE gradient:
 
 # %%
-from course_lib.ppo_losses import rloo_policy_loss
+from course_lib.algos.rloo import rloo_policy_loss
 
 logps = torch.randn(4, 5, dtype=torch.float64).requires_grad_(True)
 mask = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0], [1, 0, 0, 0, 0], [1, 1, 1, 1, 0]], dtype=torch.float64)

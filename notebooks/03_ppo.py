@@ -123,7 +123,7 @@ feedback(ex03.check_clipped_surrogate, ex.clipped_surrogate);
 # PPO and RLOO trainers).
 
 # %%
-from course_lib.ppo_losses import ppo_policy_loss
+from course_lib.algos.ppo import ppo_policy_loss
 from course_lib.toy import CANDIDATE_ANSWERS, AnswerPolicy, combined_reward
 
 reward_table = torch.tensor([combined_reward(a) for a in CANDIDATE_ANSWERS], dtype=torch.float64)
@@ -230,7 +230,7 @@ feedback(ex03.check_kl_k3, ex.kl_k3);
 # against the starting (reference) policy, using `course_lib.kl`:
 
 # %%
-from course_lib.kl import kl_k1, kl_k3
+from course_lib.ops.kl import kl_k1, kl_k3
 
 drifted = torch.as_tensor(runs["no clip"][2])
 reference = torch.as_tensor(old_policy.probs)
@@ -300,7 +300,7 @@ for name, bytes_per_param in setups.items():
 # plus the reward model's score on the last one. An example with 8 tokens:
 
 # %%
-from course_lib.advantages import gae
+from course_lib.algos.ppo import gae
 
 beta = 0.05
 token_kl = torch.tensor([0.2, 0.1, 0.4, 0.0, 0.3, 0.1, 0.2, 0.1])  # k1 per token, policy vs reference

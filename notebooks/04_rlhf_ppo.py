@@ -109,13 +109,13 @@ for t, token in enumerate(completion_ids[0].tolist()):
 # The value model is usually a language model of the same family with a scalar head in
 # place of the vocabulary head. It can be a **separate** network (TRL's `PPOTrainer`
 # takes a `value_model` of its own) or a **head on the policy's own hidden states**
-# (shared body, cheaper; `course_lib.policy.ValueHead` does this). Memory, with a rough rule of thumb per
+# (shared body, cheaper; `course_lib.algos.ppo.ValueHead` does this). Memory, with a rough rule of thumb per
 # parameter (trained: 2 bytes of bf16 weights + 2 of gradients + 8 of fp32 Adam moments;
 # frozen: 2 bytes; activations and the KV cache come on top):
 
 # %%
 from course_lib.models import count_parameters
-from course_lib.policy import ValueHead
+from course_lib.algos.ppo import ValueHead
 
 TRAINED, FROZEN = 2 + 2 + 8, 2  # bytes per parameter
 value_head = ValueHead(policy.config.hidden_size)
@@ -162,8 +162,8 @@ for billions, hidden in ((1.5, 1536), (7.0, 4096)):
 # %%
 import numpy as np
 
-from course_lib.config import make_config
-from course_lib.rollout_scoring import ppo_advantages
+from course_lib.algos import make_config
+from course_lib.algos.ppo import ppo_advantages
 
 # Two completions: 4 tokens ending with EOS, and 6 tokens cut at the length limit.
 example_mask = torch.tensor([[1, 1, 1, 1, 0, 0], [1, 1, 1, 1, 1, 1]], dtype=torch.float32)
@@ -249,13 +249,13 @@ feedback(ex04.check_per_token_rewards, ex.per_token_rewards);
 #
 # with V = 0 after the last valid token (the episode ends there). Text is episodic and
 # short, so RLHF uses **γ = 1**; **λ = 0.95** is the usual default. The value targets are
-# the **returns** `A_t + V(s_t)`. `course_lib.rollout_scoring.ppo_advantages` does all of
+# the **returns** `A_t + V(s_t)`. `course_lib.algos.ppo.ppo_advantages` does all of
 # it: penalty, per-token rewards, GAE and whitening. Below, the values are made up: they
 # rise toward the score along the completion, as a half-trained critic's would.
 
 # %%
-from course_lib.advantages import gae
-from course_lib.rollout_scoring import last_token_index
+from course_lib.algos.ppo import gae
+from course_lib.algos.onpolicy import last_token_index
 
 config = make_config("ppo", beta=0.5, missing_eos_penalty=1.0, gamma=1.0, lam=0.95)
 example_values = torch.tensor([[0.3, 0.4, 0.5, 0.7, 0, 0], [0.2, 0.2, 0.3, 0.3, 0.2, 0.1]])
@@ -341,14 +341,14 @@ feedback(ex04.check_value_loss, ex.value_loss);
 #
 # | detail | what and why | here |
 # |---|---|---|
-# | reward at EOS only | the score of the whole text lands on its last token; the others get only the KL part | `rollout_scoring.ppo_advantages` |
+# | reward at EOS only | the score of the whole text lands on its last token; the others get only the KL part | `algos.ppo.ppo_advantages` |
 # | KL per token | −β·(log π − log π_ref) on every token keeps the policy near the reference | `beta` (alias `kl_coef`, 0.05) |
 # | EOS handling / response truncation | text after EOS is masked out; completions without EOS get the penalty (TRL's example scripts: `--stop_token eos --missing_eos_penalty 1.0`) | `missing_eos_penalty` |
 # | advantage whitening | mean 0, std 1 over the valid tokens of the batch | always on |
 # | reward whitening | optional, keeps the mean | `whiten_rewards` |
 # | value clipping | clipped value loss, `max` of the two errors | `cliprange_value` (0.2), `vf_coef` (0.1) |
 # | value head initialised at 0 | no random values in the first advantages | `ValueHead.__init__` |
-# | separate or shared value model | a separate critic network learns on its own but costs a whole model; a head on the policy shares its features | `course_lib` shares the body: `policy.ValueHead` |
+# | separate or shared value model | a separate critic network learns on its own but costs a whole model; a head on the policy shares its features | `course_lib` shares the body: `algos.ppo.ValueHead` |
 # | PPO epochs and mini-batches | each rollout batch is reused for several passes | `num_ppo_epochs` (4), `num_mini_batches` (1) |
 # | learning-rate annealing | the learning rate decays linearly to 0 over training | `lr_scheduler_type="linear"` |
 # | sampling temperature | the same temperature in sampling and in the log-probs of the loss | `temperature` (0.7) |
@@ -362,7 +362,8 @@ feedback(ex04.check_value_loss, ex.value_loss);
 # %%
 import textwrap
 
-from course_lib.config import PPOConfig, field_docs
+from course_lib.algos import PPOConfig
+from course_lib.config import field_docs
 
 ppo_defaults = make_config("ppo")
 docs = field_docs(PPOConfig)

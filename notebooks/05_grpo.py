@@ -93,7 +93,7 @@ for name, per_parameter in setups.items():
 # %%
 import torch
 
-from course_lib.advantages import group_advantages
+from course_lib.algos.grpo import group_advantages
 from course_lib.rewards import compute_rewards, make_correctness_reward, number_reward
 
 prompt = [{"role": "user", "content": "What is 2 + 2?"}]
@@ -153,7 +153,7 @@ except ImportError:
 #   advice, not as a rule of the maths.
 
 # %%
-from course_lib.config import GRPOConfig
+from course_lib.algos import GRPOConfig
 
 print("G=2, rewards (0, 1)  :", group_advantages(torch.tensor([0.0, 1.0]), 2).tolist())
 print("G=2, rewards (0, 100):", group_advantages(torch.tensor([0.0, 100.0]), 2).tolist())
@@ -300,7 +300,7 @@ feedback(ex05.check_group_advantages, ex.group_advantages);
 #   then skips the extra forward pass and uses `logps.detach()` as the old log-probs.
 
 # %%
-from course_lib.losses import policy_loss
+from course_lib.algos.grpo import policy_loss
 
 logps = torch.log(torch.tensor([[0.5, 0.4, 0.9], [0.2, 0.6, 0.1]])).requires_grad_(True)
 mask = torch.tensor([[1.0, 1.0, 1.0], [1.0, 1.0, 0.0]])  # the second completion has 2 tokens
@@ -443,9 +443,9 @@ for row in history[-3:]:
 # from 0.18 to 0.25, while `kl` rose slowly from 0.01 to 0.06. The curves are what to read.
 
 # %%
-from course_lib.history import plot_history
+from course_lib.widgets import plot_training_history
 
-display(plot_history(history, keys=["reward", "reward_std", "frac_reward_zero_std", "kl"]))
+display(plot_training_history(history, keys=["reward", "reward_std", "frac_reward_zero_std", "kl"]))
 
 # %% [markdown]
 # ## 7. What to watch

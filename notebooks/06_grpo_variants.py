@@ -89,7 +89,7 @@ except ImportError:
 # %%
 import torch
 
-from course_lib.losses import policy_loss
+from course_lib.algos.grpo import policy_loss
 
 generator = torch.Generator().manual_seed(0)
 lengths = torch.tensor([3, 9, 2, 6])
@@ -150,7 +150,7 @@ feedback(ex06.check_aggregate_loss, ex.aggregate_loss);
 # minus the group mean", the same scale for every prompt.
 
 # %%
-from course_lib.advantages import group_advantages
+from course_lib.algos.grpo import group_advantages
 from course_lib.widgets.advantage import plot_advantages
 
 rewards = torch.tensor([1, 0, 0, 0, 0, 0, 0, 0,  1, 1, 1, 1, 0, 0, 0, 0], dtype=torch.float32)
@@ -251,7 +251,7 @@ feedback(ex06.check_sequence_level_ratio, ex.sequence_level_ratio);
 # takes every masked mean through `course_lib.masking`, which returns 0 on an empty mask:
 
 # %%
-from course_lib.masking import masked_mean
+from course_lib.ops.masking import masked_mean
 
 per_token_kl = torch.rand(4, 6, generator=generator)
 is_eos = torch.tensor([False, False, False, False])  # every completion hit the limit
@@ -273,7 +273,7 @@ import math
 import os
 from pathlib import Path
 
-from course_lib.config import GRPOConfig
+from course_lib.algos import GRPOConfig
 from course_lib.data import get_task
 from course_lib.environment import scaled
 from course_lib.models import load_policy

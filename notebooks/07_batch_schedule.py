@@ -51,7 +51,7 @@ if importlib.util.find_spec("course_lib") is None:
 # refuse the setting with an error instead, so you choose the fix yourself:
 
 # %%
-from course_lib.config import GRPOConfig
+from course_lib.algos import GRPOConfig
 
 try:
     GRPOConfig(per_device_train_batch_size=1, gradient_accumulation_steps=1, num_generations=8)

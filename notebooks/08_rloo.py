@@ -90,7 +90,7 @@ print("fast mode:", fast_mode())
 # gradient equals the REINFORCE gradient `-(1/B) Σ_b A_b ∇ log π(y_b|x)`:
 
 # %%
-from course_lib.ppo_losses import rloo_policy_loss
+from course_lib.algos.rloo import rloo_policy_loss
 
 generator = torch.Generator().manual_seed(0)
 token_logps = (-torch.rand(4, 5, generator=generator) * 2).requires_grad_(True)  # (B, T)
@@ -141,7 +141,7 @@ print("PPO-clip gradient == REINFORCE gradient:", torch.allclose(ppo_grad, token
 # `generation_major_to_prompt_major` translates; the same maths then runs along rows.
 
 # %%
-from course_lib.advantages import generation_major_to_prompt_major, prompt_major_to_generation_major, rloo_advantages
+from course_lib.algos.rloo import generation_major_to_prompt_major, prompt_major_to_generation_major, rloo_advantages
 
 K, num_prompts = 4, 3
 generation_major = torch.tensor([1, 2, 3, 2, 3, 4, 5, 6, 7, 8, 9, 10], dtype=torch.float32)
@@ -208,12 +208,12 @@ feedback(ex08.check_rloo_advantages, ex.rloo_advantages);
 # the minus sign (it is a negative number when the policy drifted), and the reward is
 # `score + non_score_reward`. Both descriptions give the same `rlhf_reward = score − β·KL`.
 #
-# `course_lib.rollout_scoring.rloo_advantages_with_kl` is what the trainer calls. Here it
+# `course_lib.algos.rloo.rloo_advantages_with_kl` is what the trainer calls. Here it
 # is on two completions per prompt whose tokens drifted from the reference:
 
 # %%
-from course_lib.config import make_config
-from course_lib.rollout_scoring import rloo_advantages_with_kl
+from course_lib.algos import make_config
+from course_lib.algos.rloo import rloo_advantages_with_kl
 
 scores = torch.tensor([1.0, 0.0, 1.0, 1.0])                      # (B,) two prompts, K = 2
 logps = torch.tensor([[-0.2, -0.1, -0.3], [-1.0, -2.0, -9.0], [-0.5, -0.5, -0.5], [-0.1, -0.1, -9.0]])
@@ -300,7 +300,7 @@ feedback(ex08.check_token_level_rewards, ex.token_level_rewards);
 # a wild outlier — exactly the case the clip is for:
 
 # %%
-from course_lib.advantages import clip_rewards, normalize_advantages, normalize_rewards
+from course_lib.algos.rloo import clip_rewards, normalize_advantages, normalize_rewards
 
 batch_scores = torch.cat([torch.randn(199, generator=torch.Generator().manual_seed(1)), torch.tensor([400.0])])
 normalized = normalize_rewards(batch_scores)

@@ -123,7 +123,7 @@ print(f"{completion_ids.numel()} tokens on {DEVICE}: generate {generate_s:.2f} s
 # of seconds, so fast mode skips the demonstration below.
 
 # %%
-from course_lib.config import make_config
+from course_lib.algos import make_config
 from course_lib.rollout import SamplingConfig, make_engine, vllm_available
 
 for engine in ("hf", "vllm"):
@@ -172,7 +172,7 @@ else:
 # in float32 (the trainer) and in bfloat16 (a sampler running in half precision).
 
 # %%
-from course_lib.kl import truncated_is_ratio
+from course_lib.ops.importance import truncated_is_ratio
 
 half_model = copy.deepcopy(model).to(torch.bfloat16)
 with torch.no_grad():
@@ -330,7 +330,7 @@ feedback(ex10.check_chunked_selective_log_softmax, ex.chunked_selective_log_soft
 # The fused version gives the same numbers and gradients as the naive one:
 
 # %%
-from course_lib.logprobs import fused_linear_logprobs, selective_log_softmax
+from course_lib.ops.logprobs import fused_linear_logprobs, selective_log_softmax
 
 generator = torch.Generator().manual_seed(0)
 hidden = torch.randn(256, 64, generator=generator, requires_grad=True)

@@ -202,7 +202,7 @@ if feedback(ex11.check_sorting_reward, ex.sorting_reward):
 # two budgets go through `scaled(fast, full)`.
 
 # %%
-from course_lib.config import GRPOConfig
+from course_lib.algos import GRPOConfig
 from course_lib.schedule import format_schedule, schedule_from_config
 
 config = GRPOConfig(

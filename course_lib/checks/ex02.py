@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import torch
 
-from ..advantages import rloo_advantages
-from ..ppo_losses import rloo_policy_loss
+from ..algos.rloo import rloo_advantages
+from ..algos.rloo import rloo_policy_loss
 from ..testing import Hint, assert_close
 
 

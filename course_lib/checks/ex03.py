@@ -12,10 +12,10 @@ import math
 
 import torch
 
-from ..advantages import gae as library_gae
-from ..kl import kl_k1 as library_k1
-from ..kl import kl_k3 as library_k3
-from ..ppo_losses import ppo_policy_loss
+from ..algos.ppo import gae as library_gae
+from ..ops.kl import kl_k1 as library_k1
+from ..ops.kl import kl_k3 as library_k3
+from ..algos.ppo import ppo_policy_loss
 from ..testing import Hint, assert_close
 
 

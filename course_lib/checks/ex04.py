@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import torch
 
-from ..masking import masked_whiten
-from ..ppo_losses import value_loss as library_value_loss
+from ..ops.masking import masked_whiten
+from ..algos.ppo import value_loss as library_value_loss
 from ..testing import Hint, assert_close
 
 

@@ -6,8 +6,8 @@ losses.policy_loss); each typical mistake is reproduced to name it in the hint.
 
 import torch
 
-from ..advantages import group_advantages as library_group_advantages
-from ..losses import policy_loss
+from ..algos.grpo import group_advantages as library_group_advantages
+from ..algos.grpo import policy_loss
 from ..testing import Hint, assert_close
 
 

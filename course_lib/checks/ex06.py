@@ -8,7 +8,7 @@ import math
 
 import torch
 
-from ..losses import policy_loss
+from ..algos.grpo import policy_loss
 from ..testing import Hint, assert_close
 
 F64 = torch.float64

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import torch
 
-from ..advantages import generation_major_to_prompt_major
-from ..advantages import rloo_advantages as library_rloo_advantages
+from ..algos.rloo import generation_major_to_prompt_major
+from ..algos.rloo import rloo_advantages as library_rloo_advantages
 from ..testing import Hint, assert_close
 
 

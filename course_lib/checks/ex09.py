@@ -15,7 +15,7 @@ import math
 
 import torch
 
-from ..advantages import combine_rewards as library_combine_rewards
+from ..rewards import combine_rewards as library_combine_rewards
 from ..rewards import proximity_score as library_proximity_score
 from ..rewards import think_answer_format_reward
 from ..testing import Hint, assert_close

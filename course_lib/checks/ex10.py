@@ -16,8 +16,8 @@ import math
 
 import torch
 
-from ..kl import truncated_is_ratio
-from ..logprobs import selective_log_softmax
+from ..ops.importance import truncated_is_ratio
+from ..ops.logprobs import selective_log_softmax
 from ..testing import Hint, assert_close
 
 GIB = 2**30

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import warnings
 
-from ..config import ConfigWarning, GRPOConfig
+from ..config import ConfigWarning
+from ..algos import GRPOConfig
 from ..testing import Hint, assert_close
 
 REFERENCE = "3, 5, 9"

@@ -25,6 +25,7 @@ from .answers import (
     proximity_score,
 )
 from .combine import (
+    combine_rewards,
     RewardFunctionError,
     UnscorableSampleWarning,
     compute_rewards,
@@ -64,6 +65,7 @@ from .gsm8k import (
 from .registry import REWARD_FUNCTIONS, get_reward_functions
 
 __all__ = [
+    "combine_rewards",
     "ANSWER_EXTRACTORS",
     "REWARD_FUNCTIONS",
     "RewardFunctionError",

@@ -27,6 +27,7 @@ from .extract import (
 
 __all__ = [
     "ANSWER_EXTRACTORS",
+    "is_correct",
     "make_correctness_reward",
     "correctness_reward",
     "number_reward",
@@ -69,6 +70,19 @@ def _resolve_extractor(extractor: str | Callable[[str], str | None]) -> Callable
             f"got {extractor!r}"
         )
     return ANSWER_EXTRACTORS[extractor]
+
+
+def is_correct(completion: Any, reference: Any, extractor: str | Callable[[str], str | None] = "tag_or_first_number",
+               *, rel_tol: float = 1e-6) -> bool:
+    """The course's one rule for "correct", shared by the correctness rewards and evaluation.
+
+    The model's answer is read with ``extractor`` (default: the ``<answer>`` tag's content
+    when there is a tag, else the first number) and compared with the reference by
+    :func:`~course_lib.rewards.extract.same_answer`: numerically when both are numbers
+    (thousands commas group by three, so ``"1,234"`` is 1234 but ``"12,5"`` reads as 12),
+    else as whitespace-normalized strings (``<answer>x=4</answer>`` is not the number 4).
+    """
+    return same_answer(_resolve_extractor(extractor)(completion_text(completion)), reference, rel_tol=rel_tol)
 
 
 def _column(kwargs: dict, column: str, function_name: str, size: int) -> Sequence[Any]:
@@ -117,12 +131,11 @@ def make_correctness_reward(
     """
     extract = _resolve_extractor(extractor)
 
-    def score(predicted, reference) -> float:
-        return float(correct) if same_answer(predicted, reference, rel_tol=rel_tol) else float(incorrect)
-
     def reward(prompts=None, completions=(), **kwargs) -> list[float | None]:
         references = _column(kwargs, answer_column, name, len(completions))
-        return _score_each(completions, references, extract, score)
+        return [None if reference is None else
+                float(correct) if is_correct(completion, reference, extract, rel_tol=rel_tol) else float(incorrect)
+                for completion, reference in zip(completions, references)]
 
     reward.__name__ = reward.__qualname__ = name
     reward.__doc__ = f"{correct} if the {extractor!r} answer equals column {answer_column!r}, else {incorrect}."

@@ -163,6 +163,42 @@ def _sample_context(i: int, prompts, completions, columns) -> str:
     )
 
 
+def combine_rewards(
+    rewards_per_func: torch.Tensor | Sequence[Sequence[float | None]],
+    reward_weights: Sequence[float] | torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Weighted sum of the reward functions' outputs, skipping NaN / None.
+
+    Args:
+        rewards_per_func: `(B, F)` one column per reward function; NaN or None means
+            "this function does not apply to this completion".
+        reward_weights: `F` weights; None = all 1.0.
+
+    Returns:
+        `(B,)` `nansum_f(w_f * r_f)`. A row where *every* function returned NaN is NaN
+        (as in TRL 1.16: such a completion is unscorable and later gets advantage 0),
+        not 0 as a plain nansum would give.
+    """
+    if not isinstance(rewards_per_func, torch.Tensor):
+        rewards_per_func = torch.tensor(
+            [[float("nan") if r is None else float(r) for r in row] for row in rewards_per_func],
+            dtype=torch.float32)
+    if rewards_per_func.dim() != 2:
+        raise ValueError(f"rewards_per_func has shape {tuple(rewards_per_func.shape)}; expected (B, F). "
+                         "Fix: stack one column per reward function.")
+    num_funcs = rewards_per_func.shape[1]
+    if reward_weights is None:
+        weights = torch.ones(num_funcs, dtype=rewards_per_func.dtype, device=rewards_per_func.device)
+    else:
+        weights = torch.as_tensor(reward_weights, dtype=rewards_per_func.dtype, device=rewards_per_func.device)
+        if weights.shape != (num_funcs,):
+            raise ValueError(f"reward_weights={list(weights.tolist())} has {weights.numel()} entries for "
+                             f"{num_funcs} reward functions. Fix: one weight per function, or None.")
+    combined = (rewards_per_func * weights.unsqueeze(0)).nansum(dim=1)  # (B,)
+    unscorable = torch.isnan(rewards_per_func).all(dim=1)
+    return combined.masked_fill(unscorable, float("nan"))
+
+
 def compute_rewards(
     reward_funcs: Sequence[RewardFunction],
     prompts: Sequence[Any],
@@ -240,10 +276,8 @@ def compute_rewards(
         for i, value in enumerate(values):
             rewards_per_func[i, f] = _as_reward(value, name, i, prompts, completions, columns)
 
-    weight_row = torch.as_tensor([float(w) for w in weights], dtype=torch.float32)
-    total = (rewards_per_func * weight_row.unsqueeze(0)).nansum(dim=1)  # (B,)
-    unscorable = torch.isnan(rewards_per_func).all(dim=1)  # (B,)
-    total[unscorable] = math.nan
+    total = combine_rewards(rewards_per_func, weights)  # (B,)
+    unscorable = torch.isnan(total)  # (B,)
     if unscorable.any():
         first = int(unscorable.nonzero()[0, 0])
         warnings.warn(

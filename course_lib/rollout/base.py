@@ -16,6 +16,7 @@ Layout is prompt-major, as in TRL: the ``n`` completions of prompt ``i`` are row
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from typing import Protocol, Sequence, runtime_checkable
 
@@ -40,6 +41,8 @@ class SamplingConfig:
         max_tokens: most completion tokens per sample; longer ones are truncated.
         seed: makes one call reproducible: the same prompts, ``n`` and seed give the same
             completions. ``None`` draws from the engine's own random stream.
+        max_prompt_length: keep at most this many prompt tokens, dropping the oldest (left)
+            ones with a :class:`PromptTruncationWarning`; ``None`` keeps whole prompts.
     """
 
     temperature: float = 1.0
@@ -49,6 +52,7 @@ class SamplingConfig:
     repetition_penalty: float = 1.0
     max_tokens: int = 32
     seed: int | None = None
+    max_prompt_length: int | None = None
 
     def __post_init__(self):
         if self.temperature < 0:
@@ -63,6 +67,8 @@ class SamplingConfig:
             raise ValueError(f"repetition_penalty={self.repetition_penalty}: use a positive value (1.0 = none).")
         if self.max_tokens < 1:
             raise ValueError(f"max_tokens={self.max_tokens}: generate at least one token.")
+        if self.max_prompt_length is not None and self.max_prompt_length < 1:
+            raise ValueError(f"max_prompt_length={self.max_prompt_length}: use None or a positive length.")
 
     @property
     def greedy(self) -> bool:
@@ -144,13 +150,21 @@ def pad_token_id(tokenizer) -> int:
     raise ValueError("The tokenizer has neither pad_token nor eos_token; set tokenizer.pad_token.")
 
 
-def tokenize_prompts(tokenizer, prompts: Sequence[Prompt]) -> list[list[int]]:
+class PromptTruncationWarning(UserWarning):
+    """Some prompts were longer than ``max_prompt_length`` and lost their first tokens."""
+
+
+def tokenize_prompts(tokenizer, prompts: Sequence[Prompt], max_length: int | None = None) -> list[list[int]]:
     """Token ids of each prompt, unpadded.
 
     Conversations (lists of ``{"role", "content"}`` messages) go through the tokenizer's
     chat template with the assistant turn opened (``add_generation_prompt=True``); the
     template already writes any special tokens, so none are added. Plain strings are
     tokenized as they are, with the tokenizer's usual special tokens.
+
+    ``max_length`` keeps each prompt's last ``max_length`` tokens (left truncation, as TRL
+    does: the end of a prompt, where the assistant turn opens, matters most) and warns
+    once per call with the number of prompts cut.
     """
     if isinstance(prompts, (str, dict)) or not isinstance(prompts, Sequence) or len(prompts) == 0:
         raise ValueError("prompts: pass a non-empty list of prompts (each a string or a list of chat messages).")
@@ -167,6 +181,14 @@ def tokenize_prompts(tokenizer, prompts: Sequence[Prompt]) -> list[list[int]]:
         if len(ids) == 0:
             raise ValueError(f"prompts[{index}] tokenizes to nothing; give the model at least one token.")
         token_ids.append(list(ids))
+    if max_length is not None:
+        too_long = [len(ids) for ids in token_ids if len(ids) > max_length]
+        if too_long:
+            warnings.warn(f"{len(too_long)} of {len(token_ids)} prompts are longer than max_prompt_length="
+                          f"{max_length} (up to {max(too_long)} tokens); their first tokens were dropped. "
+                          "Raise max_prompt_length or shorten the prompts to keep them whole.",
+                          PromptTruncationWarning, stacklevel=3)
+            token_ids = [ids[-max_length:] for ids in token_ids]
     return token_ids
 
 

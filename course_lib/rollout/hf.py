@@ -188,7 +188,7 @@ class HFEngine:
         """
         if n < 1:
             raise ValueError(f"n={n}: ask for at least one completion per prompt.")
-        prompt_ids = tokenize_prompts(self.tokenizer, prompts)
+        prompt_ids = tokenize_prompts(self.tokenizer, prompts, sampling.max_prompt_length)
         eos_ids = eos_token_ids(self.tokenizer, getattr(self.model, "generation_config", None))
         pad_id = pad_token_id(self.tokenizer)
         config = self._generation_config(sampling, eos_ids)

@@ -224,7 +224,7 @@ class VLLMEngine:
         """
         if n < 1:
             raise ValueError(f"n={n}: ask for at least one completion per prompt.")
-        prompt_ids = tokenize_prompts(self.tokenizer, prompts)
+        prompt_ids = tokenize_prompts(self.tokenizer, prompts, sampling.max_prompt_length)
         eos_ids = self.eos_ids
         base = self._base_seed(sampling, len(prompt_ids) * n)
         params = [self._sampling_params(sampling, n, (base + i * n) % _SEED_MODULUS, eos_ids)

@@ -20,7 +20,8 @@ import torch
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from course_lib.advantages import group_advantages, rloo_advantages
+from course_lib.algos.grpo import group_advantages
+from course_lib.algos.rloo import rloo_advantages
 
 from ._common import build_explorer, category_colors, new_figure, parse_numbers
 

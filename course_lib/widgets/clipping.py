@@ -27,7 +27,7 @@ import torch
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from course_lib.losses import policy_loss
+from course_lib.algos.grpo import policy_loss
 
 from ._common import build_explorer, new_figure
 

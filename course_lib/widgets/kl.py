@@ -22,7 +22,7 @@ import torch
 from matplotlib.figure import Figure
 from torch.distributions import Categorical, Distribution, Normal, kl_divergence
 
-from course_lib.kl import kl_k1, kl_k2, kl_k3
+from course_lib.ops.kl import kl_k1, kl_k2, kl_k3
 
 from ._common import build_explorer, new_figure
 

@@ -84,7 +84,7 @@ def kv_cache_gb(layers: int, kv_dim: int, context: int, batch: int = 1, bytes_pe
 _MEASURE_SCRIPT = r"""
 import json, re, resource, sys, time
 import torch
-from course_lib.logprobs import fused_linear_logprobs, selective_log_softmax
+from course_lib.ops.logprobs import fused_linear_logprobs, selective_log_softmax
 
 args = json.loads(sys.argv[1])
 device = torch.device(args["device"])

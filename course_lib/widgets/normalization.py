@@ -24,7 +24,7 @@ import numpy as np
 import torch
 from matplotlib.figure import Figure
 
-from course_lib.losses import LOSS_TYPES, policy_loss
+from course_lib.algos.grpo import LOSS_TYPES, policy_loss
 
 from ._common import build_explorer, new_figure, parse_numbers
 

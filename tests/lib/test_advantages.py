@@ -9,19 +9,11 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from course_lib.advantages import (
-    clip_rewards,
-    combine_rewards,
-    gae,
-    generation_major_to_prompt_major,
-    group_advantages,
-    nanstd,
-    normalize_advantages,
-    normalize_rewards,
-    prompt_major_to_generation_major,
-    rloo_advantages,
-    whiten,
-)
+from course_lib.algos.rloo import clip_rewards, generation_major_to_prompt_major, normalize_advantages, normalize_rewards, prompt_major_to_generation_major, rloo_advantages
+from course_lib.rewards import combine_rewards
+from course_lib.algos.ppo import gae, whiten
+from course_lib.algos.grpo import group_advantages
+from course_lib.ops.stats import nanstd
 
 NAN = float("nan")
 

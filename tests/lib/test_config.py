@@ -8,18 +8,11 @@ import warnings
 
 import pytest
 
-from course_lib.config import (
-    ConfigWarning,
-    GRPOConfig,
-    PPOConfig,
-    RLConfig,
-    RLOOConfig,
-    apply_overrides,
-    field_docs,
-    make_config,
-)
+from course_lib.algos import GRPOConfig, PPOConfig, RLOOConfig, config_from_dict, make_config
+from course_lib.config import ConfigWarning, RLConfig, apply_overrides, field_docs
+from course_lib.config_tools import to_trl_grpo_config
 
-# Fields whose default we take from TRL 1.16's GRPOConfig (DESIGN.md "Conventions").
+# Fields whose default we take from TRL 1.16's GRPOConfig.
 TRL_DEFAULTS = [
     "beta", "num_iterations", "epsilon", "epsilon_high", "delta", "importance_sampling_level",
     "reward_weights", "scale_rewards", "loss_type", "mask_truncated_completions", "temperature", "top_p",
@@ -28,7 +21,10 @@ TRL_DEFAULTS = [
     "weight_decay", "adam_beta1", "adam_beta2", "adam_epsilon", "max_grad_norm", "max_steps",
     "num_train_epochs", "warmup_steps", "seed", "logging_steps", "save_steps", "log_completions",
     "num_completions_to_print", "vllm_gpu_memory_utilization", "vllm_max_model_length", "report_to",
+    "use_bias_correction_kl",
 ]
+
+GRPO_ONLY = ["loss_type", "scale_rewards", "delta", "importance_sampling_level", "use_bias_correction_kl"]
 
 
 def _default(cls, name):
@@ -189,8 +185,6 @@ def test_derived_batch_values_follow_trl_resolution():
 
 
 def test_derived_epsilon_high_correction_and_scale_rewards():
-    assert GRPOConfig().effective_epsilon_high == 0.2
-    assert GRPOConfig(epsilon_high=0.28).effective_epsilon_high == 0.28
     assert GRPOConfig().effective_vllm_importance_sampling_correction is False
     assert GRPOConfig(engine="vllm").effective_vllm_importance_sampling_correction is True
     assert GRPOConfig(engine="vllm", vllm_importance_sampling_correction=False
@@ -204,7 +198,7 @@ def test_configs_are_frozen():
     config = GRPOConfig()
     with pytest.raises(dataclasses.FrozenInstanceError):
         config.beta = 0.1  # type: ignore[misc]
-    assert dataclasses.replace(config, epsilon_high=0.3).effective_epsilon_high == 0.3
+    assert dataclasses.replace(config, epsilon_high=0.3).epsilon_high == 0.3
 
 
 # --------------------------------------------------------------------------------------
@@ -221,7 +215,7 @@ def test_apply_overrides_coerces_each_type():
     assert config.loss_type == "dr_grpo" and config.top_k == 50 and config.min_p is None
     assert config.scale_rewards == "none" and config.lora_target_modules == ["q_proj", "v_proj"]
     assert config.max_prompt_length == 128
-    assert apply_overrides(config, ["epsilon_high=None"]).effective_epsilon_high == 0.2
+    assert apply_overrides(config, ["epsilon_high=None"]).epsilon_high is None
     assert apply_overrides(config, {"beta": 0.1, "seed": "7"}).seed == 7
 
 
@@ -235,7 +229,7 @@ def test_apply_overrides_errors():
     with pytest.raises(ValueError, match="key=value"):
         apply_overrides(GRPOConfig(), ["beta"])
     with pytest.raises(ValueError, match="computed from the other fields"):
-        apply_overrides(GRPOConfig(), ["effective_epsilon_high=0.3"])
+        apply_overrides(GRPOConfig(), ["effective_steps_per_generation=3"])
     with pytest.raises(ValueError, match="num_generations=5"):  # re-validated after the change
         apply_overrides(GRPOConfig(), ["num_generations=5"])
 
@@ -269,13 +263,13 @@ def test_seed_aliases():
 def test_dict_roundtrip_through_json(config):
     data = json.loads(json.dumps(config.to_dict()))
     assert data["algo"] == config.algo
-    assert "effective_epsilon_high" not in data
-    rebuilt = RLConfig.from_dict(data)
+    assert "effective_steps_per_generation" not in data
+    rebuilt = type(config).from_dict(data) if type(config) is RLConfig else config_from_dict(data)
     assert type(rebuilt) is type(config) and rebuilt == config
 
 
 def test_from_dict_rejects_wrong_class_and_unknown_keys():
-    with pytest.raises(ValueError, match="not a GRPOConfig"):
+    with pytest.raises(ValueError, match="does not match GRPOConfig"):
         GRPOConfig.from_dict(PPOConfig().to_dict())
     with pytest.raises(ValueError, match="Did you mean 'beta'"):
         GRPOConfig.from_dict({"algo": "grpo", "betta": 0.1})
@@ -308,4 +302,38 @@ def test_to_trl_grpo_config_carries_the_same_values():
     # TRL 1.16 resolves the same epsilon_high fallback
     assert GRPOConfig(output_dir="/tmp/course-trl-parity", dtype="float32").to_trl_grpo_config().epsilon_high is None
     with pytest.raises(ValueError, match="GRPOConfig"):
-        RLOOConfig().to_trl_grpo_config()
+        to_trl_grpo_config(RLOOConfig())
+
+
+# --------------------------------------------------------------------------------------
+# Each algorithm's config holds only the fields it reads
+# --------------------------------------------------------------------------------------
+@pytest.mark.parametrize("algo", ["rloo", "ppo"])
+@pytest.mark.parametrize("name", GRPO_ONLY)
+def test_grpo_only_fields_are_refused_by_the_other_algorithms(algo, name):
+    value = {"loss_type": "grpo", "scale_rewards": "none", "delta": 2.0, "importance_sampling_level": "sequence",
+             "use_bias_correction_kl": False}[name]
+    with pytest.raises(ValueError, match=f"has no field {name!r}"):
+        make_config(algo, **{name: value})
+    with pytest.raises(ValueError, match=f"has no field {name!r}"):
+        apply_overrides(make_config(algo), [f"{name}={value}"])
+    assert name in {f.name for f in dataclasses.fields(GRPOConfig)}
+
+
+def test_max_steps_or_epochs():
+    # A generation batch is 40 x 2 = 80 completions = 20 prompts of G = 4 and gives 2 optimizer
+    # steps (steps_per_generation 2 over accumulation 1).
+    config = make_config("grpo", per_device_train_batch_size=40, num_generations=4, steps_per_generation=2,
+                         num_train_epochs=1.5)
+    assert config.max_steps == -1 and config.unique_prompts_per_generation == 20
+    # 20 prompts per generation batch: 4 whole batches in 95 prompts; 2 * 1.5 * 4 = 12 steps
+    assert config.total_steps(95) == 12
+    assert make_config("grpo", max_steps=7).total_steps(95) == 7
+    with_replays = make_config("grpo", per_device_train_batch_size=8, num_generations=4, num_iterations=3,
+                               gradient_accumulation_steps=2, num_train_epochs=1.0)
+    # 4 prompts a batch, 2 micro-batches replayed 3 times = 3 optimizer steps a batch; 10 batches
+    assert with_replays.total_steps(40) == 30
+    with pytest.raises(ValueError, match="max_steps=0"):
+        make_config("grpo", max_steps=0)
+    with pytest.raises(ValueError, match="num_train_epochs=0"):
+        make_config("grpo", num_train_epochs=0)

@@ -8,7 +8,7 @@ train/test split is disjoint by construction). Eval noise at this size is about
 
 import pytest
 
-from course_lib.config import make_config
+from course_lib.algos import make_config
 from course_lib.data import get_task
 from course_lib.evaluation import evaluate_accuracy
 from course_lib.models import load_policy

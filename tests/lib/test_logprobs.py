@@ -15,13 +15,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from course_lib.logprobs import (
-    default_chunk_size,
-    entropy_from_logits,
-    fused_linear_logprobs,
-    model_logprobs,
-    selective_log_softmax,
-)
+from course_lib.ops.logprobs import default_chunk_size, entropy_from_logits, fused_linear_logprobs, model_logprobs, selective_log_softmax
 
 TOL = dict(rtol=1e-5, atol=1e-5)
 

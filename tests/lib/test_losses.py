@@ -13,9 +13,11 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from course_lib.kl import importance_sampling_ratio, kl_k1, kl_k2, kl_k3, truncated_is_ratio
-from course_lib.losses import LOSS_TYPES, policy_loss
-from course_lib.ppo_losses import ppo_policy_loss, rloo_policy_loss, value_loss
+from course_lib.ops.importance import importance_sampling_ratio, truncated_is_ratio
+from course_lib.ops.kl import kl_k1, kl_k2, kl_k3
+from course_lib.algos.grpo import LOSS_TYPES, policy_loss
+from course_lib.algos.ppo import ppo_policy_loss, value_loss
+from course_lib.algos.rloo import rloo_policy_loss
 
 LN = math.log
 

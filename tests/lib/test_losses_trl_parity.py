@@ -18,8 +18,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from course_lib.losses import policy_loss
-from course_lib.ppo_losses import rloo_policy_loss
+from course_lib.algos.grpo import policy_loss
+from course_lib.algos.rloo import rloo_policy_loss
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")

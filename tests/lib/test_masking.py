@@ -9,7 +9,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from course_lib.masking import masked_mean, masked_normalize, masked_sum, masked_var, masked_whiten
+from course_lib.ops.masking import masked_mean, masked_normalize, masked_sum, masked_var, masked_whiten
 
 X = torch.tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])
 M = torch.tensor([[1, 1, 0], [1, 0, 0]])

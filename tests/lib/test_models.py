@@ -5,7 +5,8 @@ import pytest
 import torch
 
 from course_lib.data import get_task
-from course_lib.evaluation import evaluate_accuracy, is_correct, predicted_number
+from course_lib.evaluation import evaluate_accuracy, is_correct
+from course_lib.rewards import make_correctness_reward
 from course_lib.models import ModelNotAvailableError, load_policy, resolve_model_path, smollm2_gguf_path
 from course_lib.tiny import TINY_DIR, TinyRecipe, build_char_tokenizer, train_tiny
 
@@ -62,11 +63,28 @@ def test_unsloth_backend_explains_what_it_needs():
         load_policy("tiny", backend="onnx")
 
 
-def test_answer_checking():
-    assert predicted_number("42<|im_end|>") == "42"
-    assert predicted_number("so 3 + 4 = 7. <answer>7</answer>") == "7"
-    assert predicted_number("no digits") is None
-    assert is_correct(" 1,234", "1234") and not is_correct("12", "13")
+# (completion, reference, correct?) worked by hand from the rule: the <answer> tag's content
+# when there is a tag, else the first number; numbers compare numerically, thousands
+# commas group by three.
+ANSWER_CASES = [
+    ("42<|im_end|>", "42", True),
+    ("so 3 + 4 = 7. <answer>7</answer>", "7", True),
+    ("no digits", "7", False),
+    (" 1,234", "1234", True),
+    ("12", "13", False),
+    ("<answer>x=4</answer>", "4", False),   # the tag holds an equation, not the number 4
+    ("12,5", "125", False),                  # "12,5" is 12 then 5: commas group by three
+    ("12,5", "12", True),
+    ("<answer> 72.0 </answer> and 9", "72", True),
+    ("first 8 then <answer>9</answer>", "8", False),  # a tag wins over the first number
+]
+
+
+@pytest.mark.parametrize("completion, reference, expected", ANSWER_CASES)
+def test_evaluation_and_the_correctness_reward_share_one_rule(completion, reference, expected):
+    reward = make_correctness_reward("tag_or_first_number")
+    assert is_correct(completion, reference) is expected
+    assert reward(completions=[completion], answer=[reference]) == [1.0 if expected else 0.0]
 
 
 @pytest.mark.slow

@@ -18,7 +18,9 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 import course_lib.policy as policy
 from course_lib.models import load_policy
-from course_lib.policy import base_model, completion_forward, make_value_head
+from course_lib.models import unwrap_peft as base_model
+from course_lib.policy import completion_forward
+from course_lib.algos.ppo import make_value_head
 
 # float32. Shared vs single pass: measured up to 3e-6 (log-probs) and 3e-6 of the largest
 # gradient. Against the plain forward the fused log-softmax's own rounding adds ~8e-6.

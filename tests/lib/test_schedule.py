@@ -165,7 +165,7 @@ def test_matches_trl_sampler_and_buffering(per_device, grad_accum, num_generatio
 
 
 def test_schedule_from_config_uses_derived_values():
-    from course_lib.config import GRPOConfig
+    from course_lib.algos import GRPOConfig
 
     config = GRPOConfig(per_device_train_batch_size=3, gradient_accumulation_steps=2, num_generations=3,
                         steps_per_generation=4)

@@ -1,88 +1,200 @@
-"""Clipped policy-gradient losses of the GRPO family.
+"""GRPO: Group Relative Policy Optimization and the variants TRL ships with it.
 
-`policy_loss` implements the surrogate objective of PPO (Schulman et al. 2017, eq. 7)
-as GRPO uses it for language models (Shao et al. 2024, eq. 3), with the variants that
-TRL's `GRPOTrainer` exposes, computed the same way as TRL 1.16's `_compute_loss`:
+Everything a lesson on GRPO points at, top to bottom:
 
-- `epsilon` / `epsilon_high`: asymmetric clipping range `[1 - eps, 1 + eps_high]`
-  ("clip-higher", DAPO, Yu et al. 2025).
-- `delta`: an upper bound on the unclipped ratio, so that a negative advantage with a
-  huge ratio cannot blow up the loss ("two-sided" clipping, INTELLECT-2, 2025).
-- `importance_sampling_level="sequence"`: one ratio per completion, the exponential of
-  the mean token log-ratio (GSPO, Zheng et al. 2025).
-- `beta`: the k3 KL penalty to a reference model (see `course_lib.kl`).
-- `sampling_ratio`: the truncated importance-sampling weight of the tokens that an
-  inference engine sampled (TIS).
-- `loss_type`: how the per-token losses are averaged (grpo, bnpo, dr_grpo, dapo).
+1. :class:`GRPOConfig`: the GRPO-only knobs (loss aggregation, reward scaling, two-sided
+   clipping, sequence-level ratios, the KL bias correction) on top of the shared
+   :class:`course_lib.config.RLConfig`.
+2. :func:`group_advantages`: the group-relative advantage (Shao et al. 2024,
+   DeepSeekMath, eq. 3 of outcome supervision), `(r - mean_group) / (std + 1e-4)`, with
+   the std of the group, of the whole batch, or none (Dr. GRPO, Liu et al. 2025). Same
+   semantics as TRL 1.16: NaN rewards are ignored by the mean and the std, the std is
+   Bessel-corrected, and an advantage that is still NaN becomes 0.
+3. :func:`policy_loss`: the clipped surrogate of PPO (Schulman et al. 2017, eq. 7) as GRPO
+   uses it for language models (Shao et al. 2024, eq. 3), computed as TRL 1.16's
+   `_compute_loss`, with:
 
-Simplifications vs TRL: no entropy bonus, entropy-based token masking, off-policy
-sequence masking, CISPO/SAPO/VESPO/LUSPO losses or MoE auxiliary loss; metrics are
-computed for one process (TRL also reduces them across processes).
+   - `epsilon` / `epsilon_high`: asymmetric clipping `[1 - eps, 1 + eps_high]`
+     ("clip-higher", DAPO, Yu et al. 2025);
+   - `delta`: an upper bound on the unclipped ratio (two-sided clipping, INTELLECT-2);
+   - `importance_sampling_level="sequence"`: one ratio per completion, the exponential of
+     the mean token log-ratio (GSPO, Zheng et al. 2025);
+   - `beta`: the k3 KL penalty to a reference model (:mod:`course_lib.ops.kl`), times the
+     ratio with `use_bias_correction_kl` (DeepSeek-V3.2);
+   - `sampling_ratio`: the truncated importance-sampling weight of tokens a separate
+     engine sampled (TIS, :mod:`course_lib.ops.importance`);
+   - `loss_type`: how per-token losses are averaged (grpo, bnpo, dr_grpo, dapo).
+4. :class:`GRPO`: the two calls the trainer makes.
 
-The RLOO and PPO losses live in `course_lib.ppo_losses`.
+Layout: prompt-major, the G completions of a prompt are contiguous, so
+`rewards.view(-1, G)` has one row per prompt.
+
+Simplifications vs TRL: single process (TRL gathers rewards across processes before the
+same computation); no entropy bonus, entropy-based token masking, off-policy sequence
+masking, CISPO/SAPO/VESPO/LUSPO losses or MoE auxiliary loss.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Literal
+from dataclasses import dataclass
+from typing import ClassVar, Literal
 
 import torch
 
-from course_lib.kl import kl_k1, kl_k2, kl_k3, truncated_is_ratio  # noqa: F401  (re-exported)
-from course_lib.masking import masked_sum
+from course_lib.algos.base import (
+    Advantages,
+    LossOutput,
+    PolicyOutputs,
+    ScoredBatch,
+    advantage_column,
+    check_groups,
+    check_per_token,
+)
+from course_lib.config import RLConfig, fail, warn
+from course_lib.config_tools import to_trl_grpo_config
+from course_lib.ops.kl import kl_k3
+from course_lib.ops.masking import masked_sum
+from course_lib.ops.stats import STD_EPS, nanstd
 
 Tensor = torch.Tensor
 
 LossType = Literal["grpo", "bnpo", "dr_grpo", "dapo"]
 LOSS_TYPES: tuple[str, ...] = ("grpo", "bnpo", "dr_grpo", "dapo")
+IMPORTANCE_SAMPLING_LEVELS: tuple[str, ...] = ("token", "sequence")
+SCALE_REWARDS: tuple[str, ...] = ("group", "batch", "none")
 
 
-@dataclass
-class LossOutput:
-    """Result of a loss function.
+# ---------------------------------------------------------------------------------------
+# 1. Config
+# ---------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class GRPOConfig(RLConfig):
+    """Group Relative Policy Optimization (Shao et al. 2024) and its variants (DAPO, Dr. GRPO,
+    GSPO, two-sided clipping)."""
 
-    Attributes:
-        loss: scalar to call `.backward()` on (already scaled for gradient accumulation
-            where the loss type says so).
-        metrics: detached numbers to log, named as TRL names them.
-        per_token_loss: the per-token (or per-sequence) loss before aggregation, for
-            inspection and plots; `None` where not meaningful.
+    algo: ClassVar[str] = "grpo"
+
+    delta: float | None = None
+    """Two-sided GRPO: cap the ratio at delta also for negative advantages (INTELLECT-2, Prime
+    Intellect 2025); use > 1 + epsilon; None disables."""
+    importance_sampling_level: Literal["token", "sequence"] = "token"
+    """One ratio per token, or one per sequence (geometric mean of the token ratios, GSPO, Zheng et
+    al. 2025)."""
+    scale_rewards: Literal["group", "batch", "none"] | bool = "group"
+    """Divide advantages by the std of the group (`group`/True, GRPO), of the whole batch (`batch`,
+    PPO-Lite / Tricks or Traps, Liu et al. 2025) or not at all (`none`/False, Dr. GRPO, Liu et
+    al. 2025: std scaling biases toward too-easy and too-hard prompts)."""
+    loss_type: Literal["grpo", "bnpo", "dr_grpo", "dapo"] = "dapo"
+    """Token aggregation: `grpo` per-sequence mean (length bias, not advised), `bnpo` tokens of the
+    local batch, `dr_grpo` constant max_completion_length (Dr. GRPO), `dapo` tokens of the whole
+    accumulated batch (DAPO)."""
+    use_bias_correction_kl: bool = True
+    """Multiply the KL term by the importance ratio so that its gradient is the unbiased
+    reverse-KL gradient (DeepSeek-V3.2; TRL 1.16's default). On-policy the value is unchanged
+    but the gradient gains `beta * k3` per token."""
+
+    def _normalize(self) -> None:
+        super()._normalize()
+        if isinstance(self.scale_rewards, bool):  # TRL: True == "group", False == "none"
+            self._set("scale_rewards", "group" if self.scale_rewards else "none")
+
+    def _check_choices(self) -> None:
+        super()._check_choices()
+        for name, allowed in (("loss_type", LOSS_TYPES), ("importance_sampling_level", IMPORTANCE_SAMPLING_LEVELS),
+                              ("scale_rewards", SCALE_REWARDS)):
+            if getattr(self, name) not in allowed:
+                fail(name, getattr(self, name), "is not a known choice", f"use one of {', '.join(allowed)}")
+
+    def _check_ranges(self) -> None:
+        super()._check_ranges()
+        if self.delta is not None and self.delta <= 1.0:
+            fail("delta", self.delta, "caps the ratio at or below 1, so even on-policy tokens with a negative "
+                 "advantage would get no gradient", "use delta > 1 + epsilon (INTELLECT-2) or None")
+
+    def _warn_risky(self) -> None:
+        super()._warn_risky()
+        if self.importance_sampling_level == "sequence" and self.loss_type in ("bnpo", "dr_grpo", "dapo"):
+            # Same condition as TRL's GRPOTrainer warning.
+            warn(f"importance_sampling_level='sequence' with loss_type={self.loss_type!r} sums per-token terms, "
+                 "so each sequence weighs as much as its length; GSPO's objective is loss_type='grpo'.")
+        if self.delta is not None and self.delta <= 1 + self.epsilon:
+            warn(f"delta={self.delta} <= 1 + epsilon = {1 + self.epsilon}: INTELLECT-2 recommends delta > 1 + "
+                 "epsilon, otherwise the upper cap clips tokens the ordinary PPO clip would keep.")
+
+    def to_trl_grpo_config(self, **extra):
+        """The equivalent `trl.GRPOConfig` (single process), for parity checks."""
+        return to_trl_grpo_config(self, **extra)
+
+
+# ---------------------------------------------------------------------------------------
+# 2. Advantages
+# ---------------------------------------------------------------------------------------
+def _scale_mode(scale_rewards: str | bool) -> str:
+    if isinstance(scale_rewards, bool):  # TRL: True means "group", False means "none"
+        scale_rewards = "group" if scale_rewards else "none"
+    if scale_rewards not in ("group", "batch", "none"):
+        raise ValueError(f"scale_rewards={scale_rewards!r} is not known. Fix: use 'group', 'batch' or 'none' "
+                         "(True means 'group', False means 'none').")
+    return scale_rewards
+
+
+@dataclass(frozen=True)
+class GroupStats:
+    """Per-completion statistics behind the advantages, shape (B,) each (for logging)."""
+
+    mean_grouped: Tensor
+    """Mean reward of the completion's group."""
+    std_grouped: Tensor
+    """The std used for scaling: the group's, or the batch's for `scale_rewards="batch"`."""
+    is_std_zero: Tensor
+    """True where that std is 0 (all rewards equal): such groups give no learning signal.
+    `is_std_zero.float().mean()` is TRL's `frac_reward_zero_std`."""
+
+
+def group_advantages(
+    rewards: Tensor,
+    num_generations: int,
+    scale_rewards: str | bool = "group",
+    return_stats: bool = False,
+) -> Tensor | tuple[Tensor, GroupStats]:
+    """GRPO advantages `(r_i - mean(r_group)) / (std + 1e-4)`.
+
+    Args:
+        rewards: `(B,)` combined reward per completion, prompt-major; NaN = unscorable.
+        num_generations: completions per prompt G; B must be a multiple.
+        scale_rewards: `"group"` (or True): std of each group (GRPO); `"batch"`: one std
+            over all B rewards, the mean stays per group; `"none"` (or False): no
+            division (Dr. GRPO).
+        return_stats: also return a `GroupStats`.
+
+    Returns:
+        `(B,)` advantages; completions whose advantage is undefined (NaN reward, or a
+        group with a single scorable completion under std scaling) get 0.
     """
-
-    loss: Tensor
-    metrics: dict[str, float] = field(default_factory=dict)
-    per_token_loss: Tensor | None = None
-
-
-def _check_inputs(logps: Tensor, mask: Tensor, **others: Tensor | None) -> None:
-    if logps.dim() != 2:
-        raise ValueError(f"logps must be (B, T), got shape {tuple(logps.shape)}")
-    if mask.shape != logps.shape:
-        raise ValueError(
-            f"mask has shape {tuple(mask.shape)} but logps has {tuple(logps.shape)}; "
-            "pass the (B, T) completion mask"
-        )
-    for name, tensor in others.items():
-        if tensor is not None and tensor.shape != logps.shape:
-            raise ValueError(
-                f"{name} has shape {tuple(tensor.shape)} but logps has {tuple(logps.shape)}; "
-                f"{name} must be per token, (B, T)"
-            )
-
-
-def _as_column(advantages: Tensor, batch_size: int) -> Tensor:
-    """Advantages `(B,)` -> `(B, 1)` so they broadcast over tokens; `(B, T)` is kept."""
-    if advantages.dim() == 1:
-        advantages = advantages.unsqueeze(1)
-    if advantages.dim() != 2 or advantages.shape[0] != batch_size:
-        raise ValueError(
-            f"advantages has shape {tuple(advantages.shape)}; pass one advantage per "
-            f"completion, shape ({batch_size},), or per token, shape ({batch_size}, T)"
-        )
-    return advantages
+    check_groups(rewards, num_generations)
+    mode = _scale_mode(scale_rewards)
+    grouped = rewards.view(-1, num_generations)  # (num_prompts, G)
+    mean_grouped = torch.nanmean(grouped, dim=1).repeat_interleave(num_generations)  # (B,)
+    if mode == "batch":
+        std = nanstd(rewards).expand_as(rewards) if rewards.numel() > 1 else torch.zeros_like(rewards)
+    elif num_generations > 1:  # "group", and "none" (std only reported)
+        std = nanstd(grouped, dim=1).repeat_interleave(num_generations)
+    else:
+        std = torch.zeros_like(rewards)
+    advantages = rewards - mean_grouped
+    if mode != "none":
+        advantages = advantages / (std + STD_EPS)
+    advantages = torch.nan_to_num(advantages, nan=0.0)
+    if not return_stats:
+        return advantages
+    stats = GroupStats(mean_grouped=mean_grouped, std_grouped=std,
+                       is_std_zero=torch.isclose(std, torch.zeros_like(std)))
+    return advantages, stats
 
 
+# ---------------------------------------------------------------------------------------
+# 3. Loss
+# ---------------------------------------------------------------------------------------
 def _seq_min_max(flags: Tensor, mask: Tensor, sequence_level: bool) -> tuple[float, float]:
     """Smallest and largest per-sequence mean of a 0/1 flag tensor, over non-empty rows.
 
@@ -181,7 +293,7 @@ def policy_loss(
         beta: KL coefficient; 0 disables the KL term and the need for `ref_logps`.
         ref_logps: `(B, T)` reference-model log-probs; required when `beta != 0`.
         sampling_ratio: `(B, T)` or `(B, 1)` TIS weight, already truncated
-            (`course_lib.kl.truncated_is_ratio`), multiplied into the per-token loss.
+            (`course_lib.ops.importance.truncated_is_ratio`), multiplied into the per-token loss.
         max_completion_length: the normaliser of `dr_grpo` (required for it).
         num_items_in_batch: valid tokens of the whole generation batch, summed over
             processes (TRL's `num_items_in_batch`); `None` counts this batch's tokens
@@ -204,7 +316,7 @@ def policy_loss(
         `gradient_accumulation_steps`; for dapo the loss itself, as TRL logs it),
         `kl` when `beta != 0`, `entropy` when `entropies` is given.
     """
-    _check_inputs(logps, mask, old_logps=old_logps, ref_logps=ref_logps)
+    check_per_token(logps, mask, old_logps=old_logps, ref_logps=ref_logps)
     if loss_type not in LOSS_TYPES:
         raise ValueError(f"loss_type={loss_type!r} is unknown; use one of {LOSS_TYPES}")
     if importance_sampling_level not in ("token", "sequence"):
@@ -225,7 +337,7 @@ def policy_loss(
     sequence_level = importance_sampling_level == "sequence"
     valid = mask != 0
     mask = mask.to(logps.dtype)
-    advantages = _as_column(advantages.to(logps.dtype), logps.shape[0])  # (B, 1) or (B, T)
+    advantages = advantage_column(advantages.to(logps.dtype), logps.shape[0])  # (B, 1) or (B, T)
     if old_logps is None:  # on-policy: ratio 1, gradient of log pi
         old_logps = logps.detach()
     # Padded positions may hold anything (-inf, NaN, stale values). Zero them before any
@@ -310,11 +422,39 @@ def policy_loss(
     return LossOutput(loss=loss, metrics=metrics, per_token_loss=per_token_loss)
 
 
-def __getattr__(name: str):
-    # The RLOO / PPO / value losses live in `ppo_losses` (which imports this module);
-    # resolve them lazily so `from course_lib.losses import rloo_policy_loss` works too.
-    if name in ("rloo_policy_loss", "ppo_policy_loss", "value_loss"):
-        from course_lib import ppo_losses
+# ---------------------------------------------------------------------------------------
+# 4. The algorithm, as the trainer calls it
+# ---------------------------------------------------------------------------------------
+class GRPO:
+    """GRPO for the trainer: group advantages, then :func:`policy_loss` with the config's knobs."""
 
-        return getattr(ppo_losses, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    name = "grpo"
+    config_class = GRPOConfig
+    always_needs_old_logps = False
+    sampling_correction_level = "token"
+
+    def make_value_head(self, policy, config) -> None:
+        return None
+
+    def advantages(self, scored: ScoredBatch, config: GRPOConfig) -> Advantages:
+        rewards, G = scored.rewards, scored.num_generations
+        advantages, stats = group_advantages(rewards, G, config.scale_rewards, return_stats=True)
+        metrics = {
+            "reward": torch.nanmean(rewards).item(),
+            # TRL's reward_std: the std of each group, averaged (what the advantages divide by).
+            "reward_std": torch.nanmean(nanstd(rewards.view(-1, G), dim=1).nan_to_num(0.0)).item(),
+            "frac_reward_zero_std": stats.is_std_zero.float().mean().item(),
+        }
+        return Advantages(advantages=advantages, metrics=metrics)
+
+    def loss(self, micro_batch: dict, outputs: PolicyOutputs, config: GRPOConfig,
+             num_items_in_batch: int) -> LossOutput:
+        return policy_loss(
+            outputs.logps, micro_batch["old_logps"], micro_batch["advantages"], micro_batch["completion_mask"],
+            loss_type=config.loss_type, epsilon=config.epsilon, epsilon_high=config.epsilon_high,
+            delta=config.delta, importance_sampling_level=config.importance_sampling_level, beta=config.beta,
+            ref_logps=micro_batch["ref_logps"], sampling_ratio=micro_batch["sampling_ratio"],
+            max_completion_length=config.max_completion_length, num_items_in_batch=num_items_in_batch,
+            gradient_accumulation_steps=config.gradient_accumulation_steps,
+            steps_per_generation=config.effective_steps_per_generation,
+            use_bias_correction_kl=config.use_bias_correction_kl, entropies=outputs.entropies)

@@ -1,25 +1,14 @@
-"""Per-token KL estimators and importance-sampling corrections.
+"""Correcting for a sampler that is not the trained policy: importance-sampling weights.
 
-KL estimators (John Schulman, "Approximating KL Divergence", 2020). With tokens sampled
-from the policy `pi` and `log_r = ref_logps - logps = log(ref(x) / pi(x))`, three
-single-sample estimators of the reverse divergence `KL(pi || ref) = E_pi[log pi - log ref]`:
+A fast inference engine (vLLM) samples the completions, then the training code recomputes
+their log-probs; the numerics differ (kernels, precision), so the tokens were in fact
+drawn from `sampling` and not from `old`. Truncated importance sampling (TIS, Yao et al.
+2025, "Your Efficient RL Framework Secretly Brings You Off-Policy RL Training")
+multiplies each token's loss by `min(old / sampling, C)`; TRL's
+`vllm_importance_sampling_mode` adds masking instead of truncation and one weight per
+sequence instead of per token.
 
-    k1 = -log_r                      unbiased, high variance, can be negative
-    k2 = log_r ** 2 / 2              biased (low for small KL), low variance, >= 0
-    k3 = (exp(log_r) - 1) - log_r    unbiased, low variance, >= 0  (GRPO's KL term)
-
-k3 is what DeepSeekMath's GRPO (Shao et al. 2024, eq. 4) and TRL add to the loss with
-coefficient `beta`. The estimates are per token; summing over a completion estimates the
-sequence-level KL because the log-ratio of a sequence is the sum over its tokens.
-
-Importance sampling (IS) correction. A fast inference engine (vLLM) samples the
-completions, then the training code recomputes their log-probs; numerics differ, so the
-tokens were in fact drawn from `sampling` and not from `old`. Truncated importance
-sampling (TIS, Yao et al. 2025, "Your Efficient RL Framework Secretly Brings You
-Off-Policy RL Training") multiplies each token's loss by `min(old / sampling, C)`.
-
-Simplifications: the estimators assume the tokens were sampled from `pi` (the current
-policy); off-policy, the value is an estimate under the sampling distribution instead.
+The weights carry no gradient: they are computed once per generation batch.
 """
 
 from __future__ import annotations
@@ -28,64 +17,9 @@ from typing import Literal
 
 import torch
 
+from course_lib.ops.kl import check_same_shape
+
 Tensor = torch.Tensor
-
-
-def _check_same_shape(**tensors: Tensor) -> None:
-    shapes = {name: tuple(t.shape) for name, t in tensors.items()}
-    if len(set(shapes.values())) > 1:
-        listed = ", ".join(f"{name}={shape}" for name, shape in shapes.items())
-        raise ValueError(f"shapes differ ({listed}); pass per-token tensors of one shape (B, T)")
-
-
-def kl_k1(logps: Tensor, ref_logps: Tensor) -> Tensor:
-    """k1 estimator of KL(pi || ref) per token: `logps - ref_logps`.
-
-    Args:
-        logps: log pi(x_t) of the sampled tokens under the policy, `(B, T)`.
-        ref_logps: log ref(x_t) of the same tokens under the reference model, `(B, T)`.
-
-    Returns:
-        `(B, T)`; unbiased for tokens sampled from pi, but negative whenever the
-        reference likes a token more than the policy does.
-    """
-    _check_same_shape(logps=logps, ref_logps=ref_logps)
-    return logps - ref_logps
-
-
-def kl_k2(logps: Tensor, ref_logps: Tensor) -> Tensor:
-    """k2 estimator of KL(pi || ref) per token: `(logps - ref_logps) ** 2 / 2`.
-
-    Args:
-        logps: `(B, T)` policy log-probs of the sampled tokens.
-        ref_logps: `(B, T)` reference log-probs of the same tokens.
-
-    Returns:
-        `(B, T)`, always >= 0; biased, but close to the true KL when the two
-        distributions are close (its expectation is an f-divergence that matches KL to
-        second order).
-    """
-    _check_same_shape(logps=logps, ref_logps=ref_logps)
-    return 0.5 * (logps - ref_logps) ** 2
-
-
-def kl_k3(logps: Tensor, ref_logps: Tensor) -> Tensor:
-    """k3 estimator of KL(pi || ref) per token: `exp(ref - logps) - (ref - logps) - 1`.
-
-    This is the KL term of GRPO (Shao et al. 2024, eq. 4) and of TRL's GRPOTrainer.
-
-    Args:
-        logps: `(B, T)` policy log-probs of the sampled tokens.
-        ref_logps: `(B, T)` reference log-probs of the same tokens.
-
-    Returns:
-        `(B, T)`, always >= 0 (since `exp(u) >= 1 + u`), unbiased for tokens sampled from
-        pi, and 0 exactly where the two log-probs agree.
-    """
-    _check_same_shape(logps=logps, ref_logps=ref_logps)
-    log_r = ref_logps - logps
-    return torch.exp(log_r) - log_r - 1.0
-
 
 ISMode = Literal["token_truncate", "token_mask", "sequence_truncate", "sequence_mask"]
 
@@ -123,7 +57,7 @@ def importance_sampling_ratio(
         is harmless where the mask is later applied; a fully masked row gets a sequence
         weight of 1.
     """
-    _check_same_shape(old_logps=old_logps, sampling_logps=sampling_logps, mask=mask)
+    check_same_shape(old_logps=old_logps, sampling_logps=sampling_logps, mask=mask)
     if clip_max is not None and clip_max <= 0:
         raise ValueError(f"clip_max={clip_max!r} must be > 0 (TIS uses e.g. 2.0) or None")
     log_diff = (old_logps - sampling_logps) * mask.to(old_logps.dtype)

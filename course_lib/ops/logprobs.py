@@ -18,11 +18,17 @@ vocabulary that is tens of gigabytes, while the answer is `N` numbers.
   completion tokens, with TRL's conventions (shift by one, divide by the temperature,
   0 at padded positions).
 
-Simplifications: no Triton kernel and no logit soft-capping; models whose head has a
-bias or whose config rescales the logits fall back to the model's own forward.
+- `lm_head` / `head_logprobs`: the one rule, used by the trainer and by `model_logprobs`,
+  for turning a model's final hidden states into logits: its output embedding, bias, logit
+  scale and soft cap (Gemma-2), read from its config.
+
+Simplifications: no Triton kernel here; a model whose config transforms its logits in a
+way `LMHead` does not model is scored through its own forward pass (full logits).
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -98,7 +104,7 @@ def entropy_from_logits(logits: Tensor, chunk_size: int | None = None) -> Tensor
 
 
 def _chunk_logits(hidden: Tensor, weight_t: Tensor, buffer: Tensor) -> Tensor:
-    """Logits of one chunk in float32, written into a reused buffer when dtypes allow."""
+    """`hidden @ weight_t` of one chunk in float32, written into a reused buffer when dtypes allow."""
     rows = hidden.shape[0]
     if hidden.dtype == buffer.dtype:
         out = buffer[:rows]
@@ -107,14 +113,27 @@ def _chunk_logits(hidden: Tensor, weight_t: Tensor, buffer: Tensor) -> Tensor:
     return torch.mm(hidden, weight_t).to(buffer.dtype)
 
 
+def _pre_scale(scale: float, softcap: float | None, temperature: float) -> float:
+    """The factor folded into the small `(N, H)` hidden states instead of the `(N, V)` logits.
+
+    Without soft-capping the whole map `z -> scale * z / T` is linear and moves into the
+    hidden states; with it, only `scale` can (the cap sits between scale and temperature).
+    """
+    return scale if softcap is not None else scale / temperature
+
+
 class _FusedLinearLogProbs(torch.autograd.Function):
-    """`log_softmax((hidden @ weight.T) / T)[ids]` with chunked forward and backward."""
+    """`log_softmax(head(hidden))[ids]` with chunked forward and backward.
+
+    `head(h) = cap * tanh(scale * (h @ W.T) / cap) / T` with a soft cap, else
+    `scale * (h @ W.T) / T`.
+    """
 
     @staticmethod
-    def forward(ctx, hidden, weight, ids, temperature, chunk_size, with_entropy):
+    def forward(ctx, hidden, weight, ids, temperature, chunk_size, with_entropy, scale, softcap):
         num_rows = hidden.shape[0]
-        # Fold 1/T into the small (N, H) hidden states rather than the (N, V) logits.
-        scaled = hidden if temperature == 1.0 else hidden * (1.0 / temperature)
+        pre = _pre_scale(scale, softcap, temperature)
+        scaled = hidden if pre == 1.0 else hidden * pre
         compute_dtype = torch.float64 if hidden.dtype == torch.float64 else torch.float32
         weight_t = weight.t()
         buffer = hidden.new_empty((min(chunk_size, num_rows), weight.shape[0]), dtype=compute_dtype)
@@ -125,6 +144,8 @@ class _FusedLinearLogProbs(torch.autograd.Function):
             for start in range(0, num_rows, chunk_size):
                 stop = min(start + chunk_size, num_rows)
                 logits = _chunk_logits(scaled[start:stop], weight_t, buffer)  # (c, V)
+                if softcap is not None:
+                    logits.div_(softcap).tanh_().mul_(softcap / temperature)
                 target[start:stop] = logits.gather(1, ids[start:stop, None]).squeeze(1)
                 row_max = logits.amax(dim=1, keepdim=True)  # (c, 1)
                 if with_entropy:
@@ -139,8 +160,7 @@ class _FusedLinearLogProbs(torch.autograd.Function):
                     sum_exp = logits.sum(1)
                 log_norm[start:stop] = row_max.squeeze(1) + sum_exp.log()
         ctx.save_for_backward(hidden, weight, ids, log_norm)
-        ctx.temperature = temperature
-        ctx.chunk_size = chunk_size
+        ctx.options = (temperature, chunk_size, scale, softcap)
         logps = (target - log_norm).to(hidden.dtype)
         if with_entropy:
             entropy = entropy.to(hidden.dtype)
@@ -152,13 +172,14 @@ class _FusedLinearLogProbs(torch.autograd.Function):
     def backward(ctx, grad_logps, *unused_entropy_grad):
         hidden, weight, ids, log_norm = ctx.saved_tensors
         need_hidden, need_weight = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
+        nothing = (None,) * 8
         if not (need_hidden or need_weight):
-            return None, None, None, None, None, None
-        inv_t = 1.0 / ctx.temperature
-        chunk_size = ctx.chunk_size
+            return nothing
+        temperature, chunk_size, scale, softcap = ctx.options
+        pre = _pre_scale(scale, softcap, temperature)
         num_rows = hidden.shape[0]
         compute_dtype = log_norm.dtype
-        scaled = hidden if inv_t == 1.0 else hidden * inv_t
+        scaled = hidden if pre == 1.0 else hidden * pre
         weight_t = weight.t()
         grad_logps = grad_logps.to(compute_dtype)
         buffer = hidden.new_empty((min(chunk_size, num_rows), weight.shape[0]), dtype=compute_dtype)
@@ -171,15 +192,22 @@ class _FusedLinearLogProbs(torch.autograd.Function):
             stop = min(start + chunk_size, num_rows)
             g = grad_logps[start:stop, None]  # (c, 1)
             logits = _chunk_logits(scaled[start:stop], weight_t, buffer)
-            # d log p_target / d z = onehot(target) - softmax(z), scaled by the incoming grad.
-            probs = logits.sub_(log_norm[start:stop, None]).exp_()
-            grad_z = probs.mul_(-g)
-            grad_z.scatter_add_(1, ids[start:stop, None], g)
+            if softcap is None:
+                # d log p_target / d z = onehot(target) - softmax(z), scaled by the incoming grad.
+                probs = logits.sub_(log_norm[start:stop, None]).exp_()
+                grad_z = probs.mul_(-g)
+                grad_z.scatter_add_(1, ids[start:stop, None], g)
+            else:
+                # y = cap * tanh(z / cap) / T, so dy/dz = (1 - tanh^2) / T: one more (c, V) buffer.
+                tanh = logits.div_(softcap).tanh_()
+                grad_z = (tanh * (softcap / temperature)).sub_(log_norm[start:stop, None]).exp_().mul_(-g)
+                grad_z.scatter_add_(1, ids[start:stop, None], g)
+                grad_z.mul_(tanh.square_().neg_().add_(1.0).div_(temperature))
             if need_hidden:
-                # z = (h / T) @ W.T  =>  dL/dh = (dL/dz @ W) / T
+                # z = (h * pre) @ W.T  =>  dL/dh = (dL/dz @ W) * pre
                 chunk_grad = grad_z @ weight_c
-                if inv_t != 1.0:
-                    chunk_grad.mul_(inv_t)
+                if pre != 1.0:
+                    chunk_grad.mul_(pre)
                 grad_hidden[start:stop] = chunk_grad
             if need_weight:
                 h_chunk = scaled[start:stop]
@@ -187,7 +215,7 @@ class _FusedLinearLogProbs(torch.autograd.Function):
                                    else h_chunk.to(compute_dtype))
         if grad_weight is not None:
             grad_weight = grad_weight.to(weight.dtype)
-        return grad_hidden, grad_weight, None, None, None, None
+        return (grad_hidden, grad_weight) + (None,) * 6
 
 
 def fused_linear_logprobs(
@@ -197,13 +225,19 @@ def fused_linear_logprobs(
     temperature: float = 1.0,
     chunk_size: int | None = None,
     return_entropy: bool = False,
+    *,
+    scale: float = 1.0,
+    softcap: float | None = None,
 ) -> Tensor | tuple[Tensor, Tensor]:
-    """Log-probabilities of `ids` under `softmax(hidden @ weight.T / temperature)`.
+    """Log-probabilities of `ids` under `softmax(head(hidden) / temperature)`.
 
-    Equal (to float rounding) to `log_softmax(hidden @ weight.T / temperature)[ids]`
-    with the same gradients for `hidden` and `weight`, but never holds more than one
-    `(chunk_size, V)` block of logits. This is the "fused linear cross-entropy" idea of
-    Liger-Kernel and Unsloth's memory-efficient GRPO, written with plain PyTorch ops.
+    `head(h) = scale * (h @ weight.T)`, then `softcap * tanh(. / softcap)` when a soft
+    cap is given (Gemma-2's `final_logit_softcapping`), then the division by the
+    temperature. Equal (to float rounding) to the same computation on full logits, with
+    the same gradients for `hidden` and `weight`, but never holds more than one
+    `(chunk_size, V)` block of logits (two with a soft cap, in the backward). This is
+    the "fused linear cross-entropy" idea of Liger-Kernel and Unsloth's memory-efficient
+    GRPO, written with plain PyTorch ops.
 
     Args:
         hidden: `(N, H)` or `(B, T, H)` final hidden states (after the last norm).
@@ -211,14 +245,18 @@ def fused_linear_logprobs(
         ids: `(N,)` or `(B, T)` target token ids in `[0, V)`.
         temperature: sampling temperature T > 0; the logits are divided by it.
         chunk_size: rows per chunk; default `default_chunk_size(V)`.
-        return_entropy: also return the entropy of each row's distribution (no
+        return_entropy: also return the exact entropy of each row's distribution (no
             gradient flows through it).
+        scale: multiplier of the raw logits (Cohere's `logit_scale`).
+        softcap: soft cap of the logits, or None.
 
     Returns:
         Log-probs shaped like `ids` (and entropies of the same shape).
     """
     if temperature <= 0:
         raise ValueError(f"temperature={temperature!r} must be > 0")
+    if softcap is not None and softcap <= 0:
+        raise ValueError(f"softcap={softcap!r} must be > 0 or None")
     if weight.dim() != 2 or hidden.shape[-1] != weight.shape[1]:
         raise ValueError(
             f"hidden {tuple(hidden.shape)} and weight {tuple(weight.shape)} disagree; "
@@ -236,7 +274,8 @@ def fused_linear_logprobs(
         empty = hidden.new_zeros(out_shape) + 0 * hidden.sum() + 0 * weight.sum()
         return (empty, empty.detach().clone()) if return_entropy else empty
     result = _FusedLinearLogProbs.apply(
-        flat_hidden.contiguous(), weight, flat_ids, float(temperature), int(chunk_size), return_entropy
+        flat_hidden.contiguous(), weight, flat_ids, float(temperature), int(chunk_size), return_entropy,
+        float(scale), None if softcap is None else float(softcap),
     )
     if return_entropy:
         logps, entropy = result
@@ -244,35 +283,99 @@ def fused_linear_logprobs(
     return result.reshape(out_shape)
 
 
-# Config fields with which a model rescales or soft-caps its logits after the LM head;
-# the fused path does not reproduce them, so such models use their own forward.
-_LOGIT_RESCALING_FIELDS = (
-    "final_logit_softcapping",
-    "logit_scale",
-    "logits_scaling",
-    "lm_head_multiplier",
-    "output_multiplier",
-)
+# ---------------------------------------------------------------------------------------
+# The LM head: one rule for every caller
+# ---------------------------------------------------------------------------------------
+# Config fields with which a model transforms its logits after the LM head, in a way
+# `LMHead` reproduces: Gemma-2/3 soft-cap them, Cohere multiplies, Granite divides.
+_SOFTCAP_FIELD = "final_logit_softcapping"
+_MULTIPLIER_FIELD = "logit_scale"
+_DIVISOR_FIELD = "logits_scaling"
+# Fields of other post-head transforms that `LMHead` does not model: such models are
+# scored through their own forward pass instead.
+_UNMODELLED_FIELDS = ("lm_head_multiplier", "output_multiplier")
 
 
-def _unwrap_peft(model):
-    """The transformers model inside a PEFT wrapper (its LoRA layers stay in place)."""
-    get_base_model = getattr(model, "get_base_model", None)
-    return get_base_model() if callable(get_base_model) else model
+@dataclass(frozen=True)
+class LMHead:
+    """A causal LM's last step from final hidden states to logits, as data.
+
+    `logits(h) = scale * (h @ weight.T + bias)`, soft-capped to
+    `softcap * tanh(logits / softcap)` when `softcap` is set. Built by :func:`lm_head`,
+    used by both :func:`head_logprobs` callers (the trainer's forward and
+    :func:`model_logprobs`), so a model's head is applied the same way everywhere.
+    """
+
+    weight: Tensor
+    """`(V, H)` output embedding."""
+    bias: Tensor | None = None
+    """`(V,)` or None."""
+    scale: float = 1.0
+    """Multiplier of the raw logits."""
+    softcap: float | None = None
+    """Soft cap, or None."""
+
+    def logits(self, hidden: Tensor) -> Tensor:
+        """Full `(..., V)` float32 logits (the naive path; before the temperature)."""
+        logits = F.linear(hidden.to(self.weight.dtype), self.weight, self.bias).float()
+        if self.scale != 1.0:
+            logits = logits * self.scale
+        if self.softcap is not None:
+            logits = self.softcap * torch.tanh(logits / self.softcap)
+        return logits
 
 
-def _fusable_head(model) -> tuple[torch.nn.Module, Tensor] | None:
-    """Return (decoder body, LM-head weight) when the fused path reproduces the model."""
-    lm_head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
-    if lm_head is None or getattr(lm_head, "bias", None) is not None:
+def lm_head(model) -> LMHead | None:
+    """The :class:`LMHead` of a transformers causal LM, or None when it cannot be reproduced.
+
+    A PEFT wrapper is looked through (its adapters stay inside the base model). None
+    means: the model transforms its logits in a way not modelled here, so score it with
+    its own forward pass.
+    """
+    from course_lib.models import unwrap_peft
+
+    model = unwrap_peft(model)
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    if head is None or not isinstance(getattr(head, "weight", None), Tensor):
         return None
     config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
-    if any(getattr(config, name, None) not in (None, 1.0) for name in _LOGIT_RESCALING_FIELDS):
+    if any(getattr(config, name, None) not in (None, 1.0) for name in _UNMODELLED_FIELDS):
         return None
-    body = model.get_decoder() if hasattr(model, "get_decoder") else getattr(model, "model", None)
-    if body is None:
-        return None
-    return body, lm_head.weight
+    scale = float(getattr(config, _MULTIPLIER_FIELD, None) or 1.0)
+    scale /= float(getattr(config, _DIVISOR_FIELD, None) or 1.0)
+    softcap = getattr(config, _SOFTCAP_FIELD, None)
+    return LMHead(weight=head.weight, bias=getattr(head, "bias", None), scale=scale,
+                  softcap=None if not softcap else float(softcap))
+
+
+def head_logprobs(head: LMHead, hidden: Tensor, ids: Tensor, *, temperature: float = 1.0, fused: bool = True,
+                  chunk_size: int | None = None, with_entropy: bool = False) -> tuple[Tensor, Tensor | None]:
+    """Log-probs of `ids` (and exact entropies) from final hidden states through `head`.
+
+    Args:
+        head: from :func:`lm_head`.
+        hidden: `(..., H)` hidden states, each predicting the token at the same index of `ids`.
+        ids: `hidden.shape[:-1]` target ids.
+        temperature: the sampler's temperature.
+        fused: chunked path (never the full logits); a head with a bias uses full logits.
+        chunk_size: rows per chunk of the fused path.
+        with_entropy: also return the entropies (detached), else None.
+
+    Returns:
+        `(logps, entropies)`, each shaped like `ids`.
+    """
+    if fused and head.bias is None:
+        result = fused_linear_logprobs(hidden.to(head.weight.dtype), head.weight, ids, temperature=temperature,
+                                       chunk_size=chunk_size, return_entropy=with_entropy, scale=head.scale,
+                                       softcap=head.softcap)
+        return result if with_entropy else (result, None)
+    logits = head.logits(hidden) / temperature  # (..., V): small models, or a head with a bias
+    logps = selective_log_softmax(logits, ids)
+    entropies = None
+    if with_entropy:
+        with torch.no_grad():
+            entropies = entropy_from_logits(logits)
+    return logps, entropies
 
 
 def model_logprobs(
@@ -291,13 +394,11 @@ def model_logprobs(
     `t` is scored by the logits at position `t - 1`, divided by `temperature`; positions
     where `attention_mask` is 0 get log-prob 0 (and entropy 0).
 
-    With `fused=True` the decoder body (`get_decoder()`) runs to the last hidden states and
-    `fused_linear_logprobs` applies the LM head to the valid completion positions only,
-    so the `(B, T, V)` logits never exist. A PEFT model is unwrapped with
-    `get_base_model()` (the adapters live inside it); tied embeddings need nothing
-    special (the head's weight is the embedding's parameter, and autograd adds both
-    gradients). A head with a bias or a config that rescales logits falls back to the
-    naive path: `model(...).logits`, log-softmax, gather.
+    The decoder body (`get_decoder()`) runs to the last hidden states and
+    :func:`head_logprobs` applies the model's :class:`LMHead` to the valid completion
+    positions only, so with `fused=True` the `(B, T, V)` logits never exist. A model whose
+    head is not reproducible (:func:`lm_head` returns None) is scored by its own forward:
+    `model(...).logits`, log-softmax, gather.
 
     Args:
         model: a causal LM (`transformers` `*ForCausalLM`), optionally PEFT-wrapped.
@@ -305,13 +406,15 @@ def model_logprobs(
         attention_mask: `(B, L)` 1 for real tokens.
         logits_to_keep: number of trailing positions to score (the completion length K).
         temperature: sampling temperature, > 0.
-        fused: use the fused head (default) or the model's full logits.
+        fused: use the fused head (default) or full logits.
         chunk_size: rows per chunk of the fused head.
-        return_entropy: also return per-token entropies (no gradient on the fused path).
+        return_entropy: also return per-token entropies (no gradient).
 
     Returns:
         `(B, K)` log-probs (and `(B, K)` entropies).
     """
+    from course_lib.models import unwrap_peft
+
     if not 0 < logits_to_keep < input_ids.shape[1]:
         raise ValueError(
             f"logits_to_keep={logits_to_keep} must be in [1, {input_ids.shape[1] - 1}] "
@@ -319,30 +422,24 @@ def model_logprobs(
         )
     targets = input_ids[:, -logits_to_keep:]  # (B, K)
     target_mask = attention_mask[:, -logits_to_keep:].bool()  # (B, K)
-    base = _unwrap_peft(model)
-    fusable = _fusable_head(base) if fused else None
-
-    if fusable is None:
+    base = unwrap_peft(model)
+    head = lm_head(base)
+    if head is None:
         outputs = model(input_ids=input_ids, attention_mask=attention_mask,
                         logits_to_keep=logits_to_keep + 1, use_cache=False)
         logits = outputs.logits[:, :-1] / temperature  # (B, K, V): position t-1 scores token t
         logps = selective_log_softmax(logits, targets).masked_fill(~target_mask, 0.0)
         if not return_entropy:
             return logps
-        return logps, entropy_from_logits(logits).masked_fill(~target_mask, 0.0)
+        with torch.no_grad():
+            return logps, entropy_from_logits(logits).masked_fill(~target_mask, 0.0)
 
-    body, weight = fusable
-    hidden = body(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).last_hidden_state
+    hidden = base.get_decoder()(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).last_hidden_state
     hidden = hidden[:, -logits_to_keep - 1 : -1]  # (B, K, H)
-    hidden = hidden.to(weight.dtype)
     # Score only the valid positions: padding costs no vocabulary product at all.
-    result = fused_linear_logprobs(hidden[target_mask], weight, targets[target_mask],
-                                   temperature=temperature, chunk_size=chunk_size,
-                                   return_entropy=return_entropy)
-    if return_entropy:
-        valid_logps, valid_entropy = result
-    else:
-        valid_logps = result
+    valid_logps, valid_entropy = head_logprobs(head, hidden[target_mask], targets[target_mask],
+                                               temperature=temperature, fused=fused, chunk_size=chunk_size,
+                                               with_entropy=return_entropy)
     # masked_scatter keeps the graph connected even when no position is valid.
     logps = valid_logps.new_zeros(target_mask.shape).masked_scatter(target_mask, valid_logps)
     if not return_entropy:

@@ -1,0 +1,85 @@
+"""The algorithms of the course, one file each, and the registry that names them.
+
+==========  ====================================================================
+file        what a lesson finds there
+==========  ====================================================================
+base.py     the :class:`~course_lib.algos.base.Algorithm` protocol the trainer calls
+            (advantages, then loss), ``LossOutput``, ``ScoredBatch``
+grpo.py     ``GRPOConfig``, ``group_advantages``, ``policy_loss`` (GRPO, DAPO,
+            Dr. GRPO, GSPO, two-sided clipping, KL, TIS)
+onpolicy.py what RLOO and PPO share: their config fields, KL folded into the reward
+rloo.py     ``RLOOConfig``, ``rloo_advantages``, Reinforce++, ``rloo_policy_loss``
+ppo.py      ``PPOConfig``, ``ValueHead``, ``gae``, ``ppo_policy_loss``, ``value_loss``
+==========  ====================================================================
+
+:func:`make_config` builds a config by algorithm name (aliases such as ``rloo_k``
+work); :func:`get_algorithm` returns the object the trainer calls for a config.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from course_lib.algos.base import Algorithm, LossOutput
+from course_lib.algos.grpo import GRPO, GRPOConfig
+from course_lib.algos.onpolicy import OnPolicyConfig
+from course_lib.algos.ppo import PPO, PPOConfig
+from course_lib.algos.rloo import RLOO, RLOOConfig
+from course_lib.config_tools import from_dict, resolve_keys, suggest
+
+__all__ = [
+    "ALGORITHMS",
+    "Algorithm",
+    "GRPOConfig",
+    "LossOutput",
+    "OnPolicyConfig",
+    "PPOConfig",
+    "RLOOConfig",
+    "config_class",
+    "config_from_dict",
+    "get_algorithm",
+    "make_config",
+]
+
+#: Every algorithm the trainer runs, by name.
+ALGORITHMS: dict[str, Algorithm] = {algorithm.name: algorithm for algorithm in (GRPO(), RLOO(), PPO())}
+
+
+def _lookup(algo: str) -> Algorithm:
+    key = str(algo).lower()
+    if key not in ALGORITHMS:
+        raise ValueError(f"algo={algo!r} is not known.{suggest(key, ALGORITHMS)} "
+                         f"Fix: use one of {', '.join(sorted(ALGORITHMS))}.")
+    return ALGORITHMS[key]
+
+
+def config_class(algo: str) -> type:
+    """The config dataclass of `algo` ("grpo", "rloo", "ppo")."""
+    return _lookup(algo).config_class
+
+
+def make_config(algo: str, **overrides: Any) -> Any:
+    """Build the config of `algo` ("grpo", "rloo", "ppo"); aliases such as `rloo_k` work.
+
+    A field the algorithm does not read (say `loss_type` for RLOO) is refused with the
+    list of fields, so no knob is silently ignored.
+    """
+    cls = config_class(algo)
+    return cls(**resolve_keys(cls, overrides))
+
+
+def config_from_dict(data: Mapping[str, Any]) -> Any:
+    """Rebuild a config saved with `to_dict()`; its `algo` key picks the class."""
+    if "algo" not in data:
+        raise ValueError("the config dict has no 'algo' key. Fix: save configs with config.to_dict().")
+    return from_dict(data, config_class(data["algo"]))
+
+
+def get_algorithm(config) -> Algorithm:
+    """The algorithm object that trains with `config` (picked by the config's class)."""
+    algorithm = _lookup(config.algo)
+    if not isinstance(config, algorithm.config_class):
+        raise TypeError(f"{type(config).__name__} is not a {algorithm.config_class.__name__}. "
+                        f"Fix: build the config with course_lib.algos.make_config({config.algo!r}, ...).")
+    return algorithm

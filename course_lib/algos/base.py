@@ -1,0 +1,165 @@
+"""What every algorithm of the course gives the trainer: advantages, then a loss.
+
+The trainer (``course_lib/trainer.py``) is the same loop for GRPO, RLOO and PPO; what
+differs is two functions, gathered in an object that follows :class:`Algorithm`:
+
+1. ``advantages(scored, config)``: from one scored generation batch (:class:`ScoredBatch`:
+   rewards, masks, sampling-time and reference log-probs, values) to per-completion or
+   per-token advantages (:class:`Advantages`), with the metrics the algorithm logs;
+2. ``loss(micro_batch, outputs, config, num_items_in_batch)``: from one micro-batch and
+   the policy's fresh log-probs / values / entropies (:class:`PolicyOutputs`) to the scalar
+   to differentiate (:class:`LossOutput`), already scaled for gradient accumulation.
+
+Shared helpers for the loss functions live here too (input checks, the advantage column).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal, Protocol
+
+import torch
+
+Tensor = torch.Tensor
+
+
+@dataclass
+class LossOutput:
+    """Result of a loss function.
+
+    Attributes:
+        loss: scalar to call `.backward()` on (already scaled for gradient accumulation
+            where the loss says so).
+        metrics: detached numbers to log, named as TRL names them.
+        per_token_loss: the per-token (or per-sequence) loss before aggregation, for
+            inspection and plots; `None` where not meaningful.
+    """
+
+    loss: Tensor
+    metrics: dict[str, float] = field(default_factory=dict)
+    per_token_loss: Tensor | None = None
+
+
+@dataclass
+class ScoredBatch:
+    """One generation batch after the rewards, as the advantage functions read it.  B = prompts x G."""
+
+    rewards: Tensor
+    """(B,) weighted sum of the reward functions; NaN where no function applied."""
+    mask: Tensor
+    """(B, T) completion tokens that count in the loss."""
+    is_eos: Tensor
+    """(B,) True where the completion ended with EOS (not truncated)."""
+    num_generations: int
+    """Completions per prompt G, contiguous (prompt-major)."""
+    old_logps: Tensor | None = None
+    """(B, T) log-probs under the policy at sampling time, when computed."""
+    ref_logps: Tensor | None = None
+    """(B, T) log-probs under the reference policy, when beta != 0."""
+    old_values: Tensor | None = None
+    """(B, T) value estimates at sampling time (PPO)."""
+
+
+@dataclass
+class Advantages:
+    """What ``Algorithm.advantages`` returns."""
+
+    advantages: Tensor
+    """(B,) per completion or (B, T) per token."""
+    metrics: dict[str, float]
+    """Reward and advantage metrics under TRL's names."""
+    returns: Tensor | None = None
+    """(B, T) value targets (PPO), else None."""
+
+
+@dataclass
+class PolicyOutputs:
+    """The policy's forward pass on one micro-batch."""
+
+    logps: Tensor
+    """(B, T) log-probs of the completion tokens, differentiable."""
+    entropies: Tensor | None = None
+    """(B, T) exact entropies of the next-token distributions (detached)."""
+    values: Tensor | None = None
+    """(B, T) value estimates, differentiable (PPO)."""
+
+
+class Algorithm(Protocol):
+    """The two functions (and three facts) by which GRPO, RLOO and PPO differ in the trainer."""
+
+    name: str
+    """Registry key: "grpo", "rloo", "ppo"."""
+    config_class: type
+    """The algorithm's config dataclass."""
+    always_needs_old_logps: bool
+    """True when the advantages read the sampling-time log-probs even on-policy (RLOO and PPO
+    fold the KL into the reward); GRPO needs them only off-policy or for the correction."""
+    sampling_correction_level: Literal["token", "sequence"]
+    """Where the sampler/trainer mismatch weight applies: per token, or once per completion
+    when the completion is the action (RLOO)."""
+
+    def make_value_head(self, policy, config) -> torch.nn.Module | None:
+        """A critic to train beside the policy (PPO), or None."""
+
+    def advantages(self, scored: ScoredBatch, config) -> Advantages:
+        """Advantages of one scored generation batch."""
+
+    def loss(self, micro_batch: dict, outputs: PolicyOutputs, config, num_items_in_batch: int) -> LossOutput:
+        """The micro-batch's loss, divided for gradient accumulation, with metrics."""
+
+
+# ---------------------------------------------------------------------------------------
+# Helpers shared by the loss functions
+# ---------------------------------------------------------------------------------------
+def check_per_token(logps: Tensor, mask: Tensor, **others: Tensor | None) -> None:
+    """Raise unless `logps` is (B, T) and `mask` and every other given tensor match it."""
+    if logps.dim() != 2:
+        raise ValueError(f"logps must be (B, T), got shape {tuple(logps.shape)}")
+    if mask.shape != logps.shape:
+        raise ValueError(
+            f"mask has shape {tuple(mask.shape)} but logps has {tuple(logps.shape)}; "
+            "pass the (B, T) completion mask"
+        )
+    for name, tensor in others.items():
+        if tensor is not None and tensor.shape != logps.shape:
+            raise ValueError(
+                f"{name} has shape {tuple(tensor.shape)} but logps has {tuple(logps.shape)}; "
+                f"{name} must be per token, (B, T)"
+            )
+
+
+def advantage_column(advantages: Tensor, batch_size: int) -> Tensor:
+    """Advantages `(B,)` -> `(B, 1)` so they broadcast over tokens; `(B, T)` is kept."""
+    if advantages.dim() == 1:
+        advantages = advantages.unsqueeze(1)
+    if advantages.dim() != 2 or advantages.shape[0] != batch_size:
+        raise ValueError(
+            f"advantages has shape {tuple(advantages.shape)}; pass one advantage per "
+            f"completion, shape ({batch_size},), or per token, shape ({batch_size}, T)"
+        )
+    return advantages
+
+
+def check_groups(rewards: Tensor, num_generations: int) -> None:
+    """Raise unless `rewards` is (B,) with B a multiple of `num_generations` (whole groups)."""
+    if rewards.dim() != 1:
+        raise ValueError(f"rewards has shape {tuple(rewards.shape)}; expected one reward per completion (B,). "
+                         "Fix: combine reward functions first with combine_rewards.")
+    if num_generations < 1 or rewards.numel() % num_generations != 0:
+        raise ValueError(f"num_generations={num_generations} does not divide the {rewards.numel()} rewards. "
+                         "Fix: pass whole groups, B = num_prompts * num_generations, prompt-major.")
+
+
+def check_cliprange(name: str, value: float) -> None:
+    """Raise unless a clip range is >= 0."""
+    if not 0 <= value:
+        raise ValueError(f"{name}={value!r} must be >= 0 (PPO uses 0.2)")
+
+
+def entropy_metrics(entropies: Tensor | None, mask: Tensor, *names: str) -> dict[str, float]:
+    """Mean entropy over the valid tokens, under each of `names` (empty when not computed)."""
+    if entropies is None:
+        return {}
+    weights = mask.to(entropies.dtype)
+    value = ((entropies * weights).sum() / weights.sum().clamp(min=1.0)).item()
+    return {name: value for name in names}
