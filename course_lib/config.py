@@ -344,8 +344,8 @@ class RLConfig:
             warn(f"epsilon_high={self.epsilon_high} < epsilon={self.epsilon}: the ratio may fall further than it "
                   "may rise; DAPO's clip-higher uses epsilon_high > epsilon (0.28 vs 0.2).")
         if self.vllm_importance_sampling_correction and self.engine != "vllm":
-            warn(f"vllm_importance_sampling_correction=True has no effect with engine={self.engine!r}: the "
-                  "sampler and the trainer are the same model, so there is no mismatch to correct.")
+            warn(f"vllm_importance_sampling_correction=True has almost no effect with engine={self.engine!r}: the "
+                 "sampler is the trained model itself, so the weights stay at 1 up to rounding.")
 
     # -- derived arithmetic --------------------------------------------------------
     @property

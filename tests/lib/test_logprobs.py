@@ -104,6 +104,32 @@ def test_fused_passes_gradcheck_in_float64():
     )
 
 
+@pytest.mark.parametrize("scale, softcap, temperature", [(1.0, 5.0, 1.0), (0.5, 3.0, 0.7), (2.0, None, 0.8)])
+def test_fused_with_scale_and_soft_cap_matches_naive(scale, softcap, temperature):
+    """The head transforms of Gemma-2 (soft cap) and Cohere/Granite (scale), values and gradients."""
+    gen = torch.Generator().manual_seed(4)
+    hidden = torch.randn(11, 6, generator=gen, dtype=torch.float64, requires_grad=True)
+    weight = (3 * torch.randn(17, 6, generator=gen, dtype=torch.float64)).requires_grad_()
+    ids = torch.randint(0, 17, (11,), generator=gen)
+    logps, entropy = fused_linear_logprobs(hidden, weight, ids, temperature=temperature, chunk_size=4,
+                                           return_entropy=True, scale=scale, softcap=softcap)
+    logits = scale * hidden @ weight.T
+    if softcap is not None:
+        logits = softcap * torch.tanh(logits / softcap)
+    log_p = torch.log_softmax(logits / temperature, dim=-1)
+    naive = log_p.gather(1, ids[:, None]).squeeze(1)
+    assert torch.allclose(logps, naive, atol=1e-10)
+    assert torch.allclose(entropy, -(log_p.exp() * log_p).sum(-1), atol=1e-10)
+    weights = torch.linspace(-1, 1, 11, dtype=torch.float64)
+    grads = torch.autograd.grad((logps * weights).sum(), (hidden, weight))
+    naive_grads = torch.autograd.grad((naive * weights).sum(), (hidden, weight))
+    for ours, theirs in zip(grads, naive_grads):
+        assert torch.allclose(ours, theirs, atol=1e-10)
+    assert torch.autograd.gradcheck(
+        lambda h, w: fused_linear_logprobs(h, w, ids, temperature=temperature, chunk_size=5, scale=scale,
+                                           softcap=softcap), (hidden, weight))
+
+
 def test_fused_accepts_batched_shapes_and_returns_entropy():
     gen = torch.Generator().manual_seed(3)
     hidden = torch.randn(2, 5, 8, generator=gen)

@@ -369,3 +369,21 @@ def test_rloo_ppo_value_losses_are_finite_on_empty_masks():
         out.loss.backward()
         assert math.isfinite(out.loss.item()) and torch.isfinite(logps.grad).all()
         assert all(math.isfinite(v) for v in out.metrics.values())
+
+
+def test_rloo_and_ppo_losses_apply_the_sampling_weight():
+    """The sampler/trainer correction multiplies each completion's (RLOO) or token's (PPO) loss."""
+    gen = torch.Generator().manual_seed(5)
+    logps = torch.randn(4, 3, generator=gen).requires_grad_()
+    old = logps.detach() + 0.1 * torch.randn(4, 3, generator=gen)
+    mask = torch.tensor([[1, 1, 1], [1, 1, 0], [1, 0, 0], [1, 1, 1]], dtype=torch.float32)
+    advantages = torch.tensor([1.0, -0.5, 0.25, -1.0])
+    weights = torch.tensor([[0.5], [2.0], [1.0], [0.0]])
+    plain = rloo_policy_loss(logps, old, advantages, mask)
+    weighted = rloo_policy_loss(logps, old, advantages, mask, sampling_ratio=weights)
+    assert torch.allclose(weighted.loss, (plain.per_token_loss * weights.squeeze(1)).mean())
+    token_weights = torch.rand(4, 3, generator=gen) * 2
+    per_token = ppo_policy_loss(logps, old, advantages, mask)
+    weighted = ppo_policy_loss(logps, old, advantages, mask, sampling_ratio=token_weights)
+    expected = (per_token.per_token_loss * token_weights * mask).sum() / mask.sum()
+    assert torch.allclose(weighted.loss, expected)

@@ -36,3 +36,74 @@ def test_importing_the_package_touches_no_network():
             "import course_lib, course_lib.models, course_lib.data, course_lib.rewards, course_lib.trainer\n")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert result.returncode == 0, result.stderr[-2000:]
+
+
+def _module_imports() -> dict[str, set[str]]:
+    """Every ``course_lib`` module and the ``course_lib`` modules it imports (anywhere in it)."""
+    import ast
+
+    package = ROOT / "course_lib"
+    modules = {}
+    for path in package.rglob("*.py"):
+        parts = path.relative_to(ROOT).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        modules[name] = path
+    graph = {}
+    for name, path in modules.items():
+        is_package = path.name == "__init__.py"
+        here = name if is_package else name.rpartition(".")[0]
+        edges = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    anchor = here.split(".")[: len(here.split(".")) - (node.level - 1)]
+                    base = ".".join(anchor + ([base] if base else []))
+                # `from package import submodule` imports the submodule
+                targets = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base
+                           for alias in node.names]
+            else:
+                continue
+            edges |= {target for target in targets if target in modules and target != name}
+        graph[name] = edges
+    return graph
+
+
+def test_the_package_has_no_import_cycle():
+    graph = _module_imports()
+    assert "course_lib.algos.grpo" in graph and "course_lib.ops.logprobs" in graph
+    state: dict[str, int] = {}  # 1 = on the current path, 2 = done
+    cycles = []
+
+    def visit(name, path):
+        state[name] = 1
+        for target in sorted(graph[name]):
+            if state.get(target) == 1:
+                cycles.append(path[path.index(target):] + [target])
+            elif target not in state:
+                visit(target, path + [target])
+        state[name] = 2
+
+    for name in sorted(graph):
+        if name not in state:
+            visit(name, [name])
+    assert not cycles, "import cycles: " + "; ".join(" -> ".join(cycle) for cycle in cycles)
+
+
+def test_the_maths_does_not_import_the_machinery():
+    """algos/ and ops/ are pure tensor code: no trainer, engines, widgets or checkpoints."""
+    graph = _module_imports()
+    forbidden = ("course_lib.trainer", "course_lib.rollout", "course_lib.widgets", "course_lib.checkpoint",
+                 "course_lib.history")
+    for name, targets in graph.items():
+        if name.startswith(("course_lib.algos", "course_lib.ops")):
+            bad = [t for t in targets if t.startswith(forbidden)]
+            assert not bad, f"{name} imports {bad}"
+
+
+def test_no_library_module_is_over_about_450_lines():
+    long = {str(p.relative_to(ROOT)): n for p in (ROOT / "course_lib").rglob("*.py")
+            if (n := len(p.read_text().splitlines())) > 480}
+    assert not long, f"split these modules: {long}"

@@ -253,3 +253,49 @@ def test_unique_prompt_rows_ignores_ids_under_the_padding():
     # rows 0, 1, 4 hold the prompt "5 6" (different pad ids); row 2 is "0 5 6", row 3 "5 6 6".
     assert sorted(first.tolist()) == [0, 2, 3]
     assert first[inverse].tolist() == [0, 0, 2, 3, 0]
+
+
+# --------------------------------------------------------------------------------------
+# The model's own head: soft-capped (Gemma-2), scaled (Cohere), or plain (Llama)
+# --------------------------------------------------------------------------------------
+def _random_gemma2(seed: int = 0):
+    from transformers import Gemma2Config, Gemma2ForCausalLM
+
+    torch.manual_seed(seed)
+    config = Gemma2Config(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                          num_key_value_heads=2, head_dim=16, vocab_size=100, max_position_embeddings=64,
+                          pad_token_id=PAD, final_logit_softcapping=30.0, attn_logit_softcapping=50.0,
+                          sliding_window=32, query_pre_attn_scalar=16)
+    model = Gemma2ForCausalLM(config).eval()
+    with torch.no_grad():  # large logits, so that the soft cap changes them visibly
+        model.lm_head.weight.mul_(40.0)
+    return model
+
+
+@pytest.mark.parametrize("make_model", [_random_gemma2, _random_llama], ids=["gemma2", "llama"])
+@pytest.mark.parametrize("fused", [True, False], ids=["fused", "full_logits"])
+def test_log_probs_and_entropies_use_the_models_own_head(make_model, fused):
+    """Before the one-head rule, a Gemma-2's soft cap was skipped: log-probs off by tens of nats."""
+    model = make_model()
+    batch = _batch(*LAYOUTS["partial_groups"])
+    ref_logps, _, ref_entropies = _reference(model, None, batch)
+    with torch.no_grad():
+        logps, _, entropies = completion_forward(model, *batch, temperature=TEMPERATURE, fused=fused,
+                                                 with_entropy=True)
+    valid = batch[3].bool()
+    assert (logps - ref_logps)[valid].abs().max() < REFERENCE_TOL
+    assert (entropies - ref_entropies)[valid].abs().max() < REFERENCE_TOL
+
+
+def test_the_gemma2_soft_cap_matters_here():
+    """The check above is not vacuous: without the cap the log-probs differ by nats."""
+    from course_lib.ops.logprobs import LMHead, head_logprobs, lm_head
+
+    model = _random_gemma2()
+    head = lm_head(model)
+    assert head.softcap == 30.0
+    hidden = torch.randn(7, 64)
+    ids = torch.randint(0, 100, (7,))
+    capped, _ = head_logprobs(head, hidden, ids)
+    uncapped, _ = head_logprobs(LMHead(weight=head.weight), hidden, ids)
+    assert (capped - uncapped).abs().max() > 1.0

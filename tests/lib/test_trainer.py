@@ -223,3 +223,61 @@ def test_a_bfloat16_sampler_is_corrected_by_truncated_importance_sampling(tmp_pa
     assert row["sampling/sampling_logp_difference/mean"] > 1e-3
     assert row["sampling/importance_sampling_ratio/min"] < 1.0 < row["sampling/importance_sampling_ratio/max"] <= 2.0
     assert math.isfinite(row["loss"])
+
+
+@pytest.mark.parametrize("algo", ["grpo", "rloo", "ppo"])
+def test_logged_entropy_is_exact_with_fused_log_probs(tmp_path, algo):
+    """The fused path logs the true entropy (equal to the full-logits one), not -mean(log p)."""
+    rows = {}
+    for fused in (True, False):
+        trainer = _trainer(tmp_path / str(fused), algo=algo, max_steps=1, temperature=1.5, use_fused_logprobs=fused)
+        rows[fused] = trainer.train()[0]
+    assert rows[True]["entropy"] == pytest.approx(rows[False]["entropy"], abs=1e-5)
+    # the Monte-Carlo stand-in the trainer used to log is a different number here
+    batch = trainer.batch
+    valid = batch.completion_mask.bool()
+    logps = trainer._forward_in_chunks(trainer.model, {k: getattr(batch, k) for k in (
+        "prompt_ids", "prompt_mask", "completion_ids", "completion_mask")})[0]
+    assert abs((-logps[valid]).mean().item() - rows[True]["entropy"]) > 1e-3
+
+
+def test_max_steps_unset_runs_num_train_epochs(tmp_path):
+    # 16 prompts, 2 per generation batch (per_device 8 / G 4), one optimizer step per batch:
+    # 8 steps an epoch, 0.5 epoch = 4 steps.
+    trainer = _trainer(tmp_path, rows=16, max_steps=-1, num_train_epochs=0.5, per_device_train_batch_size=8)
+    assert trainer.max_steps == 4
+    history = trainer.train()
+    assert [row["step"] for row in history] == [1, 2, 3, 4]
+    assert history[-1]["epoch"] == pytest.approx(0.5)
+
+
+@pytest.mark.parametrize("algo, level", [("grpo", "token"), ("rloo", "sequence"), ("ppo", "token")])
+def test_the_sampling_correction_reaches_every_algorithm(tmp_path, algo, level):
+    """With the correction on, each algorithm's batch carries the weight at its level, and its loss reads it."""
+    trainer = _trainer(tmp_path, algo=algo, max_steps=1, vllm_importance_sampling_correction=True)
+    seen = []
+    loss = trainer.algorithm.loss
+
+    def recording_loss(micro_batch, outputs, config, num_items_in_batch):
+        seen.append(micro_batch["sampling_ratio"])
+        return loss(micro_batch, outputs, config, num_items_in_batch)
+
+    trainer.algorithm = type("Recording", (), {k: getattr(trainer.algorithm, k) for k in (
+        "name", "always_needs_old_logps", "sampling_correction_level", "advantages", "make_value_head")})()
+    trainer.algorithm.loss = recording_loss
+    trainer.train()
+    ratio = seen[0]
+    assert ratio is not None
+    assert ratio.shape[1] == (1 if level == "sequence" else trainer.batch.completion_mask.shape[1])
+    # the same model sampled: every weight is 1 up to the recomputation's rounding
+    assert torch.allclose(ratio, torch.ones_like(ratio), atol=1e-4)
+    assert "sampling/importance_sampling_ratio/mean" in trainer.logger.rows[0]
+
+
+def test_long_prompts_are_truncated_from_the_left_with_a_warning(tmp_path):
+    from course_lib.rollout.base import PromptTruncationWarning
+
+    trainer = _trainer(tmp_path, max_steps=1, max_prompt_length=12)
+    with pytest.warns(PromptTruncationWarning, match="max_prompt_length=12"):
+        trainer.train()
+    assert trainer.batch.prompt_ids.shape[1] == 12
