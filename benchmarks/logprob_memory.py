@@ -4,7 +4,7 @@ Both variants compute `log_softmax(hidden @ weight.T / T)[ids]` for N = batch * 
 tokens and back-propagate a random upstream gradient into `hidden` and `weight`:
 
 - naive: full `(N, V)` logits -> log_softmax -> gather (what autograd does by default);
-- fused: `course_lib.logprobs.fused_linear_logprobs` (chunked, recomputed backward).
+- fused: `course_lib.ops.logprobs.fused_linear_logprobs` (chunked, recomputed backward).
 
 Defaults are SmolLM2-135M's sizes (hidden 576, vocabulary 49,152) at 8 x 1,024 tokens.
 

@@ -5,7 +5,8 @@ Example::
     python -m course_lib train --algo grpo --model tiny --task arithmetic --max-steps 200 \\
         --output-dir runs/tiny-grpo --set learning_rate=3e-5 --set per_device_train_batch_size=32
 
-Every config field can be set with ``--set key=value`` (``--list-fields`` prints them with
+Without ``--set`` a run starts from the settings measured to work for the model and task
+(``course_lib.presets``). Every config field can be set with ``--set key=value`` (``--list-fields`` prints them with
 their documentation). Writes ``<output-dir>/history.jsonl``, checkpoints and ``final/``.
 """
 
@@ -14,19 +15,6 @@ from __future__ import annotations
 import argparse
 import json
 
-#: Sensible starting points per task: reward functions and a few config values.
-TASK_PRESETS: dict[str, dict] = {
-    "arithmetic": {"rewards": ["correctness_first_number_reward"], "max_completion_length": 8},
-    "arithmetic-mixed": {"rewards": ["correctness_first_number_reward"], "max_completion_length": 8},
-    "arithmetic-tagged": {"rewards": ["answer_tag_format_reward", "correctness_reward"],
-                          "max_completion_length": 48},
-    "word-problems": {"rewards": ["answer_tag_format_reward", "correctness_reward"],
-                      "max_completion_length": 128},
-    "gsm8k": {"rewards": ["gsm8k_xmlcount_reward", "gsm8k_soft_format_reward", "gsm8k_strict_format_reward",
-                          "gsm8k_int_reward", "gsm8k_correctness_reward"], "max_completion_length": 256},
-}
-
-
 def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--algo", choices=["grpo", "rloo", "ppo"], default="grpo")
     parser.add_argument("--model", default="tiny", help="tiny, smollm2-135m, a local folder or a hub id")
@@ -34,11 +22,13 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
                         "word-problems, gsm8k, gsm8k:<path to jsonl>")
     parser.add_argument("--train-rows", type=int, default=2000, help="rows of the task to train on")
     parser.add_argument("--engine", choices=["hf", "vllm"], default="hf")
-    parser.add_argument("--max-steps", type=int, default=100, help="optimizer steps")
+    parser.add_argument("--max-steps", type=int, default=None,
+                        help="optimizer steps (default: the measured preset for the model and task, else 100; "
+                             "-1 runs num_train_epochs passes)")
     parser.add_argument("--output-dir", default="runs/latest")
     parser.add_argument("--resume-from", default=None, help="a <output-dir>/checkpoint-<step> folder")
     parser.add_argument("--rewards", default=None, help="comma-separated reward function names "
-                        "(default: the task's preset)")
+                        "(default: the task's, see course_lib.presets)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="any config field, e.g. --set learning_rate=3e-5 (repeatable)")
     parser.add_argument("--eval-n", type=int, default=0, help="held-out problems to evaluate before and after")
@@ -50,13 +40,16 @@ def build_run(args):
     from .config import apply_overrides
     from .algos import make_config
     from .data import get_task
+    from .presets import run_settings, task_settings
     from .rewards import get_reward_functions
 
-    preset = TASK_PRESETS.get(args.task.partition(":")[0], {"rewards": ["correctness_reward"]})
-    config = make_config(args.algo, model_name_or_path=args.model, engine=args.engine, max_steps=args.max_steps,
-                         output_dir=args.output_dir, max_completion_length=preset.get("max_completion_length", 64))
+    settings = run_settings(args.model, args.task, args.algo)
+    if args.max_steps is not None:
+        settings["max_steps"] = args.max_steps
+    config = make_config(args.algo, model_name_or_path=args.model, engine=args.engine, output_dir=args.output_dir,
+                         **settings)
     config = apply_overrides(config, args.overrides)
-    reward_names = args.rewards.split(",") if args.rewards else preset["rewards"]
+    reward_names = args.rewards.split(",") if args.rewards else task_settings(args.task)["rewards"]
     dataset = get_task(args.task, split="train", n=args.train_rows, seed=config.seed)
     return config, get_reward_functions(reward_names), dataset
 

@@ -15,24 +15,14 @@ import json
 import time
 from pathlib import Path
 
-PRESETS = {
-    "smollm2-135m": {
-        "task": "arithmetic-tagged",
-        "rewards": ["answer_tag_format_reward", "correctness_reward"],
-        "eval_n": 20,
-        "config": dict(use_lora=True, lora_r=16, lora_alpha=32, lora_dropout=0.0, learning_rate=1e-4,
-                       per_device_train_batch_size=4, num_generations=4, max_completion_length=40,
-                       temperature=0.7, max_steps=60, lr_scheduler_type="constant", logging_steps=10,
-                       log_completions=True, num_completions_to_print=2),
-    },
-    "tiny": {
-        "task": "arithmetic",
-        "rewards": ["correctness_first_number_reward"],
-        "eval_n": 200,
-        "config": dict(learning_rate=3e-5, per_device_train_batch_size=32, num_generations=8,
-                       max_completion_length=6, max_steps=200, lr_scheduler_type="constant", logging_steps=50),
-    },
-}
+from .presets import MEASURED, task_settings
+
+#: The demo's runs: a model, its task, and how many held-out problems measure it.
+DEMOS = {"smollm2-135m": {"task": "arithmetic-tagged", "eval_n": 20},
+         "tiny": {"task": "arithmetic", "eval_n": 200}}
+# What the demo prints along the way.
+_LOGGING = {"smollm2-135m": dict(logging_steps=10, log_completions=True, num_completions_to_print=2),
+            "tiny": dict(logging_steps=50)}
 
 
 def run_demo(model: str = "smollm2-135m", output_dir: str = "outputs/demo", max_steps: int | None = None) -> int:
@@ -48,17 +38,19 @@ def run_demo(model: str = "smollm2-135m", output_dir: str = "outputs/demo", max_
     from .rewards import get_reward_functions
     from .trainer import Trainer
 
-    if model not in PRESETS:
-        raise SystemExit(f"make demo MODEL={model}: choose one of {', '.join(PRESETS)}.")
-    preset = PRESETS[model]
+    if model not in DEMOS:
+        raise SystemExit(f"make demo MODEL={model}: choose one of {', '.join(DEMOS)}.")
+    demo = DEMOS[model]
+    rewards = task_settings(demo["task"])["rewards"]
     output = Path(output_dir) / model
-    settings = dict(preset["config"], model_name_or_path=model, output_dir=str(output), save_steps=0, seed=0)
+    settings = dict(MEASURED[(model, demo["task"], "grpo")], **_LOGGING[model], model_name_or_path=model,
+                    output_dir=str(output), save_steps=0, seed=0)
     if max_steps is not None:
         settings["max_steps"] = max_steps
     config = GRPOConfig(**settings)
     policy, tokenizer = load_policy(model)
-    test = get_task(preset["task"], split="test", n=preset["eval_n"], seed=0)
-    train = get_task(preset["task"], split="train", n=2000, seed=0)
+    test = get_task(demo["task"], split="test", n=demo["eval_n"], seed=0)
+    train = get_task(demo["task"], split="train", n=2000, seed=0)
 
     def evaluate(label: str, the_model) -> tuple[float, list[str]]:
         accuracy, completions = evaluate_accuracy(the_model, tokenizer, test, max_new_tokens=config.max_completion_length,
@@ -70,10 +62,10 @@ def run_demo(model: str = "smollm2-135m", output_dir: str = "outputs/demo", max_
 
     start = time.time()
     before, _ = evaluate("Before GRPO", policy)
-    trainer = Trainer(config, get_reward_functions(preset["rewards"]), train, policy, tokenizer)
+    trainer = Trainer(config, get_reward_functions(rewards), train, policy, tokenizer)
     history = trainer.train()
     after, _ = evaluate("After GRPO", trainer.model)
-    reward_keys = ["reward"] + [f"rewards/{name}/mean" for name in preset["rewards"]]
+    reward_keys = ["reward"] + [f"rewards/{name}/mean" for name in rewards]
     figure = plot_training_history(history, keys=reward_keys, smooth=5, title=f"GRPO on {model}: reward per optimizer step")
     figure.savefig(output / "reward.png", dpi=120)
     first, last = history[: max(1, len(history) // 5)], history[-max(1, len(history) // 5):]

@@ -79,7 +79,7 @@ print("fast mode:", fast_mode())
 # its gradient is zero; the update stops itself. This is how "the policy must not change
 # too much" is enforced in each update.
 #
-# The figure comes from `course_lib.losses.policy_loss` (the same code the trainer runs):
+# The figure comes from `course_lib.algos.grpo.policy_loss` (the same code the trainer runs):
 
 # %%
 from course_lib.widgets import clip_explorer, plot_clip_objective
@@ -116,7 +116,7 @@ feedback(ex03.check_clipped_surrogate, ex.clipped_surrogate);
 # ### The clip at work: many epochs on one batch
 #
 # Lesson 01's answer policy samples one batch of 16 answers, and we take 30 gradient
-# steps on that same batch with `course_lib.ppo_losses.ppo_policy_loss` — once with
+# steps on that same batch with `course_lib.algos.ppo.ppo_policy_loss` — once with
 # `epsilon = 0.2`, once with the clip switched off (a huge epsilon). We track how far the
 # policy moves from `pi_old`, measured by the exact `KL(pi_old || pi_theta)`, and the
 # fraction of samples whose clip is active (`policy/clipfrac_avg` in the logs of TRL's
@@ -227,7 +227,7 @@ feedback(ex03.check_kl_k3, ex.kl_k3);
 
 # %% [markdown]
 # The estimators on tokens sampled from the answer policy after the no-clip run above,
-# against the starting (reference) policy, using `course_lib.kl`:
+# against the starting (reference) policy, using `course_lib.ops.kl`:
 
 # %%
 from course_lib.ops.kl import kl_k1, kl_k3
@@ -329,7 +329,7 @@ print("TD errors delta_t:", gae(token_rewards[None], values[None], mask, gamma=1
 # ### Exercise 3 — GAE for one trajectory
 #
 # Implement `gae(rewards, values, gamma, lam)` for a single trajectory of shape `(T,)`.
-# The check compares it with hand-worked cases and with `course_lib.advantages.gae`.
+# The check compares it with hand-worked cases and with `course_lib.algos.ppo.gae`.
 
 # %%
 ex = load_exercise("ex03_ppo")

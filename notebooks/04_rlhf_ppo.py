@@ -324,7 +324,7 @@ feedback(ex04.check_whiten, ex.whiten);
 #
 # ### Exercise 3 — `value_loss(values, old_values, returns, mask, cliprange_value)`
 #
-# Your function is compared with `course_lib.ppo_losses.value_loss`, values and gradient.
+# Your function is compared with `course_lib.algos.ppo.value_loss`, values and gradient.
 
 # %%
 ex = load_exercise("ex04_rlhf_ppo")

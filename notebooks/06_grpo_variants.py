@@ -80,7 +80,7 @@ except ImportError:
     print("ipywidgets is not installed: the explorer is skipped (pip install ipywidgets).")
 
 # %% [markdown]
-# Two of the claims above, checked with `course_lib.losses.policy_loss`: `bnpo` equals
+# Two of the claims above, checked with `course_lib.algos.grpo.policy_loss`: `bnpo` equals
 # `grpo` when the micro-batch holds one completion, and with gradient accumulation `dapo`
 # normalises by the tokens of the whole accumulated batch, so the micro-batch losses add
 # up to the token mean of the full batch, whatever their sizes. `bnpo` instead gives each
@@ -121,7 +121,7 @@ for loss_type in ("grpo", "bnpo", "dr_grpo", "dapo"):
 #
 # Open `exercises/ex06_grpo_variants.py` and implement
 # `aggregate_loss(per_token_loss, mask, loss_type, max_completion_length, num_items)`.
-# The check compares it with `course_lib.losses.policy_loss` on a padded batch.
+# The check compares it with `course_lib.algos.grpo.policy_loss` on a padded batch.
 
 # %%
 from course_lib.checks import ex06
@@ -248,7 +248,7 @@ feedback(ex06.check_sequence_level_ratio, ex.sequence_level_ratio);
 # limit), the completion mask becomes all zeros. A mean over the mask is then 0 / 0, and
 # one implementation's KL metric became NaN exactly this way; one NaN in a loss poisons the
 # optimizer state for good. Some guides therefore advise leaving the flag off. `course_lib`
-# takes every masked mean through `course_lib.masking`, which returns 0 on an empty mask:
+# takes every masked mean through `course_lib.ops.masking`, which returns 0 on an empty mask:
 
 # %%
 from course_lib.ops.masking import masked_mean

@@ -85,7 +85,7 @@ print("fast mode:", fast_mode())
 # al., 2024), on which the trainer's code is built.
 
 # %% [markdown]
-# The claim "one epoch + one mini-batch = REINFORCE" is checkable. `course_lib.ppo_losses.
+# The claim "one epoch + one mini-batch = REINFORCE" is checkable. `course_lib.algos.rloo.
 # rloo_policy_loss` is the sequence-level clipped loss; on-policy (`old_logps=None`) its
 # gradient equals the REINFORCE gradient `-(1/B) Σ_b A_b ∇ log π(y_b|x)`:
 

@@ -312,7 +312,7 @@ plt.show()
 # pass — for N = 160K tokens and V = 128K, tens of gigabytes to produce 160K numbers.
 #
 # Since `log p(y) = logit_y − logsumexp(logits)`, a block of rows at a time suffices. Going
-# one step further, `course_lib.logprobs.fused_linear_logprobs` starts from the hidden
+# one step further, `course_lib.ops.logprobs.fused_linear_logprobs` starts from the hidden
 # states and the LM-head weight: the forward pass computes each block's logits, keeps
 # only its logsumexp and the chosen logit, and the backward pass **recomputes** each
 # block's logits to form the gradient `onehot − softmax` on the fly. One extra matrix

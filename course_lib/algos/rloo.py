@@ -200,7 +200,7 @@ def rloo_policy_loss(
         logps: `(B, T)` token log-probs under the current policy (differentiable).
         old_logps: `(B, T)` token log-probs or `(B,)` sequence log-probs under the
             policy that sampled the batch; `None` for on-policy.
-        advantages: `(B,)` leave-one-out advantages (`course_lib.advantages`).
+        advantages: `(B,)` leave-one-out advantages (:func:`rloo_advantages`).
         mask: `(B, T)` completion mask (padding and tokens after EOS are 0).
         cliprange: PPO clip range c (RLOOConfig.cliprange / GRPO's epsilon).
         cliprange_high: upper clip range; defaults to `cliprange`.

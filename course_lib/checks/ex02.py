@@ -2,8 +2,8 @@
 
 Expected values are hand-worked cases and independent computations: explicit Python
 loops over the tensors, the closed-form gradient of the REINFORCE loss
-(``-reward * mask / B`` per token), the RLOO loss of ``course_lib.ppo_losses`` (equal
-gradients at ratio 1) and ``course_lib.advantages.rloo_advantages``.
+(``-reward * mask / B`` per token), the RLOO loss of ``course_lib.algos.ppo`` (equal
+gradients at ratio 1) and ``course_lib.algos.rloo.rloo_advantages``.
 """
 
 from __future__ import annotations
@@ -69,7 +69,7 @@ def check_reinforce_loss(fn) -> None:
     # REINFORCE is the RLOO loss at ratio 1 (one epoch, one mini-batch): same gradient.
     library_leaf = logps.clone().requires_grad_(True)
     (library_grad,) = torch.autograd.grad(rloo_policy_loss(library_leaf, None, rewards, mask).loss, library_leaf)
-    assert_close(grad, library_grad, name="gradient compared with course_lib.ppo_losses.rloo_policy_loss")
+    assert_close(grad, library_grad, name="gradient compared with course_lib.algos.rloo.rloo_policy_loss")
 
 
 def check_baseline_subtract(fn) -> None:
@@ -98,7 +98,7 @@ def check_baseline_subtract(fn) -> None:
                         rewards - rewards.mean(dim=0, keepdim=True)})
     expected_loo = rloo_advantages(rewards.reshape(-1), num_generations=5).reshape(3, 5)
     assert_close(fn(rewards, "leave_one_out"), expected_loo,
-                 name="kind='leave_one_out' vs course_lib.advantages.rloo_advantages",
+                 name="kind='leave_one_out' vs course_lib.algos.rloo.rloo_advantages",
                  hints={"the baseline must come from each prompt's own row, not from the whole batch.":
                         rewards - (rewards.sum() - rewards) / (rewards.numel() - 1)})
     # Identity: leave-one-out = G / (G - 1) * mean-centred.

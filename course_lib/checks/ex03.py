@@ -54,7 +54,7 @@ def check_clipped_surrogate(fn) -> None:
     ratio = log_ratio.exp().requires_grad_(True)
     got = _as_tensor("clipped_surrogate", fn(ratio, per_completion, epsilon))
     assert_close(got.detach(), -library.per_token_loss.detach(),
-                 name="4 x 7 tokens, epsilon=0.3, vs course_lib.ppo_losses.ppo_policy_loss",
+                 name="4 x 7 tokens, epsilon=0.3, vs course_lib.algos.ppo.ppo_policy_loss",
                  hints={"use the epsilon argument instead of a fixed 0.2.":
                         torch.minimum(ratio * per_completion, torch.clamp(ratio, 0.8, 1.2) * per_completion).detach()})
     if not got.requires_grad:
@@ -105,7 +105,7 @@ def check_gae(fn) -> None:
     got = fn(token_rewards, token_values, gamma, lam)
     assert_close(got, explicit, name="9-token trajectory, gamma=0.97, lam=0.8")
     library, _ = library_gae(token_rewards[None], token_values[None], torch.ones(1, length), gamma=gamma, lam=lam)
-    assert_close(got, library[0], name="compared with course_lib.advantages.gae")
+    assert_close(got, library[0], name="compared with course_lib.algos.ppo.gae")
 
 
 def _categorical_samples(seed: int = 0, num: int = 40_000):
@@ -129,7 +129,7 @@ def check_kl_k1(fn) -> None:
                         "k1 can be negative: do not take an absolute value.": expected.abs()})
     logps, ref_logps, exact = _categorical_samples()
     got = fn(logps, ref_logps)
-    assert_close(got, library_k1(logps, ref_logps), name="40,000 sampled tokens vs course_lib.kl.kl_k1")
+    assert_close(got, library_k1(logps, ref_logps), name="40,000 sampled tokens vs course_lib.ops.kl.kl_k1")
     stderr = float(got.std()) / math.sqrt(got.numel())
     if abs(float(got.mean()) - exact) > 5 * stderr:
         raise Hint(f"the average of k1 over tokens sampled from pi should be KL(pi || ref) = {exact:.4f}, "
@@ -150,7 +150,7 @@ def check_kl_k3(fn) -> None:
                                                                        dtype=torch.float64)})
     logps, ref_logps, exact = _categorical_samples()
     got = fn(logps, ref_logps)
-    assert_close(got, library_k3(logps, ref_logps), name="40,000 sampled tokens vs course_lib.kl.kl_k3")
+    assert_close(got, library_k3(logps, ref_logps), name="40,000 sampled tokens vs course_lib.ops.kl.kl_k3")
     if (got < -1e-12).any():
         raise Hint("k3 must never be negative (exp(u) >= 1 + u for every u).")
     stderr = float(got.std()) / math.sqrt(got.numel())

@@ -1,6 +1,6 @@
 """Checks for lesson 06 (GRPO variants): loss aggregation, GSPO's sequence ratio, two-sided clipping.
 
-Expected values are hand-worked numbers and `course_lib.losses.policy_loss` on the same
+Expected values are hand-worked numbers and `course_lib.algos.grpo.policy_loss` on the same
 inputs; typical mistakes are reproduced to name them in the hint.
 """
 

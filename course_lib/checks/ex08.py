@@ -2,7 +2,7 @@
 per-token rewards, and flagging an unhealthy `val/ratio`.
 
 Expected values are the seed's worked numbers (3 prompts x 4 completions, rewards 1..10),
-other hand-worked cases, `course_lib.advantages.rloo_advantages`, and explicit loops
+other hand-worked cases, `course_lib.algos.rloo.rloo_advantages`, and explicit loops
 written here; each typical mistake is reproduced to name it in the hint.
 """
 

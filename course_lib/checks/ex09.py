@@ -6,7 +6,7 @@ missing `re.DOTALL`, `re.match` instead of `re.search`, an off-by-one threshold,
 floor, a division by a zero reference, a 0 where NaN belongs) and, where the course
 library implements the same rule, its independent implementation
 (`course_lib.rewards.think_answer_format_reward`, `proximity_score`,
-`course_lib.advantages.combine_rewards`).
+`course_lib.rewards.combine_rewards`).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Checks for lesson 10 (fast inference and memory): chunked selective log-softmax, the
 memory arithmetic of logits and KV cache, and the truncated importance-sampling weight.
 
-Expected values: `course_lib.logprobs.selective_log_softmax`, `course_lib.kl.
+Expected values: `course_lib.ops.logprobs.selective_log_softmax`, `course_lib.ops.kl.
 truncated_is_ratio`, the seed's memory figures (78.3 GB of logits, 2.5 GB of KV cache per
 sequence, 20 GB at batch 8, with GB = 2^30 bytes and 20K = 20,480 tokens) and hand-worked
 cases. The chunked exercise is also checked for what it is for: while it runs, a

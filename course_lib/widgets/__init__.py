@@ -4,7 +4,7 @@ Each explorer is two layers: a pure plotting function that returns a matplotlib
 `Figure` (nothing is shown; under `MPLBACKEND=Agg` it runs headless, and tests read its
 data back), and a thin `*_explorer()` / `*_playground()` wrapper that wires ipywidgets
 controls to it. The numbers always come from the library's own maths
-(`course_lib.advantages`, `losses`, `kl`, `schedule`, `logprobs`, `rewards`), so a
+(`course_lib.algos`, `course_lib.ops`, `schedule`, `rewards`), so a
 plot cannot disagree with the trainer.
 
 | lesson | plotting function | explorer |

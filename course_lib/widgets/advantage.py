@@ -1,7 +1,7 @@
 """Advantage explorer (lesson 05): from a batch of rewards to GRPO / RLOO advantages.
 
 `plot_advantages` draws the rewards of each group of `num_generations` completions and
-the advantages that `course_lib.advantages` computes from them: the group z-score of
+the advantages that `course_lib.algos` computes from them: the group z-score of
 GRPO (Shao et al. 2024), the batch-std and unscaled variants (`scale_rewards`, Dr. GRPO,
 Liu et al. 2025) and, optionally, the RLOO leave-one-out baseline (Ahmadian et al.
 2024). Groups whose rewards are all equal have zero std: every advantage is 0 there,

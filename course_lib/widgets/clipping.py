@@ -6,7 +6,7 @@ with two-sided clipping (INTELLECT-2) the unclipped branch is `min(r, delta) A`.
 the clip is active the objective is flat in `r`, so the token gets no gradient: the
 update cannot push the ratio further out of the trust region.
 
-Every number comes from `course_lib.losses.policy_loss`: a batch of one-token
+Every number comes from `course_lib.algos.grpo.policy_loss`: a batch of one-token
 completions with `logps = log r`, `old_logps = 0`, `advantages = A`; the objective is
 minus the per-token loss and its derivative with respect to `r` is
 `d(objective)/d(log r) / r`, taken by autograd through the loss.

@@ -3,7 +3,7 @@
 The policy `pi` and the reference `ref` are two known distributions, so the true
 `KL(pi || ref)` is exact (`torch.distributions.kl_divergence`). Samples are drawn from
 `pi`, as the tokens of a completion are, and each sample gives one estimate per
-estimator from `course_lib.kl.kl_k1 / kl_k2 / kl_k3` (Schulman 2020, "Approximating
+estimator from `course_lib.ops.kl.kl_k1 / kl_k2 / kl_k3` (Schulman 2020, "Approximating
 KL Divergence"): k1 and k3 are unbiased, k2 is biased upwards as the gap grows, and
 k1 has the largest spread and takes negative values.
 

@@ -3,7 +3,7 @@
 A batch of completions of different lengths, all with advantage 1 and ratio 1; the
 weight of a token is the gradient of the final loss with respect to its log-prob
 (minus it, so that "pushed up" is positive), taken by autograd through
-`course_lib.losses.policy_loss`:
+`course_lib.algos.grpo.policy_loss`:
 
 - `grpo`: `1 / (L_i * B)`: each sequence gets the same total weight, so a token of a
   short completion weighs more than a token of a long one (Dr. GRPO's length bias,

@@ -1,4 +1,4 @@
-"""Tests of course_lib.advantages: hand-worked cases, TRL's code path, invariants."""
+"""Tests of course_lib.algos: hand-worked cases, TRL's code path, invariants."""
 
 from __future__ import annotations
 

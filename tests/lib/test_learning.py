@@ -12,24 +12,21 @@ from course_lib.algos import make_config
 from course_lib.data import get_task
 from course_lib.evaluation import evaluate_accuracy
 from course_lib.models import load_policy
+from course_lib.presets import run_settings, task_settings
 from course_lib.rewards import get_reward_functions
 from course_lib.trainer import Trainer
 
 MARGIN = 0.10
 
 
-def _run(algo: str, tmp_path, **overrides):
+def _run(algo: str, tmp_path):
     model, tokenizer = load_policy("tiny")
     test = get_task("arithmetic", split="test", n=200, seed=1)
     before = evaluate_accuracy(model, tokenizer, test, max_new_tokens=6)
-    # Four prompts x 8 completions a step and a small learning rate: the tiny model sits just past
-    # the point where it learned to carry, and large noisy steps knock it back (measured:
-    # lr 3e-4 with 2 prompts a step collapsed it to 0%).
-    settings = dict(model_name_or_path="tiny", output_dir=str(tmp_path), seed=0, max_completion_length=6,
-                    per_device_train_batch_size=32, num_generations=8, temperature=1.0, learning_rate=3e-5,
-                    max_steps=200, lr_scheduler_type="constant", save_steps=0, logging_steps=100)
-    settings.update(overrides)
-    trainer = Trainer(make_config(algo, **settings), get_reward_functions(["correctness_first_number_reward"]),
+    # Exactly the settings `python -m course_lib train --model tiny --task arithmetic` starts from.
+    settings = dict(run_settings("tiny", "arithmetic", algo), model_name_or_path="tiny", output_dir=str(tmp_path),
+                    seed=0, save_steps=0, logging_steps=100)
+    trainer = Trainer(make_config(algo, **settings), get_reward_functions(task_settings("arithmetic")["rewards"]),
                       get_task("arithmetic", split="train", n=4000, seed=0), model, tokenizer, progress=False)
     history = trainer.train()
     after = evaluate_accuracy(trainer.model, tokenizer, test, max_new_tokens=6)
@@ -46,6 +43,5 @@ def test_grpo_raises_held_out_accuracy(tmp_path):
 
 @pytest.mark.slow
 def test_rloo_raises_held_out_accuracy(tmp_path):
-    # RLOO's leave-one-out advantages are not divided by a std, so it takes a larger step size.
-    before, after = _run("rloo", tmp_path, beta=0.0, num_iterations=1, learning_rate=6e-5, max_steps=300)
+    before, after = _run("rloo", tmp_path)
     assert after >= before + MARGIN

@@ -1,4 +1,4 @@
-"""Parity of `course_lib.losses` with TRL 1.16's own loss code on identical tensors.
+"""Parity of `course_lib.algos.grpo` with TRL 1.16's own loss code on identical tensors.
 
 TRL's `GRPOTrainer._compute_loss` (and `RLOOTrainer._compute_loss`) is called as an
 unbound function on a stand-in `self` that carries only the attributes the method reads;
