@@ -30,7 +30,7 @@ from typing import Callable, Iterable
 from datasets import Dataset
 
 #: The instruction and worked example that teach a chat model the ``<answer>`` format.
-#: DESIGN note: with the instruction alone, SmolLM2-135M never emits the tags (reward 0,
+#: Measured: with the instruction alone, SmolLM2-135M never emits the tags (reward 0,
 #: nothing to learn); one worked example turn in the prompt is enough to start.
 TAGGED_SYSTEM_PROMPT = (
     "You are a careful calculator. Work out the result, then give the final number "

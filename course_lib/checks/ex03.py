@@ -2,7 +2,7 @@
 
 Expected values are hand-worked cases, explicit sums written out in the check (GAE as
 ``sum_l (gamma * lam)**l * delta_{t+l}``), the course's library functions
-(``ppo_losses.ppo_policy_loss``, ``advantages.gae``, ``kl.kl_k1`` / ``kl_k3``) and the
+(``algos.ppo.ppo_policy_loss``, ``algos.ppo.gae``, ``ops.kl.kl_k1`` / ``kl_k3``) and the
 exact KL of two categorical distributions for the estimators' averages.
 """
 

@@ -1,7 +1,7 @@
 """Checks for lesson 04 (RLHF with PPO): per-token rewards, whitening, the clipped value loss.
 
 Expected values are hand-worked numbers, explicit per-row loops written here, and the
-library (`masking.masked_whiten`, `ppo_losses.value_loss`); each typical mistake is
+library (`ops.masking.masked_whiten`, `algos.ppo.value_loss`); each typical mistake is
 reproduced to name it in the hint.
 """
 

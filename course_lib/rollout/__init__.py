@@ -12,7 +12,8 @@ from __future__ import annotations
 import importlib.util
 import os
 
-from .base import RolloutBatch, RolloutEngine, SamplingConfig, tokenize_prompts
+from ..models import unwrap_peft
+from .base import PromptTruncationWarning, RolloutBatch, RolloutEngine, SamplingConfig, tokenize_prompts
 from .hf import HFEngine
 
 ENGINES = ("hf", "vllm")
@@ -50,7 +51,7 @@ def make_engine(name: str, model, tokenizer, **kwargs) -> RolloutEngine:
 
 
 def _checkpoint_path(model) -> str:
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    base = unwrap_peft(model)
     path = getattr(base, "name_or_path", None) or getattr(getattr(base, "config", None), "_name_or_path", None)
     if not path:
         raise ValueError("make_engine('vllm'): the model does not say where its checkpoint is; pass "
@@ -58,5 +59,5 @@ def _checkpoint_path(model) -> str:
     return os.fspath(path)
 
 
-__all__ = ["ENGINES", "HFEngine", "RolloutBatch", "RolloutEngine", "SamplingConfig", "make_engine",
+__all__ = ["ENGINES", "PromptTruncationWarning", "HFEngine", "RolloutBatch", "RolloutEngine", "SamplingConfig", "make_engine",
            "tokenize_prompts", "vllm_available"]

