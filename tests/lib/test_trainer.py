@@ -281,3 +281,22 @@ def test_long_prompts_are_truncated_from_the_left_with_a_warning(tmp_path):
     with pytest.warns(PromptTruncationWarning, match="max_prompt_length=12"):
         trainer.train()
     assert trainer.batch.prompt_ids.shape[1] == 12
+
+
+def test_train_with_only_model_and_task_starts_from_the_measured_settings():
+    import argparse
+
+    from course_lib.cli_train import add_train_arguments, build_run
+    from course_lib.presets import MEASURED
+
+    parser = argparse.ArgumentParser()
+    add_train_arguments(parser)
+    for algo in ("grpo", "rloo"):
+        config, rewards, _ = build_run(parser.parse_args(["--algo", algo, "--model", "tiny", "--task", "arithmetic",
+                                                          "--train-rows", "64"]))
+        for name, value in MEASURED[("tiny", "arithmetic", algo)].items():
+            assert getattr(config, name) == value, name
+    # --set and --max-steps still win over the preset
+    config, _, _ = build_run(parser.parse_args(["--model", "tiny", "--task", "arithmetic", "--train-rows", "64",
+                                                "--max-steps", "7", "--set", "learning_rate=1e-3"]))
+    assert (config.max_steps, config.learning_rate) == (7, 1e-3)
