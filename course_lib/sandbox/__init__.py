@@ -39,7 +39,9 @@ stopped by the audit hook and the process-group kill only. For untrusted code at
 use a container or VM per run (gVisor, Firecracker, nsjail).
 """
 
+from .isolation import Isolation, SandboxUnavailableError, detect_isolation
 from .runner import SandboxResult, run_python, sandbox_guards
 from .verify import VerificationReport, run_tests
 
-__all__ = ["SandboxResult", "VerificationReport", "run_python", "run_tests", "sandbox_guards"]
+__all__ = ["Isolation", "SandboxResult", "SandboxUnavailableError", "VerificationReport", "detect_isolation",
+           "run_python", "run_tests", "sandbox_guards"]

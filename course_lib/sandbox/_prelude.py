@@ -104,6 +104,11 @@ def excepthook(exc_type, exc, tb):
 
 def main():
     config = json.loads(sys.argv[1])
+    # Under bubblewrap the real interpreter runs (not the virtual environment's link to
+    # it), so the environment's read-only site-packages are added here.
+    for entry in config.get("sys_path") or ():
+        if entry not in sys.path:
+            sys.path.append(entry)
     sys.argv = [config["code_file"]]
     with open(config["code_file"], encoding="utf-8") as file:
         source = file.read()
