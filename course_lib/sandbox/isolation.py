@@ -38,6 +38,8 @@ import sys
 import sysconfig
 from dataclasses import dataclass
 
+from .seccomp import seccomp_filter_fd, seccomp_unavailable_reason
+
 __all__ = ["INSTALL_HINT", "Isolation", "SandboxUnavailableError", "bwrap_argv", "detect_isolation",
            "SANDBOX_DIR", "SANDBOX_UID"]
 
@@ -64,6 +66,7 @@ class Isolation:
     mode: str | None
     bwrap: str | None = None
     setpriv: str | None = None
+    seccomp: bool = False
     reason: str = ""
 
     @property
@@ -150,10 +153,11 @@ def interpreter() -> str:
 
 
 def bwrap_argv(isolation: Isolation, command: list[str], *, env: dict[str, str], allow_network: bool,
-               workdir_mb: int, code_fd: int) -> list[str]:
+               workdir_mb: int, code_fd: int, seccomp_fd: int | None = None) -> list[str]:
     """The full command line: bubblewrap around ``command``, which runs as uid 65534.
 
-    ``code_fd`` is an open file whose content bubblewrap copies to ``/sandbox/main.py``.
+    ``code_fd`` is an open file whose content bubblewrap copies to ``/sandbox/main.py``;
+    ``seccomp_fd`` one holding the BPF filter of ``seccomp.py`` (both passed to the child).
     """
     argv = [isolation.bwrap, "--die-with-parent", "--new-session",
             "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
@@ -173,6 +177,8 @@ def bwrap_argv(isolation: Isolation, command: list[str], *, env: dict[str, str],
              "--size", size, "--perms", "0777", "--tmpfs", SANDBOX_DIR,
              "--perms", "0644", "--file", str(code_fd), f"{SANDBOX_DIR}/main.py",
              "--remount-ro", "/", "--chdir", SANDBOX_DIR]
+    if seccomp_fd is not None:
+        argv += ["--seccomp", str(seccomp_fd)]
     if isolation.mode == "bwrap-nobody":
         argv += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", isolation.setpriv,
                  f"--reuid={SANDBOX_UID}", f"--regid={SANDBOX_UID}", "--clear-groups",
@@ -185,17 +191,20 @@ def bwrap_argv(isolation: Isolation, command: list[str], *, env: dict[str, str],
 def _probe(isolation: Isolation) -> str | None:
     """Run ``print(os.getuid())`` in the sandbox; None when it works, else the error."""
     read, write = os.pipe()
+    filter_fd = seccomp_filter_fd() if isolation.seccomp else None
+    fds = (read,) if filter_fd is None else (read, filter_fd)
     try:
-        os.write(write, b"")
         os.close(write)
         argv = bwrap_argv(isolation, [interpreter(), "-I", "-S", "-c", "import os; print(os.getuid())"],
-                          env={"PATH": "/usr/bin"}, allow_network=False, workdir_mb=1, code_fd=read)
+                          env={"PATH": "/usr/bin"}, allow_network=False, workdir_mb=1, code_fd=read,
+                          seccomp_fd=filter_fd)
         try:
-            done = subprocess.run(argv, capture_output=True, text=True, timeout=30, pass_fds=(read,))
+            done = subprocess.run(argv, capture_output=True, text=True, timeout=30, pass_fds=fds)
         except (OSError, subprocess.TimeoutExpired) as error:
             return str(error)
     finally:
-        os.close(read)
+        for fd in fds:
+            os.close(fd)
     if done.returncode != 0 or done.stdout.strip() != str(SANDBOX_UID):
         return (done.stderr.strip() or done.stdout.strip() or f"exit status {done.returncode}")[-500:]
     return None
@@ -211,15 +220,22 @@ def detect_isolation() -> Isolation:
     if bwrap is None:
         return Isolation(None, reason="bubblewrap (bwrap) is not installed. " + INSTALL_HINT)
     errors = []
+    seccomp_error = seccomp_unavailable_reason()
     if os.geteuid() == 0:
+        # As a real uid, nobody could create a user namespace of its own and hold every
+        # capability inside it: this mode is only safe with the seccomp filter.
         setpriv = shutil.which("setpriv")
-        if setpriv is not None:
-            candidate = Isolation("bwrap-nobody", bwrap=bwrap, setpriv=setpriv)
+        if setpriv is None:
+            errors.append("bwrap-nobody: setpriv (util-linux) is not installed")
+        elif seccomp_error is not None:
+            errors.append(f"bwrap-nobody: {seccomp_error}")
+        else:
+            candidate = Isolation("bwrap-nobody", bwrap=bwrap, setpriv=setpriv, seccomp=True)
             error = _probe(candidate)
             if error is None:
                 return candidate
             errors.append(f"bwrap-nobody: {error}")
-    candidate = Isolation("bwrap-userns", bwrap=bwrap)
+    candidate = Isolation("bwrap-userns", bwrap=bwrap, seccomp=seccomp_error is None)
     error = _probe(candidate)
     if error is None:
         return candidate

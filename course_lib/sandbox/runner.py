@@ -25,6 +25,7 @@ from typing import Callable
 
 from .isolation import (SANDBOX_DIR, SANDBOX_UID, SandboxUnavailableError, bwrap_argv, child_sys_path,
                         detect_isolation, interpreter)
+from .seccomp import seccomp_filter_fd
 
 __all__ = ["SandboxResult", "SandboxUnavailableError", "run_python", "sandbox_guards"]
 
@@ -200,15 +201,17 @@ def _run_isolated(found, code, stdin, limits, timeout_s, memory_mb, allow_networ
         limits = limits + [(resource.RLIMIT_NPROC, _user_task_count(os.getuid()) + max_processes)]
     code_fd = _memfd("main.py", code)
     stdin_fd = _memfd("stdin", stdin or "")
+    filter_fd = seccomp_filter_fd() if found.seccomp else None
+    passed = (code_fd,) if filter_fd is None else (code_fd, filter_fd)
     try:
-        command = [interpreter(), "-I", "-S", "-B", "-X", "utf8", "-c", _PRELUDE, json.dumps(config)]
+        command = [interpreter(), "-I", "-B", "-X", "utf8", "-c", _PRELUDE, json.dumps(config)]
         argv = bwrap_argv(found, command, env=_env(SANDBOX_DIR), allow_network=allow_network,
-                          workdir_mb=workdir_mb, code_fd=code_fd)
+                          workdir_mb=workdir_mb, code_fd=code_fd, seccomp_fd=filter_fd)
         return _supervise(argv, None, "/", stdin_fd, limits, False, timeout_s, max_output_bytes, memory_mb,
-                          pass_fds=(code_fd,), wrapped=True)
+                          pass_fds=passed, wrapped=True)
     finally:
-        os.close(code_fd)
-        os.close(stdin_fd)
+        for fd in (*passed, stdin_fd):
+            os.close(fd)
 
 
 def _run_process(code, stdin, limits, timeout_s, memory_mb, allow_network, max_output_bytes, max_processes,
