@@ -5,8 +5,9 @@ configuration as ``sys.argv[1]``. It compiles ``main.py`` from the working direc
 installs the audit hook (PEP 578) unless told not to, and executes the code as
 ``__main__``. Importing this module does nothing; only ``main()`` acts.
 
-The hook is a guard against accidents and reward hacks, not against determined attacks:
-code with ``ctypes.memmove`` or a C extension can reach past it. See the package docstring.
+The hook is the second layer, a guard against accidents and reward hacks that explains
+itself; it is not a boundary (a subinterpreter has no hook, and Python code can rewrite
+the functions it calls). The boundary is bubblewrap's; see the package docstring.
 """
 
 import json

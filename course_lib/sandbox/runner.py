@@ -1,7 +1,8 @@
 """Start and supervise one sandboxed child interpreter: limits, timeout, output capture.
 
 See the package docstring for the layers of protection and their limits. The child runs
-``_prelude.py`` (passed with ``-c``), which installs the audit hook and runs the code.
+``_prelude.py`` (passed with ``-c``), which installs the audit hook and runs the code;
+with ``isolation="os"`` (the default) it runs inside bubblewrap (``isolation.py``).
 """
 
 from __future__ import annotations
