@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 
 #: Sensible starting points per task: reward functions and a few config values.
 TASK_PRESETS: dict[str, dict] = {
@@ -36,7 +37,8 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--engine", choices=["hf", "vllm"], default="hf")
     parser.add_argument("--max-steps", type=int, default=100, help="optimizer steps")
     parser.add_argument("--output-dir", default="runs/latest")
-    parser.add_argument("--resume-from", default=None, help="a <output-dir>/checkpoint-<step> folder")
+    parser.add_argument("--resume-from", default=None, help="a <output-dir>/checkpoint-<step> folder, or "
+                        "'latest' for the newest complete checkpoint in --output-dir")
     parser.add_argument("--rewards", default=None, help="comma-separated reward function names "
                         "(default: the task's preset)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
@@ -74,6 +76,10 @@ def run_train(args) -> int:
     trainer = Trainer(config, reward_funcs, dataset)
     before = _evaluate(trainer, args) if args.eval_n else None
     history = trainer.train(resume_from=args.resume_from)
+    if trainer.interrupted:
+        print(f"interrupted: saved {trainer.output_dir}/checkpoint-{trainer.step}; continue with the same "
+              f"command and --resume-from latest", file=sys.stderr)
+        return 130
     after = _evaluate(trainer, args) if args.eval_n else None
     last = history[-1] if history else {}
     summary = {"algo": args.algo, "steps": trainer.step, "output_dir": str(trainer.output_dir),
