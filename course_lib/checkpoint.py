@@ -23,6 +23,7 @@ optimizer step.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -31,6 +32,7 @@ import shutil
 import signal
 import threading
 from pathlib import Path
+from typing import Iterator
 
 import numpy as np
 import torch
@@ -78,36 +80,52 @@ def _fsync_dir(folder: Path) -> None:
         os.close(fd)
 
 
-def save_checkpoint(folder: str | Path, *, model, tokenizer, optimizer, scheduler, trainer_state: dict,
-                    rollout: dict | None, value_head=None, history: list[dict] | None = None,
-                    save_total_limit: int | None = None) -> Path:
-    """Write a checkpoint atomically (temporary folder, then rename); keep ``save_total_limit``."""
+@contextlib.contextmanager
+def atomic_folder(folder: str | Path) -> Iterator[Path]:
+    """Write a folder all at once: yield a hidden temporary folder beside ``folder``, then
+    flush it to disk and rename it to ``folder`` (replacing an older one). If the block
+    raises or the process dies, ``folder`` is untouched and the temporary is a leftover
+    that the next ``save_checkpoint`` removes."""
     folder = Path(folder)
     folder.parent.mkdir(parents=True, exist_ok=True)
-    _remove_leftovers(folder.parent)
     tmp = folder.parent / f".{folder.name}.tmp-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
-    model.save_pretrained(tmp / "model", safe_serialization=True)
-    tokenizer.save_pretrained(tmp / "model")
-    torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
-    torch.save(scheduler.state_dict(), tmp / "scheduler.pt")
-    torch.save(rng_state(), tmp / "rng.pt")
-    torch.save(rollout, tmp / "rollout.pt")
-    if value_head is not None:
-        torch.save(value_head.state_dict(), tmp / "value_head.pt")
-    (tmp / "history.jsonl").write_text("".join(json.dumps(row) + "\n" for row in history or []))
-    # trainer_state.json last: its presence in a folder means every other file was written.
-    (tmp / "trainer_state.json").write_text(json.dumps(trainer_state, indent=2))
+    try:
+        yield tmp
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     _fsync_tree(tmp)
-    if folder.exists():  # the same step saved again (a resumed run): swap, then drop the old one
+    if folder.exists():  # saved again (a resumed run): swap, then drop the old one
         old = folder.parent / f".{folder.name}.old-{os.getpid()}"
+        shutil.rmtree(old, ignore_errors=True)
         os.replace(folder, old)
         os.replace(tmp, folder)
         shutil.rmtree(old, ignore_errors=True)
     else:
         os.replace(tmp, folder)
     _fsync_dir(folder.parent)
+
+
+def save_checkpoint(folder: str | Path, *, model, tokenizer, optimizer, scheduler, trainer_state: dict,
+                    rollout: dict | None, value_head=None, history: list[dict] | None = None,
+                    save_total_limit: int | None = None) -> Path:
+    """Write a checkpoint atomically (``atomic_folder``); keep the newest ``save_total_limit``."""
+    folder = Path(folder)
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    _remove_leftovers(folder.parent)
+    with atomic_folder(folder) as tmp:
+        model.save_pretrained(tmp / "model", safe_serialization=True)
+        tokenizer.save_pretrained(tmp / "model")
+        torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
+        torch.save(scheduler.state_dict(), tmp / "scheduler.pt")
+        torch.save(rng_state(), tmp / "rng.pt")
+        torch.save(rollout, tmp / "rollout.pt")
+        if value_head is not None:
+            torch.save(value_head.state_dict(), tmp / "value_head.pt")
+        (tmp / "history.jsonl").write_text("".join(json.dumps(row) + "\n" for row in history or []))
+        (tmp / "trainer_state.json").write_text(json.dumps(trainer_state, indent=2))
     if save_total_limit is not None and save_total_limit > 0:
         for stale in list_checkpoints(folder.parent)[:-save_total_limit]:
             if stale != folder:
@@ -117,10 +135,9 @@ def save_checkpoint(folder: str | Path, *, model, tokenizer, optimizer, schedule
 
 def _remove_leftovers(output_dir: Path) -> None:
     """Delete temporary folders of saves that were killed before their rename."""
-    for leftover in output_dir.glob(".checkpoint-*.tmp-*"):
-        shutil.rmtree(leftover, ignore_errors=True)
-    for leftover in output_dir.glob(".checkpoint-*.old-*"):
-        shutil.rmtree(leftover, ignore_errors=True)
+    for pattern in (".checkpoint-*.tmp-*", ".checkpoint-*.old-*", ".final.tmp-*", ".final.old-*"):
+        for leftover in output_dir.glob(pattern):
+            shutil.rmtree(leftover, ignore_errors=True)
 
 
 def list_checkpoints(output_dir: str | Path) -> list[Path]:

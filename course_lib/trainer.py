@@ -347,15 +347,15 @@ class Trainer:
 
     def save_final(self) -> Path:
         """``<output_dir>/final``: the model (merged with its adapters when LoRA) + tokenizer."""
-        folder = self.output_dir / "final"
         model = self.model
         if hasattr(model, "merge_and_unload"):  # merge a copy: the trainer keeps its adapters
             model = copy.deepcopy(model).merge_and_unload()
-        model.save_pretrained(folder, safe_serialization=True)
-        self.tokenizer.save_pretrained(folder)
-        if self.value_head is not None:
-            torch.save(self.value_head.state_dict(), folder / "value_head.pt")
-        return folder
+        with ckpt.atomic_folder(self.output_dir / "final") as folder:
+            model.save_pretrained(folder, safe_serialization=True)
+            self.tokenizer.save_pretrained(folder)
+            if self.value_head is not None:
+                torch.save(self.value_head.state_dict(), folder / "value_head.pt")
+        return self.output_dir / "final"
 
     def _resume(self, folder: str | Path) -> list[dict]:
         """Restore everything saved in a checkpoint; return the history logged up to it."""
