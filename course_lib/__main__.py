@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 
@@ -144,9 +145,28 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _user_errors() -> tuple[type[BaseException], ...]:
+    """Errors caused by what the user passed (a value, a path, a reward, the machine): a
+    one-line message, not a traceback. Each of them names the cause and the fix."""
+    from .checkpoint import CheckpointError
+    from .divergence import NonFiniteTrainingError
+    from .rewards import RewardFunctionError
+    from .sandbox import SandboxUnavailableError
+
+    return (ValueError, KeyError, FileNotFoundError, CheckpointError, NonFiniteTrainingError, RewardFunctionError,
+            SandboxUnavailableError)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    return args.func(args)
+    try:
+        return args.func(args)
+    except _user_errors() as error:
+        if os.environ.get("COURSE_TRACEBACK"):
+            raise
+        message = error.args[0] if isinstance(error, KeyError) and error.args else error
+        print(f"error: {message}\n(set COURSE_TRACEBACK=1 to see the traceback)", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

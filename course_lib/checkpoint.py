@@ -9,13 +9,30 @@ A checkpoint folder ``<output_dir>/checkpoint-<step>/`` holds:
   stopped in the middle of a generation cycle resumes on the same samples;
 - ``trainer_state.json``: step counters, the prompt sampler's state and the config;
 - ``history.jsonl``: the metrics logged up to this step.
+
+A checkpoint survives a kill at any instant: it is written to a hidden temporary folder
+(``.checkpoint-<step>.tmp-<pid>``), each file flushed to disk, and only then renamed to
+``checkpoint-<step>`` (a rename within one file system is atomic). A folder with that
+name is therefore complete; leftovers of a killed save are hidden temporary folders,
+removed by the next save. ``save_total_limit`` keeps the newest few checkpoints;
+``resolve_resume("latest", output_dir)`` picks the newest complete one; a damaged folder
+(copied by hand, edited, or written by an older version) gets a ``CheckpointError`` that
+names it and the fix. ``StopOnInterrupt`` turns Ctrl-C into "save and stop" at the next
+optimizer step.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import random
+import re
+import shutil
+import signal
+import threading
 from pathlib import Path
+from typing import Iterator
 
 import numpy as np
 import torch
@@ -34,29 +51,186 @@ def set_rng_state(state: dict) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
-def save_checkpoint(folder: str | Path, *, model, tokenizer, optimizer, scheduler, trainer_state: dict,
-                    rollout: dict | None, value_head=None, history: list[dict] | None = None) -> Path:
+REQUIRED_FILES = ("trainer_state.json", "history.jsonl", "optimizer.pt", "scheduler.pt", "rng.pt", "rollout.pt",
+                  "model")
+_NAME = re.compile(r"^checkpoint-(\d+)$")
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint folder that cannot be resumed from; the message names it and the fix."""
+
+
+def _fsync_tree(folder: Path) -> None:
+    """Flush every file, then the folders, so that the rename publishes data that is on disk."""
+    for root, _, files in os.walk(folder):
+        for name in files:
+            fd = os.open(os.path.join(root, name), os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        _fsync_dir(Path(root))
+
+
+def _fsync_dir(folder: Path) -> None:
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def atomic_folder(folder: str | Path) -> Iterator[Path]:
+    """Write a folder all at once: yield a hidden temporary folder beside ``folder``, then
+    flush it to disk and rename it to ``folder`` (replacing an older one). If the block
+    raises or the process dies, ``folder`` is untouched and the temporary is a leftover
+    that the next ``save_checkpoint`` removes."""
     folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(folder / "model", safe_serialization=True)
-    tokenizer.save_pretrained(folder / "model")
-    torch.save(optimizer.state_dict(), folder / "optimizer.pt")
-    torch.save(scheduler.state_dict(), folder / "scheduler.pt")
-    torch.save(rng_state(), folder / "rng.pt")
-    torch.save(rollout, folder / "rollout.pt")
-    if value_head is not None:
-        torch.save(value_head.state_dict(), folder / "value_head.pt")
-    (folder / "trainer_state.json").write_text(json.dumps(trainer_state, indent=2))
-    (folder / "history.jsonl").write_text("".join(json.dumps(row) + "\n" for row in history or []))
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    tmp = folder.parent / f".{folder.name}.tmp-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    try:
+        yield tmp
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    _fsync_tree(tmp)
+    if folder.exists():  # saved again (a resumed run): swap, then drop the old one
+        old = folder.parent / f".{folder.name}.old-{os.getpid()}"
+        shutil.rmtree(old, ignore_errors=True)
+        os.replace(folder, old)
+        os.replace(tmp, folder)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.replace(tmp, folder)
+    _fsync_dir(folder.parent)
+
+
+def save_checkpoint(folder: str | Path, *, model, tokenizer, optimizer, scheduler, trainer_state: dict,
+                    rollout: dict | None, value_head=None, history: list[dict] | None = None,
+                    save_total_limit: int | None = None) -> Path:
+    """Write a checkpoint atomically (``atomic_folder``); keep the newest ``save_total_limit``."""
+    folder = Path(folder)
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    _remove_leftovers(folder.parent)
+    with atomic_folder(folder) as tmp:
+        model.save_pretrained(tmp / "model", safe_serialization=True)
+        tokenizer.save_pretrained(tmp / "model")
+        torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
+        torch.save(scheduler.state_dict(), tmp / "scheduler.pt")
+        torch.save(rng_state(), tmp / "rng.pt")
+        torch.save(rollout, tmp / "rollout.pt")
+        if value_head is not None:
+            torch.save(value_head.state_dict(), tmp / "value_head.pt")
+        (tmp / "history.jsonl").write_text("".join(json.dumps(row) + "\n" for row in history or []))
+        (tmp / "trainer_state.json").write_text(json.dumps(trainer_state, indent=2))
+    if save_total_limit is not None and save_total_limit > 0:
+        for stale in list_checkpoints(folder.parent)[:-save_total_limit]:
+            if stale != folder:
+                shutil.rmtree(stale, ignore_errors=True)
+    return folder
+
+
+def _remove_leftovers(output_dir: Path) -> None:
+    """Delete temporary folders of saves that were killed before their rename."""
+    for pattern in (".checkpoint-*.tmp-*", ".checkpoint-*.old-*", ".final.tmp-*", ".final.old-*"):
+        for leftover in output_dir.glob(pattern):
+            shutil.rmtree(leftover, ignore_errors=True)
+
+
+def list_checkpoints(output_dir: str | Path) -> list[Path]:
+    """``checkpoint-<step>`` folders of ``output_dir``, oldest step first (hidden temporaries excluded)."""
+    output_dir = Path(output_dir)
+    if not output_dir.is_dir():
+        return []
+    found = [(int(m.group(1)), p) for p in output_dir.iterdir() if p.is_dir() and (m := _NAME.match(p.name))]
+    return [p for _, p in sorted(found)]
+
+
+def checkpoint_problem(folder: str | Path) -> str | None:
+    """None when ``folder`` looks resumable, else what is wrong with it (no tensors are loaded)."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return "it does not exist" if not folder.exists() else "it is not a folder"
+    missing = [name for name in REQUIRED_FILES if not (folder / name).exists()]
+    if missing:
+        return f"it lacks {', '.join(missing)}"
+    try:
+        state = json.loads((folder / "trainer_state.json").read_text())
+    except (OSError, ValueError) as error:
+        return f"trainer_state.json does not parse ({error})"
+    if not isinstance(state, dict) or not {"step", "algo", "sampler"} <= set(state):
+        return "trainer_state.json lacks the step, algo or sampler entries"
+    return None
+
+
+def latest_checkpoint(output_dir: str | Path) -> Path | None:
+    """The newest complete checkpoint in ``output_dir``, or None."""
+    for folder in reversed(list_checkpoints(output_dir)):
+        if checkpoint_problem(folder) is None:
+            return folder
+    return None
+
+
+def resolve_resume(resume_from: str | Path, output_dir: str | Path) -> Path:
+    """The folder to resume from: ``"latest"`` (newest complete checkpoint) or a checkpoint path.
+
+    Raises:
+        CheckpointError: nothing to resume, or a damaged folder; the message names the fix.
+    """
+    if str(resume_from) == "latest":
+        folder = latest_checkpoint(output_dir)
+        if folder is None:
+            raise CheckpointError(f"--resume-from latest: no complete checkpoint-<step> folder in {output_dir}. "
+                                  "Fix: check --output-dir, or start without --resume-from.")
+        return folder
+    folder = Path(resume_from)
+    problem = checkpoint_problem(folder)
+    if problem is not None:
+        newest = latest_checkpoint(folder.parent) if folder.parent.is_dir() else None
+        fix = (f"resume from {newest} (--resume-from latest picks it)" if newest is not None and newest != folder
+               else "pass a complete <output_dir>/checkpoint-<step> folder, or start without --resume-from")
+        raise CheckpointError(f"cannot resume from {folder}: {problem}. Fix: {fix}; delete the damaged folder "
+                              "if it is a leftover.")
     return folder
 
 
 def load_trainer_state(folder: str | Path) -> dict:
-    path = Path(folder) / "trainer_state.json"
-    if not path.exists():
-        raise FileNotFoundError(f"{folder} is not a checkpoint (no trainer_state.json); pass a "
-                                "<output_dir>/checkpoint-<step> folder to resume from.")
-    return json.loads(path.read_text())
+    folder = Path(folder)
+    problem = checkpoint_problem(folder)
+    if problem is not None:
+        raise CheckpointError(f"cannot resume from {folder}: {problem}. Fix: pass a complete "
+                              "<output_dir>/checkpoint-<step> folder, or --resume-from latest.")
+    return json.loads((folder / "trainer_state.json").read_text())
+
+
+class StopOnInterrupt:
+    """Ctrl-C (SIGINT) asks the training loop to save and stop at the next optimizer step.
+
+    ``with StopOnInterrupt() as stop: ... if stop.requested: save; break``. A second Ctrl-C
+    raises ``KeyboardInterrupt`` at once, as usual. Outside the main thread (where Python
+    cannot install signal handlers) it does nothing and ``requested`` stays False.
+    """
+
+    def __init__(self) -> None:
+        self.requested = False
+        self._previous = None
+
+    def _handler(self, signum, frame) -> None:
+        if self.requested:
+            raise KeyboardInterrupt
+        self.requested = True
+
+    def __enter__(self) -> "StopOnInterrupt":
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGINT, self._handler)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._previous is not None:
+            signal.signal(signal.SIGINT, self._previous)
 
 
 def restore_weights(folder: str | Path, model, value_head=None) -> None:

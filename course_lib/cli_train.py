@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 
 def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--algo", choices=["grpo", "rloo", "ppo"], default="grpo")
@@ -26,7 +27,8 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
                         help="optimizer steps (default: the measured preset for the model and task, else 100; "
                              "-1 runs num_train_epochs passes)")
     parser.add_argument("--output-dir", default="runs/latest")
-    parser.add_argument("--resume-from", default=None, help="a <output-dir>/checkpoint-<step> folder")
+    parser.add_argument("--resume-from", default=None, help="a <output-dir>/checkpoint-<step> folder, or "
+                        "'latest' for the newest complete checkpoint in --output-dir")
     parser.add_argument("--rewards", default=None, help="comma-separated reward function names "
                         "(default: the task's, see course_lib.presets)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
@@ -69,6 +71,10 @@ def run_train(args) -> int:
     trainer = Trainer(config, reward_funcs, dataset)
     before = _evaluate(trainer, args) if args.eval_n else None
     history = trainer.train(resume_from=args.resume_from)
+    if trainer.interrupted:
+        print(f"interrupted: saved {trainer.output_dir}/checkpoint-{trainer.step}; continue with the same "
+              f"command and --resume-from latest", file=sys.stderr)
+        return 130
     after = _evaluate(trainer, args) if args.eval_n else None
     last = history[-1] if history else {}
     summary = {"algo": args.algo, "steps": trainer.step, "output_dir": str(trainer.output_dir),

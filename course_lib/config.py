@@ -32,6 +32,7 @@ from typing import Any, ClassVar, Literal
 from course_lib.config_tools import ConfigWarning, apply_overrides, field_docs, from_dict, to_dict
 from course_lib.models import TORCH_DTYPES
 from course_lib.rollout import ENGINES
+from course_lib.validation import check_finite_fields
 
 __all__ = ["ConfigWarning", "RLConfig", "apply_overrides", "field_docs", "fail", "warn"]
 
@@ -207,6 +208,8 @@ class RLConfig:
     `log_completions`); metrics go to history.jsonl at every step whatever this is."""
     save_steps: int = 500
     """Save a checkpoint every this many optimizer steps; 0 saves only at the end."""
+    save_total_limit: int | None = None
+    """Keep only the newest this many checkpoints (older ones are deleted); None keeps all."""
     log_completions: bool = False
     """Print a sample of (prompt, completion, reward) rows every `logging_steps`."""
     num_completions_to_print: int | None = None
@@ -220,6 +223,7 @@ class RLConfig:
     effective_vllm_importance_sampling_correction: bool = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
+        check_finite_fields(self)
         self._normalize()
         self._check_choices()
         self._check_ranges()
@@ -259,7 +263,7 @@ class RLConfig:
             if value < 1:
                 fail(name, value, "must be at least 1", f"set {name} to a positive integer")
         for name in ("steps_per_generation", "generation_batch_size", "max_prompt_length",
-                     "vllm_max_model_length", "num_completions_to_print"):
+                     "vllm_max_model_length", "num_completions_to_print", "save_total_limit"):
             value = getattr(self, name)
             if value is not None and value < 1:
                 fail(name, value, "must be None or at least 1", f"set {name}=None or a positive integer")

@@ -39,6 +39,7 @@ from . import checkpoint as ckpt
 from .algos import get_algorithm
 from .algos.base import PolicyOutputs, ScoredBatch
 from .batches import GenerationBatch, PromptSampler, completion_metrics
+from .divergence import check_finite_update
 from .history import MetricsLogger, format_samples, load_history
 from .models import resolve_dtype
 from .ops.importance import importance_sampling_ratio
@@ -249,6 +250,7 @@ class Trainer:
     def _optimizer_step(self) -> dict:
         parameters = [p for group in self.optimizer.param_groups for p in group["params"]]
         grad_norm = torch.nn.utils.clip_grad_norm_(parameters, self.config.max_grad_norm)
+        check_finite_update(grad_norm, self._window, step=self.step + 1, output_dir=self.output_dir)
         learning_rate = self.scheduler.get_last_lr()[0]
         self.optimizer.step()
         self.scheduler.step()
@@ -259,9 +261,19 @@ class Trainer:
 
     # ------------------------------------------------------------------ the loop
     def train(self, resume_from: str | Path | None = None) -> list[dict]:
-        """Run until ``self.max_steps`` optimizer steps (``config.total_steps``); return the logged rows."""
+        """Run until ``self.max_steps`` optimizer steps (``config.total_steps``); return the logged rows.
+
+        ``resume_from``: a checkpoint folder, or ``"latest"`` for the newest complete one in
+        ``output_dir``. Ctrl-C saves a checkpoint at the next optimizer step and returns
+        (``self.interrupted`` is then True and no ``final/`` is written).
+        """
+        with ckpt.StopOnInterrupt() as interrupt:
+            return self._train(resume_from, interrupt)
+
+    def _train(self, resume_from, interrupt) -> list[dict]:
         config = self.config
-        previous_rows = self._resume(resume_from) if resume_from is not None else []
+        self.interrupted = False
+        previous_rows = self._resume(ckpt.resolve_resume(resume_from, self.output_dir)) if resume_from else []
         self.logger = MetricsLogger(self.output_dir, config.report_to, config.to_dict(), previous_rows)
         micro_per_cycle = config.effective_steps_per_generation * config.num_iterations
         bar = tqdm(total=self.max_steps, initial=self.step, desc=self.algorithm.name.upper(), disable=not self.progress)
@@ -292,10 +304,14 @@ class Trainer:
             if config.log_completions and self.step % config.logging_steps == 0:
                 limit = config.num_completions_to_print or 4
                 tqdm.write(f"step {self.step}\n" + format_samples(*self._last_samples, limit=limit))
-            if config.save_steps > 0 and self.step % config.save_steps == 0:
+            if config.save_steps > 0 and self.step % config.save_steps == 0 or interrupt.requested:
                 self.save_checkpoint()
+            if interrupt.requested:
+                self.interrupted = True
+                break
         bar.close()
-        self.save_final()
+        if not self.interrupted:
+            self.save_final()
         self.logger.close()
         return self.logger.rows
 
@@ -310,19 +326,20 @@ class Trainer:
         rollout = None if self.batch is None else {"batch": self.batch, "samples": self._last_samples}
         return ckpt.save_checkpoint(folder, model=self.model, tokenizer=self.tokenizer, optimizer=self.optimizer,
                                     scheduler=self.scheduler, trainer_state=self._state(), rollout=rollout,
-                                    value_head=self.value_head, history=self.logger.rows)
+                                    value_head=self.value_head, history=self.logger.rows,
+                                    save_total_limit=self.config.save_total_limit)
 
     def save_final(self) -> Path:
         """``<output_dir>/final``: the model (merged with its adapters when LoRA) + tokenizer."""
-        folder = self.output_dir / "final"
         model = self.model
         if hasattr(model, "merge_and_unload"):  # merge a copy: the trainer keeps its adapters
             model = copy.deepcopy(model).merge_and_unload()
-        model.save_pretrained(folder, safe_serialization=True)
-        self.tokenizer.save_pretrained(folder)
-        if self.value_head is not None:
-            torch.save(self.value_head.state_dict(), folder / "value_head.pt")
-        return folder
+        with ckpt.atomic_folder(self.output_dir / "final") as folder:
+            model.save_pretrained(folder, safe_serialization=True)
+            self.tokenizer.save_pretrained(folder)
+            if self.value_head is not None:
+                torch.save(self.value_head.state_dict(), folder / "value_head.pt")
+        return self.output_dir / "final"
 
     def _resume(self, folder: str | Path) -> list[dict]:
         """Restore everything saved in a checkpoint; return the history logged up to it."""

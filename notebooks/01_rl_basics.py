@@ -277,8 +277,11 @@ print("verifier on '5' for 2 + 2:", verify_answer("5", "4"), "| on '4.0':", veri
 program = "def add(a, b):\n    return a + b\n"
 buggy = "def add(a, b):\n    return a * b\n"
 tests = ["assert add(2, 2) == 4", "assert add(2, 3) == 5"]
-print("correct program passes:", run_tests(program, tests).passed)
-print("buggy program passes:  ", run_tests(buggy, tests).passed, "(2 * 2 == 4 fools one test)")
+try:
+    print("correct program passes:", run_tests(program, tests).passed)
+    print("buggy program passes:  ", run_tests(buggy, tests).passed, "(2 * 2 == 4 fools one test)")
+except RuntimeError as error:  # the sandbox refuses to run code where it cannot isolate it
+    print(error)
 
 # %% [markdown]
 # ### Exercise 2 — a reward built on a verifier

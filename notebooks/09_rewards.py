@@ -400,15 +400,29 @@ display(plot_reward_breakdown(answers, get_reward_functions(["correctness_last_n
 #
 # A code verifier executes text that a policy wrote, thousands of times, including the
 # policy's worst ideas: infinite loops, memory bombs, network calls, file writes, and
-# reward hacks such as exiting with status 0 before the tests run. `course_lib.sandbox.
-# run_python` runs each program in a fresh, isolated Python process with a **wall-clock
-# time limit** (the whole process group is killed), a **memory limit** (address-space cap),
-# **no network**, and a **temporary working directory** that is deleted afterwards; an
-# audit hook refuses process creation and file access outside that directory.
+# reward hacks such as exiting with status 0 before the tests run. And once a policy is
+# rewarded for passing tests, anything that makes tests pass is fair game to it.
+#
+# Where should the wall stand? A first idea is to guard inside Python: a PEP 578 *audit
+# hook* that refuses `os.system`, sockets and writes outside a folder. It explains every
+# refusal nicely, but it is no wall: the hook lives in the interpreter it guards, a
+# subinterpreter starts without it, and Python code can rewrite the very functions it
+# calls (swap `os.path.realpath.__code__` and every path looks harmless). Such escapes
+# were found in an earlier version of this course's sandbox. So the wall is the
+# **operating system's**: `course_lib.sandbox.run_python` starts each program under
+# [bubblewrap](https://github.com/containers/bubblewrap) (the tool behind Flatpak), in new
+# mount, PID, network and IPC namespaces, as the unprivileged user 65534, with a seccomp
+# filter on dangerous system calls. Its file system is built from nothing: read-only
+# Python and libraries, a private size-capped working folder, no `/etc`, no home, no
+# project tree, no shell. On top come a **wall-clock kill**, **rlimits** (memory, CPU,
+# file size, processes), and the audit hook as a polite second layer. Where bubblewrap
+# cannot run, the sandbox *refuses* (`SandboxUnavailableError`, with the install command)
+# rather than run model code unprotected.
 
 # %%
-from course_lib.sandbox import run_python
+from course_lib.sandbox import SandboxUnavailableError, detect_isolation, run_python
 
+print("isolation on this machine:", detect_isolation().mode or detect_isolation().reason)
 hostile = {
     "a fine program": "print(sum(range(10)))",
     "an infinite loop": "while True:\n    pass",
@@ -416,13 +430,26 @@ hostile = {
     "a network call": "import socket\nsocket.create_connection(('example.com', 80))",
     "a write outside its folder": "open('/tmp/owned.txt', 'w').write('x')",
     "a shell command": "import os\nos.system('echo hi')",
+    "hook off, then a shell": "import _xxsubinterpreters as si\n"
+                              "si.run_string(si.create(), 'import os; print(os.system(\"echo hi\"))')",
+    "hook off, then /etc": "import _xxsubinterpreters as si\n"
+                           "si.run_string(si.create(), 'import os; print(os.listdir(\"/\"))')",
     "a file in its own folder": "open('notes.txt', 'w').write('ok')\nprint(open('notes.txt').read())",
 }
-for label, code in hostile.items():
-    result = run_python(code, timeout_s=1.0, memory_mb=256)
-    last_error = result.stderr.strip().splitlines()[-1][:80] if result.stderr.strip() else ""
-    print(f"{label:<27} ok={result.ok!s:<5} stopped by={result.killed_reason!s:<8} {result.stdout.strip()!r:8} "
-          f"{last_error}")
+try:
+    for label, code in hostile.items():
+        result = run_python(code, timeout_s=1.0, memory_mb=256)
+        last_error = result.stderr.strip().splitlines()[-1][:60] if result.stderr.strip() else ""
+        print(f"{label:<27} ok={result.ok!s:<5} stopped by={result.killed_reason!s:<8} "
+              f"{result.stdout.strip()[:40]!r:42} {last_error}")
+except SandboxUnavailableError as error:
+    print(error)
+
+# %% [markdown]
+# The two "hook off" rows get past the audit hook, and then find nothing: `os.system`
+# returns 32512, exit status 127 shifted left by 8 (there is no `/bin/sh` in the
+# sandbox), and `/` holds only the sandbox's own folders. `tests/reliability/test_sandbox_escapes.py` runs every known escape attempt —
+# both with and without the hook — and checks the host afterwards.
 
 # %% [markdown]
 # `code_execution_reward` turns this into a reward: the fraction of a row's tests that
@@ -441,9 +468,15 @@ tests = [["assert add(2, 3) == 5", "assert add(-1, 1) == 0"]] * 4
 print(code_execution_reward(completions=programs, tests=tests))
 
 # %% [markdown]
-# The sandbox stops accidents and the reward hacks a policy stumbles into, not a
-# determined attacker (audit hooks run inside the interpreter they guard). For untrusted
-# code at scale, run each program in a container or VM.
+# The verdict is computed *outside* the sandbox. For `assert add(2, 3) == 5` the child
+# sends back only the value of `add(2, 3)` as plain data and the parent does the `==`:
+# an object whose `__eq__` always answers True cannot pass, because only exact built-in
+# types (`int`, `str`, lists of them...) cross the boundary.
+#
+# What is left? The kernel is shared with the host: a kernel exploit would break any
+# namespace sandbox, which is why large RL runs put each program in gVisor or a
+# microVM. And a verifier only checks what its tests ask: hard-coding the tests'
+# answers is still a reward hack that no sandbox sees (Question 5).
 #
 # ## Explore: the reward playground
 #

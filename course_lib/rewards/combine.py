@@ -20,6 +20,18 @@ Where we are stricter than TRL, on purpose:
   infinite reward turns every advantage of its group into NaN);
 - a value that is not a number (a string, a list) is an error naming function and sample.
 
+What a reward function may return, exactly (anything else is a ``RewardFunctionError``
+that names the function, what it returned and what is expected; nothing is coerced):
+
+- the container: a ``list``, ``tuple`` or other iterable (a generator) of B values, or a
+  1-D NumPy array or torch tensor of shape ``(B,)``. Refused: a dict or set (their
+  iteration order says nothing about samples), a string, a scalar, an array or tensor
+  of any other shape (``(B, 1)`` included: squeeze it yourself if that is what you meant);
+- each value: ``None`` (not applicable), a Python ``int`` / ``float`` / ``bool`` (True is
+  1.0), a NumPy scalar or a 0-d array / tensor. NaN means not applicable, like None;
+  ``inf`` is treated as NaN with a warning (see above). Refused: strings, lists, arrays
+  or tensors with a dimension (even of size 1), complex numbers.
+
 Rubrics: Unsloth's RL guide recommends a set of small verifiable rewards over one
 all-encompassing score (the e-mail example: +1 keywords, +1 recipient's name, -1 too
 long, ...). ``rubric`` sums weighted checks into one reward function, and
@@ -30,10 +42,10 @@ from __future__ import annotations
 
 import functools
 import math
-import numbers
 import warnings
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
+import numpy as np
 import torch
 
 from .extract import completion_text
@@ -262,12 +274,7 @@ def compute_rewards(
             raise RewardFunctionError(
                 f"reward function {name!r} raised {type(error).__name__}: {error}\n  {where}"
             ) from error
-        try:
-            values = list(output)
-        except TypeError as error:
-            raise RewardFunctionError(
-                f"reward function {name!r} returned {type(output).__name__}, expected a list of {batch} floats"
-            ) from error
+        values = _as_values(output, name, batch)
         if len(values) != batch:
             raise RewardFunctionError(
                 f"reward function {name!r} returned {len(values)} rewards for {batch} completions; "
@@ -290,19 +297,39 @@ def compute_rewards(
     return rewards_per_func, total
 
 
+_EXPECTED = "a list of {batch} rewards (numbers or None), or a 1-D array / tensor of shape ({batch},)"
+
+
+def _as_values(output: Any, name: str, batch: int) -> list:
+    """The per-sample values of one function's output; see the module docstring for what is accepted."""
+    expected = _EXPECTED.format(batch=batch)
+    if isinstance(output, (torch.Tensor, np.ndarray)):
+        if output.ndim != 1:
+            raise RewardFunctionError(f"reward function {name!r} returned a {type(output).__name__} of shape "
+                                      f"{tuple(output.shape)}; expected {expected}")
+        return list(output)
+    if isinstance(output, (str, bytes, Mapping, set, frozenset)) or not isinstance(output, Iterable):
+        raise RewardFunctionError(f"reward function {name!r} returned {type(output).__name__} "
+                                  f"{_short(output, 80)}; expected {expected}")
+    return list(output)
+
+
 def _as_reward(value: Any, name: str, i: int, prompts, completions, columns) -> float:
     if value is None:
         return math.nan
-    if isinstance(value, torch.Tensor) and value.numel() == 1:
+    if isinstance(value, (torch.Tensor, np.ndarray)) and value.ndim == 0:
         value = value.item()
-    if isinstance(value, (str, bytes)) or not isinstance(value, numbers.Real):
-        if hasattr(value, "item") and getattr(value, "size", 0) == 1:  # numpy scalars / 1-element arrays
-            value = value.item()
-        if isinstance(value, (str, bytes)) or not isinstance(value, numbers.Real):
-            raise RewardFunctionError(
-                f"reward function {name!r} returned {value!r} ({type(value).__name__}) at "
-                f"{_sample_context(i, prompts, completions, columns)}\n  a reward must be a number or None"
-            )
+    elif isinstance(value, np.generic):  # NumPy scalars: np.float32(1.0), np.bool_(True)
+        value = value.item()
+    if isinstance(value, bool):
+        value = float(value)
+    if not isinstance(value, (int, float)) or isinstance(value, complex):
+        shape = f" of shape {tuple(value.shape)}" if isinstance(value, (torch.Tensor, np.ndarray)) else ""
+        raise RewardFunctionError(
+            f"reward function {name!r} returned {_short(repr(value), 80)} ({type(value).__name__}{shape}) at "
+            f"{_sample_context(i, prompts, completions, columns)}\n  each reward must be a number (int, float, "
+            "bool, a NumPy scalar or a 0-d tensor) or None"
+        )
     value = float(value)
     if math.isinf(value):
         warnings.warn(

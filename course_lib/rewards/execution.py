@@ -6,9 +6,10 @@ is the fraction of tests passed (0.0 to 1.0), the usual "unit tests as verifier"
 code RLVR. Tests come from a dataset column, one list per row, each test either
 ``(stdin, expected_stdout)`` or an assertion string such as ``"assert add(2, 3) == 5"``.
 
-Simplifications: one process per test (robust to crashes and timeouts, about 50 ms of
-start-up each), no partial credit inside a test, Python only. Read the sandbox's
-module docstring for what its guards do and do not stop.
+Simplifications: one sandboxed process per test (robust to crashes and timeouts, about
+60-100 ms of start-up each), no partial credit inside a test, Python only. The sandbox
+runs the code behind bubblewrap namespaces and refuses (``SandboxUnavailableError``) on
+a machine where it cannot; read its package docstring for what each guard stops.
 """
 
 from __future__ import annotations
@@ -72,7 +73,8 @@ def make_code_execution_reward(
 
     Returns:
         A reward function: 0.0 when the completion has no Python block, None when the
-        row has no tests (not applicable), else passed / total in [0, 1].
+        row has no tests (not applicable), else passed / total in [0, 1]. Calling it
+        raises ``SandboxUnavailableError`` where no OS isolation is available.
     """
     workers = max_workers or min(4, os.cpu_count() or 1)
 

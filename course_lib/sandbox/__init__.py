@@ -1,45 +1,47 @@
-"""Run model-written Python in a child process with limits, for code-execution rewards.
+"""Run model-written Python behind an operating-system boundary, for code-execution rewards.
 
 ``run_python`` runs one program; ``run_tests`` runs it against test cases (the verifier
-behind ``course_lib.rewards.code_execution_reward``); ``sandbox_guards`` reports which
-OS-level guards work on this machine.
+behind ``course_lib.rewards.code_execution_reward``); ``detect_isolation`` and
+``sandbox_guards`` report which guards hold on this machine.
 
-A code verifier (the "run the tests" kind of reward from RLVR) has to execute text a
-policy wrote. This module runs it in a fresh ``python -I`` process and layers several
-guards, from the ones the operating system enforces to ones that only Python enforces:
+A code verifier (the "run the tests" reward of RLVR) executes text a policy wrote,
+thousands of times, including its worst ideas. The guards, strongest first:
 
-1. **Process and OS limits** (the real guards): a new session / process group that is
-   killed as a whole on a wall-clock timeout; ``setrlimit`` caps on address space
-   (``RLIMIT_AS`` -> ``MemoryError``), CPU seconds, file size, open files, core dumps and,
-   where the kernel enforces it, the number of processes (``RLIMIT_NPROC``); a network
-   namespace with no interfaces up where the kernel lets us create one (root, or
-   unprivileged user namespaces); caps on captured output.
-2. **Isolation of the interpreter**: isolated mode (no user site, no ``PYTHON*``
-   variables), an environment stripped to a handful of harmless variables (no tokens,
-   no proxies, ``HOME`` is the temporary directory), a temporary working directory that
-   is deleted afterwards.
-3. **An audit hook** (PEP 578) installed by a short prelude before the user code runs.
-   It refuses process creation (``os.fork``, ``subprocess``, ``os.system``, ``exec``),
-   signals to other processes, sockets, foreign calls and raw memory reads through
-   ``ctypes`` (loading a library stays allowed: numpy needs it), raising resource
-   limits, writing or deleting anything outside the temporary directory, and reading
-   files outside the Python installation and the temporary directory (so
-   ``/proc/<parent>/environ`` and secrets on disk stay out of reach).
+1. **Namespaces and an unprivileged user** (``isolation.py``): each program runs under
+   bubblewrap in new mount, PID, network, IPC, UTS and cgroup namespaces, as uid 65534
+   with no capabilities. Its file system holds only read-only binds of the shared
+   libraries, the interpreter, the standard library and ``site-packages``, plus two
+   private, size-capped tmpfs folders (``/sandbox``, its working directory, and
+   ``/tmp``). The host's files, processes, network and environment do not exist for it.
+2. **A seccomp filter** (``seccomp.py``, libseccomp): system calls only an escape needs
+   (new namespaces, mounts, ``ptrace``, ``bpf``, ``io_uring``, key rings...) fail.
+3. **Resource limits**: a wall-clock kill of the whole sandbox (the PID namespace dies
+   with it), ``setrlimit`` caps on address space, CPU seconds, file size, open files,
+   core dumps and processes (``RLIMIT_NPROC``, enforced because the child's real uid is
+   not root), and caps on captured output.
+4. **An audit hook** (PEP 578, ``_prelude.py``): the second layer. It refuses process
+   creation, sockets, ``ctypes`` calls and file access outside the working directory
+   with a readable ``SandboxViolation`` message, which is what a policy that stumbles into
+   ``os.system`` or ``sys.exit`` tricks usually meets first. Audit hooks are not a
+   security boundary (a subinterpreter has none; Python code can rewrite the functions
+   the hook calls); the layers above do not rely on it.
 
-A run costs one interpreter start-up, about 50 ms on a laptop-class CPU.
+``detect_isolation`` probes once per process. Where bubblewrap is missing or the kernel
+refuses the namespaces, ``run_python`` raises ``SandboxUnavailableError`` with the fix
+(install ``bubblewrap``) instead of running code unprotected; ``isolation="process"``
+opts out explicitly, for code you wrote yourself. Verdicts of ``run_tests`` are computed
+in the parent from plain values (``verify.py``), never from the child's objects.
 
-What this is not: a security boundary. Audit hooks run inside the interpreter they
-guard; CPython's documentation says plainly that they cannot stop determined malicious
-code (C extensions, interpreter internals). They stop the accidents and the reward
-hacks a policy stumbles into (``sys.exit(0)`` before the tests, writing files, calling
-out to the network). The OS limits are what keep the machine alive. One gap matters in
-practice: the kernel does not apply ``RLIMIT_NPROC`` to root (uid 0 in the initial user
-namespace), so when the trainer runs as root (Colab, most containers) a fork bomb is
-stopped by the audit hook and the process-group kill only. For untrusted code at scale
-use a container or VM per run (gVisor, Firecracker, nsjail).
+A run costs about 60-100 ms (interpreter start-up inside a fresh set of namespaces).
+Remaining gaps, stated plainly: the kernel is shared (a kernel exploit is out of scope;
+use gVisor or a VM per run for that), and the child reports its values over its own
+standard output, so code that deliberately reads the verifier harness could forge a
+report (see ``verify.py``).
 """
 
+from .isolation import INSTALL_HINT, Isolation, SandboxUnavailableError, detect_isolation
 from .runner import SandboxResult, run_python, sandbox_guards
 from .verify import VerificationReport, run_tests
 
-__all__ = ["SandboxResult", "VerificationReport", "run_python", "run_tests", "sandbox_guards"]
+__all__ = ["INSTALL_HINT", "Isolation", "SandboxResult", "SandboxUnavailableError", "VerificationReport", "detect_isolation",
+           "run_python", "run_tests", "sandbox_guards"]

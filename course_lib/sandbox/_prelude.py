@@ -5,8 +5,9 @@ configuration as ``sys.argv[1]``. It compiles ``main.py`` from the working direc
 installs the audit hook (PEP 578) unless told not to, and executes the code as
 ``__main__``. Importing this module does nothing; only ``main()`` acts.
 
-The hook is a guard against accidents and reward hacks, not against determined attacks:
-code with ``ctypes.memmove`` or a C extension can reach past it. See the package docstring.
+The hook is the second layer, a guard against accidents and reward hacks that explains
+itself; it is not a boundary (a subinterpreter has no hook, and Python code can rewrite
+the functions it calls). The boundary is bubblewrap's; see the package docstring.
 """
 
 import json
@@ -104,6 +105,11 @@ def excepthook(exc_type, exc, tb):
 
 def main():
     config = json.loads(sys.argv[1])
+    # Under bubblewrap the real interpreter runs (not the virtual environment's link to
+    # it), so the environment's read-only site-packages are added here.
+    for entry in config.get("sys_path") or ():
+        if entry not in sys.path:
+            sys.path.append(entry)
     sys.argv = [config["code_file"]]
     with open(config["code_file"], encoding="utf-8") as file:
         source = file.read()

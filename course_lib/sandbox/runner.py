@@ -1,7 +1,8 @@
 """Start and supervise one sandboxed child interpreter: limits, timeout, output capture.
 
 See the package docstring for the layers of protection and their limits. The child runs
-``_prelude.py`` (passed with ``-c``), which installs the audit hook and runs the code.
+``_prelude.py`` (passed with ``-c``), which installs the audit hook and runs the code;
+with ``isolation="os"`` (the default) it runs inside bubblewrap (``isolation.py``).
 """
 
 from __future__ import annotations
@@ -23,7 +24,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-__all__ = ["SandboxResult", "run_python", "sandbox_guards"]
+from .isolation import (SANDBOX_DIR, SANDBOX_UID, SandboxUnavailableError, bwrap_argv, child_sys_path,
+                        detect_isolation, interpreter)
+from .seccomp import seccomp_filter_fd
+
+__all__ = ["SandboxResult", "SandboxUnavailableError", "run_python", "sandbox_guards"]
 
 _CLONE_NEWNET = 0x40000000
 _CLONE_NEWUSER = 0x10000000
@@ -123,63 +128,120 @@ def run_python(
     max_file_mb: int = 16,
     max_processes: int = 32,
     audit_hook: bool = True,
-    python: str | None = None,
+    isolation: str = "os",
+    workdir_mb: int = 64,
 ) -> SandboxResult:
     """Run ``code`` as ``__main__`` in a limited child interpreter and capture its output.
 
     Args:
-        code: Python source, run as ``main.py`` in a fresh temporary working directory.
+        code: Python source, run as ``main.py`` in a fresh, empty working directory.
         stdin: text fed to the program's standard input (empty when None).
-        timeout_s: wall-clock limit; the whole process group is killed when it passes.
+        timeout_s: wall-clock limit; the whole sandbox is killed when it passes.
             ``RLIMIT_CPU`` is set to ``ceil(timeout_s) + 1`` seconds as a second guard.
         memory_mb: ``RLIMIT_AS`` cap on the child's address space; None for no cap.
-        allow_network: when False, sockets are refused by the audit hook and, where the
-            kernel allows it, the child gets an empty network namespace.
+        allow_network: when False the child has its own, empty network namespace (and the
+            audit hook refuses sockets).
         max_output_bytes: per stream; the run is killed (``"output_limit"``) past it.
         max_file_mb: ``RLIMIT_FSIZE``, the largest file the code may write.
-        max_processes: extra processes allowed by ``RLIMIT_NPROC`` beyond those the user
-            already has (not enforced for root; see the module docstring).
-        audit_hook: install the in-interpreter guard. Turn off only to test the OS layer.
-        python: interpreter to run; defaults to the current one.
+        max_processes: extra processes allowed by ``RLIMIT_NPROC`` beyond those the
+            sandbox user already has (not enforced when the child's real uid is root).
+        audit_hook: install the in-interpreter second layer. Turn off only to test the OS layer.
+        isolation: ``"os"`` (default) runs the child inside bubblewrap namespaces as an
+            unprivileged user (see ``isolation.py``) and raises ``SandboxUnavailableError``
+            when this machine cannot; ``"process"`` runs it as a plain child process with
+            rlimits and the audit hook only: for code you wrote yourself, never for
+            model output.
+        workdir_mb: size of the child's tmpfs working directory and ``/tmp`` (``"os"`` only).
 
     Returns:
         A ``SandboxResult``. Never raises for anything the child does.
+
+    Raises:
+        SandboxUnavailableError: ``isolation="os"`` on a machine without working bubblewrap.
     """
     if timeout_s <= 0:
         raise ValueError(f"timeout_s must be positive, got {timeout_s}; pass e.g. 2.0")
+    if isolation not in ("os", "process"):
+        raise ValueError(f"isolation must be 'os' (bubblewrap) or 'process' (trusted code only), got {isolation!r}")
+    cpu_s = int(math.ceil(timeout_s)) + 1
+    limits = [(resource.RLIMIT_CPU, cpu_s), (resource.RLIMIT_CORE, 0),
+              (resource.RLIMIT_FSIZE, max_file_mb * 2**20), (resource.RLIMIT_NOFILE, 256)]
+    if memory_mb is not None:
+        limits.append((resource.RLIMIT_AS, memory_mb * 2**20))
+    if isolation == "os":
+        found = detect_isolation()
+        if not found.available:
+            raise SandboxUnavailableError(f"refusing to run untrusted code without OS isolation: {found.reason}")
+        return _run_isolated(found, code, stdin, limits, timeout_s, memory_mb, allow_network, max_output_bytes,
+                             max_processes, audit_hook, workdir_mb)
+    return _run_process(code, stdin, limits, timeout_s, memory_mb, allow_network, max_output_bytes,
+                        max_processes, audit_hook)
+
+
+def _env(home: str) -> dict[str, str]:
+    return {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8",
+            "HOME": home, "TMPDIR": home, "OMP_NUM_THREADS": "1",
+            "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+
+
+def _memfd(name: str, text: str) -> int:
+    """An anonymous in-memory file holding ``text``, positioned at its start."""
+    fd = os.memfd_create(name, 0)
+    os.write(fd, text.encode("utf-8"))
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd
+
+
+def _run_isolated(found, code, stdin, limits, timeout_s, memory_mb, allow_network, max_output_bytes,
+                  max_processes, audit_hook, workdir_mb) -> SandboxResult:
+    config = {"code_file": _CODE_FILENAME, "workdir": SANDBOX_DIR, "audit": audit_hook,
+              "allow_network": allow_network, "read_roots": child_sys_path(), "sys_path": child_sys_path()}
+    if found.mode == "bwrap-nobody":  # a real non-root uid: the kernel enforces RLIMIT_NPROC on it
+        limits = limits + [(resource.RLIMIT_NPROC, _user_task_count(SANDBOX_UID) + max_processes)]
+    elif os.geteuid() != 0:
+        limits = limits + [(resource.RLIMIT_NPROC, _user_task_count(os.getuid()) + max_processes)]
+    code_fd = _memfd("main.py", code)
+    stdin_fd = _memfd("stdin", stdin or "")
+    filter_fd = seccomp_filter_fd() if found.seccomp else None
+    passed = (code_fd,) if filter_fd is None else (code_fd, filter_fd)
+    try:
+        command = [interpreter(), "-I", "-B", "-X", "utf8", "-c", _PRELUDE, json.dumps(config)]
+        argv = bwrap_argv(found, command, env=_env(SANDBOX_DIR), allow_network=allow_network,
+                          workdir_mb=workdir_mb, code_fd=code_fd, seccomp_fd=filter_fd)
+        return _supervise(argv, None, "/", stdin_fd, limits, False, timeout_s, max_output_bytes, memory_mb,
+                          pass_fds=passed, wrapped=True)
+    finally:
+        for fd in (*passed, stdin_fd):
+            os.close(fd)
+
+
+def _run_process(code, stdin, limits, timeout_s, memory_mb, allow_network, max_output_bytes, max_processes,
+                 audit_hook) -> SandboxResult:
     workdir = tempfile.mkdtemp(prefix="course-sandbox-")
     try:
         code_path = os.path.join(workdir, _CODE_FILENAME)
         with open(code_path, "w", encoding="utf-8") as f:
             f.write(code)
-        stdin_path = os.path.join(workdir, ".stdin")
-        with open(stdin_path, "w", encoding="utf-8") as f:
-            f.write(stdin or "")
         config = {"code_file": _CODE_FILENAME, "workdir": workdir, "audit": audit_hook,
-                  "allow_network": allow_network, "read_roots": _read_roots()}
-        cpu_s = int(math.ceil(timeout_s)) + 1
-        limits = [(resource.RLIMIT_CPU, cpu_s), (resource.RLIMIT_CORE, 0),
-                  (resource.RLIMIT_FSIZE, max_file_mb * 2**20), (resource.RLIMIT_NOFILE, 256)]
-        if memory_mb is not None:
-            limits.append((resource.RLIMIT_AS, memory_mb * 2**20))
+                  "allow_network": allow_network, "read_roots": _read_roots(), "sys_path": None}
         if os.geteuid() != 0:  # the kernel ignores RLIMIT_NPROC for root anyway
-            limits.append((resource.RLIMIT_NPROC, _user_task_count(os.getuid()) + max_processes))
-        env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8",
-               "HOME": workdir, "TMPDIR": workdir, "OMP_NUM_THREADS": "1",
-               "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-        argv = [python or sys.executable, "-I", "-B", "-X", "utf8", "-c", _PRELUDE, json.dumps(config)]
-        with open(stdin_path, "rb") as stdin_file:
-            return _supervise(argv, env, workdir, stdin_file, limits, not allow_network,
+            limits = limits + [(resource.RLIMIT_NPROC, _user_task_count(os.getuid()) + max_processes)]
+        argv = [sys.executable, "-I", "-B", "-X", "utf8", "-c", _PRELUDE, json.dumps(config)]
+        stdin_fd = _memfd("stdin", stdin or "")
+        try:
+            return _supervise(argv, _env(workdir), workdir, stdin_fd, limits, not allow_network,
                               timeout_s, max_output_bytes, memory_mb)
+        finally:
+            os.close(stdin_fd)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 
 
-def _supervise(argv, env, workdir, stdin_file, limits, isolate_network, timeout_s,
-               max_output_bytes, memory_mb) -> SandboxResult:
+def _supervise(argv, env, cwd, stdin_fd, limits, isolate_network, timeout_s,
+               max_output_bytes, memory_mb, pass_fds=(), wrapped=False) -> SandboxResult:
     start = time.monotonic()
-    proc = subprocess.Popen(argv, cwd=workdir, env=env, stdin=stdin_file, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, start_new_session=True, close_fds=True,
+    proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=stdin_fd, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, start_new_session=True, close_fds=True, pass_fds=pass_fds,
                             preexec_fn=_make_preexec(limits, isolate_network))
     chunks = {"stdout": [], "stderr": []}
     sizes = {"stdout": 0, "stderr": 0}
@@ -227,6 +289,9 @@ def _supervise(argv, env, workdir, stdin_file, limits, isolate_network, timeout_
     proc.stderr.close()
     stdout = b"".join(chunks["stdout"]).decode("utf-8", "replace")
     stderr = b"".join(chunks["stderr"]).decode("utf-8", "replace")
+    if wrapped and returncode > 128:
+        # bubblewrap reports a child killed by signal N as exit status 128 + N.
+        returncode = -(returncode - 128)
     if reason is None:
         reason = _classify_exit(returncode, stderr, memory_mb)
     return SandboxResult(ok=returncode == 0 and reason is None, returncode=returncode,
@@ -254,12 +319,15 @@ def _classify_exit(returncode: int, stderr: str, memory_mb: int | None) -> str |
 
 
 @functools.lru_cache(maxsize=1)
-def sandbox_guards() -> dict[str, bool]:
-    """Which OS-level guards work on this machine (probed once, in a child process).
+def sandbox_guards() -> dict:
+    """Which guards hold on this machine (probed once, in a sandboxed child).
 
+    ``isolation``: the OS boundary ``run_python`` uses (``"bwrap-nobody"``,
+    ``"bwrap-userns"``), or None when there is none (``reason`` says why and how to fix it).
     ``network_namespace``: the child gets its own network namespace.
-    ``process_limit``: the kernel enforces ``RLIMIT_NPROC`` for this user (False for root).
+    ``process_limit``: the kernel enforces ``RLIMIT_NPROC`` on the child's user.
     """
+    found = detect_isolation()
     probe = (
         "import json, os, resource\n"
         "resource.setrlimit(resource.RLIMIT_NPROC, (1, 1))\n"
@@ -273,10 +341,12 @@ def sandbox_guards() -> dict[str, bool]:
         "    limited = True\n"
         "print(json.dumps({'net': os.readlink('/proc/self/ns/net'), 'limited': limited}))\n"
     )
-    result = run_python(probe, audit_hook=False, timeout_s=10.0)
+    result = run_python(probe, audit_hook=False, timeout_s=10.0, isolation="os" if found.available else "process")
+    guards = {"isolation": found.mode, "reason": found.reason, "network_namespace": False, "process_limit": False}
     try:
         seen = json.loads(result.stdout.strip().splitlines()[-1])
     except (ValueError, IndexError):
-        return {"network_namespace": False, "process_limit": False}
-    return {"network_namespace": seen["net"] != os.readlink("/proc/self/ns/net"),
-            "process_limit": bool(seen["limited"])}
+        return guards
+    guards["network_namespace"] = seen["net"] != os.readlink("/proc/self/ns/net")
+    guards["process_limit"] = bool(seen["limited"])
+    return guards

@@ -1,0 +1,244 @@
+"""The operating-system boundary of the sandbox: bubblewrap namespaces, chosen at run time.
+
+``detect_isolation()`` finds out once per process which boundary this machine can give and
+``bwrap_argv`` builds the command line that wraps one child interpreter in it. Two modes,
+both built on bubblewrap (``bwrap``, the sandbox behind Flatpak), a small setuid-free tool
+that creates Linux namespaces and mounts:
+
+- ``"bwrap-nobody"`` (when the trainer runs as root, as in most containers and Colab):
+  bubblewrap sets up the namespaces with root's privileges, then ``setpriv`` switches the
+  child to the real unprivileged user ``nobody`` (uid 65534) with no capabilities and
+  ``no_new_privs``. Being a real non-root user, the kernel enforces ``RLIMIT_NPROC`` on it,
+  so a fork bomb is capped without any help from Python.
+- ``"bwrap-userns"`` (an ordinary user): bubblewrap creates an unprivileged user
+  namespace and maps the child to uid 65534 inside it; further user namespaces are
+  disabled (``--disable-userns``).
+
+In both modes the child gets new PID, network (no interfaces but a downed loopback), IPC,
+UTS and cgroup namespaces, and a root file system built from nothing: read-only binds of
+the shared libraries (``/usr/lib*``), the interpreter binary, the standard library and
+the ``site-packages`` folders on ``sys.path``, a fresh ``/proc`` for its own PID namespace,
+a minimal ``/dev``, and two size-capped tmpfs folders, ``/sandbox`` (its working
+directory) and ``/tmp``. Nothing else of the host exists inside: no ``/etc``, no home
+folders, no project tree, no shell. The child is the PID namespace's only tree, so
+killing bubblewrap (``--die-with-parent``) kills every process it started.
+
+If bubblewrap is missing or the kernel refuses the namespaces, ``detect_isolation``
+reports why and ``run_python`` refuses to run code (``SandboxUnavailableError``) rather
+than run it unprotected.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+from dataclasses import dataclass
+
+from .seccomp import seccomp_filter_fd, seccomp_unavailable_reason
+
+__all__ = ["INSTALL_HINT", "Isolation", "SandboxUnavailableError", "bwrap_argv", "detect_isolation",
+           "SANDBOX_DIR", "SANDBOX_UID"]
+
+SANDBOX_DIR = "/sandbox"  # the child's working directory (a tmpfs)
+SANDBOX_UID = 65534  # "nobody" on Debian, Ubuntu, Fedora and Alpine
+
+INSTALL_HINT = (
+    "Install bubblewrap: `sudo apt-get install bubblewrap` (Debian, Ubuntu, Colab: `!apt-get install -y "
+    "bubblewrap`), `sudo dnf install bubblewrap` (Fedora), `sudo pacman -S bubblewrap` (Arch). As a non-root "
+    "user the kernel must also allow unprivileged user namespaces (Ubuntu 24.04: `sudo sysctl -w "
+    "kernel.apparmor_restrict_unprivileged_userns=0`, or run as root). Check with "
+    "`python -c \"from course_lib.sandbox import detect_isolation; print(detect_isolation())\"`."
+)
+
+
+class SandboxUnavailableError(RuntimeError):
+    """Raised instead of running untrusted code when no OS isolation works on this machine."""
+
+
+@dataclass(frozen=True)
+class Isolation:
+    """What ``detect_isolation`` found: ``mode`` is None when nothing works, with ``reason``."""
+
+    mode: str | None
+    bwrap: str | None = None
+    setpriv: str | None = None
+    seccomp: bool = False
+    reason: str = ""
+
+    @property
+    def available(self) -> bool:
+        return self.mode is not None
+
+
+def _library_dirs() -> list[str]:
+    """Folders the dynamic loader needs (libc, libm, libpython, numpy's libraries)."""
+    found = []
+    for path in ("/usr/lib", "/usr/lib64", "/usr/lib32", "/lib", "/lib64", "/lib32"):
+        if os.path.isdir(path) and not os.path.islink(path):
+            found.append(path)
+    return found
+
+
+def _python_dirs() -> list[str]:
+    """Real paths of everything the interpreter reads: its lib folder and sys.path entries.
+
+    Only ``sys.path`` entries inside the interpreter's installation or virtual environment
+    are kept: an editable checkout on ``sys.path`` would otherwise expose a whole working
+    tree (and its ``.env`` files) to the child.
+    """
+    prefixes = {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix)}
+    dirs = set()
+    libdir = sysconfig.get_config_var("LIBDIR")
+    if libdir and os.path.isdir(libdir):
+        dirs.add(os.path.realpath(libdir))
+    for entry in sys.path:
+        real = os.path.realpath(entry) if entry else ""
+        if real and os.path.isdir(real) and any(real == p or real.startswith(p + os.sep) for p in prefixes):
+            dirs.add(real)
+    return sorted(dirs)
+
+
+def child_sys_path() -> list[str]:
+    """``sys.path`` for the child (it starts with ``-S``, so ``site`` adds nothing)."""
+    return _python_dirs()
+
+
+def _outermost(paths: list[str]) -> list[str]:
+    """Drop paths nested inside another path of the list (one bind covers them)."""
+    kept: list[str] = []
+    for path in sorted(set(paths), key=len):
+        if not any(path == k or path.startswith(k.rstrip("/") + "/") for k in kept):
+            kept.append(path)
+    return sorted(kept)
+
+
+def _mounts(extra_files: list[str]) -> list[str]:
+    """bwrap arguments for the read-only view: parents as 0755 folders, then binds."""
+    args: list[str] = []
+    made = {"/"}
+    folders = _outermost(_library_dirs() + _python_dirs())
+    inside = lambda path: any(path.startswith(folder + "/") for folder in folders)  # noqa: E731
+    binds = folders + sorted({f for f in extra_files if not inside(f)})
+
+    def parents(path: str) -> None:
+        # bubblewrap creates missing parents with the host folder's mode (0700 for /root):
+        # create them first, world-traversable, so the unprivileged child can reach the bind.
+        parent = os.path.dirname(path)
+        chain = []
+        while parent not in made:
+            chain.append(parent)
+            parent = os.path.dirname(parent)
+        for folder in reversed(chain):
+            args.extend(["--perms", "0755", "--dir", folder])
+            made.add(folder)
+
+    for path in binds:
+        parents(path)
+        args.extend(["--ro-bind", path, path])
+    for link in ("/lib", "/lib64", "/lib32", "/bin"):
+        if os.path.islink(link):  # merged-/usr systems: /lib -> usr/lib
+            target = os.readlink(link)
+            if os.path.isdir(os.path.join("/", target)):
+                args.extend(["--symlink", target, link])
+    return args
+
+
+def interpreter() -> str:
+    """The real interpreter binary (a venv's ``bin/python`` is a symlink to it)."""
+    return os.path.realpath(sys.executable)
+
+
+def bwrap_argv(isolation: Isolation, command: list[str], *, env: dict[str, str], allow_network: bool,
+               workdir_mb: int, code_fd: int, seccomp_fd: int | None = None) -> list[str]:
+    """The full command line: bubblewrap around ``command``, which runs as uid 65534.
+
+    ``code_fd`` is an open file whose content bubblewrap copies to ``/sandbox/main.py``;
+    ``seccomp_fd`` one holding the BPF filter of ``seccomp.py`` (both passed to the child).
+    """
+    argv = [isolation.bwrap, "--die-with-parent", "--new-session",
+            "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
+            "--hostname", "sandbox"]
+    if not allow_network:
+        argv.append("--unshare-net")
+    if isolation.mode == "bwrap-userns":
+        argv += ["--unshare-user", "--disable-userns", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID)]
+    argv.append("--clearenv")
+    for key, value in env.items():
+        argv += ["--setenv", key, value]
+    extra = [interpreter()] + ([isolation.setpriv] if isolation.mode == "bwrap-nobody" else [])
+    argv += _mounts(extra)
+    size = str(workdir_mb * 2**20)
+    argv += ["--proc", "/proc", "--dev", "/dev",
+             "--size", size, "--perms", "01777", "--tmpfs", "/tmp",
+             "--size", size, "--perms", "0777", "--tmpfs", SANDBOX_DIR,
+             "--perms", "0644", "--file", str(code_fd), f"{SANDBOX_DIR}/main.py",
+             "--remount-ro", "/", "--chdir", SANDBOX_DIR]
+    if seccomp_fd is not None:
+        argv += ["--seccomp", str(seccomp_fd)]
+    if isolation.mode == "bwrap-nobody":
+        argv += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", isolation.setpriv,
+                 f"--reuid={SANDBOX_UID}", f"--regid={SANDBOX_UID}", "--clear-groups",
+                 "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", "--"]
+    else:
+        argv += ["--cap-drop", "ALL"]
+    return argv + command
+
+
+def _probe(isolation: Isolation) -> str | None:
+    """Run ``print(os.getuid())`` in the sandbox; None when it works, else the error."""
+    read, write = os.pipe()
+    filter_fd = seccomp_filter_fd() if isolation.seccomp else None
+    fds = (read,) if filter_fd is None else (read, filter_fd)
+    try:
+        os.close(write)
+        argv = bwrap_argv(isolation, [interpreter(), "-I", "-S", "-c", "import os; print(os.getuid())"],
+                          env={"PATH": "/usr/bin"}, allow_network=False, workdir_mb=1, code_fd=read,
+                          seccomp_fd=filter_fd)
+        try:
+            done = subprocess.run(argv, capture_output=True, text=True, timeout=30, pass_fds=fds)
+        except (OSError, subprocess.TimeoutExpired) as error:
+            return str(error)
+    finally:
+        for fd in fds:
+            os.close(fd)
+    if done.returncode != 0 or done.stdout.strip() != str(SANDBOX_UID):
+        return (done.stderr.strip() or done.stdout.strip() or f"exit status {done.returncode}")[-500:]
+    return None
+
+
+@functools.lru_cache(maxsize=1)
+def detect_isolation() -> Isolation:
+    """Probe (once) for the strongest isolation this machine supports; see the module docstring."""
+    if not sys.platform.startswith("linux"):
+        return Isolation(None, reason=f"the sandbox needs Linux namespaces; this is {sys.platform}. Run the "
+                                      "course on Linux (Colab, a Linux VM or container).")
+    bwrap = shutil.which("bwrap")
+    if bwrap is None:
+        return Isolation(None, reason="bubblewrap (bwrap) is not installed. " + INSTALL_HINT)
+    errors = []
+    seccomp_error = seccomp_unavailable_reason()
+    if os.geteuid() == 0:
+        # As a real uid, nobody could create a user namespace of its own and hold every
+        # capability inside it: this mode is only safe with the seccomp filter.
+        setpriv = shutil.which("setpriv")
+        if setpriv is None:
+            errors.append("bwrap-nobody: setpriv (util-linux) is not installed")
+        elif seccomp_error is not None:
+            errors.append(f"bwrap-nobody: {seccomp_error}")
+        else:
+            candidate = Isolation("bwrap-nobody", bwrap=bwrap, setpriv=setpriv, seccomp=True)
+            error = _probe(candidate)
+            if error is None:
+                return candidate
+            errors.append(f"bwrap-nobody: {error}")
+    candidate = Isolation("bwrap-userns", bwrap=bwrap, seccomp=seccomp_error is None)
+    error = _probe(candidate)
+    if error is None:
+        return candidate
+    errors.append(f"bwrap-userns: {error}")
+    return Isolation(None, bwrap=bwrap, reason="bubblewrap is installed but could not create the sandbox ("
+                     + "; ".join(errors) + "). " + INSTALL_HINT)
