@@ -180,11 +180,10 @@ if triton is not None:
             z = tl.where(col_ok[None, :], z, float("-inf"))
             m_new = tl.maximum(m, tl.max(z, axis=1))
             alpha = tl.exp(m - m_new)  # 0 on the first tile (m = -inf)
-            d = z - m_new[:, None]
+            d = tl.where(col_ok[None, :], z - m_new[:, None], 0.0)  # masked columns: 0, not -inf
             p = tl.where(col_ok[None, :], tl.exp(d), 0.0)
             # u rebased to the new max: sum e^{z-m'}(z-m') = alpha (u + (m - m') s); s = 0 at first
-            u = alpha * (u + tl.where(s > 0, m - m_new, 0.0) * s) \
-                + tl.sum(tl.where(col_ok[None, :], p * d, 0.0), axis=1)
+            u = alpha * (u + tl.where(s > 0, m - m_new, 0.0) * s) + tl.sum(p * d, axis=1)
             s = alpha * s + tl.sum(p, axis=1)
             m = m_new
             target += tl.sum(tl.where(cols[None, :] == y[:, None], z, 0.0), axis=1)
