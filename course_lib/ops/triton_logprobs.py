@@ -227,6 +227,20 @@ if triton is not None:
         tl.store(ptrs, grad_x.to(out_ptr.dtype.element_ty), mask=row_ok[:, None] & col_ok[None, :])
 
 
+# cuBLAS can write a float32 product of half-precision inputs (torch >= 2.8, CUDA only).
+_MM_OUT_DTYPE = tuple(int(part) for part in torch.__version__.split(".")[:2]) >= (2, 8)
+
+
+def _add_product(acc: Tensor, a: Tensor, b: Tensor) -> Tensor:
+    """`acc += a @ b` for a float32 `acc`, without rounding `a @ b` to bfloat16 first:
+    summing per-block products rounded to 8 mantissa bits would bias the gradient."""
+    if a.dtype == torch.float32:
+        return acc.addmm_(a, b)
+    if _MM_OUT_DTYPE and acc.is_cuda:
+        return torch.addmm(acc, a, b, out_dtype=torch.float32, out=acc)
+    return acc.addmm_(a.float(), b.float())
+
+
 def _launch_config(dtype: torch.dtype) -> dict:
     """Tile sizes and launch options. Small tiles under the interpreter (numpy is slow
     on big ones and they exercise the masking as well); on a GPU, 64 x 128 logits per
@@ -346,9 +360,10 @@ class _TritonLinearLogProbs(torch.autograd.Function):
                 block = _grad_logits_block(buffer[:, :cols], *args, 0, col0, *head)  # (N, cols)
                 if need_weight:
                     torch.mm(block.t(), hidden, out=grad_weight[col0:col0 + cols])
-                if need_hidden:
-                    part = block @ weight[col0:col0 + cols]  # (N, H)
-                    grad_hidden = grad_hidden.add_(part) if accumulate else part
+                if accumulate:
+                    _add_product(grad_hidden, block, weight[col0:col0 + cols])  # (N, H)
+                elif need_hidden:
+                    grad_hidden = block @ weight  # a single block: all columns
         else:
             # Blocks of rows: grad_hidden[rows] is complete after one product; the
             # (V, H) grad_weight accumulates in float32 across blocks.
@@ -365,9 +380,10 @@ class _TritonLinearLogProbs(torch.autograd.Function):
                 block = _grad_logits_block(buffer[:rows], *args, row0, 0, *head)  # (rows, V)
                 if need_hidden:
                     torch.mm(block, weight, out=grad_hidden[row0:row0 + rows])
-                if need_weight:
-                    part = block.t() @ hidden[row0:row0 + rows]  # (V, H)
-                    grad_weight = grad_weight.add_(part) if accumulate else part
+                if accumulate:
+                    _add_product(grad_weight, block.t(), hidden[row0:row0 + rows])  # (V, H)
+                elif need_weight:
+                    grad_weight = block.t() @ hidden  # a single block: all rows
         if grad_hidden is not None:
             grad_hidden = grad_hidden.to(hidden.dtype)
         if grad_weight is not None:

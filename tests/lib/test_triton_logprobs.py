@@ -152,9 +152,10 @@ def test_huge_logits_stay_finite_and_soft_capping_bounds_them():
 def test_half_precision_inputs_accumulate_in_float32():
     """bfloat16/float16 inputs: float32 outputs equal to the float32 path on the same
     (rounded) values; gradients in the input dtype, to that dtype's precision."""
-    for dtype in (torch.bfloat16, torch.float16):
+    for dtype, chunk_bytes in ((torch.bfloat16, 1), (torch.float16, 2**20)):  # several blocks, one block
         hidden, weight, targets, upstream = _inputs(33, 32, 70, seed=4, dtype=dtype)
-        ours = _values_and_grads(lambda: tlp.triton_linear_logprobs(hidden, weight, targets, temperature=0.9),
+        ours = _values_and_grads(lambda: tlp.triton_linear_logprobs(hidden, weight, targets, temperature=0.9,
+                                                                    chunk_bytes=chunk_bytes),
                                  hidden, weight, upstream)
         ref = _values_and_grads(lambda: _naive(hidden, weight, targets, temperature=0.9), hidden, weight, upstream)
         assert ours[0].dtype == torch.float32 and ours[2].dtype == dtype and ours[3].dtype == dtype
