@@ -24,6 +24,7 @@ import torch
 from torch import nn
 
 from .logprobs import fused_linear_logprobs, selective_log_softmax
+from .ops.triton_logprobs import head_logit_params, prefer_triton, triton_linear_logprobs
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -240,7 +241,12 @@ def completion_forward(model, prompt_ids, prompt_mask, completion_ids, completio
     head = causal_lm.get_output_embeddings()
     has_bias = getattr(head, "bias", None) is not None
     entropies = None
-    if fused and not has_bias and not with_entropy:
+    if fused and not has_bias and prefer_triton(hidden.device):
+        # On CUDA: the Triton head, with the model's own logit scaling and soft-capping.
+        logps, entropy = triton_linear_logprobs(hidden.to(head.weight.dtype), head.weight, completion_ids,
+                                                temperature=temperature, **head_logit_params(causal_lm.config))
+        entropies = entropy.detach() if with_entropy else None
+    elif fused and not has_bias and not with_entropy:
         logps = fused_linear_logprobs(hidden, head.weight, completion_ids, temperature=temperature,
                                       chunk_size=chunk_size)
     else:

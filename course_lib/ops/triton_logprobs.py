@@ -97,16 +97,26 @@ def triton_available(device: torch.device | str | None = None) -> bool:
     return torch.device(device).type == "cuda" and torch.cuda.is_available()
 
 
+def prefer_triton(device: torch.device | str) -> bool:
+    """Whether callers should pick the Triton head on `device` by default: a CUDA device
+    where Triton runs, unless the environment sets `COURSE_LIB_TRITON_LOGPROBS=0` (to
+    compare with the chunked PyTorch path). Never the interpreter: it is for tests."""
+    return (not _INTERPRET and torch.device(device).type == "cuda" and triton_available(device)
+            and os.environ.get("COURSE_LIB_TRITON_LOGPROBS", "1") != "0")
+
+
 def head_logit_params(config) -> dict:
     """`logit_scale` and `softcap` keyword arguments that reproduce a model's LM head.
 
     Reads a transformers config (its text config for multimodal models):
-    `final_logit_softcapping` (Gemma 2/3), `logit_scale` (Cohere, multiplies) and
-    `logits_scaling` (Granite, divides).
+    `final_logit_softcapping` (Gemma 2/3), `logit_scale` (Cohere) and
+    `lm_head_multiplier` (Falcon-H1), which multiply, and `logits_scaling` (Granite),
+    which divides.
     """
     if hasattr(config, "get_text_config"):
         config = config.get_text_config()
     scale = float(getattr(config, "logit_scale", None) or 1.0)
+    scale *= float(getattr(config, "lm_head_multiplier", None) or 1.0)
     divisor = getattr(config, "logits_scaling", None)
     if divisor not in (None, 1.0):
         scale /= float(divisor)

@@ -259,3 +259,55 @@ def test_head_logit_params_reproduce_the_models_own_logits(name, extra):
     torch.testing.assert_close(logp, ref_logp, **TOL)
     if name == "Gemma2":
         assert params == {"logit_scale": 1.0, "softcap": 3.0}
+
+
+@pytest.mark.skipif(INTERPRETED, reason="plain Python; runs in the parent")
+def test_default_selection_and_head_parameters_from_configs(monkeypatch):
+    from types import SimpleNamespace
+
+    from course_lib.ops import triton_logprobs
+
+    assert not triton_logprobs.prefer_triton("cpu")  # the chunked PyTorch path stays the CPU default
+    if torch.cuda.is_available():
+        assert triton_logprobs.prefer_triton("cuda")
+        monkeypatch.setenv("COURSE_LIB_TRITON_LOGPROBS", "0")
+        assert not triton_logprobs.prefer_triton("cuda")
+    params = triton_logprobs.head_logit_params
+    assert params(SimpleNamespace()) == {"logit_scale": 1.0, "softcap": None}
+    assert params(SimpleNamespace(final_logit_softcapping=30.0)) == {"logit_scale": 1.0, "softcap": 30.0}
+    assert params(SimpleNamespace(logits_scaling=8.0)) == {"logit_scale": 0.125, "softcap": None}
+    assert params(SimpleNamespace(lm_head_multiplier=0.5, logit_scale=None)) == {"logit_scale": 0.5, "softcap": None}
+
+
+@interpreted
+def test_policy_forward_uses_the_kernel_where_preferred(monkeypatch):
+    """`completion_forward` with the Triton head (forced on, as on a GPU) gives the log-probs,
+    entropies and head gradient of its full-logits path."""
+    import course_lib.policy as policy
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                                         num_attention_heads=2, num_key_value_heads=1, vocab_size=90,
+                                         max_position_embeddings=32, pad_token_id=0)).eval()
+    gen = torch.Generator().manual_seed(7)
+    prompt_ids, completion_ids = torch.randint(1, 90, (3, 4), generator=gen), torch.randint(1, 90, (3, 5), generator=gen)
+    prompt_mask = torch.ones_like(prompt_ids)
+    completion_mask = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 0, 0, 0], [1, 1, 1, 1, 0]])
+
+    calls = []
+    monkeypatch.setattr(policy, "triton_linear_logprobs",
+                        lambda *a, **k: calls.append(k) or tlp.triton_linear_logprobs(*a, **k))
+
+    def run(use_kernel):
+        monkeypatch.setattr(policy, "prefer_triton", lambda device: use_kernel)
+        model.zero_grad()
+        logps, _, entropies = policy.completion_forward(model, prompt_ids, prompt_mask, completion_ids,
+                                                        completion_mask, temperature=0.7, fused=True,
+                                                        with_entropy=True)
+        (logps * completion_mask).sum().backward()
+        return logps.detach(), entropies, model.lm_head.weight.grad.clone()
+
+    for a, b in zip(run(True), run(False)):
+        torch.testing.assert_close(a, b, **TOL)
+    assert calls == [{"temperature": 0.7, "logit_scale": 1.0, "softcap": None}]  # once, with the head's params
