@@ -141,12 +141,14 @@ if triton is not None:
                      BLOCK_H: tl.constexpr, UPCAST: tl.constexpr, PRECISION: tl.constexpr):
         """Transformed logits z (BLOCK_N, BLOCK_V) in float32 and dz/dx for the tile."""
         acc = tl.zeros((BLOCK_N, BLOCK_V), dtype=tl.float32)
+        h_rows = h_ptr + rows.to(tl.int64)[:, None] * stride_h  # 64-bit: N * H may pass 2^31
+        w_rows = w_ptr + cols.to(tl.int64)[:, None] * stride_w
         for k0 in range(0, H, BLOCK_H):
             ks = k0 + tl.arange(0, BLOCK_H)
             k_ok = ks < H
-            h = tl.load(h_ptr + rows[:, None] * stride_h + ks[None, :],
+            h = tl.load(h_rows + ks[None, :],
                         mask=row_ok[:, None] & k_ok[None, :], other=0.0)
-            w = tl.load(w_ptr + cols[:, None] * stride_w + ks[None, :],
+            w = tl.load(w_rows + ks[None, :],
                         mask=col_ok[:, None] & k_ok[None, :], other=0.0)
             if UPCAST:  # the interpreter multiplies bfloat16 bit patterns; widen first
                 h = h.to(tl.float32)
@@ -233,7 +235,7 @@ if triton is not None:
             grad_z = -p * g[:, None]
         grad_z += tl.where(cols[None, :] == y[:, None], g[:, None], 0.0)
         grad_x = grad_z * dz_dx
-        ptrs = out_ptr + local_rows[:, None] * stride_out + local_cols[None, :]
+        ptrs = out_ptr + local_rows.to(tl.int64)[:, None] * stride_out + local_cols[None, :]
         tl.store(ptrs, grad_x.to(out_ptr.dtype.element_ty), mask=row_ok[:, None] & col_ok[None, :])
 
 
