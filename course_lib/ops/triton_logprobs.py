@@ -35,18 +35,18 @@ Backward. With upstream gradients `g` (of the log-probs) and `e` (of the entropi
 
     dL/dz_ij = g_i [j = y_i] - p_ij (g_i + e_i (z_ij - E_p[z]_i))
 
-(`d entropy / dz_j = -p_j (z_j - E_p[z])`), times `dz/dx = logit_scale / temperature
-(1 - tanh^2)` through the cap. A second kernel recomputes each logits tile on chip from
+(`d entropy / dz_j = -p_j (z_j - E_p[z])`), times `dz/dx = logit_scale / temperature`,
+and by `1 - tanh^2(a / softcap)` more with a cap. A second kernel recomputes each logits tile on chip from
 the saved `logsumexp` and `E_p[z]` (two floats per row), forms `dL/dx` there, and writes
 it, in the input dtype, for one block of rows or columns at a time (`chunk_bytes`); the
 two products `dL/dx @ weight` and `dL/dx.T @ hidden` then run in cuBLAS. The block runs
 along the vocabulary when `N <= V` (the float32 accumulator is then `grad_hidden`,
 `(N, H)`) and along the rows otherwise (accumulator `grad_weight`, `(V, H)`), so the
-accumulator is the smaller of the two. This is the recompute-in-backward design of
-memory-efficient cross-entropy kernels (Wijmans et al. 2024, "Cut Your Losses in
-Large-Vocabulary Language Models"; Hsu et al. 2024, "Liger Kernel"), with the entropy
-and its gradient added, and without their gradient sparsification, so the gradients are
-exact up to float rounding.
+accumulator is the smaller of the two. The forward is the blockwise log-sum-exp of Cut
+Cross-Entropy (Wijmans et al. 2024, "Cut Your Losses in Large-Vocabulary Language
+Models") with the entropy added; the backward recomputes the logits like it but skips
+its gradient filtering (the gradients are exact up to float rounding) and, as Liger
+Kernel does (Hsu et al. 2024), leaves the two large products to cuBLAS.
 
 Precision: products accumulate in float32 (`tl.dot` with `input_precision="ieee"` for
 float32 inputs, so no TF32); statistics and outputs are float32 whatever the input dtype
