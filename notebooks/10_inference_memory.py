@@ -370,6 +370,16 @@ display(plot_memory_vs_chunk_size(results))
 # gradients; very small chunks start to cost time. The trainer uses the fused path
 # (`use_fused_logprobs=True`, `logprob_chunk_size`).
 #
+# On a GPU the same idea goes one level further down. `course_lib.ops.triton_logprobs`
+# is a Triton kernel: each program walks the vocabulary tile by tile and keeps, per row,
+# only a running maximum, a running sum of exponentials and, for the entropy, a running
+# sum of `exp(z) · z` (the online softmax), so not even one chunk of logits is written to
+# GPU memory. The backward pass recomputes each tile on chip, forms `onehot − softmax`
+# (and the entropy's term) there, and hands blocks to cuBLAS for the two gradient
+# products. It also applies the head's logit soft-capping (Gemma 2) and scaling. The
+# trainer picks it on CUDA; `benchmarks/logprob_memory.py --device cuda --grid` compares
+# it with full logits, the chunked path, TRL's kernel and Liger-Kernel's.
+#
 # ## 7. Gradient checkpointing, LoRA and QLoRA
 #
 # **Gradient checkpointing** keeps only some activations in the forward pass and recomputes

@@ -33,6 +33,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from course_lib.ops.triton_logprobs import prefer_triton, triton_linear_logprobs
+
 Tensor = torch.Tensor
 
 # Memory allowed for one chunk of logits (bytes). 64 MiB holds 341 rows of a 49,152-token
@@ -357,13 +359,21 @@ def head_logprobs(head: LMHead, hidden: Tensor, ids: Tensor, *, temperature: flo
         hidden: `(..., H)` hidden states, each predicting the token at the same index of `ids`.
         ids: `hidden.shape[:-1]` target ids.
         temperature: the sampler's temperature.
-        fused: chunked path (never the full logits); a head with a bias uses full logits.
+        fused: fused path (never the full logits): the Triton kernels on CUDA (unless
+            `COURSE_LIB_TRITON_LOGPROBS=0`), the chunked PyTorch autograd function elsewhere;
+            a head with a bias uses full logits.
         chunk_size: rows per chunk of the fused path.
         with_entropy: also return the entropies (detached), else None.
 
     Returns:
         `(logps, entropies)`, each shaped like `ids`.
     """
+    if fused and head.bias is None and prefer_triton(hidden.device):
+        # On CUDA: the Triton kernels (course_lib.ops.triton_logprobs), same head, same results.
+        logps, entropies = triton_linear_logprobs(hidden.to(head.weight.dtype), head.weight, ids,
+                                                  temperature=temperature, softcap=head.softcap,
+                                                  logit_scale=head.scale)
+        return logps, (entropies.detach() if with_entropy else None)
     if fused and head.bias is None:
         result = fused_linear_logprobs(hidden.to(head.weight.dtype), head.weight, ids, temperature=temperature,
                                        chunk_size=chunk_size, return_entropy=with_entropy, scale=head.scale,

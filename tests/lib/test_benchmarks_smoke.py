@@ -45,3 +45,29 @@ def test_one_step_of_each_trainer_on_the_tiny_model_prints_a_ratio():
     assert re.search(r"starting weights: ours (\w+)\s+TRL \1\s+\(identical\)", out), out
     ratio = re.search(r"ratio ours/TRL \[tiny\]: (\d+\.\d+)x wall", out)
     assert ratio is not None and float(ratio.group(1)) > 0, out
+
+
+def test_logprob_memory_benchmark_compares_variants_that_agree():
+    """Small CPU run of the log-prob benchmark: every variant runs (Triton's through its
+    interpreter), reports memory and time, and matches the naive log-probs and gradients."""
+    script = ROOT / "benchmarks" / "logprob_memory.py"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TRITON_INTERPRET": "1"}
+    variants = ["naive", "chunked", "trl"] + (["triton"] if _has_module("triton") else [])
+    result = subprocess.run([sys.executable, str(script), "--batch", "1", "--seq", "24", "--hidden", "32",
+                             "--vocab", "300", "--repeats", "1", "--temperature", "0.8",
+                             "--variants", ",".join(variants)],
+                            capture_output=True, text=True, env=env, timeout=300, cwd=ROOT)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
+    out = result.stdout
+    for variant in variants:
+        assert re.search(rf"^{variant}\s+\d+\s+\d+\.\d+", out, re.M), f"no line for {variant}:\n{out}"
+    checks = re.findall(r"check (\w+) vs naive \(rel\. diff\): logps_sum (\S+), grad_hidden_norm (\S+), "
+                        r"grad_weight_norm (\S+)", out)
+    assert {c[0] for c in checks} == set(variants) - {"naive"}, out
+    assert all(float(x) < 1e-5 for c in checks for x in c[1:]), out
+
+
+def _has_module(name: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(name) is not None
