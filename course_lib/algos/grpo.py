@@ -46,6 +46,7 @@ from course_lib.algos.base import (
     LossOutput,
     PolicyOutputs,
     ScoredBatch,
+    WithoutCritic,
     advantage_column,
     check_groups,
     check_per_token,
@@ -425,16 +426,13 @@ def policy_loss(
 # ---------------------------------------------------------------------------------------
 # 4. The algorithm, as the trainer calls it
 # ---------------------------------------------------------------------------------------
-class GRPO:
+class GRPO(WithoutCritic):
     """GRPO for the trainer: group advantages, then :func:`policy_loss` with the config's knobs."""
 
     name = "grpo"
     config_class = GRPOConfig
     always_needs_old_logps = False
     sampling_correction_level = "token"
-
-    def make_value_head(self, policy, config) -> None:
-        return None
 
     def advantages(self, scored: ScoredBatch, config: GRPOConfig) -> Advantages:
         rewards, G = scored.rewards, scored.num_generations
