@@ -454,5 +454,5 @@ class GRPO(WithoutCritic):
             ref_logps=micro_batch["ref_logps"], sampling_ratio=micro_batch["sampling_ratio"],
             max_completion_length=config.max_completion_length, num_items_in_batch=num_items_in_batch,
             gradient_accumulation_steps=config.gradient_accumulation_steps,
-            steps_per_generation=config.effective_steps_per_generation,
+            steps_per_generation=config.effective_steps_per_generation, num_processes=config.num_processes,
             use_bias_correction_kl=config.use_bias_correction_kl, entropies=outputs.entropies)
