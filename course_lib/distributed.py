@@ -21,6 +21,7 @@ In one process every helper here is the identity, so the same trainer code runs 
 from __future__ import annotations
 
 import os
+import sys
 
 import torch
 from torch import nn
@@ -119,12 +120,18 @@ class Shards:
 
 
 def launch_command(num_processes: int, argv: list[str], cpu: bool) -> list[str]:
-    """``accelerate launch`` command that runs ``python -m course_lib <argv>`` on N processes."""
-    command = ["accelerate", "launch", "--num_processes", str(num_processes), "--num_machines", "1",
-               "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port",
-               os.environ.get("MASTER_PORT", "29511")]
+    """The command that runs ``python -m course_lib <argv>`` on ``num_processes`` processes.
+
+    On GPUs ``accelerate launch --multi_gpu``; on CPUs torch's own launcher
+    (``torch.distributed.run``, which ``accelerate launch`` drives for GPUs too), whose
+    processes accelerate joins with the gloo backend.
+    """
+    port = os.environ.get("MASTER_PORT", "29511")
     if cpu:
-        command.append("--cpu")
+        launcher = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(num_processes),
+                    "--master_addr", "127.0.0.1", "--master_port", port]
     else:
-        command.append("--multi_gpu")
-    return command + ["-m", "course_lib", *argv]
+        launcher = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes",
+                    str(num_processes), "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
+                    "--main_process_port", port]
+    return launcher + ["-m", "course_lib", *argv]
