@@ -20,6 +20,7 @@ In one process every helper here is the identity, so the same trainer code runs 
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 
@@ -53,7 +54,23 @@ def make_accelerator(config):
             f"process(es). Fix: set num_processes={accelerator.num_processes}, or launch with "
             f"`accelerate launch --num_processes {config.num_processes}` (python -m course_lib train "
             f"--num-processes {config.num_processes} does it).")
+    _check_same_config(accelerator, config)
     return accelerator
+
+
+def _check_same_config(accelerator, config) -> None:
+    """Raise on every process when the processes were given different configs."""
+    if accelerator.num_processes == 1:
+        return
+    from accelerate.utils import gather_object
+
+    mine = json.dumps(config.to_dict(), sort_keys=True)
+    everyone = gather_object([mine])
+    if any(other != mine for other in everyone):
+        first = json.loads(everyone[0])
+        differing = sorted(k for other in everyone for k, v in json.loads(other).items() if first.get(k) != v)
+        raise ValueError(f"the {accelerator.num_processes} processes were given different configs (fields: "
+                         f"{', '.join(differing)}). Fix: launch every process with the same command and settings.")
 
 
 class PolicyForward(nn.Module):

@@ -7,6 +7,7 @@ logged rows, and the final trainable parameters.
 
 from __future__ import annotations
 
+import os
 import sys
 
 import torch
@@ -23,6 +24,8 @@ def main(out: str, algo: str, *overrides: str) -> None:
     settings = dict(model_name_or_path="tiny", max_steps=3, learning_rate=1e-3, num_generations=4,
                     max_completion_length=6, temperature=1.5, logging_steps=1, save_steps=0, seed=3)
     config = apply_overrides(make_config(algo, **settings), list(overrides))
+    if os.environ.get("RANK_DEPENDENT_SEED") and os.environ.get("RANK", "0") != "0":
+        config = apply_overrides(config, ["seed=4"])  # a launch that gives the processes different configs
     model, tokenizer = load_policy("tiny")
     rewards = get_reward_functions(["correctness_first_number_reward", "proximity_reward"])
     trainer = Trainer(config, rewards, get_task("arithmetic", n=64, seed=0), model, tokenizer, progress=False)

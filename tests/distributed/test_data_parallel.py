@@ -40,7 +40,8 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def _run(tmp_path: Path, name: str, algo: str, overrides: list[str], processes: int) -> dict:
+def _run(tmp_path: Path, name: str, algo: str, overrides: list[str], processes: int, env: dict | None = None,
+         check: bool = True):
     out = tmp_path / f"{name}-{processes}.pt"
     per_device = 8 // processes
     args = [str(HERE / "run_training.py"), str(out), algo, f"per_device_train_batch_size={per_device}",
@@ -49,8 +50,10 @@ def _run(tmp_path: Path, name: str, algo: str, overrides: list[str], processes: 
     if processes > 1:
         args = ["-m", "torch.distributed.run", "--nproc_per_node", str(processes), "--master_addr", "127.0.0.1",
                 "--master_port", str(_free_port()), *args]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT), **(env or {})}
     result = subprocess.run([sys.executable, *args], capture_output=True, text=True, cwd=ROOT, env=env, timeout=300)
+    if not check:
+        return result
     assert result.returncode == 0, result.stderr[-3000:]
     return torch.load(out, weights_only=False)
 
@@ -75,3 +78,30 @@ def test_two_processes_equal_one_process(tmp_path, name):
 
     start = dict(load_policy("tiny")[0].named_parameters())
     assert any(not torch.equal(start[k], v) for k, v in one["parameters"].items() if k in start)
+
+
+@pytest.mark.xdist_group("distributed")
+def test_processes_with_different_configs_stop_before_any_work(tmp_path):
+    result = _run(tmp_path, "mismatch", "grpo", [], processes=2, env={"RANK_DEPENDENT_SEED": "1"}, check=False)
+    assert result.returncode != 0
+    assert result.stderr.count("were given different configs (fields: seed)") == 2  # said on both processes
+
+
+def test_a_launch_that_does_not_match_num_processes_is_refused(tmp_path):
+    from course_lib.algos import make_config
+    from course_lib.data import get_task
+    from course_lib.models import load_policy
+    from course_lib.rewards import get_reward_functions
+    from course_lib.trainer import Trainer
+
+    config = make_config("grpo", per_device_train_batch_size=4, num_generations=4, num_processes=2, max_steps=1,
+                         output_dir=str(tmp_path))
+    model, tokenizer = load_policy("tiny")
+    with pytest.raises(ValueError, match="num_processes=2 but this run was launched with 1 process"):
+        Trainer(config, get_reward_functions(["proximity_reward"]), get_task("arithmetic", n=16), model, tokenizer)
+    with pytest.raises(ValueError, match="device='cuda'"):
+        if torch.cuda.is_available():
+            pytest.skip("a GPU is present")
+        Trainer(make_config("grpo", device="cuda", per_device_train_batch_size=4, num_generations=4, max_steps=1,
+                            output_dir=str(tmp_path)), get_reward_functions(["proximity_reward"]),
+                get_task("arithmetic", n=16), model, tokenizer)
