@@ -328,10 +328,10 @@ class Trainer:
             if config.log_completions and self.step % config.logging_steps == 0 and self.shards.is_main:
                 limit = config.num_completions_to_print or 4
                 tqdm.write(f"step {self.step}\n" + format_samples(*self._last_samples, limit=limit))
-            if (config.save_steps > 0 and self.step % config.save_steps == 0 or interrupt.requested) \
-                    and self.shards.is_main:
+            stop = self.shards.sum(float(interrupt.requested)) > 0  # Ctrl-C on any process stops them all
+            if config.save_steps > 0 and self.step % config.save_steps == 0 or stop:
                 self.save_checkpoint()
-            if interrupt.requested:
+            if stop:
                 self.interrupted = True
                 break
         bar.close()
@@ -348,12 +348,29 @@ class Trainer:
                 "config": self.config.to_dict()}
 
     def save_checkpoint(self) -> Path:
+        """``checkpoint-<step>``, written by the main process; every process must call it.
+
+        The other processes' in-flight rows of the generation batch travel to the main
+        process and are saved with its own (``other_ranks``), so a run of N processes resumes
+        where it stopped.
+        """
         folder = self.output_dir / f"checkpoint-{self.step}"
         rollout = None if self.batch is None else {"batch": self.batch, "samples": self._last_samples}
-        return ckpt.save_checkpoint(folder, model=self.model, tokenizer=self.tokenizer, optimizer=self.optimizer,
+        if self.shards.size > 1:
+            from accelerate.utils import gather_object
+
+            everyone = gather_object([rollout])
+            if rollout is not None:
+                rollout = {**rollout, "other_ranks": everyone[1:]}
+        if not self.shards.is_main:
+            self.accelerator.wait_for_everyone()
+            return folder
+        saved = ckpt.save_checkpoint(folder, model=self.model, tokenizer=self.tokenizer, optimizer=self.optimizer,
                                     scheduler=self.scheduler, trainer_state=self._state(), rollout=rollout,
                                     value_head=self.value_head, history=self.logger.rows,
                                     save_total_limit=self.config.save_total_limit)
+        self.accelerator.wait_for_everyone()
+        return saved
 
     def save_final(self) -> Path:
         """``<output_dir>/final``: the model (merged with its adapters when LoRA) + tokenizer."""
@@ -378,6 +395,12 @@ class Trainer:
         self.tokens_seen, self.batch_position = state["tokens_seen"], state["batch_position"]
         self.sampler = PromptSampler(len(self.dataset), self.config.seed, **state["sampler"])
         if saved is not None:
+            saved_processes = 1 + len(saved.get("other_ranks", []))
+            if saved_processes != self.shards.size:
+                raise ValueError(f"checkpoint {folder} holds the generation batch of {saved_processes} process(es); "
+                                 f"this run has {self.shards.size}. Fix: resume with num_processes={saved_processes}.")
+            if self.shards.rank > 0:  # this process's own rows of the generation batch in flight
+                saved = saved["other_ranks"][self.shards.rank - 1]
             self.batch, self._last_samples = saved["batch"], saved["samples"]
         self._weights_dirty = True
         return [row for row in load_history(folder) if row["step"] <= self.step]

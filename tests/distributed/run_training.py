@@ -40,7 +40,7 @@ def main(out: str, algo: str, *overrides: str) -> None:
         return batch
 
     trainer._generate_and_score = recording_generate
-    rows = trainer.train()
+    rows = trainer.train(resume_from=os.environ.get("RESUME_FROM") or None)
     if trainer.accelerator.is_main_process:
         parameters = {name: p.detach().cpu().clone() for name, p in trainer.model.named_parameters() if p.requires_grad}
         if trainer.value_head is not None:

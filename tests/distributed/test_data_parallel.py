@@ -105,3 +105,20 @@ def test_a_launch_that_does_not_match_num_processes_is_refused(tmp_path):
         Trainer(make_config("grpo", device="cuda", per_device_train_batch_size=4, num_generations=4, max_steps=1,
                             output_dir=str(tmp_path)), get_reward_functions(["proximity_reward"]),
                 get_task("arithmetic", n=16), model, tokenizer)
+
+
+@pytest.mark.xdist_group("distributed")
+def test_two_processes_resume_where_they_stopped(tmp_path):
+    """Stopped after step 1 with half a generation batch in flight, resumed: as the straight run."""
+    common = ["steps_per_generation=2", "lr_scheduler_type=constant", "save_steps=1"]
+    straight = _run(tmp_path, "straight", "grpo", common + ["max_steps=3"], processes=2)
+    _run(tmp_path, "legs", "grpo", common + ["max_steps=1"], processes=2)
+    checkpoint = tmp_path / "legs-2" / "checkpoint-1"
+    assert checkpoint.is_dir()
+    resumed = _run(tmp_path, "legs", "grpo", common + ["max_steps=3"], processes=2,
+                   env={"RESUME_FROM": str(checkpoint)})
+    assert [row["step"] for row in resumed["rows"]] == [1, 2, 3]
+    for a, b in zip(straight["rows"], resumed["rows"]):
+        assert a["loss"] == pytest.approx(b["loss"], abs=LOSS_TOL)
+    for name, value in straight["parameters"].items():
+        assert torch.allclose(value, resumed["parameters"][name], atol=1e-6), name
