@@ -150,11 +150,12 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     one-line message, not a traceback. Each of them names the cause and the fix."""
     from .checkpoint import CheckpointError
     from .divergence import NonFiniteTrainingError
+    from .models import ModelNotAvailableError
     from .rewards import RewardFunctionError
     from .sandbox import SandboxUnavailableError
 
     return (ValueError, KeyError, FileNotFoundError, CheckpointError, NonFiniteTrainingError, RewardFunctionError,
-            SandboxUnavailableError)
+            SandboxUnavailableError, ModelNotAvailableError)
 
 
 def main(argv: list[str] | None = None) -> int:
