@@ -48,6 +48,12 @@ def make_accelerator(config):
     if config.device == "cuda" and not torch.cuda.is_available():
         raise ValueError("device='cuda' but no CUDA GPU is available. Fix: set device='auto' or 'cpu'.")
     accelerator = Accelerator(cpu=not cuda_requested(config.device))
+    kind = str(accelerator.distributed_type).rpartition(".")[2]
+    if kind in ("DEEPSPEED", "FSDP", "MEGATRON_LM"):
+        raise ValueError(f"this run was launched with {kind}; the course trainer runs data-parallel (DDP) only. "
+                         "Fix: launch with configs/multi_gpu.yaml, or hand the run to TRL (python -m course_lib "
+                         "export-trl ...) and launch TRL with configs/deepspeed_zero2.yaml, deepspeed_zero3.yaml or "
+                         "fsdp.yaml.")
     if accelerator.num_processes != config.num_processes:
         raise ValueError(
             f"num_processes={config.num_processes} but this run was launched with {accelerator.num_processes} "
