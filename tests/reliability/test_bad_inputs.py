@@ -23,7 +23,8 @@ import numpy as np
 import pytest
 import torch
 
-from course_lib.config import apply_overrides, make_config
+from course_lib.config import apply_overrides
+from course_lib.algos import make_config
 from course_lib.data import get_task
 from course_lib.divergence import NonFiniteTrainingError, check_finite_update
 from course_lib.models import ModelNotAvailableError, load_policy
