@@ -285,7 +285,7 @@ def policy_loss(
     old_logps = old_logps.masked_fill(~valid, 0.0)
     if ref_logps is not None:
         ref_logps = ref_logps.masked_fill(~valid, 0.0)
-    if sampling_ratio is not None:
+    if sampling_ratio is not None and sampling_ratio.shape == valid.shape:  # per token; (B, 1) kept as is
         sampling_ratio = torch.where(valid, sampling_ratio, torch.ones_like(sampling_ratio))
     entropy_mask = None
     if top_entropy_quantile < 1.0:
