@@ -42,7 +42,7 @@ from .batches import GenerationBatch, PromptSampler, completion_metrics
 from .divergence import check_finite_update
 from .history import MetricsLogger, format_samples, load_history
 from .models import resolve_dtype
-from .ops.importance import importance_sampling_ratio
+from .ops.importance import sampling_correction
 from .ops.stats import nanstd
 from .policy import ReferencePolicy, completion_forward, prepare_policy
 from .rewards import compute_rewards, reward_function_name
@@ -197,7 +197,7 @@ class Trainer:
             sampling_ratio = self._sampling_correction(old_logps, rollout.sampling_logps.float(),
                                                        rollout.completion_mask, metrics)
         scored = ScoredBatch(rewards=total, mask=mask, is_eos=rollout.is_eos, num_generations=G,
-                             old_logps=old_logps, ref_logps=ref_logps, old_values=old_values)
+                             old_logps=old_logps, ref_logps=ref_logps, old_values=old_values, rewards_per_func=per_func)
         result = self.algorithm.advantages(scored, config)
         advantages, returns = result.advantages, result.returns
         metrics.update(result.metrics)
@@ -208,30 +208,22 @@ class Trainer:
                                 rows=rows, num_items_in_batch=int(mask.sum()),
                                 old_logps=old_logps,  # None when on-policy: the loss detaches logps
                                 ref_logps=ref_logps, sampling_ratio=sampling_ratio, old_values=old_values,
+                                sampling_logps=None if rollout.sampling_logps is None else rollout.sampling_logps.float(),
                                 returns=returns, metrics=metrics)
         self._last_samples = ([_prompt_text(p) for p in repeated_prompts], rollout.texts,
                               torch.nan_to_num(total).tolist(), advantages.float().reshape(len(rows), -1)[:, 0].tolist())
         return batch
 
     def _sampling_correction(self, old_logps, sampling_logps, completion_mask, metrics: dict) -> torch.Tensor:
-        """Truncated importance weights between the trained policy and the sampler (no gradient).
-
-        Per token, or once per completion for an algorithm whose action is the completion
-        (RLOO); the logged ratio statistics are per token either way, as TRL logs them.
-        """
-        level = self.algorithm.sampling_correction_level
-        cap = self.config.vllm_importance_sampling_cap
-        token_ratio = importance_sampling_ratio(old_logps, sampling_logps, completion_mask, mode="token_truncate",
-                                                clip_max=cap)
-        valid = completion_mask.bool()
-        metrics["sampling/importance_sampling_ratio/mean"] = token_ratio[valid].mean().item()
-        metrics["sampling/importance_sampling_ratio/min"] = token_ratio[valid].min().item()
-        metrics["sampling/importance_sampling_ratio/max"] = token_ratio[valid].max().item()
-        metrics["sampling/sampling_logp_difference/mean"] = (old_logps - sampling_logps)[valid].abs().mean().item()
-        if level == "token":
-            return token_ratio.detach()
-        return importance_sampling_ratio(old_logps, sampling_logps, completion_mask, mode="sequence_truncate",
-                                         clip_max=cap).detach()
+        """The configured sampler-mismatch weight (no gradient), at the algorithm's level."""
+        config = self.config
+        weight, stats = sampling_correction(old_logps, sampling_logps, completion_mask,
+                                            mode=config.vllm_importance_sampling_mode,
+                                            clip_min=config.vllm_importance_sampling_clip_min,
+                                            clip_max=config.vllm_importance_sampling_clip_max,
+                                            level=self.algorithm.sampling_correction_level)
+        metrics.update(stats)
+        return weight
 
     # ------------------------------------------------------------------ learn
     def _micro_step(self, mb: dict) -> dict:
