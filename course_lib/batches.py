@@ -17,10 +17,13 @@ import torch
 class PromptSampler:
     """Dataset row indices, a fresh seeded permutation each epoch; resumable."""
 
-    def __init__(self, num_rows: int, seed: int, epoch: int = 0, position: int = 0):
+    def __init__(self, num_rows: int, seed: int, epoch: int = 0, position: int = 0, shuffle: bool = True):
         self.num_rows, self.seed, self.epoch, self.position = num_rows, seed, epoch, position
+        self.shuffle = shuffle  # False: the dataset's own order every epoch (a curriculum)
 
     def _order(self) -> list[int]:
+        if not self.shuffle:
+            return list(range(self.num_rows))
         generator = torch.Generator().manual_seed(self.seed + self.epoch)
         return torch.randperm(self.num_rows, generator=generator).tolist()
 

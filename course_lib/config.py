@@ -29,6 +29,7 @@ from pathlib import Path
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
+from course_lib.config_options import RunOptions, fail
 from course_lib.config_tools import ConfigWarning, apply_overrides, field_docs, from_dict, to_dict
 from course_lib.models import TORCH_DTYPES
 from course_lib.ops.importance import check_is_settings
@@ -41,11 +42,6 @@ DTYPES = ("auto", *TORCH_DTYPES)
 LR_SCHEDULERS = ("constant", "linear", "cosine")
 REPORT_TO = ("none", "wandb", "tensorboard")
 _ALL_PROJECTIONS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
-
-
-def fail(name: str, value: Any, problem: str, fix: str) -> None:
-    """Raise the config error format: ``field=value problem. Fix: fix.``"""
-    raise ValueError(f"{name}={value!r} {problem}. Fix: {fix}.")
 
 
 def warn(message: str) -> None:
@@ -62,7 +58,7 @@ def warn(message: str) -> None:
 
 
 @dataclass(frozen=True)
-class RLConfig:
+class RLConfig(RunOptions):
     """Settings shared by every algorithm of the course (GRPO, RLOO, PPO)."""
 
     algo: ClassVar[str] = "rl"
@@ -272,6 +268,7 @@ class RLConfig:
                 fail(name, value, "is not a known choice", f"use one of {', '.join(allowed)}")
 
     def _check_ranges(self) -> None:
+        super()._check_ranges()
         for name in ("per_device_train_batch_size", "gradient_accumulation_steps", "num_processes",
                      "num_iterations", "max_completion_length", "logging_steps", "logprob_chunk_size",
                      "lora_r", "lora_alpha"):

@@ -20,6 +20,7 @@ import ast
 import dataclasses
 import difflib
 import inspect
+import json
 import textwrap
 import types
 import typing
@@ -96,6 +97,11 @@ def _coerce(text: str, hint: Any) -> Any:
         if text in args:
             return text
         raise ValueError(f"{text!r} is not one of {', '.join(map(repr, args))}")
+    if origin is dict or hint is dict:
+        value = json.loads(text)
+        if not isinstance(value, dict):
+            raise ValueError(f"{text!r} is not a JSON object such as {{\"key\": 1}}")
+        return value
     if origin is list:
         inner = text.strip().removeprefix("[").removesuffix("]")
         items = [item.strip().strip("'\"") for item in inner.split(",") if item.strip()]

@@ -40,7 +40,9 @@ from .algos import get_algorithm
 from .algos.base import PolicyOutputs, ScoredBatch
 from .batches import GenerationBatch, PromptSampler, completion_metrics
 from .divergence import check_finite_update
-from .history import MetricsLogger, format_samples, load_history
+from .eval_loop import InLoopEvaluator
+from .history import MetricsLogger, format_samples, load_history, unique_prompt_samples
+from .model_options import apply_model_options, load_kwargs
 from .models import resolve_dtype
 from .ops.importance import sampling_correction
 from .ops.stats import nanstd
@@ -58,10 +60,11 @@ class Trainer:
         train_dataset: rows with a ``prompt`` (conversational or text) and any columns the
             reward functions read (e.g. ``answer``).
         model, tokenizer: the policy; loaded from ``config.model_name_or_path`` when None.
+        eval_dataset: held-out rows for ``config.eval_strategy="steps"`` (``course_lib.eval_loop``).
     """
 
     def __init__(self, config, reward_funcs: list[Callable], train_dataset, model=None, tokenizer=None,
-                 progress: bool = True, on_step: Callable[[dict], None] | None = None):
+                 progress: bool = True, on_step: Callable[[dict], None] | None = None, eval_dataset=None):
         if config.num_processes != 1:
             raise ValueError(f"num_processes={config.num_processes}: this trainer runs one process; keep "
                              "num_processes=1 (use it in course_lib.schedule to study multi-GPU batches).")
@@ -85,9 +88,9 @@ class Trainer:
         if model is None:
             from .models import load_policy
 
-            model, tokenizer = load_policy(config.model_name_or_path)
+            model, tokenizer = load_policy(config.model_name_or_path, **load_kwargs(config))
         self.tokenizer = tokenizer
-        self.model = prepare_policy(model, config)
+        self.model = apply_model_options(prepare_policy(model, config), config)
         self.value_head = self.algorithm.make_value_head(self.model, config)
         needs_reference = config.beta != 0.0
         self.reference = ReferencePolicy(self.model) if needs_reference else None
@@ -104,7 +107,9 @@ class Trainer:
         self.scheduler = get_scheduler(config.lr_scheduler_type, self.optimizer, num_warmup_steps=config.warmup_steps,
                                        num_training_steps=self.max_steps)
         self.engine = make_engine(config.engine, self.model, tokenizer, **self._engine_options())
-        self.sampler = PromptSampler(len(train_dataset), config.seed)
+        self.sampler = PromptSampler(len(train_dataset), config.seed, shuffle=config.shuffle_dataset)
+        self.evaluator = (None if config.eval_strategy == "no" else
+                          InLoopEvaluator(config, eval_dataset, self.reward_funcs, self.reward_weights))
         self.output_dir = Path(config.output_dir)
         self.step = 0          # optimizer steps done
         self.micro_step = 0    # micro-batches done
@@ -147,15 +152,14 @@ class Trainer:
 
     def _generate_and_score(self) -> GenerationBatch:
         config, G = self.config, self.config.num_generations
-        if self._weights_dirty:
-            self.engine.sync_weights(self.model)
-            self._weights_dirty = False
+        self._sync_engine()
         prompt_rows = self.sampler.take(config.unique_prompts_per_generation)
         prompts, columns = self._prompts_and_columns(prompt_rows)
         sampling = SamplingConfig(temperature=config.temperature, top_p=config.top_p, top_k=config.top_k,
                                   min_p=config.min_p, repetition_penalty=config.repetition_penalty,
                                   max_tokens=config.max_completion_length, seed=config.seed * 100_003 + self.cycle,
-                                  max_prompt_length=config.max_prompt_length)
+                                  max_prompt_length=config.max_prompt_length, generation_kwargs=config.generation_kwargs,
+                                  chat_template_kwargs=config.chat_template_kwargs)
         was_training = self.model.training
         self.model.eval()
         rollout = self.engine.generate(list(prompts), n=G, sampling=sampling)
@@ -213,6 +217,11 @@ class Trainer:
         self._last_samples = ([_prompt_text(p) for p in repeated_prompts], rollout.texts,
                               torch.nan_to_num(total).tolist(), advantages.float().reshape(len(rows), -1)[:, 0].tolist())
         return batch
+
+    def _sync_engine(self) -> None:
+        if self._weights_dirty:
+            self.engine.sync_weights(self.model)
+            self._weights_dirty = False
 
     def _sampling_correction(self, old_logps, sampling_logps, completion_mask, metrics: dict) -> torch.Tensor:
         """The configured sampler-mismatch weight (no gradient), at the algorithm's level."""
@@ -288,6 +297,9 @@ class Trainer:
                         "num_tokens": self.tokens_seen, "tokens/s": (self.tokens_seen - tokens_at_start) / elapsed,
                         "episode": self.cycle * config.effective_generation_batch_size, "eps": self.cycle *
                         config.effective_generation_batch_size / elapsed, "lr": row["learning_rate"]})
+            if self.evaluator is not None and self.evaluator.due(self.step, self.max_steps):
+                self._sync_engine()
+                row.update(self.evaluator.run(self.engine, self.model, self.step))
             self.logger.log(row)
             if self.on_step is not None:
                 self.on_step(row)
@@ -295,7 +307,8 @@ class Trainer:
             bar.set_postfix(reward=f"{row.get('reward', float('nan')):.3f}", loss=f"{row['loss']:.4f}")
             if config.log_completions and self.step % config.logging_steps == 0:
                 limit = config.num_completions_to_print or 4
-                tqdm.write(f"step {self.step}\n" + format_samples(*self._last_samples, limit=limit))
+                samples = unique_prompt_samples(*self._last_samples) if config.log_unique_prompts else self._last_samples
+                tqdm.write(f"step {self.step}\n" + format_samples(*samples, limit=limit))
             if config.save_steps > 0 and self.step % config.save_steps == 0 or interrupt.requested:
                 self.save_checkpoint()
             if interrupt.requested:
@@ -342,7 +355,8 @@ class Trainer:
         saved = ckpt.restore_training_state(folder, self.optimizer, self.scheduler)
         self.step, self.micro_step, self.cycle = state["step"], state["micro_step"], state["cycle"]
         self.tokens_seen, self.batch_position = state["tokens_seen"], state["batch_position"]
-        self.sampler = PromptSampler(len(self.dataset), self.config.seed, **state["sampler"])
+        self.sampler = PromptSampler(len(self.dataset), self.config.seed, **state["sampler"],
+                                     shuffle=self.config.shuffle_dataset)
         if saved is not None:
             self.batch, self._last_samples = saved["batch"], saved["samples"]
         self._weights_dirty = True

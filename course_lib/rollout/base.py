@@ -43,6 +43,11 @@ class SamplingConfig:
             completions. ``None`` draws from the engine's own random stream.
         max_prompt_length: keep at most this many prompt tokens, dropping the oldest (left)
             ones with a :class:`PromptTruncationWarning`; ``None`` keeps whole prompts.
+        generation_kwargs: extra engine arguments (HF ``GenerationConfig`` attributes or vLLM
+            ``SamplingParams``); the names above (and ``max_new_tokens``) given here override
+            the fields and are removed from it.
+        chat_template_kwargs: extra ``apply_chat_template`` arguments for conversational
+            prompts (e.g. ``{"enable_thinking": False}``).
     """
 
     temperature: float = 1.0
@@ -53,8 +58,17 @@ class SamplingConfig:
     max_tokens: int = 32
     seed: int | None = None
     max_prompt_length: int | None = None
+    generation_kwargs: dict | None = None
+    chat_template_kwargs: dict | None = None
 
     def __post_init__(self):
+        extra = dict(self.generation_kwargs or {})
+        if "max_new_tokens" in extra:
+            extra["max_tokens"] = extra.pop("max_new_tokens")
+        for name in ("temperature", "top_p", "top_k", "min_p", "repetition_penalty", "max_tokens"):
+            if name in extra:  # TRL: generation_kwargs win over the sampling fields
+                setattr(self, name, extra.pop(name))
+        self.generation_kwargs = extra
         if self.temperature < 0:
             raise ValueError(f"temperature={self.temperature}: use 0 (greedy) or a positive value.")
         if not 0 < self.top_p <= 1:
@@ -154,12 +168,14 @@ class PromptTruncationWarning(UserWarning):
     """Some prompts were longer than ``max_prompt_length`` and lost their first tokens."""
 
 
-def tokenize_prompts(tokenizer, prompts: Sequence[Prompt], max_length: int | None = None) -> list[list[int]]:
+def tokenize_prompts(tokenizer, prompts: Sequence[Prompt], max_length: int | None = None,
+                     chat_template_kwargs: dict | None = None) -> list[list[int]]:
     """Token ids of each prompt, unpadded.
 
     Conversations (lists of ``{"role", "content"}`` messages) go through the tokenizer's
     chat template with the assistant turn opened (``add_generation_prompt=True``); the
-    template already writes any special tokens, so none are added. Plain strings are
+    template already writes any special tokens, so none are added; ``chat_template_kwargs``
+    reach the template (e.g. ``enable_thinking=False``). Plain strings are
     tokenized as they are, with the tokenizer's usual special tokens.
 
     ``max_length`` keeps each prompt's last ``max_length`` tokens (left truncation, as TRL
@@ -173,7 +189,8 @@ def tokenize_prompts(tokenizer, prompts: Sequence[Prompt], max_length: int | Non
         if isinstance(prompt, str):
             ids = tokenizer(prompt, add_special_tokens=True)["input_ids"]
         elif isinstance(prompt, Sequence) and all(isinstance(m, dict) for m in prompt):
-            text = tokenizer.apply_chat_template(list(prompt), add_generation_prompt=True, tokenize=False)
+            text = tokenizer.apply_chat_template(list(prompt), add_generation_prompt=True, tokenize=False,
+                                                 **(chat_template_kwargs or {}))
             ids = tokenizer(text, add_special_tokens=False)["input_ids"]
         else:
             raise TypeError(f"prompts[{index}] is a {type(prompt).__name__}; use a string or a list of "

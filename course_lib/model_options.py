@@ -1,0 +1,69 @@
+"""What the model-side options of :class:`course_lib.config_options.RunOptions` do to a policy.
+
+- :func:`load_kwargs`: the extra `from_pretrained` arguments (`model_init_kwargs`,
+  `trust_remote_code`) for loading the policy by name.
+- :func:`apply_model_options`: `disable_dropout` (every dropout probability set to 0, so the
+  trainer's log-probs match the sampler's and the reference's) and `cast_lm_head_to_fp32`
+  (the LM head in float32 under a lower-precision body, ScaleRL, Khatri et al. 2025: the
+  log-probs that form the importance ratio lose less precision).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+
+def load_kwargs(config) -> dict[str, Any]:
+    """Keyword arguments for `load_policy` beyond the name and dtype."""
+    kwargs = dict(config.model_init_kwargs or {})
+    if config.trust_remote_code:
+        kwargs["trust_remote_code"] = True
+    return kwargs
+
+
+def disable_dropout(model: torch.nn.Module) -> int:
+    """Set `p = 0` on every `torch.nn.Dropout*` module; return how many there were."""
+    count = 0
+    for module in model.modules():
+        if isinstance(module, torch.nn.modules.dropout._DropoutNd):
+            module.p = 0.0
+            count += 1
+    # Attention dropout is often a float in the config, read at each forward.
+    config = getattr(model, "config", None)
+    for name in ("attention_dropout", "attn_pdrop", "hidden_dropout", "resid_pdrop", "embd_pdrop"):
+        if config is not None and isinstance(getattr(config, name, None), float):
+            setattr(config, name, 0.0)
+    return count
+
+
+def cast_lm_head_to_fp32(model: torch.nn.Module) -> None:
+    """Keep the output head in float32: its weight, its input (cast on the way in) and its logits.
+
+    Raises:
+        ValueError: when the head shares its weight with the input embeddings (casting it
+            would cast the embeddings too); TRL 1.16 has the same restriction.
+    """
+    head = model.get_output_embeddings()
+    embeddings = model.get_input_embeddings()
+    if head is None:
+        raise ValueError("cast_lm_head_to_fp32=True but the model has no output head. Fix: set it to False.")
+    if embeddings is not None and head.weight is embeddings.weight:
+        raise ValueError("cast_lm_head_to_fp32=True needs an LM head that is not tied to the input embeddings "
+                         "(tie_word_embeddings=True here, as in SmolLM2). Fix: set cast_lm_head_to_fp32=False, "
+                         "or use a model with an untied head.")
+    head.float()
+    if not getattr(head, "_course_fp32_hook", False):
+        head.register_forward_pre_hook(lambda module, args: tuple(a.float() if torch.is_tensor(a) else a
+                                                                  for a in args))
+        head._course_fp32_hook = True
+
+
+def apply_model_options(model: torch.nn.Module, config) -> torch.nn.Module:
+    """Apply `disable_dropout` and `cast_lm_head_to_fp32` to `model` in place; return it."""
+    if config.disable_dropout:
+        disable_dropout(model)
+    if config.cast_lm_head_to_fp32:
+        cast_lm_head_to_fp32(model)
+    return model
