@@ -359,6 +359,8 @@ class RLConfig(RunOptions):
         if self.epsilon_high is not None and self.epsilon_high < self.epsilon:
             warn(f"epsilon_high={self.epsilon_high} < epsilon={self.epsilon}: the ratio may fall further than it "
                   "may rise; DAPO's clip-higher uses epsilon_high > epsilon (0.28 vs 0.2).")
+        if self.sync_ref_model and self.beta == 0.0:
+            warn("sync_ref_model=True with beta=0.0: there is no reference model to move; set beta > 0.")
         if self.vllm_importance_sampling_correction and self.engine != "vllm":
             warn(f"vllm_importance_sampling_correction=True has almost no effect with engine={self.engine!r}: the "
                  "sampler is the trained model itself, so the weights stay at 1 up to rounding.")

@@ -47,6 +47,22 @@ class RunOptions:
     chat_template_kwargs: dict[str, Any] | None = None
     """Extra arguments for the tokenizer's `apply_chat_template`, e.g. {"enable_thinking": false} to
     switch a Qwen3 model's thinking mode off."""
+    cache_implementation: str | None = None
+    """KV-cache implementation for HF `generate` (e.g. "static"); None = the model's default. Not
+    used by vLLM."""
+    vllm_model_impl: Literal["vllm", "transformers"] = "vllm"
+    """Which model code vLLM runs: its own kernels, or the transformers modelling code (for
+    architectures vLLM lacks)."""
+    vllm_structured_outputs_regex: str | None = None
+    """Constrain vLLM's sampling to completions matching this regular expression (guided
+    decoding); None = free text."""
+    sync_ref_model: bool = False
+    """Move the reference model toward the policy during training (TR-DPO, Gorbatovski et al.
+    2024): every ref_model_sync_steps steps, ref = alpha * policy + (1 - alpha) * ref."""
+    ref_model_mixup_alpha: float = 0.6
+    """alpha of the reference update; 1.0 copies the policy."""
+    ref_model_sync_steps: int = 512
+    """Optimizer steps between reference updates."""
     log_unique_prompts: bool = False
     """With log_completions: print one sample per distinct prompt instead of every completion."""
     eval_strategy: Literal["no", "steps"] = "no"
@@ -69,9 +85,30 @@ class RunOptions:
             value = getattr(self, name)
             if value is not None and value < 1:
                 fail(name, value, "must be None or at least 1", f"set {name}=None or a positive integer")
+        if not 0 <= self.ref_model_mixup_alpha <= 1:
+            fail("ref_model_mixup_alpha", self.ref_model_mixup_alpha, "must lie in [0, 1]", "use TR-DPO's 0.6")
+        if self.ref_model_sync_steps < 1:
+            fail("ref_model_sync_steps", self.ref_model_sync_steps, "must be at least 1", "use e.g. 512")
+        if self.sync_ref_model and getattr(self, "use_lora", False):
+            fail("sync_ref_model", True, "cannot move a LoRA run's reference: it is the base model with the "
+                 "adapters switched off", "set use_lora=False, or sync_ref_model=False")
+        if self.vllm_model_impl not in ("vllm", "transformers"):
+            fail("vllm_model_impl", self.vllm_model_impl, "is not a known choice", "use 'vllm' or 'transformers'")
         if self.model_init_kwargs and {"dtype", "torch_dtype"} & set(self.model_init_kwargs):
             fail("model_init_kwargs", self.model_init_kwargs, "sets the dtype, which the `dtype` field owns",
                  "set dtype=... instead and drop it from model_init_kwargs")
+
+    @property
+    def sampling_extras(self) -> dict[str, Any]:
+        """`generation_kwargs` plus the engine-specific options (`SamplingConfig.generation_kwargs`)."""
+        extras = dict(self.generation_kwargs or {})
+        if self.cache_implementation is not None and getattr(self, "engine", "hf") == "hf":
+            extras.setdefault("cache_implementation", self.cache_implementation)
+        if self.vllm_structured_outputs_regex is not None and getattr(self, "engine", "hf") == "vllm":
+            from vllm.sampling_params import StructuredOutputsParams  # only reached with vLLM installed
+
+            extras.setdefault("structured_outputs", StructuredOutputsParams(regex=self.vllm_structured_outputs_regex))
+        return extras
 
     @property
     def effective_eval_steps(self) -> int:

@@ -69,7 +69,7 @@ class InLoopEvaluator:
         model.eval()
         try:
             common = dict(max_tokens=config.max_completion_length, max_prompt_length=config.max_prompt_length,
-                          generation_kwargs=config.generation_kwargs, chat_template_kwargs=config.chat_template_kwargs)
+                          generation_kwargs=config.sampling_extras, chat_template_kwargs=config.chat_template_kwargs)
             sampled = SamplingConfig(temperature=config.temperature, top_p=config.top_p, top_k=config.top_k,
                                      min_p=config.min_p, repetition_penalty=config.repetition_penalty,
                                      seed=config.seed * 7_919 + 17, **common)

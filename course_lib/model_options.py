@@ -6,6 +6,8 @@
   trainer's log-probs match the sampler's and the reference's) and `cast_lm_head_to_fp32`
   (the LM head in float32 under a lower-precision body, ScaleRL, Khatri et al. 2025: the
   log-probs that form the importance ratio lose less precision).
+- :func:`mix_into_reference`: `sync_ref_model`, the reference moved toward the policy
+  (TR-DPO, Gorbatovski et al. 2024, "Learn Your Reference Model for Real Good Alignment").
 """
 
 from __future__ import annotations
@@ -67,3 +69,19 @@ def apply_model_options(model: torch.nn.Module, config) -> torch.nn.Module:
     if config.cast_lm_head_to_fp32:
         cast_lm_head_to_fp32(model)
     return model
+
+
+@torch.no_grad()
+def mix_into_reference(reference: torch.nn.Module, policy: torch.nn.Module, alpha: float) -> None:
+    """`ref <- alpha * policy + (1 - alpha) * ref`, parameter by parameter, in place.
+
+    Raises:
+        ValueError: when the two models' parameters do not correspond by name and shape.
+    """
+    policy_params = dict(policy.named_parameters())
+    for name, target in reference.named_parameters():
+        source = policy_params.get(name)
+        if source is None or source.shape != target.shape:
+            raise ValueError(f"sync_ref_model: the reference's {name!r} has no twin in the policy. Fix: "
+                             "set sync_ref_model=False for this model.")
+        target.mul_(1.0 - alpha).add_(source.to(target.dtype), alpha=alpha)

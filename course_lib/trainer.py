@@ -42,7 +42,7 @@ from .batches import GenerationBatch, PromptSampler, completion_metrics
 from .divergence import check_finite_update
 from .eval_loop import InLoopEvaluator
 from .history import MetricsLogger, format_samples, load_history, unique_prompt_samples
-from .model_options import apply_model_options, load_kwargs
+from .model_options import apply_model_options, load_kwargs, mix_into_reference
 from .models import resolve_dtype
 from .ops.importance import sampling_correction
 from .ops.stats import nanstd
@@ -128,7 +128,7 @@ class Trainer:
         sampler_dtype = config.dtype if config.vllm_dtype == "auto" else config.vllm_dtype
         return {"dtype": str(resolve_dtype(sampler_dtype)).removeprefix("torch."), "seed": config.seed,
                 "max_model_len": config.vllm_max_model_length, "kv_cache_gib": config.vllm_kv_cache_gib,
-                "gpu_memory_utilization": config.vllm_gpu_memory_utilization}
+                "gpu_memory_utilization": config.vllm_gpu_memory_utilization, "model_impl": config.vllm_model_impl}
 
     # ------------------------------------------------------------------ generate + score
     def _prompts_and_columns(self, rows: list[int]):
@@ -158,7 +158,7 @@ class Trainer:
         sampling = SamplingConfig(temperature=config.temperature, top_p=config.top_p, top_k=config.top_k,
                                   min_p=config.min_p, repetition_penalty=config.repetition_penalty,
                                   max_tokens=config.max_completion_length, seed=config.seed * 100_003 + self.cycle,
-                                  max_prompt_length=config.max_prompt_length, generation_kwargs=config.generation_kwargs,
+                                  max_prompt_length=config.max_prompt_length, generation_kwargs=config.sampling_extras,
                                   chat_template_kwargs=config.chat_template_kwargs)
         was_training = self.model.training
         self.model.eval()
@@ -258,6 +258,10 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         self._weights_dirty = True
         self.step += 1
+        config = self.config
+        if config.sync_ref_model and self.reference is not None and self.step % config.ref_model_sync_steps == 0:
+            with self.reference.model() as reference:  # TR-DPO: the reference follows the policy
+                mix_into_reference(reference, self.model, config.ref_model_mixup_alpha)
         return {"grad_norm": grad_norm.item(), "learning_rate": learning_rate}
 
     # ------------------------------------------------------------------ the loop
