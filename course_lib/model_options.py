@@ -26,18 +26,25 @@ def load_kwargs(config) -> dict[str, Any]:
 
 
 def disable_dropout(model: torch.nn.Module) -> int:
-    """Set `p = 0` on every `torch.nn.Dropout*` module; return how many there were."""
+    """Set every dropout probability of `model` to 0; return how many were non-zero.
+
+    Covers `torch.nn.Dropout*` modules and the float rates attention layers keep as
+    attributes (`attention_dropout`, `dropout`, read at each forward in training mode).
+    """
     count = 0
     for module in model.modules():
         if isinstance(module, torch.nn.modules.dropout._DropoutNd):
+            count += module.p > 0
             module.p = 0.0
-            count += 1
-    # Attention dropout is often a float in the config, read at each forward.
-    config = getattr(model, "config", None)
-    for name in ("attention_dropout", "attn_pdrop", "hidden_dropout", "resid_pdrop", "embd_pdrop"):
-        if config is not None and isinstance(getattr(config, name, None), float):
-            setattr(config, name, 0.0)
-    return count
+        for name in ("attention_dropout", "attn_dropout", "dropout"):
+            value = getattr(module, name, None)
+            if isinstance(value, float):
+                count += value > 0
+                setattr(module, name, 0.0)
+    config = getattr(model, "config", None)  # so that copies built from the config agree
+    if config is not None and isinstance(getattr(config, "attention_dropout", None), float):
+        config.attention_dropout = 0.0
+    return int(count)
 
 
 def cast_lm_head_to_fp32(model: torch.nn.Module) -> None:
