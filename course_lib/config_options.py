@@ -36,7 +36,7 @@ class RunOptions:
     sampler's and the reference's (TRL's advice whenever a reference model is used)."""
     cast_lm_head_to_fp32: bool = False
     """Keep the LM head (and so the logits and log-probs) in float32 under a bfloat16 body (ScaleRL,
-    Khatri et al. 2025); needs a model whose head is not tied to its input embeddings."""
+    arXiv 2510.13786); needs a model whose head is not tied to its input embeddings."""
     shuffle_dataset: bool = True
     """Draw prompts in a fresh seeded permutation each epoch; False keeps the dataset's order (a
     curriculum)."""

@@ -4,7 +4,7 @@
   `trust_remote_code`) for loading the policy by name.
 - :func:`apply_model_options`: `disable_dropout` (every dropout probability set to 0, so the
   trainer's log-probs match the sampler's and the reference's) and `cast_lm_head_to_fp32`
-  (the LM head in float32 under a lower-precision body, ScaleRL, Khatri et al. 2025: the
+  (the LM head in float32 under a lower-precision body, ScaleRL, arXiv 2510.13786: the
   log-probs that form the importance ratio lose less precision).
 - :func:`mix_into_reference`: `sync_ref_model`, the reference moved toward the policy
   (TR-DPO, Gorbatovski et al. 2024, "Learn Your Reference Model for Real Good Alignment").

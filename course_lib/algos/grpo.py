@@ -133,7 +133,7 @@ def group_advantages(
 
 
 def multi_objective_advantages(per_func: Tensor, weights: Tensor, num_generations: int) -> tuple[Tensor, GroupStats]:
-    """Normalise-then-sum advantages for several rewards (GDPO, Liu et al. 2026; TRL's
+    """Normalise-then-sum advantages for several rewards (GDPO, arXiv 2601.05242; TRL's
     `multi_objective_aggregation="normalize_then_sum"`).
 
     Each reward function's scores are centred and scaled within each group,

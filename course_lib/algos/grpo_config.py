@@ -38,8 +38,8 @@ class GRPOConfig(RLConfig):
     al. 2025: std scaling biases toward too-easy and too-hard prompts)."""
     multi_objective_aggregation: Literal["sum_then_normalize", "normalize_then_sum"] = "sum_then_normalize"
     """With several reward functions: weight-sum the rewards then normalise per group (GRPO), or
-    normalise each reward per group first, weight-sum, then normalise over the batch (GDPO, Liu et
-    al. 2026: keeps one reward's scale from drowning the others)."""
+    normalise each reward per group first, weight-sum, then normalise over the batch (GDPO, arXiv
+    2601.05242: keeps one reward's scale from drowning the others)."""
     loss_type: Literal["grpo", "bnpo", "dr_grpo", "dapo", "luspo", "cispo", "sapo", "vespo"] = "dapo"
     """Objective and token aggregation: `grpo` per-sequence mean (length bias), `bnpo` tokens of the
     local batch, `dr_grpo` constant max_completion_length (Dr. GRPO), `dapo` tokens of the whole
@@ -51,7 +51,7 @@ class GRPOConfig(RLConfig):
     reverse-KL gradient (DeepSeek-V3.2; TRL 1.16's default). On-policy the value is unchanged
     but the gradient gains `beta * k3` per token."""
     sapo_temperature_pos: float = 1.0
-    """SAPO gate temperature for tokens with a positive advantage (Gao et al. 2025)."""
+    """SAPO gate temperature for tokens with a positive advantage (SAPO, arXiv 2511.20347)."""
     sapo_temperature_neg: float = 1.05
     """SAPO gate temperature for tokens with a non-positive advantage; higher decays faster."""
     vespo_k_pos: float = 2.0

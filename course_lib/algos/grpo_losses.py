@@ -8,20 +8,20 @@ per completion under GSPO's sequence level) and `A` the advantage:
   `-min(r A, clip(r, 1 - eps, 1 + eps_high) A)` (Schulman et al. 2017), differing only in
   the averaging (below).
 - `cispo`: `-sg(min(r, eps_max)) * A * log pi`: the weight is clipped and detached, but the
-  token keeps its gradient, so no token is silenced by the clip (MiniMax-M1, MiniMax 2025;
-  `eps_max` is `epsilon_high`, 5.0 in ScaleRL, Khatri et al. 2025).
+  token keeps its gradient, so no token is silenced by the clip (MiniMax-M1, arXiv 2506.13585;
+  `eps_max` is `epsilon_high`, 5.0 in ScaleRL, arXiv 2510.13786).
 - `sapo`: `-sigmoid(tau (r - 1)) * 4 / tau * A`, a smooth gate instead of a hard clip, with
-  `tau` depending on the sign of A (Soft Adaptive Policy Optimization, Gao et al. 2025). At
+  `tau` depending on the sign of A (Soft Adaptive Policy Optimization, arXiv 2511.20347). At
   r = 1 its gradient equals the unclipped ratio's; it fades smoothly as r moves away.
 - `vespo`: `-phi(w) * A * log pi` with `phi(w) = exp(lambda + k log w - lambda w)` a gamma-shaped
   weight of the sequence ratio `w` (product of the token ratios, times the sampler
   correction), `phi(1) = 1`, detached (Variational Sequence-Level Soft Policy
-  Optimization, 2025; `k` and `lambda` depend on the sign of A).
+  Optimization, arXiv 2602.10693; `k` and `lambda` depend on the sign of A).
 
 Averaging (`aggregate`): `grpo`/`sapo` mean per sequence then over sequences; `bnpo` over
 the local batch's tokens; `dr_grpo` over `B * max_completion_length`; `dapo`/`cispo`/`vespo`
 over the tokens of the whole generation batch; `luspo` sums each sequence's tokens then
-averages over sequences (Length-Unbiased Sequence Policy Optimization, 2026: GSPO's
+averages over sequences (Length-Unbiased Sequence Policy Optimization, arXiv 2602.05261: GSPO's
 sequence loss scaled by the sequence's length).
 """
 
