@@ -328,6 +328,7 @@ class Trainer:
     def _state(self) -> dict:
         return {"step": self.step, "micro_step": self.micro_step, "cycle": self.cycle, "tokens_seen": self.tokens_seen,
                 "batch_position": self.batch_position, "sampler": self.sampler.state(), "algo": self.algorithm.name,
+                "algorithm_state": getattr(self.algorithm, "state", dict)(),  # e.g. GRPO's adaptive entropy coef
                 "config": self.config.to_dict()}
 
     def save_checkpoint(self) -> Path:
@@ -359,6 +360,8 @@ class Trainer:
         saved = ckpt.restore_training_state(folder, self.optimizer, self.scheduler)
         self.step, self.micro_step, self.cycle = state["step"], state["micro_step"], state["cycle"]
         self.tokens_seen, self.batch_position = state["tokens_seen"], state["batch_position"]
+        if state.get("algorithm_state") and hasattr(self.algorithm, "load_state"):
+            self.algorithm.load_state(state["algorithm_state"], self.config)
         self.sampler = PromptSampler(len(self.dataset), self.config.seed, **state["sampler"],
                                      shuffle=self.config.shuffle_dataset)
         if saved is not None:

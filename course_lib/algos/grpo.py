@@ -389,6 +389,16 @@ class GRPO:
                 config.entropy_coef_delta, config.entropy_target)
         return self.entropy_control
 
+    def state(self) -> dict:
+        """What a checkpoint keeps: the adaptive entropy coefficient and its last measurement."""
+        return {} if self.entropy_control is None else {"micro_batches": self._micro_batches,
+                                                        **self.entropy_control.state()}
+
+    def load_state(self, state: dict, config: GRPOConfig) -> None:
+        if "entropy_coef" in state:
+            self._entropy_coef(config).load_state(state)
+            self._micro_batches = state["micro_batches"]
+
     def loss(self, micro_batch: dict, outputs: PolicyOutputs, config: GRPOConfig,
              num_items_in_batch: int) -> LossOutput:
         control = self._entropy_coef(config)

@@ -110,7 +110,9 @@ class AdaptiveEntropyCoef:
             self._window.zero_()
 
     def state(self) -> dict:
-        return {"entropy_coef": self.coef, "last_entropy": self.last_entropy}
+        """JSON-safe state for checkpoints (no measurement yet is None)."""
+        return {"entropy_coef": self.coef, "last_entropy": None if math.isinf(self.last_entropy) else self.last_entropy}
 
     def load_state(self, state: dict) -> None:
-        self.coef, self.last_entropy = state["entropy_coef"], state["last_entropy"]
+        last = state["last_entropy"]
+        self.coef, self.last_entropy = state["entropy_coef"], math.inf if last is None else last

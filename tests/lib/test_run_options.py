@@ -175,3 +175,17 @@ def test_modern_grpo_settings_train_end_to_end(tmp_path):
         assert math.isfinite(row["loss"]) and "cispo_clip_ratio" in row and "entropy_coef" in row
         assert row["sampling/importance_sampling_ratio/min"] > 0.5  # the same model sampled
     assert trainer.batch.sampling_logps is not None
+
+
+def test_the_adaptive_entropy_coefficient_survives_a_resume(tmp_path):
+    settings = dict(entropy_coef=0.01, use_adaptive_entropy=True, entropy_target=10.0, entropy_coef_delta=0.01,
+                    temperature=1.5, max_steps=3)
+    full = _trainer(tmp_path / "full", **settings)
+    full.train()
+    first = _trainer(tmp_path / "resumed", save_steps=1, **{**settings, "max_steps": 2})
+    first.train()
+    resumed = _trainer(tmp_path / "resumed", **settings)
+    resumed.train(resume_from=tmp_path / "resumed" / "checkpoint-2")
+    # entropy is below the (high) target at every step: the coefficient rises by delta each step
+    assert full.algorithm.entropy_control.coef == pytest.approx(0.04)
+    assert resumed.algorithm.entropy_control.coef == pytest.approx(full.algorithm.entropy_control.coef)
