@@ -51,3 +51,27 @@ def test_supported_fields_share_trl_defaults_and_reach_trl():
                  "sync_ref_model", "ref_model_sync_steps", "vespo_lambda_neg", "cache_implementation",
                  "log_unique_prompts", "entropy_coef_max"):
         assert getattr(converted, name) == getattr(config, name), name
+
+
+def test_list_fields_prints_every_supported_field(capsys):
+    import argparse
+
+    from course_lib.cli_train import add_train_arguments, run_train
+
+    parser = argparse.ArgumentParser()
+    add_train_arguments(parser)
+    assert run_train(parser.parse_args(["--list-fields"])) == 0
+    printed = {line.split(" = ")[0] for line in capsys.readouterr().out.splitlines() if " = " in line}
+    supported = coverage(GRPOConfig)["supported"]
+    assert {RENAMED.get(name, name) for name in supported} <= printed
+
+
+def test_dict_fields_are_set_from_the_command_line_as_json():
+    from course_lib.config import apply_overrides
+
+    config = apply_overrides(GRPOConfig(), ['chat_template_kwargs={"enable_thinking": false}',
+                                            'generation_kwargs={"suppress_tokens": [3]}'])
+    assert config.chat_template_kwargs == {"enable_thinking": False}
+    assert config.generation_kwargs == {"suppress_tokens": [3]}
+    with pytest.raises(ValueError, match=r"chat_template_kwargs='\[1, 2\]' does not fit.*Fix:"):
+        apply_overrides(GRPOConfig(), ["chat_template_kwargs=[1, 2]"])
