@@ -212,7 +212,8 @@ class Trainer:
                                 rows=rows, num_items_in_batch=int(mask.sum()),
                                 old_logps=old_logps,  # None when on-policy: the loss detaches logps
                                 ref_logps=ref_logps, sampling_ratio=sampling_ratio, old_values=old_values,
-                                sampling_logps=None if rollout.sampling_logps is None else rollout.sampling_logps.float(),
+                                sampling_logps=rollout.sampling_logps if rollout.sampling_logps is None
+                                else rollout.sampling_logps.float(),
                                 returns=returns, metrics=metrics)
         self._last_samples = ([_prompt_text(p) for p in repeated_prompts], rollout.texts,
                               torch.nan_to_num(total).tolist(), advantages.float().reshape(len(rows), -1)[:, 0].tolist())
@@ -311,7 +312,9 @@ class Trainer:
             bar.set_postfix(reward=f"{row.get('reward', float('nan')):.3f}", loss=f"{row['loss']:.4f}")
             if config.log_completions and self.step % config.logging_steps == 0:
                 limit = config.num_completions_to_print or 4
-                samples = unique_prompt_samples(*self._last_samples) if config.log_unique_prompts else self._last_samples
+                samples = self._last_samples
+                if config.log_unique_prompts:
+                    samples = unique_prompt_samples(*samples)
                 tqdm.write(f"step {self.step}\n" + format_samples(*samples, limit=limit))
             if config.save_steps > 0 and self.step % config.save_steps == 0 or interrupt.requested:
                 self.save_checkpoint()

@@ -158,7 +158,8 @@ def multi_objective_advantages(per_func: Tensor, weights: Tensor, num_generation
     std = nanstd(rewards).expand_as(rewards) if rewards.numel() > 1 else torch.zeros_like(rewards)
     advantages = torch.nan_to_num((rewards - torch.nanmean(rewards)) / (std + STD_EPS), nan=0.0)
     mean = torch.nanmean(rewards).expand_as(rewards)
-    return advantages, GroupStats(mean_grouped=mean, std_grouped=std, is_std_zero=torch.isclose(std, torch.zeros_like(std)))
+    is_std_zero = torch.isclose(std, torch.zeros_like(std))
+    return advantages, GroupStats(mean_grouped=mean, std_grouped=std, is_std_zero=is_std_zero)
 
 
 # ---------------------------------------------------------------------------------------
