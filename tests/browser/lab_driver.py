@@ -1,0 +1,263 @@
+"""Drive a notebook in JupyterLab from a real browser, as a learner would.
+
+`run_all_cells` runs a notebook with a finite per-cell timeout; `find_controls` lists
+every ipywidgets control that the outputs show; `move_control` changes one with real
+mouse and keyboard events and times how long its figure takes to redraw.
+
+A control "answers" when the explorer's output shows a new figure, or a one-line
+message (a value the explorer refuses, e.g. a non-numeric answer), within the timeout.
+Nothing on the page may read "Error displaying widget", show a widget's Python repr
+instead of the widget, or show a traceback.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+# Chromium flags for an unattended, offline run (no sandbox: CI containers run as root).
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+
+# Text that must never be on the page: a widget that failed to render, a widget shown as
+# its Python repr (the front end did not load the widget manager), a traceback.
+FORBIDDEN_TEXT = ("Error displaying widget", "Traceback (most recent call last)", "children=(",
+                  "VBox(", "HBox(", "interactive(", "Loading widget...")
+
+# Every control kind the lessons use, by its ipywidgets CSS class.
+CONTROL_SELECTOR = (".widget-slider, .widget-dropdown, .widget-text, .widget-textarea, "
+                    ".widget-select-multiple, .widget-checkbox")
+
+_NOTEBOOK_STATE_JS = """() => {
+  const panel = window.jupyterapp.shell.currentWidget;
+  const cells = panel.content.widgets.filter(c => c.model.type === 'code');
+  return {
+    kernel: panel.sessionContext.session?.kernel?.status ?? 'none',
+    cells: cells.map(c => ({
+      count: c.model.executionCount,
+      prompt: c.promptNode ? c.promptNode.textContent.trim() : '',
+      errors: c.model.outputs.toJSON().filter(o => o.output_type === 'error')
+                .map(o => o.ename + ': ' + o.evalue),
+      source: c.model.sharedModel.getSource().slice(0, 300),
+    })),
+  };
+}"""
+
+# Tag every widget root (a cell output holding controls) and every control in it, and
+# return their descriptions. A root's "figure signature" changes whenever its output
+# widget shows a different image or text.
+_TAG_CONTROLS_JS = """(selector) => {
+  const roots = [...document.querySelectorAll('.jp-OutputArea-output')]
+    .filter(o => o.querySelector(selector));
+  const found = [];
+  roots.forEach((root, r) => {
+    root.setAttribute('data-course-root', String(r));
+    root.querySelectorAll(selector).forEach((el, k) => {
+      const id = r + '-' + k;
+      el.setAttribute('data-course-control', id);
+      const kind = ['slider', 'dropdown', 'textarea', 'select-multiple', 'checkbox', 'text']
+        .find(name => el.classList.contains('widget-' + name));
+      const label = el.querySelector('.widget-label');
+      const box = el.getBoundingClientRect();
+      found.push({id, root: r, kind,
+                  description: (label && label.textContent.trim()) || el.textContent.trim().slice(0, 40)});
+    });
+  });
+  return found;
+}"""
+
+_SIGNATURE_JS = """(r) => {
+  const root = document.querySelector(`[data-course-root="${r}"]`);
+  const outputs = [...root.querySelectorAll('.widget-output')];
+  const images = outputs.flatMap(o => [...o.querySelectorAll('img')]).map(i => i.src.length + ':' + i.src.slice(-64));
+  const text = outputs.map(o => [...o.querySelectorAll('.jp-RenderedText')].map(t => t.textContent).join('')).join('');
+  return {images, text: text.trim(), signature: images.join('|') + '#' + text};
+}"""
+
+# Layout problems of one root: labels whose text is cut (ellipsis), slider tracks too
+# narrow to use, content wider than the output area.
+_LAYOUT_JS = """(r) => {
+  const root = document.querySelector(`[data-course-root="${r}"]`);
+  const area = root.getBoundingClientRect();
+  const cut = [...root.querySelectorAll('.widget-label')]
+    .filter(l => l.textContent.trim() && l.scrollWidth > l.clientWidth + 1)
+    .map(l => `${l.textContent.trim()} (${l.scrollWidth} px of text in ${l.clientWidth} px)`);
+  const tracks = [...root.querySelectorAll('.widget-slider')].map(s => {
+    const track = s.querySelector('.noUi-target, .slider');
+    return {label: s.querySelector('.widget-label')?.textContent.trim() ?? '',
+            width: track ? track.getBoundingClientRect().width : 0};
+  });
+  let right = 0;
+  root.querySelectorAll('*').forEach(el => {
+    const box = el.getBoundingClientRect();
+    if (box.width > 0 && box.height > 0) right = Math.max(right, box.right);
+  });
+  return {cut, tracks, overflow: Math.round(right - area.right), width: Math.round(area.width)};
+}"""
+
+
+@dataclass
+class Control:
+    notebook: str
+    id: str
+    root: int
+    kind: str
+    description: str
+
+
+@dataclass
+class Answer:
+    control: Control
+    action: str
+    outcome: str            # "figure" or "message: <the line>"
+    seconds: float
+
+
+@dataclass
+class NotebookRun:
+    name: str
+    cells: int
+    seconds: float
+    answers: list[Answer] = field(default_factory=list)
+
+
+def open_notebook(page, lab, name: str, timeout: float = 120.0) -> None:
+    """Open `name` in JupyterLab; accept the kernel dialog if one asks; wait for an idle kernel."""
+    page.goto(lab.lab_url(name))
+    page.wait_for_function("window.jupyterapp && window.jupyterapp.shell.currentWidget "
+                           "&& window.jupyterapp.shell.currentWidget.sessionContext", timeout=timeout * 1000)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        dialog = page.locator(".jp-Dialog .jp-mod-accept")
+        if dialog.count():
+            dialog.first.click()
+        status = page.evaluate("() => window.jupyterapp.shell.currentWidget.sessionContext.session?.kernel?.status")
+        if status == "idle":
+            return
+        page.wait_for_timeout(250)
+    raise TimeoutError(f"{name}: the kernel was not idle {timeout:.0f} s after opening the notebook")
+
+
+def run_all_cells(page, name: str, cell_timeout: float) -> tuple[int, float]:
+    """Run every cell; fail when one cell runs longer than `cell_timeout` or raises.
+
+    Returns (number of code cells, seconds). The timeout is per cell: the clock restarts
+    each time one more cell finishes.
+    """
+    started = time.monotonic()
+    page.evaluate("() => window.jupyterapp.commands.execute('notebook:run-all-cells')")
+    done, last_progress = -1, time.monotonic()
+    while True:
+        state = page.evaluate(_NOTEBOOK_STATE_JS)
+        cells = state["cells"]
+        errors = [(i + 1, e, c["source"]) for i, c in enumerate(cells) for e in c["errors"]]
+        if errors:
+            number, error, source = errors[0]
+            raise AssertionError(f"{name}: code cell {number} raised {error}\n{source}")
+        finished = sum(c["count"] is not None and c["prompt"] != "[*]:" for c in cells)
+        if finished == len(cells) and state["kernel"] == "idle":
+            return len(cells), time.monotonic() - started
+        if finished != done:
+            done, last_progress = finished, time.monotonic()
+        elif time.monotonic() - last_progress > cell_timeout:
+            stuck = next(i for i, c in enumerate(cells) if c["count"] is None or c["prompt"] == "[*]:")
+            raise TimeoutError(f"{name}: code cell {stuck + 1} of {len(cells)} did not finish within "
+                               f"{cell_timeout:.0f} s (kernel {state['kernel']}):\n{cells[stuck]['source']}")
+        page.wait_for_timeout(200)
+
+
+def page_problems(page) -> list[str]:
+    """Forbidden text anywhere in the notebook's outputs."""
+    text = page.evaluate("() => [...document.querySelectorAll('.jp-OutputArea-output')]"
+                         ".map(o => o.innerText).join('\\n')")
+    return [bad for bad in FORBIDDEN_TEXT if bad in text]
+
+
+def find_controls(page, notebook: str) -> list[Control]:
+    page.wait_for_timeout(500)  # let the last widget views attach
+    return [Control(notebook=notebook, **found) for found in page.evaluate(_TAG_CONTROLS_JS, CONTROL_SELECTOR)]
+
+
+def layout(page, root: int) -> dict:
+    return page.evaluate(_LAYOUT_JS, root)
+
+
+def signature(page, root: int) -> dict:
+    return page.evaluate(_SIGNATURE_JS, root)
+
+
+def _locator(page, control: Control):
+    return page.locator(f'[data-course-control="{control.id}"]')
+
+
+def _type_into(page, element, text: str, submit: str) -> None:
+    element.click()
+    page.keyboard.press("Control+A")
+    page.keyboard.type(text)
+    page.keyboard.press(submit)
+
+
+def perform(page, control: Control, edit: str | None = None) -> str:
+    """Change `control` with mouse or keyboard events; returns what was done.
+
+    `edit` is the text to type (text controls) or None for the default change: a
+    slider is clicked at a quarter or three quarters of its track, a dropdown moves one
+    option down (up from the last), a multi-select toggles one option, a checkbox flips,
+    a text box gets its comma-separated values reversed.
+    """
+    element = _locator(page, control)
+    element.scroll_into_view_if_needed()
+    if control.kind == "slider":
+        track = element.locator(".noUi-target, .slider").first
+        handle = element.locator(".noUi-handle").first
+        box, knob = track.bounding_box(), handle.bounding_box()
+        fraction = 0.25 if knob["x"] + knob["width"] / 2 > box["x"] + box["width"] / 2 else 0.75
+        page.mouse.click(box["x"] + fraction * box["width"], box["y"] + box["height"] / 2)
+        return f"click at {fraction:.0%} of the track"
+    if control.kind == "dropdown":
+        select = element.locator("select")
+        options = select.locator("option")
+        index = select.evaluate("s => s.selectedIndex")
+        key = "ArrowDown" if index < options.count() - 1 else "ArrowUp"
+        select.focus()
+        page.keyboard.press(key)
+        return f"{key} -> {select.evaluate('s => s.value')}"
+    if control.kind == "select-multiple":
+        options = element.locator("option")
+        selected = element.locator("select").evaluate("s => [...s.options].map(o => o.selected)")
+        # drop the last selected option when several are, else add the first unselected
+        index = max(i for i, s in enumerate(selected) if s) if sum(selected) > 1 else selected.index(False)
+        options.nth(index).click(modifiers=["Control"])
+        return f"ctrl-click {options.nth(index).inner_text()}"
+    if control.kind == "checkbox":
+        element.locator("input").click()
+        return "click"
+    if control.kind == "textarea":
+        box = element.locator("textarea")
+        _type_into(page, box, edit if edit is not None else box.input_value()[::-1], "Tab")
+        return f"type {edit!r}" if edit is not None else "type the text reversed"
+    field_ = element.locator("input")
+    if edit is None:
+        edit = ", ".join(reversed(field_.input_value().replace(",", " ").split()))
+    _type_into(page, field_, edit, "Enter")
+    return f"type {edit!r}"
+
+
+def move_control(page, control: Control, edit: str | None = None, timeout: float = 30.0) -> Answer:
+    """`perform` one change and wait until the figure (or a one-line message) is new."""
+    before = signature(page, control.root)
+    started = time.monotonic()
+    action = perform(page, control, edit)
+    deadline = started + timeout
+    while True:
+        now = signature(page, control.root)
+        if now["signature"] != before["signature"] and (now["images"] or now["text"]):
+            # A redraw clears the output first: wait until the figure (or message) is back.
+            if now["images"] and set(now["images"]) - set(before["images"]):
+                return Answer(control, action, "figure", time.monotonic() - started)
+            if not now["images"] and now["text"]:
+                return Answer(control, action, f"message: {now['text']}", time.monotonic() - started)
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{control.notebook}: control {control.description!r} ({action}) did not redraw "
+                               f"within {timeout:.0f} s; output now: {now['text'][:300]!r}")
+        page.wait_for_timeout(20)
