@@ -28,8 +28,13 @@ FORBIDDEN_TEXT = ("Error displaying widget", "Traceback (most recent call last)"
 CONTROL_SELECTOR = (".widget-slider, .widget-dropdown, .widget-text, .widget-textarea, "
                     ".widget-select-multiple, .widget-checkbox")
 
-_NOTEBOOK_STATE_JS = """() => {
-  const panel = window.jupyterapp.shell.currentWidget;
+# The notebook panel of one file (not "the current widget": a restored workspace may
+# hold other tabs).
+_PANEL_JS = """(name) => [...window.jupyterapp.shell.widgets('main')]
+  .find(w => w.context && w.context.path === name && w.content && w.content.widgets)"""
+
+_NOTEBOOK_STATE_JS = """(name) => {
+  const panel = (""" + _PANEL_JS + """)(name);
   const cells = panel.content.widgets.filter(c => c.model.type === 'code');
   return {
     kernel: panel.sessionContext.session?.kernel?.status ?? 'none',
@@ -124,14 +129,13 @@ class NotebookRun:
 def open_notebook(page, lab, name: str, timeout: float = 120.0) -> None:
     """Open `name` in JupyterLab; accept the kernel dialog if one asks; wait for an idle kernel."""
     page.goto(lab.lab_url(name))
-    page.wait_for_function("window.jupyterapp && window.jupyterapp.shell.currentWidget "
-                           "&& window.jupyterapp.shell.currentWidget.sessionContext", timeout=timeout * 1000)
+    page.wait_for_function(f"window.jupyterapp && ({_PANEL_JS})({name!r})", timeout=timeout * 1000)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         dialog = page.locator(".jp-Dialog .jp-mod-accept")
         if dialog.count():
             dialog.first.click()
-        status = page.evaluate("() => window.jupyterapp.shell.currentWidget.sessionContext.session?.kernel?.status")
+        status = page.evaluate(f"(name) => ({_PANEL_JS})(name).sessionContext.session?.kernel?.status", name)
         if status == "idle":
             return
         page.wait_for_timeout(250)
@@ -145,10 +149,11 @@ def run_all_cells(page, name: str, cell_timeout: float) -> tuple[int, float]:
     each time one more cell finishes.
     """
     started = time.monotonic()
-    page.evaluate("() => window.jupyterapp.commands.execute('notebook:run-all-cells')")
+    page.evaluate(f"(name) => {{ window.jupyterapp.shell.activateById(({_PANEL_JS})(name).id);"
+                  f"  return window.jupyterapp.commands.execute('notebook:run-all-cells'); }}", name)
     done, last_progress = -1, time.monotonic()
     while True:
-        state = page.evaluate(_NOTEBOOK_STATE_JS)
+        state = page.evaluate(_NOTEBOOK_STATE_JS, name)
         cells = state["cells"]
         errors = [(i + 1, e, c["source"]) for i, c in enumerate(cells) for e in c["errors"]]
         if errors:
@@ -164,6 +169,12 @@ def run_all_cells(page, name: str, cell_timeout: float) -> tuple[int, float]:
             raise TimeoutError(f"{name}: code cell {stuck + 1} of {len(cells)} did not finish within "
                                f"{cell_timeout:.0f} s (kernel {state['kernel']}):\n{cells[stuck]['source']}")
         page.wait_for_timeout(200)
+
+
+def close_notebook(page, name: str) -> None:
+    """Shut the notebook's kernel down (each holds a model in memory), then close the page."""
+    page.evaluate(f"(name) => ({_PANEL_JS})(name)?.sessionContext.shutdown()", name)
+    page.close()
 
 
 def page_problems(page) -> list[str]:
@@ -201,8 +212,8 @@ def perform(page, control: Control, edit: str | None = None) -> str:
     """Change `control` with mouse or keyboard events; returns what was done.
 
     `edit` is the text to type (text controls) or None for the default change: a
-    slider is clicked at a quarter or three quarters of its track, a dropdown moves one
-    option down (up from the last), a multi-select toggles one option, a checkbox flips,
+    slider is clicked at a quarter or three quarters of its track, a dropdown takes the
+    next option (the previous one from the last), a multi-select toggles one option, a checkbox flips,
     a text box gets its comma-separated values reversed.
     """
     element = _locator(page, control)
@@ -215,13 +226,13 @@ def perform(page, control: Control, edit: str | None = None) -> str:
         page.mouse.click(box["x"] + fraction * box["width"], box["y"] + box["height"] / 2)
         return f"click at {fraction:.0%} of the track"
     if control.kind == "dropdown":
+        # A native <select> opens a popup the page cannot see into: choose the option the
+        # way the popup would (input and change events on the element).
         select = element.locator("select")
-        options = select.locator("option")
         index = select.evaluate("s => s.selectedIndex")
-        key = "ArrowDown" if index < options.count() - 1 else "ArrowUp"
-        select.focus()
-        page.keyboard.press(key)
-        return f"{key} -> {select.evaluate('s => s.value')}"
+        target = index + 1 if index + 1 < select.locator("option").count() else index - 1
+        select.select_option(index=target)
+        return f"choose {select.evaluate('s => s.value')!r}"
     if control.kind == "select-multiple":
         options = element.locator("option")
         selected = element.locator("select").evaluate("s => [...s.options].map(o => o.selected)")

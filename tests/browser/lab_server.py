@@ -35,7 +35,8 @@ class LabServer:
     log: Path         # the server's stdout + stderr
 
     def lab_url(self, path: str = "") -> str:
-        return f"{self.url}/lab/tree/{path}?token={self.token}"
+        # `reset`: start from an empty workspace, not with the tabs of the last page
+        return f"{self.url}/lab/tree/{path}?reset&token={self.token}"
 
 
 def free_port() -> int:
@@ -71,6 +72,17 @@ def _wait_ready(url: str, token: str, process: subprocess.Popen, log: Path, time
         except OSError:
             time.sleep(0.3)
     raise TimeoutError(f"JupyterLab did not answer on {url} within {timeout:.0f} s:\n{log.read_text()[-3000:]}")
+
+
+def _die_with_parent() -> None:
+    """In the server's process, before exec: on Linux, get SIGTERM when the test process
+    dies, even by SIGKILL, so that no server outlives an interrupted run."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG = 1
+    except (OSError, AttributeError):
+        pass
 
 
 def _stop(process: subprocess.Popen) -> None:
@@ -131,7 +143,8 @@ def running_lab(notebooks: list[Path], env: Mapping[str, str] | None = None,
             command.append("--allow-root")
         with open(log, "wb") as log_file:
             process = subprocess.Popen(command, cwd=root, env=server_env, stdout=log_file,
-                                       stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+                                       stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+                                       preexec_fn=_die_with_parent if sys.platform == "linux" else None)
         url = f"http://127.0.0.1:{port}"
         _wait_ready(url, token, process, log, startup_timeout)
         yield LabServer(url=url, token=token, root=root, log=log)
