@@ -32,8 +32,9 @@ LABEL_PADDING_PX = 10
 DEFAULT_LABEL_PX = 80
 # A slider's track should be wide enough to aim at one of its values with the mouse.
 SLIDER_TRACK_PX = 160
-# Besides label and track, a slider row holds the readout (>= 40 px) and margins.
-SLIDER_EXTRA_PX = 72
+# Besides label and track, a slider row holds the readout and margins (96 px measured in
+# JupyterLab 4 with ipywidgets 8).
+SLIDER_EXTRA_PX = 96
 
 
 def category_colors(count: int) -> list[tuple[float, float, float, float]]:

@@ -208,6 +208,23 @@ def _type_into(page, element, text: str, submit: str) -> None:
     page.keyboard.press(submit)
 
 
+def _activate_cell(page, element) -> None:
+    """Select the control's cell first, by clicking its input prompt, as a learner's first
+    click does: selecting a cell can scroll the notebook, and a slider that moves between
+    mouse-down and mouse-up takes no click."""
+    active = element.evaluate("""el => {
+      const cell = el.closest('.jp-Cell');
+      cell.querySelector('.jp-InputPrompt').setAttribute('data-course-prompt', '1');
+      return cell.classList.contains('jp-mod-active');
+    }""")
+    prompt = page.locator('[data-course-prompt="1"]')
+    if not active:
+        prompt.click()
+        page.wait_for_timeout(300)
+        element.scroll_into_view_if_needed()
+    prompt.evaluate("p => p.removeAttribute('data-course-prompt')")
+
+
 def perform(page, control: Control, edit: str | None = None) -> str:
     """Change `control` with mouse or keyboard events; returns what was done.
 
@@ -256,6 +273,9 @@ def perform(page, control: Control, edit: str | None = None) -> str:
 
 def move_control(page, control: Control, edit: str | None = None, timeout: float = 30.0) -> Answer:
     """`perform` one change and wait until the figure (or a one-line message) is new."""
+    element = _locator(page, control)
+    element.scroll_into_view_if_needed()
+    _activate_cell(page, element)
     before = signature(page, control.root)
     started = time.monotonic()
     action = perform(page, control, edit)

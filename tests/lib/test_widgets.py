@@ -443,7 +443,7 @@ def test_explorer_labels_are_whole_and_slider_tracks_usable():
             box_px = _px(control.style.description_width) if control.style.description_width else 80.0
             assert box_px >= text_px, f"{name}: label {control.description!r} ({text_px:.0f} px) cut at {box_px} px"
             if type(control).__name__.endswith("Slider"):
-                track = _px(control.layout.width) - box_px - 72  # readout and margins
+                track = _px(control.layout.width) - box_px - 96  # readout and margins
                 assert track >= 150, f"{name}: slider {control.description!r} has a {track:.0f} px track"
     # the descriptions the default 80 px box cut
     clip = {c.description: c for c in _controls(explorers["clip"])}
