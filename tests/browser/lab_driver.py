@@ -49,8 +49,7 @@ _NOTEBOOK_STATE_JS = """(name) => {
 }"""
 
 # Tag every widget root (a cell output holding controls) and every control in it, and
-# return their descriptions. A root's "figure signature" changes whenever its output
-# widget shows a different image or text.
+# return their descriptions.
 _TAG_CONTROLS_JS = """(selector) => {
   const roots = [...document.querySelectorAll('.jp-OutputArea-output')]
     .filter(o => o.querySelector(selector));
@@ -62,21 +61,26 @@ _TAG_CONTROLS_JS = """(selector) => {
       el.setAttribute('data-course-control', id);
       const kind = ['slider', 'dropdown', 'textarea', 'select-multiple', 'checkbox', 'text']
         .find(name => el.classList.contains('widget-' + name));
-      const label = el.querySelector('.widget-label');
-      const box = el.getBoundingClientRect();
-      found.push({id, root: r, kind,
-                  description: (label && label.textContent.trim()) || el.textContent.trim().slice(0, 40)});
+      // A checkbox's description is on its right; its left label holds a zero-width space.
+      const description = [...el.querySelectorAll('.widget-label, .widget-label-basic')]
+        .map(l => l.textContent.replace(/\u200b/g, '').trim()).find(t => t);
+      found.push({id, root: r, kind, description: description || el.textContent.trim().slice(0, 40)});
     });
   });
   return found;
 }"""
 
-_SIGNATURE_JS = """(r) => {
-  const root = document.querySelector(`[data-course-root="${r}"]`);
-  const outputs = [...root.querySelectorAll('.widget-output')];
-  const images = outputs.flatMap(o => [...o.querySelectorAll('img')]).map(i => i.src.length + ':' + i.src.slice(-64));
-  const text = outputs.map(o => [...o.querySelectorAll('.jp-RenderedText')].map(t => t.textContent).join('')).join('');
-  return {images, text: text.trim(), signature: images.join('|') + '#' + text};
+# The outputs shown by a root's Output widgets. `_MARK_JS` marks those there now; a
+# redraw replaces them, so unmarked ones are new (even when they look the same).
+_MARK_JS = """(r) => document.querySelectorAll(`[data-course-root="${r}"] .widget-output .jp-OutputArea-output`)
+  .forEach(o => o.setAttribute('data-course-seen', '1'))"""
+
+_FRESH_JS = """(r) => {
+  const outputs = [...document.querySelectorAll(`[data-course-root="${r}"] .widget-output .jp-OutputArea-output`)];
+  const fresh = outputs.filter(o => !o.hasAttribute('data-course-seen'));
+  return {fresh: fresh.length, stale: outputs.length - fresh.length,
+          images: fresh.reduce((n, o) => n + o.querySelectorAll('img').length, 0),
+          text: fresh.filter(o => !o.querySelector('img')).map(o => o.textContent).join('').trim()};
 }"""
 
 # Layout problems of one root: labels whose text is cut (ellipsis), slider tracks too
@@ -193,10 +197,6 @@ def layout(page, root: int) -> dict:
     return page.evaluate(_LAYOUT_JS, root)
 
 
-def signature(page, root: int) -> dict:
-    return page.evaluate(_SIGNATURE_JS, root)
-
-
 def _locator(page, control: Control):
     return page.locator(f'[data-course-control="{control.id}"]')
 
@@ -225,11 +225,11 @@ def _activate_cell(page, element) -> None:
     prompt.evaluate("p => p.removeAttribute('data-course-prompt')")
 
 
-def perform(page, control: Control, edit: str | None = None) -> str:
+def perform(page, control: Control, edit: str | float | None = None) -> str:
     """Change `control` with mouse or keyboard events; returns what was done.
 
-    `edit` is the text to type (text controls) or None for the default change: a
-    slider is clicked at a quarter or three quarters of its track, a dropdown takes the
+    `edit` is the text to type (text controls), the fraction of a slider's track to click
+    at, or None for the default change: a slider is clicked at a quarter or three quarters of its track, a dropdown takes the
     next option (the previous one from the last), a multi-select toggles one option, a checkbox flips,
     a text box gets its comma-separated values reversed.
     """
@@ -240,6 +240,7 @@ def perform(page, control: Control, edit: str | None = None) -> str:
         handle = element.locator(".noUi-handle").first
         box, knob = track.bounding_box(), handle.bounding_box()
         fraction = 0.25 if knob["x"] + knob["width"] / 2 > box["x"] + box["width"] / 2 else 0.75
+        fraction = float(edit) if edit is not None else fraction
         page.mouse.click(box["x"] + fraction * box["width"], box["y"] + box["height"] / 2)
         return f"click at {fraction:.0%} of the track"
     if control.kind == "dropdown":
@@ -271,24 +272,33 @@ def perform(page, control: Control, edit: str | None = None) -> str:
     return f"type {edit!r}"
 
 
-def move_control(page, control: Control, edit: str | None = None, timeout: float = 30.0) -> Answer:
-    """`perform` one change and wait until the figure (or a one-line message) is new."""
+def _kernel_status(page, notebook: str) -> str:
+    return page.evaluate(f"(name) => ({_PANEL_JS})(name).sessionContext.session?.kernel?.status", notebook)
+
+
+def move_control(page, control: Control, edit: str | float | None = None, timeout: float = 30.0) -> Answer:
+    """`perform` one change and wait until the output shows a new figure or message.
+
+    The time is taken from the change to the first new output. The outcome is read once
+    the kernel is idle again (a redraw may print a note before its figure): "figure"
+    when a new image is shown, else "message: <the text>".
+    """
     element = _locator(page, control)
     element.scroll_into_view_if_needed()
     _activate_cell(page, element)
-    before = signature(page, control.root)
+    page.evaluate(_MARK_JS, control.root)
     started = time.monotonic()
     action = perform(page, control, edit)
-    deadline = started + timeout
+    deadline, seconds = started + timeout, None
     while True:
-        now = signature(page, control.root)
-        if now["signature"] != before["signature"] and (now["images"] or now["text"]):
-            # A redraw clears the output first: wait until the figure (or message) is back.
-            if now["images"] and set(now["images"]) - set(before["images"]):
-                return Answer(control, action, "figure", time.monotonic() - started)
-            if not now["images"] and now["text"]:
-                return Answer(control, action, f"message: {now['text']}", time.monotonic() - started)
+        now = page.evaluate(_FRESH_JS, control.root)
+        if seconds is None and (now["images"] or now["text"]):
+            seconds = time.monotonic() - started
+        if seconds is not None and _kernel_status(page, control.notebook) == "idle":
+            now = page.evaluate(_FRESH_JS, control.root)
+            outcome = "figure" if now["images"] else f"message: {now['text']}"
+            return Answer(control, action, outcome, seconds)
         if time.monotonic() > deadline:
             raise TimeoutError(f"{control.notebook}: control {control.description!r} ({action}) did not redraw "
-                               f"within {timeout:.0f} s; output now: {now['text'][:300]!r}")
+                               f"within {timeout:.0f} s; new output: {now}")
         page.wait_for_timeout(20)
