@@ -62,13 +62,15 @@ test-browser: install
 # JupyterLab on the lessons, with the course's kernel ("Python (RL for LLMs)", this .venv)
 # registered for the user and selected for the notebooks, serving this folder (lessons in
 # notebooks/, your exercises in exercises/). Fast mode is off unless COURSE_FAST=1 is given.
-# LAB_ARGS passes options to JupyterLab, e.g. LAB_ARGS="--no-browser --port 8890".
+# LAB_ARGS passes options to JupyterLab, e.g. LAB_ARGS="--no-browser --port 8890". (As root,
+# e.g. in a container, JupyterLab needs --allow-root: added then.)
 KERNEL_NAME := rl-for-llms
 LAB_ARGS ?=
 lab: install
 	$(PY) -m ipykernel install --user --name $(KERNEL_NAME) --display-name "Python (RL for LLMs)"
 	env -u MPLBACKEND COURSE_FAST=$${COURSE_FAST:-0} $(PY) -m jupyter lab --LabApp.default_url=/lab/tree/notebooks \
-	  --MappingKernelManager.default_kernel_name=$(KERNEL_NAME) $(LAB_ARGS)
+	  --MappingKernelManager.default_kernel_name=$(KERNEL_NAME) \
+	  $$([ "$$(id -u)" = 0 ] && echo --allow-root) $(LAB_ARGS)
 
 grade: install
 	$(PY) -m course_lib grade

@@ -34,7 +34,7 @@ MIN_TRACK_PX = 100  # ipywidgets' default slider track is 124 px at this size
 EXPECTED_CONTROLS = {
     "01_rl_basics": ["P('4')", "reward", "lr"],
     "02_policy_gradients": ["reward shift", "samples"],
-    "03_ppo": ["epsilon", "epsilon_high", "delta (0=off)", "IS level"],
+    "03_ppo": ["epsilon", "epsilon_high", "delta (0=off)", "IS level", "gap", "family"],
     "04_rlhf_ppo": ["beta", "missing_eos_penalty"],
     "05_grpo": ["rewards", "G", "scale", "compare all + RLOO"],
     "06_grpo_variants": ["lengths", "loss_type", "max len (0 = longest)",
