@@ -89,7 +89,7 @@ _LAYOUT_JS = """(r) => {
   const root = document.querySelector(`[data-course-root="${r}"]`);
   const area = root.getBoundingClientRect();
   const cut = [...root.querySelectorAll('.widget-label')]
-    .filter(l => l.textContent.trim() && l.scrollWidth > l.clientWidth + 1)
+    .filter(l => l.textContent.trim() && l.scrollWidth > l.clientWidth)
     .map(l => `${l.textContent.trim()} (${l.scrollWidth} px of text in ${l.clientWidth} px)`);
   const tracks = [...root.querySelectorAll('.widget-slider')].map(s => {
     const track = s.querySelector('.noUi-target, .slider');
