@@ -130,6 +130,24 @@ class NotebookRun:
     answers: list[Answer] = field(default_factory=list)
 
 
+# Every change made in this session, for the summary (conftest.py).
+RESULTS: list[Answer] = []
+
+
+def report_lines(answers: list[Answer]) -> list[str]:
+    """A table of the changes: notebook, control, action, outcome, redraw seconds."""
+    lines = [f"{'notebook':<20} {'control':<30} {'action':<44} {'outcome':<8} {'redraw s':>8}"]
+    for answer in answers:
+        outcome = "figure" if answer.outcome == "figure" else "message"
+        lines.append(f"{answer.control.notebook.removesuffix('.ipynb'):<20} {answer.control.description:<30} "
+                     f"{answer.action[:44]:<44} {outcome:<8} {answer.seconds:>8.2f}")
+    controls = {(a.control.notebook, a.control.id) for a in answers}
+    times = sorted(a.seconds for a in answers)
+    lines.append(f"{len(controls)} controls, {len(answers)} changes; redraw median {times[len(times) // 2]:.2f} s, "
+                 f"max {times[-1]:.2f} s")
+    return lines
+
+
 def open_notebook(page, lab, name: str, timeout: float = 120.0) -> None:
     """Open `name` in JupyterLab; accept the kernel dialog if one asks; wait for an idle kernel."""
     page.goto(lab.lab_url(name))

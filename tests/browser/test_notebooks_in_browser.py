@@ -10,7 +10,8 @@ is cut, every slider track is usable, nothing overflows the output area.
 
 Needs Chromium (Debian: `apt-get install chromium`; another one: COURSE_CHROMIUM=path)
 and Playwright for Python (its own browser downloads are not used). Run with
-`make test-browser`. The table of controls and their redraw times is printed at the end.
+`make test-browser`. The table of controls and their redraw times is printed at the end
+(conftest.py), and written to $COURSE_BROWSER_REPORT when set.
 """
 
 from __future__ import annotations
@@ -59,9 +60,6 @@ EDITS = {
     ("09_rewards", "completion"): [("<think>3 + 1 is 4</think><answer>4</answer>", "figure")],
 }
 
-_RESULTS: list = []
-
-
 def _chromium() -> str | None:
     for candidate in (os.environ.get("COURSE_CHROMIUM"), "chromium", "chromium-browser", "google-chrome"):
         if candidate and (path := shutil.which(candidate) or (candidate if Path(candidate).is_file() else None)):
@@ -99,28 +97,6 @@ def browser():
         shutil.rmtree(profile, ignore_errors=True)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def report(request):
-    yield
-    if not _RESULTS:
-        return
-    lines = ["", "controls moved in the browser (fast mode, 1400 px window):",
-             f"{'notebook':<20} {'control':<30} {'action':<44} {'outcome':<10} {'redraw s':>8}"]
-    for answer in _RESULTS:
-        outcome = "figure" if answer.outcome == "figure" else "message"
-        lines.append(f"{Path(answer.control.notebook).stem:<20} {answer.control.description:<30} {answer.action[:44]:<44} "
-                     f"{outcome:<10} {answer.seconds:>8.2f}")
-    controls = {(a.control.notebook, a.control.id) for a in _RESULTS}
-    times = sorted(a.seconds for a in _RESULTS)
-    lines.append(f"{len(controls)} controls, {len(_RESULTS)} changes; redraw median {times[len(times) // 2]:.2f} s, "
-                 f"max {times[-1]:.2f} s")
-    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
-    for line in lines:
-        (reporter.write_line if reporter else print)(line)
-    if path := os.environ.get("COURSE_BROWSER_REPORT"):
-        Path(path).write_text("\n".join(lines[1:]) + "\n")
-
-
 @pytest.mark.parametrize("notebook", NOTEBOOKS, ids=lambda p: p.stem)
 def test_notebook_in_jupyterlab(notebook, lab, browser):
     import lab_driver as drive
@@ -147,7 +123,7 @@ def test_notebook_in_jupyterlab(notebook, lab, browser):
         for control in controls:
             for edit, expected in EDITS.get((stem, control.description), [(None, "figure or message")]):
                 answer = drive.move_control(page, control, edit, timeout=CONTROL_TIMEOUT)
-                _RESULTS.append(answer)
+                drive.RESULTS.append(answer)
                 outcome = answer.outcome.split(":")[0]
                 assert outcome in expected.split(" or "), (f"{name}: {control.description!r} ({answer.action}) gave "
                                              f"{answer.outcome!r}, expected a {expected}")
