@@ -1,6 +1,7 @@
 # RL for LLMs: two commands do everything on a fresh clone.
 #   make demo   - the main job (see README)
 #   make test   - the whole test suite (library, exercises on solutions and on stubs, notebooks)
+#   make lab    - open the lessons in JupyterLab
 # Both create or reuse the virtual environment in .venv and install what they need first.
 
 PYTHON ?= python3
@@ -28,7 +29,7 @@ export VLLM_ENABLE_V1_MULTIPROCESSING ?= 0
 export VLLM_CPU_KVCACHE_SPACE ?= 2
 export MPLBACKEND ?= Agg
 
-.PHONY: colab install demo test test-lib test-exercises test-stubs test-notebooks grade sync-notebooks stubs build-tiny bench clean
+.PHONY: colab install demo lab test test-browser test-lib test-exercises test-stubs test-notebooks grade sync-notebooks stubs build-tiny bench clean
 
 install: $(STAMP)
 
@@ -49,7 +50,27 @@ demo: install
 test: install
 	$(PY) -m course_lib check-stubs
 	$(PY) -m course_lib check-exercises-fail-on-stubs
-	$(PY) -m pytest tests -q -n 2 --dist loadgroup --impl solutions --durations=15
+	$(PY) -m pytest tests -q -n 2 --dist loadgroup --impl solutions --durations=15 -m "not browser"
+
+# Every notebook in JupyterLab, driven by a headless Chromium (Debian: apt-get install
+# chromium; CHROMIUM=/path/to/chrome for another one): all cells run in fast mode, every
+# control is moved and must redraw its figure. Skips, saying why, without a browser.
+CHROMIUM ?=
+test-browser: install
+	COURSE_CHROMIUM="$(CHROMIUM)" $(PY) -m pytest tests/browser -q -m browser -p no:cacheprovider -rs
+
+# JupyterLab on the lessons, with the course's kernel ("Python (RL for LLMs)", this .venv)
+# registered for the user and selected for the notebooks, serving this folder (lessons in
+# notebooks/, your exercises in exercises/). Fast mode is off unless COURSE_FAST=1 is given.
+# LAB_ARGS passes options to JupyterLab, e.g. LAB_ARGS="--no-browser --port 8890". (As root,
+# e.g. in a container, JupyterLab needs --allow-root: added then.)
+KERNEL_NAME := rl-for-llms
+LAB_ARGS ?=
+lab: install
+	$(PY) -m ipykernel install --user --name $(KERNEL_NAME) --display-name "Python (RL for LLMs)"
+	env -u MPLBACKEND COURSE_FAST=$${COURSE_FAST:-0} $(PY) -m jupyter lab --LabApp.default_url=/lab/tree/notebooks \
+	  --MappingKernelManager.default_kernel_name=$(KERNEL_NAME) \
+	  $$([ "$$(id -u)" = 0 ] && echo --allow-root) $(LAB_ARGS)
 
 grade: install
 	$(PY) -m course_lib grade

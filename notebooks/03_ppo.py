@@ -216,6 +216,20 @@ display(plot_kl_estimators(gap=1.0, distribution="gaussian", num_samples=scaled(
 # is far below k1's; far apart, k3's spread grows faster and can exceed it. Right: k1's
 # single-token values are often negative, k3's never.
 #
+# Move `gap` in the explorer to see where k3's spread stays below k1's, and switch the
+# family to a categorical distribution over tokens, as in a language model.
+
+# %%
+try:
+    import ipywidgets  # noqa: F401
+except ImportError:  # no widgets here: the static figure above shows the same panels
+    ipywidgets = None
+if ipywidgets is not None:
+    from course_lib.widgets import kl_explorer
+
+    display(kl_explorer())
+
+# %% [markdown]
 # ### Exercise 2 — k1 and k3
 #
 # Implement `kl_k1(logps, ref_logps)` and `kl_k3(logps, ref_logps)`, per token.

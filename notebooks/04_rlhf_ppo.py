@@ -214,8 +214,12 @@ try:
         plot_token_rewards(beta, missing_eos_penalty)
         plt.show()
 
-    widgets.interact(_show, beta=widgets.FloatSlider(value=0.5, min=0.0, max=2.0, step=0.05),
-                     missing_eos_penalty=widgets.FloatSlider(value=1.0, min=0.0, max=3.0, step=0.25))
+    # A label box wide enough for "missing_eos_penalty" (the default one cuts it).
+    wide = dict(style={"description_width": "150px"}, layout=widgets.Layout(width="440px"))
+    widgets.interact(_show, beta=widgets.FloatSlider(value=0.5, min=0.0, max=2.0, step=0.05, description="beta",
+                                                     **wide),
+                     missing_eos_penalty=widgets.FloatSlider(value=1.0, min=0.0, max=3.0, step=0.25,
+                                                             description="missing_eos_penalty", **wide))
 except ImportError:
     print("ipywidgets is not installed: the interactive version is skipped (pip install ipywidgets).")
 

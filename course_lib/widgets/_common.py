@@ -20,7 +20,21 @@ from typing import Any
 from matplotlib import colormaps
 from matplotlib.figure import Figure
 
-__all__ = ["build_explorer", "category_colors", "enable_notebook_display", "new_figure", "parse_numbers"]
+__all__ = ["build_explorer", "category_colors", "enable_notebook_display", "fit_labels", "label_width",
+           "new_figure", "one_line", "parse_numbers"]
+
+# ipywidgets draws descriptions at 13 px (`--jp-widgets-font-size`) in a box of 80 px
+# (`--jp-widgets-inline-label-width`), cut with an ellipsis. PX_PER_CHAR bounds the
+# width of one character of a sans-serif font at that size (DejaVu Sans, the widest
+# common one, averages about 7.6 px over identifiers like `epsilon_high`).
+PX_PER_CHAR = 8.2
+LABEL_PADDING_PX = 10
+DEFAULT_LABEL_PX = 80
+# A slider's track should be wide enough to aim at one of its values with the mouse.
+SLIDER_TRACK_PX = 160
+# Besides label and track, a slider row holds the readout and margins (96 px measured in
+# JupyterLab 4 with ipywidgets 8).
+SLIDER_EXTRA_PX = 96
 
 
 def category_colors(count: int) -> list[tuple[float, float, float, float]]:
@@ -58,24 +72,71 @@ def parse_numbers(text: str | Sequence[float], name: str = "values") -> list[flo
     return values
 
 
-def build_explorer(render: Callable[..., Figure], controls: Mapping[str, Any],
-                   columns: int = 3) -> Any:
-    """A `VBox` of the `controls` (a grid) above an `Output` that shows `render(**values)`.
+def label_width(text: str) -> int:
+    """Pixels that show `text` as a widget description without cutting it (an upper bound)."""
+    return int(round(PX_PER_CHAR * len(text) + LABEL_PADDING_PX))
 
-    The figure is redrawn whenever a control changes. A `ValueError` raised by `render`
-    (a bad value typed by the learner) is printed as one line instead of a traceback.
-    The box keeps the last figure in `.figure` (None after an error), for inspection,
-    and exposes `.redraw()`; while `.hold` is True, control changes do not redraw (set
-    several controls at once, then call `.redraw()`).
+
+def fit_labels(controls: Sequence[Any]) -> None:
+    """Widen descriptions that would be cut, and give sliders a usable track.
+
+    A description longer than the default 80 px box gets a box of `label_width` pixels;
+    the control's layout width, when set in pixels, grows by as much so that its input
+    keeps its size. The sliders share one label width (their tracks line up) and are
+    made wide enough for a track of `SLIDER_TRACK_PX` pixels. Checkboxes (description
+    on the right) and controls without a description are left alone.
+    """
+    labelled = [c for c in controls if getattr(c, "description", "") and type(c).__name__ != "Checkbox"]
+    sliders = [c for c in labelled if type(c).__name__.endswith("Slider")]
+    slider_label = max((label_width(c.description) for c in sliders), default=0)
+    for control in labelled:
+        is_slider = control in sliders
+        width = max(slider_label if is_slider else label_width(control.description), DEFAULT_LABEL_PX)
+        current = _pixels(control.layout.width)
+        if is_slider:
+            control.style.description_width = f"{width}px"
+            control.layout.width = f"{max(current or 0, width + SLIDER_TRACK_PX + SLIDER_EXTRA_PX)}px"
+        elif width > DEFAULT_LABEL_PX:
+            control.style.description_width = f"{width}px"
+            if current is not None:
+                control.layout.width = f"{current + width - DEFAULT_LABEL_PX}px"
+
+
+def _pixels(width: Any) -> int | None:
+    """`"520px"` -> 520; anything else (None, "50%", "auto") -> None."""
+    text = str(width or "")
+    return int(float(text[:-2])) if text.endswith("px") else None
+
+
+def one_line(error: BaseException) -> str:
+    """An error's message on one line (newlines and runs of spaces become one space)."""
+    return " ".join(str(error).split())
+
+
+def build_explorer(render: Callable[..., Figure], controls: Mapping[str, Any],
+                   columns: int = 3, input_errors: tuple[type[BaseException], ...] = (ValueError,)) -> Any:
+    """A `VBox` of the `controls` (rows that wrap) above an `Output` that shows `render(**values)`.
+
+    The figure is redrawn whenever a control changes. An error of the `input_errors`
+    types raised by `render` (a bad value typed by the learner) is printed as one line,
+    "Cannot draw: ...", instead of a traceback; the next valid value draws again.
+    The box keeps the last figure in `.figure` (None after an error) and the last
+    message in `.message` (None after a figure), for inspection, and exposes
+    `.redraw()`; while `.hold` is True, control changes do not redraw (set several
+    controls at once, then call `.redraw()`). Labels are sized by `fit_labels`.
     """
     import ipywidgets as widgets
     from IPython.display import display
 
     output = widgets.Output()
     control_list = list(controls.values())
-    rows = [widgets.HBox(control_list[i:i + columns]) for i in range(0, len(control_list), columns)]
+    fit_labels(control_list)
+    # Rows wrap instead of running past the right edge of a narrow output area.
+    rows = [widgets.HBox(control_list[i:i + columns], layout=widgets.Layout(flex_flow="row wrap"))
+            for i in range(0, len(control_list), columns)]
     box = widgets.VBox([*rows, output])
     box.figure = None
+    box.message = None
     box.hold = False
 
     def redraw(_change: Any = None) -> None:
@@ -86,10 +147,12 @@ def build_explorer(render: Callable[..., Figure], controls: Mapping[str, Any],
             output.clear_output(wait=True)
             try:
                 box.figure = render(**values)
-            except ValueError as error:
+            except input_errors as error:
                 box.figure = None
-                print(f"Cannot draw: {error}")
+                box.message = f"Cannot draw: {one_line(error)}"
+                print(box.message)
                 return
+            box.message = None
             display(box.figure)
 
     for control in control_list:

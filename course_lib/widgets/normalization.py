@@ -127,7 +127,6 @@ def normalization_explorer(lengths: str = "4, 8, 16, 32, 64, 128") -> object:
         "loss_types": widgets.SelectMultiple(options=list(LOSS_TYPES), value=tuple(LOSS_TYPES),
                                              description="loss_type", rows=4),
         "max_completion_length": widgets.IntSlider(value=0, min=0, max=512, step=8, continuous_update=False,
-                                                   description="max len (0 = longest)",
-                                                   style={"description_width": "initial"}),
+                                                   description="max len (0 = longest)"),
     }
     return build_explorer(render, controls, columns=3)

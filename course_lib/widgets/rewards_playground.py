@@ -18,6 +18,7 @@ from matplotlib import colormaps
 from matplotlib.figure import Figure
 
 from course_lib.rewards import compute_rewards, reward_function_name
+from course_lib.rewards.combine import RewardFunctionError
 from course_lib.rewards.extract import completion_text
 
 from ._common import build_explorer, new_figure
@@ -133,7 +134,9 @@ def reward_playground(completion: str = "<think>2 + 2 makes 4, adding two and tw
                       answer: str = "4", reward_names: Sequence[str] = DEFAULT_REWARDS) -> object:
     """Widget: type a completion and the expected answer, pick reward functions.
 
-    Your completion (first row) is scored next to `EXAMPLE_COMPLETIONS`.
+    Your completion (first row) is scored next to `EXAMPLE_COMPLETIONS`. A reward
+    function that cannot score the input (e.g. a numeric reward given the answer "four")
+    shows a one-line message in place of the table until the input is valid again.
     """
     import ipywidgets as widgets
 
@@ -142,15 +145,24 @@ def reward_playground(completion: str = "<think>2 + 2 makes 4, adding two and tw
     def render(completion: str, answer: str, rewards: tuple[str, ...]) -> Figure:
         if not rewards:
             raise ValueError("no reward function selected. Fix: select at least one in the list.")
-        return plot_reward_breakdown([completion, *EXAMPLE_COMPLETIONS], [REWARD_FUNCTIONS[n] for n in rewards],
-                                     answer=answer)
+        try:
+            return plot_reward_breakdown([completion, *EXAMPLE_COMPLETIONS],
+                                         [REWARD_FUNCTIONS[n] for n in rewards], answer=answer)
+        except RewardFunctionError as error:
+            # The first line names the function and its complaint; the rest (sample
+            # index, columns) repeats what the learner just typed.
+            reason = str(error).splitlines()[0]
+            raise ValueError(f"{reason}. Fix: type the answer as one number (e.g. 4), or deselect that "
+                             "reward.") from error
 
     options = [name for name in REWARD_FUNCTIONS if name != "code_execution_reward"]
     controls = {
         "completion": widgets.Textarea(value=completion, description="completion", continuous_update=False,
                                        layout=widgets.Layout(width="520px", height="90px")),
-        "answer": widgets.Text(value=answer, description="answer", continuous_update=False),
+        "answer": widgets.Text(value=answer, description="answer", continuous_update=False,
+                               layout=widgets.Layout(width="240px")),
         "rewards": widgets.SelectMultiple(options=options, value=tuple(n for n in reward_names if n in options),
                                           description="rewards", rows=8, layout=widgets.Layout(width="380px")),
     }
-    return build_explorer(render, controls, columns=3)
+    # Two per row: 520 + 240 px fit an output area of 800 px; the list goes below.
+    return build_explorer(render, controls, columns=2)

@@ -184,7 +184,7 @@ def schedule_explorer(preset: str = "Example 1") -> object:
         return plot_schedule(schedule_table(**parameters, cycles=cycles), parameters)
 
     start = {**dict(num_processes=1, num_iterations=1), **SCHEDULE_PRESETS[preset]}
-    slider = dict(continuous_update=False, style={"description_width": "initial"})
+    slider = dict(continuous_update=False)  # build_explorer sizes the labels and tracks
     controls = {
         "per_device_train_batch_size": widgets.IntSlider(start["per_device_train_batch_size"], 1, 12,
                                                          description="per_device_train_batch_size", **slider),

@@ -413,3 +413,63 @@ def test_explorers_build_and_redraw():
     schedule.children[0].value = "Example 4"  # the preset dropdown sets every slider, one redraw
     np.testing.assert_array_equal(schedule.figure.axes[0].images[0].get_array(),
                                   np.array(SEED_TABLES["Example 4"]).T)
+
+
+def _controls(box):
+    """The controls of an explorer box (rows of controls, then the output)."""
+    import ipywidgets as widgets
+
+    found = []
+    for child in box.children:
+        found += list(child.children) if isinstance(child, widgets.HBox) else [child]
+    return [c for c in found if not isinstance(c, widgets.Output)]
+
+
+def _px(value) -> float:
+    assert str(value).endswith("px"), f"expected a width in px, got {value!r}"
+    return float(str(value)[:-2])
+
+
+def test_reward_playground_bad_answer_is_one_line_and_recovers():
+    pytest.importorskip("ipywidgets")
+    box = w.reward_playground()
+    answer = next(c for c in _controls(box) if c.description == "answer")
+    for typed in ("four", "4 2"):
+        answer.value = typed
+        assert box.figure is None
+        assert "\n" not in box.message
+        assert box.message.startswith("Cannot draw: reward function 'proximity_reward' raised ValueError")
+        assert repr(typed) in box.message and "Fix:" in box.message
+    answer.value = "5"  # valid again: the table comes back, scored against 5
+    assert box.message is None and isinstance(box.figure, Figure)
+    names = [label.get_text().split("\n")[0] for label in box.figure.axes[0].get_xticklabels()]
+    correctness = [t.get_text() for t in box.figure.axes[0].texts][names.index("correctness")::len(names)]
+    # rows: the learner's completion (answer 4), then EXAMPLE_COMPLETIONS (4, 5, 4, "four")
+    assert correctness == ["0", "0", "1", "0", "0"]
+
+
+def test_explorer_labels_are_whole_and_slider_tracks_usable():
+    """Every description fits its box (measured in DejaVu Sans at the widgets' 13 px, a
+    wide font), and every slider keeps a track of at least 150 px."""
+    pytest.importorskip("ipywidgets")
+    from matplotlib.font_manager import FontProperties
+    from matplotlib.textpath import TextToPath
+
+    measure, font = TextToPath(), FontProperties(family="DejaVu Sans", size=13)
+    explorers = {"advantage": w.advantage_explorer(), "clip": w.clip_explorer(), "schedule": w.schedule_explorer(),
+                 "normalization": w.normalization_explorer(), "kl": w.kl_explorer(),
+                 "rewards": w.reward_playground()}
+    for name, box in explorers.items():
+        for control in _controls(box):
+            if not control.description or type(control).__name__ == "Checkbox":
+                continue
+            text_px = measure.get_text_width_height_descent(control.description, font, ismath=False)[0]
+            box_px = _px(control.style.description_width) if control.style.description_width else 80.0
+            assert box_px >= text_px, f"{name}: label {control.description!r} ({text_px:.0f} px) cut at {box_px} px"
+            if type(control).__name__.endswith("Slider"):
+                track = _px(control.layout.width) - box_px - 96  # readout and margins
+                assert track >= 150, f"{name}: slider {control.description!r} has a {track:.0f} px track"
+    # the descriptions the default 80 px box cut
+    clip = {c.description: c for c in _controls(explorers["clip"])}
+    assert _px(clip["delta (0=off)"].style.description_width) > 80
+    assert _px(clip["epsilon_high"].style.description_width) > 80
