@@ -30,8 +30,8 @@ from typing import Sequence
 
 import torch
 
-from .base import (Prompt, RolloutBatch, SamplingConfig, assemble_batch, eos_token_ids, left_pad, pad_token_id,
-                   tokenize_prompts)
+from .base import (Prompt, RolloutBatch, SamplingConfig, assemble_batch, check_context, eos_token_ids, left_pad,
+                   pad_token_id, tokenize_prompts)
 
 
 class _SamplingProcessor:
@@ -189,6 +189,7 @@ class HFEngine:
         if n < 1:
             raise ValueError(f"n={n}: ask for at least one completion per prompt.")
         prompt_ids = tokenize_prompts(self.tokenizer, prompts, sampling.max_prompt_length)
+        check_context(prompt_ids, sampling.max_tokens, getattr(self.model.config, "max_position_embeddings", None))
         eos_ids = eos_token_ids(self.tokenizer, getattr(self.model, "generation_config", None))
         pad_id = pad_token_id(self.tokenizer)
         config = self._generation_config(sampling, eos_ids)
