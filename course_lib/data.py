@@ -299,6 +299,6 @@ def get_task(name: str, *, split: str = "train", n: int | None = 1000, seed: int
         path = name.partition(":")[2] or None
         return load_gsm8k(path, split=split, n=n, seed=seed)
     if name not in TASKS:
-        raise ValueError(f"Unknown task {name!r}. Fix: use one of {', '.join(TASKS)}, gsm8k, gsm8k:<folder or "
-                         "jsonl file>.")
+        raise ValueError(f"Unknown task {name!r}. Known tasks: {', '.join(TASKS)}, gsm8k, gsm8k:<folder or "
+                         "jsonl file>. Fix: pass one of them as --task.")
     return TASKS[name](n=n, split=split, seed=seed)

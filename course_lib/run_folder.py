@@ -74,9 +74,9 @@ def check_resume_config(saved: dict | None, current: dict, folder: str | Path) -
         saved: ``trainer_state.json``'s ``config`` entry (``RLConfig.to_dict()`` at save time).
         current: ``RLConfig.to_dict()`` of the resuming run.
     Returns:
-        ``{field: (saved value, new value)}`` for the changed safe fields (also reported as
-        one :class:`ResumeConfigWarning`). Fields present on one side only (a checkpoint of
-        an older version) are not compared.
+        ``{field: (saved value, new value)}`` for the changed safe fields. A changed run
+        length under a decaying schedule also emits a :class:`ResumeConfigWarning`. Fields
+        present on one side only (a checkpoint of an older version) are not compared.
     Raises:
         ValueError: a changed field outside :data:`RESUME_SAFE_FIELDS`; the message lists
             each with both values, and the fields that may change.
@@ -95,13 +95,12 @@ def check_resume_config(saved: dict | None, current: dict, folder: str | Path) -
                          "--set options), or start a new run in another --output-dir. Fields that may change on "
                          f"resume: {', '.join(RESUME_SAFE_FIELDS)}.")
     allowed = {k: v for k, v in changed.items() if k in RESUME_SAFE_FIELDS}
-    if allowed:
-        notes = [f"{k} {old!r} -> {new!r} ({RESUME_SAFE_FIELDS[k]})" for k, (old, new) in sorted(allowed.items())]
-        message = f"resuming from {folder} with " + ", ".join(notes) + "."
-        if any(k in allowed for k in _RUN_LENGTH) and current.get("lr_scheduler_type") != "constant":
-            message += (f" The {current.get('lr_scheduler_type')} learning-rate schedule is recomputed for the new "
-                        "length, so the rate changes from the resumed step on.")
-        warnings.warn(message, ResumeConfigWarning, stacklevel=3)
+    length = {k: v for k, v in allowed.items() if k in _RUN_LENGTH}
+    if length and current.get("lr_scheduler_type") != "constant":
+        notes = ", ".join(f"{k} {old!r} -> {new!r}" for k, (old, new) in sorted(length.items()))
+        warnings.warn(f"resuming from {folder} with {notes}: the {current.get('lr_scheduler_type')} learning-rate "
+                      "schedule is recomputed for the new length, so the rate changes from the resumed step on "
+                      "(lr_scheduler_type='constant' keeps it).", ResumeConfigWarning, stacklevel=3)
     return allowed
 
 
