@@ -102,6 +102,18 @@ def _cmd_train(args) -> int:
     return run_train(args)
 
 
+def _cmd_export_trl(args) -> int:
+    from .cli_train import build_run
+    from .export_trl import export_run
+    from .presets import task_settings
+
+    config, _, dataset = build_run(args)
+    reward_names = args.rewards.split(",") if args.rewards else task_settings(args.task)["rewards"]
+    folder = export_run(config, reward_names, dataset, args.output, num_processes=args.num_processes)
+    print((folder / "README.txt").read_text())
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     from .cli_train import add_train_arguments, count_argument
 
@@ -144,6 +156,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_train_arguments(p)
     p.set_defaults(func=_cmd_train)
+
+    p = sub.add_parser("export-trl", help="write a TRL config, reward module and command for the same GRPO run")
+    add_train_arguments(p)
+    p.add_argument("--output", required=True, help="folder for grpo.yaml, data/, course_rewards.py, README.txt")
+    p.set_defaults(func=_cmd_export_trl)
     return parser
 
 

@@ -101,14 +101,9 @@ def atomic_folder(folder: str | Path) -> Iterator[Path]:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     _fsync_tree(tmp)
-    if folder.exists():  # saved again (a resumed run): swap, then drop the old one
-        old = folder.parent / f".{folder.name}.old-{os.getpid()}"
-        shutil.rmtree(old, ignore_errors=True)
-        os.replace(folder, old)
-        os.replace(tmp, folder)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        os.replace(tmp, folder)
+    if folder.exists():  # saved again (a resumed run): hide the old one, then publish the new one
+        _discard(folder)
+    os.replace(tmp, folder)
     _fsync_dir(folder.parent)
 
 
@@ -133,13 +128,13 @@ def save_checkpoint(folder: str | Path, *, model, tokenizer, optimizer, schedule
     if save_total_limit is not None and save_total_limit > 0:
         for stale in list_checkpoints(folder.parent)[:-save_total_limit]:
             if stale != folder:
-                _delete_folder(stale)
+                _discard(stale)
     return folder
 
 
-def _delete_folder(folder: Path) -> None:
-    """Hide ``folder`` under a leftover name (one atomic rename), then delete it: a kill in the
-    middle of the deletion leaves a hidden leftover, never a half-emptied ``checkpoint-<step>``."""
+def _discard(folder: Path) -> None:
+    """Delete a checkpoint without ever leaving a half-deleted ``checkpoint-<step>``: hide it
+    with a rename first (atomic), then delete the hidden folder."""
     hidden = folder.parent / f".{folder.name}.old-{os.getpid()}"
     shutil.rmtree(hidden, ignore_errors=True)
     os.replace(folder, hidden)

@@ -13,6 +13,7 @@ their documentation). Writes ``<output-dir>/history.jsonl``, checkpoints and ``f
 from __future__ import annotations
 
 import argparse
+import os
 import json
 import sys
 
@@ -55,6 +56,9 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--eval-n", type=count_argument(0), default=0,
                         help="held-out problems to evaluate before and after (0 skips the evaluation)")
     parser.add_argument("--list-fields", action="store_true", help="print every config field with its doc and exit")
+    parser.add_argument("--num-processes", type=int, default=1,
+                        help="data-parallel processes: launches this command on N processes (CPU: torch's "
+                             "launcher with gloo; GPUs: accelerate launch --multi_gpu)")
 
 
 def build_run(args):
@@ -69,7 +73,8 @@ def build_run(args):
     if args.max_steps is not None:
         settings["max_steps"] = args.max_steps
     config = make_config(args.algo, model_name_or_path=args.model, engine=args.engine, output_dir=args.output_dir,
-                         overwrite_output_dir=args.overwrite_output_dir, **settings)
+                         overwrite_output_dir=args.overwrite_output_dir, num_processes=args.num_processes,
+                         **settings)
     config = apply_overrides(config, args.overrides)
     reward_names = args.rewards.split(",") if args.rewards else task_settings(args.task)["rewards"]
     dataset = get_task(args.task, split="train", n=args.train_rows, seed=config.seed)
@@ -85,17 +90,31 @@ def run_train(args) -> int:
         for name, doc in field_docs(type(config)).items():
             print(f"{name} = {getattr(config, name, None)!r}\n    {doc}")
         return 0
+    if args.num_processes < 1:
+        raise ValueError(f"--num-processes {args.num_processes}: use 1 or more processes.")
+    if args.num_processes > 1 and "LOCAL_RANK" not in os.environ:
+        import subprocess
+
+        from .distributed import cuda_requested, launch_command
+
+        config, _, _ = build_run(args)  # fail here, once, on a bad config
+        command = launch_command(args.num_processes, sys.argv[1:], cpu=not cuda_requested(config.device))
+        print("launching:", " ".join(command), file=sys.stderr)
+        return subprocess.call(command)
     from .trainer import Trainer
 
     config, reward_funcs, dataset = build_run(args)
     trainer = Trainer(config, reward_funcs, dataset)
-    before = _evaluate(trainer, args) if args.eval_n else None
+    main = trainer.accelerator.is_main_process
+    before = _evaluate(trainer, args) if args.eval_n and main else None
     history = trainer.train(resume_from=args.resume_from)
     if trainer.interrupted:
         print(f"interrupted: saved {trainer.output_dir}/checkpoint-{trainer.step}; continue with the same "
               f"command and --resume-from latest", file=sys.stderr)
         return 130
-    after = _evaluate(trainer, args) if args.eval_n else None
+    after = _evaluate(trainer, args) if args.eval_n and main else None
+    if not main:
+        return 0
     last = history[-1] if history else {}
     summary = {"algo": args.algo, "steps": trainer.step, "output_dir": str(trainer.output_dir),
                "final_reward": last.get("reward"), "accuracy_before": before, "accuracy_after": after}

@@ -82,6 +82,9 @@ class RLConfig:
     there."""
     seed: int = 42
     """Seed for sampling, data order and initialisation."""
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    """Where to train: `auto` = the CUDA GPU of each process when there is one, else the CPU. Several
+    processes come from `accelerate launch` (`python -m course_lib train --num-processes N`)."""
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
     """Training precision; `auto` = bfloat16 on a CUDA GPU that supports it, else float32 (see the
     course's "FP16 vs BF16 for RL" note)."""
@@ -118,7 +121,8 @@ class RLConfig:
     gradient_accumulation_steps: int = 1
     """Micro-steps whose gradients are summed before one optimizer step."""
     num_processes: int = 1
-    """Number of training processes (GPUs); sets the global batch arithmetic."""
+    """Number of data-parallel training processes (GPUs); sets the global batch arithmetic and must
+    match the launch (`accelerate launch --num_processes N`)."""
     steps_per_generation: int | None = None
     """Micro-steps served by one generation batch; None = `gradient_accumulation_steps`. Mutually
     exclusive with `generation_batch_size`."""
@@ -251,6 +255,7 @@ class RLConfig:
     def _check_choices(self) -> None:
         choices = {
             "engine": ENGINES,
+            "device": ("auto", "cpu", "cuda"),
             "dtype": DTYPES,
             "vllm_dtype": DTYPES,
             "lr_scheduler_type": LR_SCHEDULERS,

@@ -14,13 +14,17 @@ from pathlib import Path
 
 class MetricsLogger:
     def __init__(self, output_dir: str | Path, report_to: str = "none", config: dict | None = None,
-                 previous_rows: list[dict] | None = None):
-        """``previous_rows``: the history of a resumed run, written back before new rows."""
+                 previous_rows: list[dict] | None = None, write: bool = True):
+        """``previous_rows``: the history of a resumed run, written back before new rows.
+        ``write=False`` keeps the rows in memory only (the non-main processes of a run)."""
         self.path = Path(output_dir) / "history.jsonl"
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         self.rows: list[dict] = list(previous_rows or [])
-        self.path.write_text("".join(json.dumps(r) + "\n" for r in self.rows))
+        self.write = write
         self._wandb = self._tensorboard = None
+        if not write:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.path.write_text("".join(json.dumps(r) + "\n" for r in self.rows))
         if report_to == "wandb":
             import wandb
 
@@ -33,6 +37,8 @@ class MetricsLogger:
     def log(self, row: dict) -> None:
         clean = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in row.items()}
         self.rows.append(clean)
+        if not self.write:
+            return
         with self.path.open("a") as handle:
             handle.write(json.dumps(clean) + "\n")
         step = row.get("step", len(self.rows))

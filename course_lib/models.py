@@ -34,10 +34,15 @@ class ModelNotAvailableError(RuntimeError):
     """A model name or path that cannot be loaded, with what to do about it."""
 
 
-def resolve_dtype(name: str) -> torch.dtype:
-    """``auto``: bf16 on a GPU that supports it, fp32 on CPU (fp16 only when asked)."""
+def resolve_dtype(name: str, device: torch.device | str | None = None) -> torch.dtype:
+    """``auto``: bf16 on a CUDA device that supports it, fp32 anywhere else (fp16 only when asked).
+
+    ``device`` is where the model will run (default: CUDA when present): a model kept on the
+    CPU of a GPU machine stays in fp32.
+    """
     if name == "auto":
-        return torch.bfloat16 if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else torch.float32
+        on_cuda = torch.cuda.is_available() if device is None else torch.device(device).type == "cuda"
+        return torch.bfloat16 if on_cuda and torch.cuda.is_bf16_supported() else torch.float32
     if name not in TORCH_DTYPES:
         raise ValueError(f"dtype={name!r} is not known. Fix: use auto, {', '.join(TORCH_DTYPES)}.")
     return TORCH_DTYPES[name]

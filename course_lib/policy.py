@@ -28,9 +28,11 @@ from .models import is_peft_model, resolve_dtype, unwrap_peft
 from .ops.logprobs import head_logprobs, lm_head, selective_log_softmax
 
 
-def prepare_policy(model, config):
-    """Return the trainable policy: LoRA adapters when ``config.use_lora``, checkpointing."""
-    model.to(resolve_dtype(config.dtype))
+def prepare_policy(model, config, device: torch.device | str | None = None):
+    """Return the trainable policy on ``device``: its dtype, LoRA adapters when ``config.use_lora``,
+    gradient checkpointing. ``dtype="auto"`` gives bf16 only on a CUDA device that has it."""
+    device = torch.device("cpu") if device is None else torch.device(device)
+    model.to(device=device, dtype=resolve_dtype(config.dtype, device))
     if config.use_lora and not is_peft_model(model):
         from peft import LoraConfig, get_peft_model
 

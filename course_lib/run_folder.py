@@ -25,7 +25,7 @@ import json
 import shutil
 import warnings
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 try:
     import fcntl
@@ -115,8 +115,8 @@ def _is_run_file(name: str) -> bool:
 
 
 @contextlib.contextmanager
-def claim_output_dir(output_dir: str | Path, *, resume_folder: str | Path | None = None,
-                     overwrite: bool = False) -> Iterator[Path]:
+def claim_output_dir(output_dir: str | Path, *, resume_folder: str | Path | None = None, overwrite: bool = False,
+                     main: bool = True, agree: Callable[[float], float] | None = None) -> Iterator[Path]:
     """Lock ``output_dir`` for one run and make sure the run may write there.
 
     Allowed: a missing or empty folder; the folder of the checkpoint being resumed
@@ -124,10 +124,34 @@ def claim_output_dir(output_dir: str | Path, *, resume_folder: str | Path | None
     which first deletes the earlier run's files (history, checkpoints, ``final/``, logs)
     and leaves other files alone.
 
+    A run of several processes: only the main process (``main=True``) checks, locks and
+    deletes; ``agree`` (a sum over processes, e.g. ``Shards.sum``) then tells every process
+    whether it refused, so that all of them stop together instead of waiting for it.
+
     Raises:
         OutputDirError: the folder holds something else, or another process holds the lock.
     """
     output_dir = Path(output_dir)
+    handle, refusal = None, None
+    try:
+        if main:
+            try:
+                handle = _lock_and_check(output_dir, resume_folder, overwrite)
+            except OutputDirError as error:
+                refusal = error
+        if agree is not None and agree(float(refusal is not None)) > 0 and refusal is None:
+            refusal = OutputDirError(f"the main process refused output_dir={str(output_dir)!r} (its message says "
+                                     "why). Fix: see the main process's error.")
+        if refusal is not None:
+            raise refusal
+        yield output_dir
+    finally:
+        if handle is not None:
+            handle.close()  # releases the lock
+
+
+def _lock_and_check(output_dir: Path, resume_folder: str | Path | None, overwrite: bool):
+    """The lock file's open handle, locked, once the folder may be written; else ``OutputDirError``."""
     if output_dir.exists() and not output_dir.is_dir():
         raise OutputDirError(f"output_dir={str(output_dir)!r} is a file, not a folder. Fix: pass a folder path.")
     output_dir.mkdir(parents=True, exist_ok=True)
@@ -154,7 +178,7 @@ def claim_output_dir(output_dir: str | Path, *, resume_folder: str | Path | None
                 if _is_run_file(name):
                     path = output_dir / name
                     shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
-        yield output_dir
-    finally:
-        handle.close()  # releases the lock
-
+    except BaseException:
+        handle.close()
+        raise
+    return handle

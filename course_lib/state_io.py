@@ -92,28 +92,50 @@ def load_rng(folder: Path) -> dict:
 
 
 # --------------------------------------------------------------------------- rollout
+def _encode_rollout(rollout: dict, prefix: str, tensors: dict[str, torch.Tensor]) -> dict:
+    """JSON-safe description of one process's rollout; its tensors go into ``tensors`` under ``prefix``."""
+    batch, plain, names = rollout["batch"], {}, []
+    for spec in dataclasses.fields(batch):
+        value = getattr(batch, spec.name)
+        if isinstance(value, torch.Tensor):
+            tensors[prefix + spec.name] = value.detach().cpu().contiguous().clone()  # no shared storage
+            names.append(spec.name)
+        else:
+            plain[spec.name] = value
+    return {"batch": plain, "tensors": names, "samples": [list(part) for part in rollout["samples"]]}
+
+
 def save_rollout(folder: Path, rollout: dict | None) -> None:
     """``rollout``: None, or ``{"batch": GenerationBatch, "samples": (prompts, completions, rewards,
-    advantages)}``: the batch being consumed and the sample table printed from it."""
+    advantages)}``: the batch being consumed and the sample table printed from it; a run of
+    several processes adds ``"other_ranks"``, the same dict for each other process."""
     tensors: dict[str, torch.Tensor] = {}
     meta: dict[str, Any] = {"batch": None}
     if rollout is not None:
-        batch, plain = rollout["batch"], {}
-        for spec in dataclasses.fields(batch):
-            value = getattr(batch, spec.name)
-            if isinstance(value, torch.Tensor):
-                tensors[spec.name] = value.detach().cpu().contiguous().clone()  # no shared storage
-            else:
-                plain[spec.name] = value
-        meta = {"batch": plain, "tensors": sorted(tensors), "samples": [list(part) for part in rollout["samples"]]}
+        meta = _encode_rollout(rollout, "", tensors)
+        if "other_ranks" in rollout:
+            meta["other_ranks"] = [_encode_rollout(other, f"rank{rank}.", tensors)
+                                   for rank, other in enumerate(rollout["other_ranks"], start=1)]
     (folder / "rollout.json").write_text(json.dumps(meta))
     save_file(tensors, folder / "rollout.safetensors")
 
 
-def load_rollout(folder: Path) -> dict | None:
-    """Inverse of :func:`save_rollout`: None, or the batch and the sample table."""
+def _decode_rollout(meta: dict, prefix: str, tensors: dict[str, torch.Tensor]) -> dict:
     from .batches import GenerationBatch
 
+    names = {spec.name for spec in dataclasses.fields(GenerationBatch)}
+    values = {**meta["batch"], **{name: tensors[prefix + name] for name in meta["tensors"]}}
+    unknown = set(values) - names
+    if unknown:
+        raise ValueError(f"unknown fields {sorted(unknown)}")
+    samples = tuple(list(part) for part in meta["samples"])
+    if len(samples) != 4:
+        raise ValueError("the sample table needs 4 columns")
+    return {"batch": GenerationBatch(**values), "samples": samples}
+
+
+def load_rollout(folder: Path) -> dict | None:
+    """Inverse of :func:`save_rollout`: None, or the batch and the sample table (and ``other_ranks``)."""
     meta = _read_json(folder / "rollout.json")
     if not isinstance(meta, dict) or "batch" not in meta:
         raise StateFileError("rollout.json lacks its 'batch' entry")
@@ -121,18 +143,13 @@ def load_rollout(folder: Path) -> dict | None:
         return None
     tensors = read_tensors(folder / "rollout.safetensors")
     try:
-        names = {spec.name for spec in dataclasses.fields(GenerationBatch)}
-        values = {**meta["batch"], **{name: tensors[name] for name in meta["tensors"]}}
-        unknown = set(values) - names
-        if unknown:
-            raise ValueError(f"unknown fields {sorted(unknown)}")
-        batch = GenerationBatch(**values)
-        samples = tuple(list(part) for part in meta["samples"])
-        if len(samples) != 4:
-            raise ValueError("the sample table needs 4 columns")
+        rollout = _decode_rollout(meta, "", tensors)
+        if "other_ranks" in meta:
+            rollout["other_ranks"] = [_decode_rollout(other, f"rank{rank}.", tensors)
+                                      for rank, other in enumerate(meta["other_ranks"], start=1)]
     except (KeyError, TypeError, ValueError) as error:
         raise StateFileError(f"rollout.json / rollout.safetensors do not hold a generation batch ({error!r})") from None
-    return {"batch": batch, "samples": samples}
+    return rollout
 
 
 # --------------------------------------------------------------------------- optimizer & co

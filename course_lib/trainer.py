@@ -27,6 +27,7 @@ eager push after every step, with fewer pushes).
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import time
 from pathlib import Path
@@ -39,9 +40,10 @@ from . import checkpoint as ckpt
 from .algos import get_algorithm
 from .algos.base import PolicyOutputs, ScoredBatch
 from .batches import GenerationBatch, PromptSampler, completion_metrics
+from .distributed import PolicyForward, Shards, make_accelerator
 from .divergence import check_finite_update
 from .history import MetricsLogger, format_samples, load_history
-from .models import resolve_dtype
+from .models import resolve_dtype, unwrap_peft
 from .ops.importance import importance_sampling_ratio
 from .ops.stats import nanstd
 from .policy import ReferencePolicy, completion_forward, prepare_policy
@@ -63,9 +65,6 @@ class Trainer:
 
     def __init__(self, config, reward_funcs: list[Callable], train_dataset, model=None, tokenizer=None,
                  progress: bool = True, on_step: Callable[[dict], None] | None = None):
-        if config.num_processes != 1:
-            raise ValueError(f"num_processes={config.num_processes}: this trainer runs one process; keep "
-                             "num_processes=1 (use it in course_lib.schedule to study multi-GPU batches).")
         if not reward_funcs:
             raise ValueError("reward_funcs is empty: pass at least one reward function.")
         if "prompt" not in train_dataset.column_names:
@@ -88,8 +87,15 @@ class Trainer:
 
             model, tokenizer = load_policy(config.model_name_or_path)
         self.tokenizer = tokenizer
-        self.model = prepare_policy(model, config)
+        # accelerate owns the device and the process group; one process is the plain case.
+        self.accelerator = make_accelerator(config)
+        self.shards = Shards(self.accelerator, config.per_device_train_batch_size * config.effective_steps_per_generation)
+        self.model = prepare_policy(model, config, self.accelerator.device)
         self.value_head = self.algorithm.make_value_head(self.model, config)
+        if self.value_head is not None:
+            self.value_head.to(device=self.accelerator.device, dtype=next(self.model.parameters()).dtype)
+        # What DDP wraps (gradients averaged across processes); the plain module in one process.
+        self.trained = self.accelerator.prepare_model(PolicyForward(self.model, self.value_head))
         needs_reference = config.beta != 0.0
         self.reference = ReferencePolicy(self.model) if needs_reference else None
         parameters = [p for p in self.model.parameters() if p.requires_grad]
@@ -122,7 +128,8 @@ class Trainer:
             # The HF engine records sampling log-probs only when the TIS correction reads them.
             return {"record_logps": bool(config.effective_vllm_importance_sampling_correction)}
         sampler_dtype = config.dtype if config.vllm_dtype == "auto" else config.vllm_dtype
-        return {"dtype": str(resolve_dtype(sampler_dtype)).removeprefix("torch."), "seed": config.seed,
+        dtype = resolve_dtype(sampler_dtype, self.accelerator.device)
+        return {"dtype": str(dtype).removeprefix("torch."), "seed": config.seed,
                 "max_model_len": config.vllm_max_model_length, "kv_cache_gib": config.vllm_kv_cache_gib,
                 "gpu_memory_utilization": config.vllm_gpu_memory_utilization}
 
@@ -151,21 +158,21 @@ class Trainer:
         if self._weights_dirty:
             self.engine.sync_weights(self.model)
             self._weights_dirty = False
+        # Every process draws the same prompts; it owns rows `self.shards.rows` of the U x G
+        # completions (prompt-major) and samples them with their global indices as seeds.
         prompt_rows = self.sampler.take(config.unique_prompts_per_generation)
-        prompts, columns = self._prompts_and_columns(prompt_rows)
+        rows = [row for row in prompt_rows for _ in range(G)][self.shards.rows]
+        repeated_prompts, repeated_columns = self._prompts_and_columns(rows)
         sampling = SamplingConfig(temperature=config.temperature, top_p=config.top_p, top_k=config.top_k,
                                   min_p=config.min_p, repetition_penalty=config.repetition_penalty,
-                                  max_tokens=config.max_completion_length, seed=config.seed * 100_003 + self.cycle,
-                                  max_prompt_length=config.max_prompt_length)
+                                  max_tokens=config.max_completion_length, seed=config.seed * 2**40 + self.cycle * config.effective_generation_batch_size,
+                                  max_prompt_length=config.max_prompt_length, first_row=self.shards.rows.start)
         was_training = self.model.training
         self.model.eval()
-        rollout = self.engine.generate(list(prompts), n=G, sampling=sampling)
+        rollout = self.engine.generate(list(repeated_prompts), n=1, sampling=sampling)
         self.model.train(was_training)
-        rows = [row for row in prompt_rows for _ in range(G)]
-        repeated_prompts = [p for p in prompts for _ in range(G)]
         conversational = isinstance(repeated_prompts[0], list)
         completions = [[{"role": "assistant", "content": t}] if conversational else t for t in rollout.texts]
-        repeated_columns = {k: [v for v in values for _ in range(G)] for k, values in columns.items()}
         per_func, total = compute_rewards(self.reward_funcs, repeated_prompts, completions, repeated_columns,
                                           self.reward_weights,
                                           completion_ids=[ids[m.bool()].tolist() for ids, m in
@@ -175,11 +182,15 @@ class Trainer:
             mask = mask * rollout.is_eos.unsqueeze(1).to(mask.dtype)
         tensors = {"prompt_ids": rollout.prompt_ids, "prompt_mask": rollout.prompt_mask,
                    "completion_ids": rollout.completion_ids, "completion_mask": rollout.completion_mask}
-        metrics = completion_metrics(rollout.completion_mask, rollout.is_eos)
+        shards = self.shards
+        all_per_func = shards.gather_rows(per_func.to(self.accelerator.device)).cpu()
+        all_is_eos = shards.gather_rows(rollout.is_eos.to(self.accelerator.device)).cpu()
+        metrics = completion_metrics(shards.gather_rows(rollout.completion_mask.to(self.accelerator.device)).cpu(),
+                                     all_is_eos)
         for f, function in enumerate(self.reward_funcs):
             name = reward_function_name(function)
-            metrics[f"rewards/{name}/mean"] = torch.nanmean(per_func[:, f]).item()
-            metrics[f"rewards/{name}/std"] = nanstd(per_func[:, f]).nan_to_num(0.0).item()
+            metrics[f"rewards/{name}/mean"] = torch.nanmean(all_per_func[:, f]).item()
+            metrics[f"rewards/{name}/std"] = nanstd(all_per_func[:, f]).nan_to_num(0.0).item()
 
         off_policy = config.num_iterations > 1 or config.effective_steps_per_generation > config.gradient_accumulation_steps
         use_tis = bool(config.effective_vllm_importance_sampling_correction)
@@ -197,16 +208,20 @@ class Trainer:
         if use_tis and rollout.sampling_logps is not None:
             sampling_ratio = self._sampling_correction(old_logps, rollout.sampling_logps.float(),
                                                        rollout.completion_mask, metrics)
-        scored = ScoredBatch(rewards=total, mask=mask, is_eos=rollout.is_eos, num_generations=G,
-                             old_logps=old_logps, ref_logps=ref_logps, old_values=old_values)
+        # Advantages see the whole generation batch: gather what they read, keep this process's rows.
+        gather = lambda t: shards.gather_rows(None if t is None else t.to(self.accelerator.device))  # noqa: E731
+        scored = ScoredBatch(rewards=gather(total), mask=gather(mask), is_eos=gather(rollout.is_eos), num_generations=G,
+                             old_logps=gather(old_logps), ref_logps=gather(ref_logps), old_values=gather(old_values))
         result = self.algorithm.advantages(scored, config)
-        advantages, returns = result.advantages, result.returns
+        width = mask.shape[1]
+        advantages, returns = shards.local_rows(result.advantages, width), shards.local_rows(result.returns, width)
+        metrics.update(shards.mean_metrics({k: v for k, v in metrics.items() if k.startswith("sampling/")}))
         metrics.update(result.metrics)
-        self.tokens_seen += int(rollout.completion_mask.sum() + rollout.prompt_mask.sum())
+        self.tokens_seen += int(shards.sum(int(rollout.completion_mask.sum() + rollout.prompt_mask.sum())))
         self.cycle += 1
         batch = GenerationBatch(prompt_ids=rollout.prompt_ids, prompt_mask=rollout.prompt_mask,
                                 completion_ids=rollout.completion_ids, completion_mask=mask, advantages=advantages,
-                                rows=rows, num_items_in_batch=int(mask.sum()),
+                                rows=rows, num_items_in_batch=int(scored.mask.sum()),
                                 old_logps=old_logps,  # None when on-policy: the loss detaches logps
                                 ref_logps=ref_logps, sampling_ratio=sampling_ratio, old_values=old_values,
                                 returns=returns, metrics=metrics)
@@ -237,13 +252,18 @@ class Trainer:
     # ------------------------------------------------------------------ learn
     def _micro_step(self, mb: dict) -> dict:
         config = self.config
-        logps, values, entropies = completion_forward(
-            self.model, mb["prompt_ids"], mb["prompt_mask"], mb["completion_ids"], mb["completion_mask"],
-            temperature=config.temperature, fused=config.use_fused_logprobs, chunk_size=config.logprob_chunk_size,
-            value_head=self.value_head, with_entropy=True)
-        out = self.algorithm.loss(mb, PolicyOutputs(logps=logps, entropies=entropies, values=values), config,
-                                  num_items_in_batch=self.batch.num_items_in_batch)
-        out.loss.backward()
+        # Tokens of this micro-step on all processes: token-mean losses divide by it (PPO).
+        mb["num_tokens_all_processes"] = self.shards.sum(float(mb["completion_mask"].sum()))
+        closes_window = (self.micro_step + 1) % config.gradient_accumulation_steps == 0
+        sync = contextlib.nullcontext() if closes_window else self.accelerator.no_sync(self.trained)
+        with sync:  # DDP averages gradients only at the last micro-step of an accumulation window
+            logps, values, entropies = self.trained(
+                mb["prompt_ids"], mb["prompt_mask"], mb["completion_ids"], mb["completion_mask"],
+                temperature=config.temperature, fused=config.use_fused_logprobs, chunk_size=config.logprob_chunk_size,
+                with_entropy=True)
+            out = self.algorithm.loss(mb, PolicyOutputs(logps=logps, entropies=entropies, values=values), config,
+                                      num_items_in_batch=self.batch.num_items_in_batch)
+            out.loss.backward()
         metrics = dict(out.metrics)
         metrics["loss"] = out.loss.item()
         return metrics
@@ -266,21 +286,26 @@ class Trainer:
 
         ``resume_from``: a checkpoint folder, or ``"latest"`` for the newest complete one in
         ``output_dir``. A non-empty ``output_dir`` is refused unless the run resumes the one
-        there or ``config.overwrite_output_dir`` is set (``course_lib.run_folder``). Ctrl-C saves a checkpoint at the next optimizer step and returns
-        (``self.interrupted`` is then True and no ``final/`` is written).
+        there or ``config.overwrite_output_dir`` is set (``course_lib.run_folder``). Ctrl-C
+        saves a checkpoint at the next optimizer step and returns (``self.interrupted`` is
+        then True and no ``final/`` is written).
         """
         resume_folder = ckpt.resolve_resume(resume_from, self.output_dir) if resume_from else None
         with ckpt.StopOnInterrupt() as interrupt, claim_output_dir(
-                self.output_dir, resume_folder=resume_folder, overwrite=self.config.overwrite_output_dir):
+                self.output_dir, resume_folder=resume_folder, overwrite=self.config.overwrite_output_dir,
+                main=self.shards.is_main, agree=self.shards.sum):
             return self._train(resume_folder, interrupt)
 
     def _train(self, resume_folder, interrupt) -> list[dict]:
         config = self.config
         self.interrupted = False
         previous_rows = self._resume(resume_folder) if resume_folder else []
-        self.logger = MetricsLogger(self.output_dir, config.report_to, config.to_dict(), previous_rows)
+        # Only the main process writes files; the others keep their rows in memory.
+        self.logger = MetricsLogger(self.output_dir, config.report_to, config.to_dict(), previous_rows,
+                                    write=self.shards.is_main)
         micro_per_cycle = config.effective_steps_per_generation * config.num_iterations
-        bar = tqdm(total=self.max_steps, initial=self.step, desc=self.algorithm.name.upper(), disable=not self.progress)
+        bar = tqdm(total=self.max_steps, initial=self.step, desc=self.algorithm.name.upper(),
+                   disable=not (self.progress and self.shards.is_main))
         self.model.train()
         started, tokens_at_start = time.time(), self.tokens_seen
         while self.step < self.max_steps:
@@ -293,7 +318,8 @@ class Trainer:
             self.micro_step += 1
             if self.micro_step % config.gradient_accumulation_steps:
                 continue
-            row = {"step": self.step + 1, **self._optimizer_step(), **_mean_rows(self._window), **self.batch.metrics}
+            window = self.shards.mean_metrics(_mean_rows(self._window))  # averaged over processes
+            row = {"step": self.step + 1, **self._optimizer_step(), **window, **self.batch.metrics}
             self._window = []
             elapsed = max(time.time() - started, 1e-9)
             row.update({"epoch": self.sampler.epoch + self.sampler.position / len(self.dataset),
@@ -305,17 +331,19 @@ class Trainer:
                 self.on_step(row)
             bar.update(1)
             bar.set_postfix(reward=f"{row.get('reward', float('nan')):.3f}", loss=f"{row['loss']:.4f}")
-            if config.log_completions and self.step % config.logging_steps == 0:
+            if config.log_completions and self.step % config.logging_steps == 0 and self.shards.is_main:
                 limit = config.num_completions_to_print or 4
                 tqdm.write(f"step {self.step}\n" + format_samples(*self._last_samples, limit=limit))
-            if config.save_steps > 0 and self.step % config.save_steps == 0 or interrupt.requested:
+            stop = self.shards.sum(float(interrupt.requested)) > 0  # Ctrl-C on any process stops them all
+            if config.save_steps > 0 and self.step % config.save_steps == 0 or stop:
                 self.save_checkpoint()
-            if interrupt.requested:
+            if stop:
                 self.interrupted = True
                 break
         bar.close()
-        if not self.interrupted:
+        if not self.interrupted and self.shards.is_main:
             self.save_final()
+        self.accelerator.wait_for_everyone()
         self.logger.close()
         return self.logger.rows
 
@@ -326,12 +354,29 @@ class Trainer:
                 "config": self.config.to_dict()}
 
     def save_checkpoint(self) -> Path:
+        """``checkpoint-<step>``, written by the main process; every process must call it.
+
+        The other processes' in-flight rows of the generation batch travel to the main
+        process and are saved with its own (``other_ranks``), so a run of N processes resumes
+        where it stopped.
+        """
         folder = self.output_dir / f"checkpoint-{self.step}"
         rollout = None if self.batch is None else {"batch": self.batch, "samples": self._last_samples}
-        return ckpt.save_checkpoint(folder, model=self.model, tokenizer=self.tokenizer, optimizer=self.optimizer,
+        if self.shards.size > 1:
+            from accelerate.utils import gather_object
+
+            everyone = gather_object([rollout])
+            if rollout is not None:
+                rollout = {**rollout, "other_ranks": everyone[1:]}
+        if not self.shards.is_main:
+            self.accelerator.wait_for_everyone()
+            return folder
+        saved = ckpt.save_checkpoint(folder, model=self.model, tokenizer=self.tokenizer, optimizer=self.optimizer,
                                     scheduler=self.scheduler, trainer_state=self._state(), rollout=rollout,
                                     value_head=self.value_head, history=self.logger.rows,
                                     save_total_limit=self.config.save_total_limit)
+        self.accelerator.wait_for_everyone()
+        return saved
 
     def save_final(self) -> Path:
         """``<output_dir>/final``: the model (merged with its adapters when LoRA) + tokenizer."""
@@ -357,6 +402,12 @@ class Trainer:
         self.tokens_seen, self.batch_position = state["tokens_seen"], state["batch_position"]
         self.sampler = PromptSampler(len(self.dataset), self.config.seed, **state["sampler"])
         if saved is not None:
+            saved_processes = 1 + len(saved.get("other_ranks", []))
+            if saved_processes != self.shards.size:
+                raise ValueError(f"checkpoint {folder} holds the generation batch of {saved_processes} process(es); "
+                                 f"this run has {self.shards.size}. Fix: resume with num_processes={saved_processes}.")
+            if self.shards.rank > 0:  # this process's own rows of the generation batch in flight
+                saved = saved["other_ranks"][self.shards.rank - 1]
             self.batch, self._last_samples = saved["batch"], saved["samples"]
         self._weights_dirty = True
         return [row for row in load_history(folder) if row["step"] <= self.step]

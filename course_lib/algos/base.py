@@ -108,6 +108,13 @@ class Algorithm(Protocol):
         """The micro-batch's loss, divided for gradient accumulation, with metrics."""
 
 
+class WithoutCritic:
+    """Base of the algorithms that train no value function (GRPO, RLOO)."""
+
+    def make_value_head(self, policy, config) -> None:
+        return None
+
+
 # ---------------------------------------------------------------------------------------
 # Helpers shared by the loss functions
 # ---------------------------------------------------------------------------------------

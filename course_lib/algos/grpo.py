@@ -46,6 +46,7 @@ from course_lib.algos.base import (
     LossOutput,
     PolicyOutputs,
     ScoredBatch,
+    WithoutCritic,
     advantage_column,
     check_groups,
     check_per_token,
@@ -425,16 +426,13 @@ def policy_loss(
 # ---------------------------------------------------------------------------------------
 # 4. The algorithm, as the trainer calls it
 # ---------------------------------------------------------------------------------------
-class GRPO:
+class GRPO(WithoutCritic):
     """GRPO for the trainer: group advantages, then :func:`policy_loss` with the config's knobs."""
 
     name = "grpo"
     config_class = GRPOConfig
     always_needs_old_logps = False
     sampling_correction_level = "token"
-
-    def make_value_head(self, policy, config) -> None:
-        return None
 
     def advantages(self, scored: ScoredBatch, config: GRPOConfig) -> Advantages:
         rewards, G = scored.rewards, scored.num_generations
@@ -456,5 +454,5 @@ class GRPO:
             ref_logps=micro_batch["ref_logps"], sampling_ratio=micro_batch["sampling_ratio"],
             max_completion_length=config.max_completion_length, num_items_in_batch=num_items_in_batch,
             gradient_accumulation_steps=config.gradient_accumulation_steps,
-            steps_per_generation=config.effective_steps_per_generation,
+            steps_per_generation=config.effective_steps_per_generation, num_processes=config.num_processes,
             use_bias_correction_kl=config.use_bias_correction_kl, entropies=outputs.entropies)

@@ -41,7 +41,7 @@ from course_lib.algos.base import (
 from course_lib.algos.onpolicy import OnPolicyConfig, kl_penalized_rewards, penalize_missing_eos
 from course_lib.config import fail
 from course_lib.models import unwrap_peft
-from course_lib.ops.masking import masked_mean, masked_var, masked_whiten
+from course_lib.ops.masking import masked_mean, masked_sum, masked_var, masked_whiten
 from course_lib.ops.stats import nanstd
 
 Tensor = torch.Tensor
@@ -204,6 +204,13 @@ def whiten(x: Tensor, mask: Tensor | None = None, shift_mean: bool = True) -> Te
 # ---------------------------------------------------------------------------------------
 # 4. Losses
 # ---------------------------------------------------------------------------------------
+def _token_mean(per_token: Tensor, mask: Tensor, num_tokens: float | None) -> Tensor:
+    """Masked mean, or the masked sum over `num_tokens` (0 for an empty mask either way)."""
+    if num_tokens is None:
+        return masked_mean(per_token, mask)
+    return masked_sum(per_token, mask) / max(float(num_tokens), 1.0)
+
+
 def ppo_policy_loss(
     logps: Tensor,
     old_logps: Tensor,
@@ -212,6 +219,7 @@ def ppo_policy_loss(
     cliprange: float = 0.2,
     *,
     sampling_ratio: Tensor | None = None,
+    num_tokens: float | None = None,
 ) -> LossOutput:
     """Token-level PPO clipped surrogate, averaged over valid tokens.
 
@@ -226,6 +234,9 @@ def ppo_policy_loss(
         cliprange: c.
         sampling_ratio: `(B, T)` truncated importance weight between the trained policy and
             the engine that sampled the tokens (TIS, `course_lib.ops.importance`); None for none.
+        num_tokens: what the summed loss is divided by; None = the valid tokens of `mask`
+            (a masked mean). Data-parallel training passes the micro-step's tokens on all
+            processes divided by their number, so that DDP's average equals the global mean.
 
     Returns:
         `LossOutput`; metrics `loss/policy_avg`, `policy/approxkl_avg`
@@ -242,7 +253,7 @@ def ppo_policy_loss(
     per_token_loss = torch.max(pg_losses, pg_losses_clipped)
     if sampling_ratio is not None:
         per_token_loss = per_token_loss * sampling_ratio
-    loss = masked_mean(per_token_loss, mask)
+    loss = _token_mean(per_token_loss, mask, num_tokens)
 
     with torch.no_grad():
         metrics = {
@@ -263,6 +274,8 @@ def value_loss(
     returns: Tensor,
     mask: Tensor,
     cliprange_value: float = 0.2,
+    *,
+    num_tokens: float | None = None,
 ) -> LossOutput:
     """Clipped value-function loss of PPO for RLHF.
 
@@ -277,6 +290,7 @@ def value_loss(
         returns: `(B, T)` regression targets (advantages + old values with GAE).
         mask: `(B, T)` completion mask.
         cliprange_value: c.
+        num_tokens: the mean's denominator, as in :func:`ppo_policy_loss`.
 
     Returns:
         `LossOutput`; metrics `loss/value_avg` and `val/clipfrac_avg` (fraction of
@@ -288,7 +302,7 @@ def value_loss(
     errors = (values - returns) ** 2
     errors_clipped = (values_clipped - returns) ** 2
     per_token_loss = torch.max(errors, errors_clipped)
-    loss = 0.5 * masked_mean(per_token_loss, mask)
+    loss = 0.5 * _token_mean(per_token_loss, mask, num_tokens)
     with torch.no_grad():
         metrics = {
             "loss/value_avg": loss.item(),
@@ -322,10 +336,14 @@ class PPO:
     def loss(self, micro_batch: dict, outputs: PolicyOutputs, config: PPOConfig,
              num_items_in_batch: int) -> LossOutput:
         mask = micro_batch["completion_mask"]
+        # The mean over this micro-step's tokens on every process (one process: a masked mean).
+        num_tokens = micro_batch.get("num_tokens_all_processes")
+        num_tokens = None if num_tokens is None else num_tokens / config.num_processes
         pg = ppo_policy_loss(outputs.logps, micro_batch["old_logps"], micro_batch["advantages"], mask,
-                             cliprange=config.epsilon, sampling_ratio=micro_batch["sampling_ratio"])
+                             cliprange=config.epsilon, sampling_ratio=micro_batch["sampling_ratio"],
+                             num_tokens=num_tokens)
         vf = value_loss(outputs.values, micro_batch["old_values"], micro_batch["returns"], mask,
-                        cliprange_value=config.cliprange_value)
+                        cliprange_value=config.cliprange_value, num_tokens=num_tokens)
         loss = (pg.loss + config.vf_coef * vf.loss) / config.gradient_accumulation_steps
         metrics = {**pg.metrics, **vf.metrics,
                    **entropy_metrics(outputs.entropies, mask, "entropy", "policy/entropy_avg")}

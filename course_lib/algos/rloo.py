@@ -27,6 +27,7 @@ from course_lib.algos.base import (
     LossOutput,
     PolicyOutputs,
     ScoredBatch,
+    WithoutCritic,
     check_cliprange,
     check_groups,
     entropy_metrics,
@@ -262,16 +263,13 @@ def rloo_policy_loss(
 # ---------------------------------------------------------------------------------------
 # 4. The algorithm, as the trainer calls it
 # ---------------------------------------------------------------------------------------
-class RLOO:
+class RLOO(WithoutCritic):
     """RLOO for the trainer: KL in the reward, leave-one-out advantages, sequence-level PPO clip."""
 
     name = "rloo"
     config_class = RLOOConfig
     always_needs_old_logps = True
     sampling_correction_level = "sequence"
-
-    def make_value_head(self, policy, config) -> None:
-        return None
 
     def advantages(self, scored: ScoredBatch, config: RLOOConfig) -> Advantages:
         scores = torch.nan_to_num(scored.rewards, nan=0.0)  # an unscorable completion scores 0

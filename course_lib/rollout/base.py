@@ -43,6 +43,10 @@ class SamplingConfig:
             completions. ``None`` draws from the engine's own random stream.
         max_prompt_length: keep at most this many prompt tokens, dropping the oldest (left)
             ones with a :class:`PromptTruncationWarning`; ``None`` keeps whole prompts.
+        first_row: global index of this call's first completion. With ``seed`` set, row
+            ``r`` of the call is drawn from its own seed ``seed + first_row + r`` (see
+            :func:`row_seed`), so a completion does not depend on which other rows share the
+            call: a generation batch split across processes samples what one process would.
     """
 
     temperature: float = 1.0
@@ -53,6 +57,7 @@ class SamplingConfig:
     max_tokens: int = 32
     seed: int | None = None
     max_prompt_length: int | None = None
+    first_row: int = 0
 
     def __post_init__(self):
         if self.temperature < 0:
@@ -148,6 +153,15 @@ def pad_token_id(tokenizer) -> int:
     if tokenizer.eos_token_id is not None:
         return int(tokenizer.eos_token_id)
     raise ValueError("The tokenizer has neither pad_token nor eos_token; set tokenizer.pad_token.")
+
+
+# Seeds are Python ints fed to torch.Generator.manual_seed (below 2**64).
+SEED_MODULUS = 2**62
+
+
+def row_seed(sampling: SamplingConfig, row: int) -> int:
+    """The seed of row ``row`` of a call (``sampling.seed`` must be set): one per completion."""
+    return (int(sampling.seed) + sampling.first_row + row) % SEED_MODULUS
 
 
 class PromptTruncationWarning(UserWarning):

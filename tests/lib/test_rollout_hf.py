@@ -222,3 +222,20 @@ def test_bad_prompts_rejected(tiny):
         engine.generate("What is 1 + 1?", 2, SamplingConfig())
     with pytest.raises(TypeError, match=r"prompts\[1\]"):
         engine.generate(["fine", 42], 2, SamplingConfig())
+
+
+def test_a_completion_does_not_depend_on_its_batch_neighbours(tiny, prompts):
+    """Per-completion seeds: the rows of a sharded request equal the same rows of the whole one."""
+    model, tokenizer = tiny
+    engine = HFEngine(model, tokenizer)
+    sampling = SamplingConfig(temperature=1.3, max_tokens=6, seed=11)
+    whole = engine.generate(prompts[:3], n=4, sampling=sampling)  # 12 rows
+    # rows 5..11 as another process would generate them: row by row (n=1), first_row=5
+    shard_prompts = [prompts[r // 4] for r in range(5, 12)]
+    shard = engine.generate(shard_prompts, n=1, sampling=SamplingConfig(temperature=1.3, max_tokens=6, seed=11,
+                                                                        first_row=5))
+    assert shard.texts == whole.texts[5:]
+    assert len(set(whole.texts)) > 3  # the rows are real samples, not one repeated string
+    # and a different seed gives different samples
+    other = engine.generate(prompts[:3], n=4, sampling=SamplingConfig(temperature=1.3, max_tokens=6, seed=12))
+    assert other.texts != whole.texts

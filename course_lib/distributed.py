@@ -1,0 +1,160 @@
+"""Devices and processes for the trainer, through Hugging Face accelerate.
+
+One process on a CPU or a GPU, or N data-parallel processes started by
+``accelerate launch --num_processes N`` (``python -m course_lib train --num-processes N``
+does the launch). The layout is TRL's, the one :mod:`course_lib.schedule` tabulates:
+
+- every process draws the same prompts for a generation batch (same seeded sampler) and
+  owns a contiguous slice of its ``U x G`` completions, ``per_device_train_batch_size x
+  steps_per_generation`` rows, which it generates (per-completion seeds: the samples are
+  those one process would draw) and scores;
+- what an advantage needs (rewards, masks, sampling-time log-probs and values) is gathered,
+  so group baselines, RLOO's leave-one-out and PPO's whitening see the whole batch, and each
+  process keeps its slice of the result;
+- gradients are averaged across processes by DDP (losses are scaled so that the average
+  equals the one-process loss on the same global batch); metrics are averaged; only the
+  main process logs and writes files.
+
+In one process every helper here is the identity, so the same trainer code runs alone.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import torch
+from torch import nn
+
+from .policy import completion_forward
+
+Tensor = torch.Tensor
+
+
+def cuda_requested(device: str) -> bool:
+    """Whether a run with `config.device` trains on CUDA: "cuda", or "auto" with a GPU present."""
+    return device == "cuda" or (device == "auto" and torch.cuda.is_available())
+
+
+def make_accelerator(config):
+    """The `accelerate.Accelerator` of a run, checked against `config.num_processes`.
+
+    Raises, on every process before any work: CUDA asked for without a GPU, or a launch
+    whose number of processes differs from the config's (each names the field and the fix).
+    """
+    from accelerate import Accelerator
+
+    if config.device == "cuda" and not torch.cuda.is_available():
+        raise ValueError("device='cuda' but no CUDA GPU is available. Fix: set device='auto' or 'cpu'.")
+    accelerator = Accelerator(cpu=not cuda_requested(config.device))
+    kind = str(accelerator.distributed_type).rpartition(".")[2]
+    if kind in ("DEEPSPEED", "FSDP", "MEGATRON_LM"):
+        raise ValueError(f"this run was launched with {kind}; the course trainer runs data-parallel (DDP) only. "
+                         "Fix: launch with configs/multi_gpu.yaml, or hand the run to TRL (python -m course_lib "
+                         "export-trl ...) and launch TRL with configs/deepspeed_zero2.yaml, deepspeed_zero3.yaml or "
+                         "fsdp.yaml.")
+    if accelerator.num_processes != config.num_processes:
+        raise ValueError(
+            f"num_processes={config.num_processes} but this run was launched with {accelerator.num_processes} "
+            f"process(es). Fix: set num_processes={accelerator.num_processes}, or launch with "
+            f"`accelerate launch --num_processes {config.num_processes}` (python -m course_lib train "
+            f"--num-processes {config.num_processes} does it).")
+    _check_same_config(accelerator, config)
+    return accelerator
+
+
+def _check_same_config(accelerator, config) -> None:
+    """Raise on every process when the processes were given different configs."""
+    if accelerator.num_processes == 1:
+        return
+    from accelerate.utils import gather_object
+
+    mine = json.dumps(config.to_dict(), sort_keys=True)
+    everyone = gather_object([mine])
+    if any(other != mine for other in everyone):
+        first = json.loads(everyone[0])
+        differing = sorted(k for other in everyone for k, v in json.loads(other).items() if first.get(k) != v)
+        raise ValueError(f"the {accelerator.num_processes} processes were given different configs (fields: "
+                         f"{', '.join(differing)}). Fix: launch every process with the same command and settings.")
+
+
+class PolicyForward(nn.Module):
+    """The policy (and PPO's value head) as one module whose forward is `completion_forward`.
+
+    DDP synchronises gradients of the module it wraps when that module's forward runs;
+    the trainer's forward goes through the decoder body and the fused head rather than the
+    model's own `forward`, so this wrapper is what DDP wraps.
+    """
+
+    def __init__(self, policy: nn.Module, value_head: nn.Module | None):
+        super().__init__()
+        self.policy = policy
+        self.value_head = value_head
+
+    def forward(self, prompt_ids, prompt_mask, completion_ids, completion_mask, **options):
+        return completion_forward(self.policy, prompt_ids, prompt_mask, completion_ids, completion_mask,
+                                  value_head=self.value_head, **options)
+
+
+class Shards:
+    """This process's rows of a generation batch, and the collectives across processes."""
+
+    def __init__(self, accelerator, rows_per_process: int):
+        self.accelerator = accelerator
+        self.rank = accelerator.process_index
+        self.size = accelerator.num_processes
+        self.rows = slice(self.rank * rows_per_process, (self.rank + 1) * rows_per_process)
+
+    @property
+    def is_main(self) -> bool:
+        return self.accelerator.is_main_process
+
+    def gather_rows(self, tensor: Tensor | None) -> Tensor | None:
+        """(B_local, ...) on each process -> (B, ...) in process order; dim 1 padded with 0."""
+        if tensor is None or self.size == 1:
+            return tensor
+        if tensor.dim() > 1:
+            tensor = self.accelerator.pad_across_processes(tensor.contiguous(), dim=1, pad_index=0)
+        return self.accelerator.gather(tensor.contiguous())
+
+    def local_rows(self, tensor: Tensor | None, width: int | None = None) -> Tensor | None:
+        """This process's rows of a gathered (B, ...) tensor, cut back to `width` columns."""
+        if tensor is None or self.size == 1:
+            return tensor
+        tensor = tensor[self.rows]
+        return tensor[:, :width] if width is not None and tensor.dim() > 1 else tensor
+
+    def sum(self, value: float) -> float:
+        """The sum of a number over processes."""
+        if self.size == 1:
+            return value
+        total = torch.tensor(float(value), dtype=torch.float64, device=self.accelerator.device)
+        return self.accelerator.reduce(total, reduction="sum").item()
+
+    def mean_metrics(self, metrics: dict) -> dict:
+        """Every numeric metric averaged over processes (one collective for all of them)."""
+        if self.size == 1:
+            return metrics
+        names = sorted(k for k, v in metrics.items() if isinstance(v, (int, float)) and not isinstance(v, bool))
+        values = torch.tensor([float(metrics[k]) for k in names], dtype=torch.float64, device=self.accelerator.device)
+        averaged = self.accelerator.reduce(values, reduction="mean").tolist()
+        return {**metrics, **dict(zip(names, averaged))}
+
+
+def launch_command(num_processes: int, argv: list[str], cpu: bool) -> list[str]:
+    """The command that runs ``python -m course_lib <argv>`` on ``num_processes`` processes.
+
+    On GPUs ``accelerate launch --multi_gpu``; on CPUs torch's own launcher
+    (``torch.distributed.run``, which ``accelerate launch`` drives for GPUs too), whose
+    processes accelerate joins with the gloo backend.
+    """
+    port = os.environ.get("MASTER_PORT", "29511")
+    if cpu:
+        launcher = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(num_processes),
+                    "--master_addr", "127.0.0.1", "--master_port", port]
+    else:
+        launcher = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes",
+                    str(num_processes), "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
+                    "--main_process_port", port]
+    return launcher + ["-m", "course_lib", *argv]

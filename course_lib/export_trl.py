@@ -1,0 +1,108 @@
+"""Hand a GRPO run over to TRL: ``python -m course_lib export-trl ... --output run/``.
+
+For a run that outgrows the course trainer (many GPUs, DeepSpeed, a server-mode vLLM),
+this writes what TRL's own command line needs to train the same thing:
+
+- ``grpo.yaml``: a ``trl grpo --config`` file: the ``GRPOConfig`` fields
+  (:meth:`course_lib.algos.GRPOConfig.to_trl_grpo_config`), the model (a local folder),
+  LoRA as TRL's ``use_peft`` / ``lora_*`` fields, the data and the reward functions;
+- ``data/train.jsonl``: the prompts and reference columns, read by ``load_dataset``;
+- ``course_rewards.py``: the reward functions, importable by dotted path
+  (``course_rewards.<name>``), as TRL's script loads custom rewards;
+- ``README.txt``: the ``trl grpo`` / ``accelerate launch`` commands, and every field whose
+  value here differs from TRL's default or whose meaning differs between the two trainers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+#: What the course trainer does differently from TRL 1.16's GRPOTrainer, whatever the config.
+BEHAVIOUR_DIFFERENCES = [
+    "generation batch order: the course trainer consumes it in order (the schedule tables); TRL shuffles it",
+    "sampling seeds: one per completion here (global index); TRL draws from one stream per process",
+    "prompt truncation: max_prompt_length truncates prompts from the left here; TRL 1.16's GRPOConfig has no "
+    "such field (trim the data instead)",
+    "log-probs: the fused chunked head and the shared-prompt forward here give the same values as TRL's "
+    "forward up to float rounding",
+]
+
+
+def _yaml_value(value: Any) -> str:
+    return json.dumps(value)  # JSON scalars and lists are valid YAML
+
+
+# Fields that TRL's __post_init__ fills from others (a path, a derived count): not settings.
+_DERIVED_BY_TRL = {"logging_dir", "generation_batch_size", "disable_tqdm", "debug", "report_to", "pad_to_multiple_of"}
+
+
+def _is_data(value: Any) -> bool:
+    if isinstance(value, (list, tuple)):
+        return all(_is_data(v) for v in value)
+    return value is None or isinstance(value, (bool, int, float, str))
+
+
+def _plain(value: Any) -> Any:
+    return getattr(value, "value", value)  # enums as their strings
+
+
+def changed_fields(config) -> list[tuple[str, Any, Any]]:
+    """``(field, value here, TRL's default)`` for every ``GRPOConfig`` field that differs."""
+    trl_config = config.to_trl_grpo_config(report_to="none")
+    changed = []
+    for field in dataclasses.fields(trl_config):
+        if not field.init or field.name == "output_dir":
+            continue
+        default = field.default_factory() if field.default is dataclasses.MISSING else field.default
+        ours = _plain(getattr(trl_config, field.name))
+        if not _is_data(ours) or field.name in _DERIVED_BY_TRL:
+            continue  # objects TRL builds itself from other fields
+        if ours != _plain(default):
+            changed.append((field.name, ours, _plain(default)))
+    return changed
+
+
+def trl_arguments(config) -> dict[str, Any]:
+    """The ``trl grpo`` config-file fields for a course GRPO config (model and LoRA included)."""
+    from .models import resolve_model_path
+
+    arguments = {name: ours for name, ours, _ in changed_fields(config)}
+    arguments["model_name_or_path"] = str(resolve_model_path(config.model_name_or_path))
+    if config.use_lora:
+        arguments.update(use_peft=True, lora_r=config.lora_r, lora_alpha=config.lora_alpha,
+                         lora_dropout=config.lora_dropout, lora_target_modules=list(config.lora_target_modules))
+    return arguments
+
+
+def export_run(config, reward_names: list[str], dataset, output: str | Path, num_processes: int = 1) -> Path:
+    """Write ``grpo.yaml``, ``data/train.jsonl``, ``course_rewards.py`` and ``README.txt`` into ``output``."""
+    if config.algo != "grpo":
+        raise ValueError(f"export-trl --algo {config.algo}: only GRPO runs are exported (TRL's RLOO and PPO "
+                         "trainers differ from the course's on-policy ones). Fix: use --algo grpo.")
+    output = Path(output)
+    (output / "data").mkdir(parents=True, exist_ok=True)
+    with (output / "data" / "train.jsonl").open("w") as handle:
+        for row in dataset:
+            handle.write(json.dumps(row) + "\n")
+    names = ", ".join(reward_names)
+    (output / "course_rewards.py").write_text(
+        '"""The run\'s reward functions, by dotted path for TRL (course_rewards.<name>)."""\n\n'
+        "from course_lib.rewards import get_reward_functions\n\n"
+        f"{names}{',' if len(reward_names) == 1 else ''} = get_reward_functions({reward_names!r})\n")
+    arguments = trl_arguments(config)
+    arguments.update(dataset_name=str((output / "data").resolve()),
+                     reward_funcs=[f"course_rewards.{name}" for name in reward_names])
+    arguments["output_dir"] = str((output / "trl-output").resolve())
+    (output / "grpo.yaml").write_text("".join(f"{k}: {_yaml_value(v)}\n" for k, v in sorted(arguments.items())))
+    commands = [f"cd {output.resolve()} && trl grpo --config grpo.yaml",
+                f"cd {output.resolve()} && accelerate launch --num_processes {num_processes} "
+                "-m trl.scripts.grpo --config grpo.yaml"]
+    lines = ["Train this run with TRL:", *(f"  {c}" for c in commands), "",
+             "Fields whose value differs from TRL's default:",
+             *(f"  {name}: {ours!r} here, TRL's default {theirs!r}" for name, ours, theirs in changed_fields(config)), "",
+             "What differs in behaviour, whatever the fields:", *(f"  {d}" for d in BEHAVIOUR_DIFFERENCES), ""]
+    (output / "README.txt").write_text("\n".join(lines))
+    return output
