@@ -19,8 +19,8 @@ removed by the next save. ``save_total_limit`` keeps the newest few checkpoints;
 ``resolve_resume("latest", output_dir)`` picks the newest complete one; a damaged folder
 (copied by hand, edited, or written by an older version) gets a ``CheckpointError`` that
 names it and the fix. Nothing in a checkpoint is unpickled as code (``course_lib.state_io``):
-a crafted file gets a ``CheckpointError``, never an execution. ``StopOnInterrupt`` turns Ctrl-C into "save and stop" at the next
-optimizer step.
+a crafted file gets a ``CheckpointError``, never an execution. ``StopOnInterrupt`` turns
+Ctrl-C into "save and stop" at the next optimizer step.
 """
 
 from __future__ import annotations

@@ -186,8 +186,8 @@ def _read_jsonl(file: Path) -> list[dict]:
         try:
             row = json.loads(line)
         except json.JSONDecodeError as error:
-            raise DataError(f"{file}: line {number} is not JSON ({error.msg} at column {error.colno}). "
-                            "Fix: one JSON object per line, e.g. {\"question\": ..., \"answer\": \"... #### 42\"}.") from None
+            raise DataError(f"{file}: line {number} is not JSON ({error.msg} at column {error.colno}). Fix: one "
+                            'JSON object per line, e.g. {"question": ..., "answer": "... #### 42"}.') from None
         missing = [key for key in ("question", "answer") if not isinstance(row, dict) or key not in row]
         if missing:
             found = sorted(row) if isinstance(row, dict) else type(row).__name__

@@ -178,7 +178,8 @@ def check_loadable(path: Path | str, name: str) -> None:
         raise ModelNotAvailableError(f"{name!r} is a hub id that is not in the local cache, and offline mode is on "
                                      "(HF_HUB_OFFLINE / TRANSFORMERS_OFFLINE). Fix: use 'tiny', 'smollm2-135m' or a "
                                      "local folder, or download the model once with a network.")
-    if not _hub_reachable():
+    proxied = any(os.environ.get(v) for v in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy"))
+    if not proxied and not _hub_reachable():  # behind a proxy a direct probe says nothing
         raise ModelNotAvailableError(f"{name!r} is a hub id that is not in the local cache, and the hub cannot be "
                                      "reached. Fix: use 'tiny', 'smollm2-135m' or a local folder, or connect to "
                                      "the network once to download it.")

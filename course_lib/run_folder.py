@@ -91,9 +91,9 @@ def check_resume_config(saved: dict | None, current: dict, folder: str | Path) -
         listing = "; ".join(f"{k}: {old!r} in the checkpoint, {new!r} now" for k, (old, new) in sorted(refused.items()))
         raise ValueError(f"cannot resume from {folder} with a changed config ({listing}): the optimizer state, "
                          "the data order and the samples in flight were made under the saved values, so the run "
-                         "would no longer be the run it continues. Fix: resume with the saved values (drop those "
-                         "--set options), or start a new run in another --output-dir. Fields that may change on "
-                         f"resume: {', '.join(RESUME_SAFE_FIELDS)}.")
+                         "would no longer be the run it continues. Fix: resume with the checkpoint's values (the "
+                         "--set options of the command that wrote it), or start a new run in another --output-dir. "
+                         f"Fields that may change on resume: {', '.join(RESUME_SAFE_FIELDS)}.")
     allowed = {k: v for k, v in changed.items() if k in RESUME_SAFE_FIELDS}
     length = {k: v for k, v in allowed.items() if k in _RUN_LENGTH}
     if length and current.get("lr_scheduler_type") != "constant":

@@ -528,9 +528,11 @@ DATA_CASES = {
                             Error(ValueError, r"no rows, which has no accuracy")),
     "a malformed line": (lambda tmp: load_gsm8k(_jsonl(tmp / "bad.jsonl", [_gsm8k_rows(1)[0], '{"question": "2+2?"'])),
                          Error(DataError, r"bad.jsonl: line 2 is not JSON")),
-    "a row without question": (lambda tmp: load_gsm8k(_jsonl(tmp / "bad.jsonl", [{"prompt": "2+2?", "answer": "#### 4"}])),
+    "a row without question": (lambda tmp: load_gsm8k(_jsonl(tmp / "bad.jsonl",
+                                                             [{"prompt": "2+2?", "answer": "#### 4"}])),
                                Error(DataError, r"line 1 lacks 'question' \(it holds \['answer', 'prompt'\]\)")),
-    "an answer without '####'": (lambda tmp: load_gsm8k(_jsonl(tmp / "bad.jsonl", [{"question": "2+2?", "answer": "4"}])),
+    "an answer without '####'": (lambda tmp: load_gsm8k(_jsonl(tmp / "bad.jsonl",
+                                                               [{"question": "2+2?", "answer": "4"}])),
                                  Error(DataError, r"line 1: the answer has no '####")),
 }
 
@@ -634,13 +636,15 @@ CLI_RUN_CASES = {
     "--resume-from latest --set learning_rate=0.5": (lambda tmp, first: _train_args(
         "--output-dir", str(first), "--resume-from", "latest", "--set", "learning_rate=0.5"),
         r"learning_rate: 0\.001 in the checkpoint, 0\.5 now"),
-    "--algo ppo --set num_generations=0": (lambda tmp, first: _train_args("--algo", "ppo", "--set", "num_generations=0"),
+    "--algo ppo --set num_generations=0": (lambda tmp, first: _train_args("--algo", "ppo",
+                                                                          "--set", "num_generations=0"),
                                            r"num_generations >= 1\.\n"),
     "eval on malformed JSONL": (lambda tmp, first: ["eval", "--n", "1", "--task", "gsm8k:" + str(_jsonl(
         tmp / "g.jsonl", ['{"question": "1+1?", "answer": "#### 2"}', "{not json"]))], r"g.jsonl: line 2 is not JSON"),
     "eval on rows without answer": (lambda tmp, first: ["eval", "--n", "1", "--task", "gsm8k:" + str(_jsonl(
         tmp / "g.jsonl", [{"question": "1+1?"}]))], r"line 1 lacks 'answer'"),
-    "eval a truncated weight file": (lambda tmp, first: ["eval", "--n", "1", "--model", str(_model_copy(tmp, "weights"))],
+    "eval a truncated weight file": (lambda tmp, first: ["eval", "--n", "1", "--model",
+                                                         str(_model_copy(tmp, "weights"))],
                                      r"damaged or truncated"),
     "eval a folder without tokenizer": (lambda tmp, first: ["eval", "--n", "1", "--model",
                                                             str(_model_copy(tmp, "tokenizer"))], r"has no tokenizer"),
