@@ -27,6 +27,8 @@ import warnings
 from pathlib import Path
 from typing import Callable, Iterator
 
+from .checkpoint import latest_checkpoint
+
 try:
     import fcntl
 except ImportError:  # Windows: no advisory locks; the emptiness check still applies
@@ -169,11 +171,12 @@ def _lock_and_check(output_dir: Path, resume_folder: str | Path | None, overwrit
         if existing and not continuing:
             if not overwrite:
                 shown = ", ".join(existing[:5]) + (", ..." if len(existing) > 5 else "")
+                resume = ("continue that run with --resume-from latest, " if latest_checkpoint(output_dir) is not None
+                          else "(it holds no complete checkpoint to continue from) ")
                 raise OutputDirError(
                     f"output_dir={str(output_dir)!r} is not empty (it holds {shown}); writing there would mix two "
-                    "runs and rewrite the earlier one's history.jsonl. Fix: continue that run with --resume-from "
-                    "latest, replace it with --overwrite-output-dir (overwrite_output_dir=True), or pick another "
-                    "--output-dir.")
+                    f"runs and rewrite the earlier one's history.jsonl. Fix: {resume}replace it with "
+                    "--overwrite-output-dir (overwrite_output_dir=True), or pick another --output-dir.")
             for name in existing:
                 if _is_run_file(name):
                     path = output_dir / name

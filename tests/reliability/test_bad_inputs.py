@@ -410,6 +410,13 @@ def _train_again(**overrides):
     return run
 
 
+def _killed_before_saving(tmp: Path, first_run: Path):
+    (tmp / "run").mkdir()
+    shutil.copy(first_run / "history.jsonl", tmp / "run" / "history.jsonl")
+    (tmp / "history-before").write_bytes((tmp / "run" / "history.jsonl").read_bytes())
+    return _trainer(tmp / "run").train()
+
+
 def _history_untouched(tmp: Path) -> None:
     assert (tmp / "run" / "history.jsonl").read_bytes() == (tmp / "history-before").read_bytes()
 
@@ -453,6 +460,9 @@ RUN_CASES = {
     "train again into a used folder": (_train_again(), Error(
         OutputDirError, r"is not empty \(it holds checkpoint-1, checkpoint-2, final, history.jsonl\).*--resume-from "
                         r"latest.*--overwrite-output-dir"), _history_untouched),
+    "train again where a killed run saved no checkpoint": (_killed_before_saving, Error(
+        OutputDirError, r"it holds history.jsonl\).*Fix: \(it holds no complete checkpoint to continue from\) "
+                        r"replace it with --overwrite-output-dir"), _history_untouched),
     "overwrite_output_dir=True": (_train_again(overwrite_output_dir=True, max_steps=1), Documented(
         "the earlier run's files are deleted first", lambda rows: [r["step"] for r in rows] == [1]),
         _only_the_new_run),
@@ -689,4 +699,4 @@ def test_every_table_case_has_an_outcome():
     errors = sum(isinstance(o, Error) for o in outcomes) + len(CLI_CASES) + len(CLI_RUN_CASES)
     documented = sum(isinstance(o, Documented) for o in outcomes)
     assert errors + documented == len(outcomes) + len(CLI_CASES) + len(CLI_RUN_CASES)
-    assert (errors, documented) == (98, 15)
+    assert (errors, documented) == (99, 15)

@@ -9,7 +9,8 @@ starts in milliseconds). Two ways to die, many times each:
 - **at a random instant**: the parent kills the child after a random delay.
 
 After every kill the next child starts with ``--resume-from latest`` semantics
-(``Trainer.train(resume_from="latest")``), and must neither fail nor diverge: the final
+(``Trainer.train(resume_from="latest")``), or with ``overwrite_output_dir`` when the killed
+run saved no checkpoint yet, and must neither fail nor diverge: the final
 weights and the logged history equal those of an uninterrupted run, bit for bit.
 Ctrl-C (SIGINT) is checked separately: it saves a checkpoint and returns cleanly.
 """
@@ -99,8 +100,11 @@ def _run_child(output_dir: Path, die_at_write: int | None = None) -> int:
         try:
             if die_at_write is not None:
                 _die_at_write(die_at_write)
-            trainer = _trainer(output_dir)
-            trainer.train(resume_from="latest" if ckpt.latest_checkpoint(output_dir) else None)
+            # What a user does after a kill: resume from the newest checkpoint, or, when the
+            # killed run saved none, start over in the folder it left (--overwrite-output-dir).
+            resumable = ckpt.latest_checkpoint(output_dir) is not None
+            trainer = _trainer(output_dir, overwrite_output_dir=not resumable)
+            trainer.train(resume_from="latest" if resumable else None)
             code = 0
         except BaseException:  # noqa: BLE001 - report anything to the parent
             (output_dir / "child-error.txt").write_text(traceback.format_exc())
