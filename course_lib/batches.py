@@ -17,10 +17,13 @@ import torch
 class PromptSampler:
     """Dataset row indices, a fresh seeded permutation each epoch; resumable."""
 
-    def __init__(self, num_rows: int, seed: int, epoch: int = 0, position: int = 0):
+    def __init__(self, num_rows: int, seed: int, epoch: int = 0, position: int = 0, shuffle: bool = True):
         self.num_rows, self.seed, self.epoch, self.position = num_rows, seed, epoch, position
+        self.shuffle = shuffle  # False: the dataset's own order every epoch (a curriculum)
 
     def _order(self) -> list[int]:
+        if not self.shuffle:
+            return list(range(self.num_rows))
         generator = torch.Generator().manual_seed(self.seed + self.epoch)
         return torch.randperm(self.num_rows, generator=generator).tolist()
 
@@ -52,7 +55,8 @@ class GenerationBatch:
     num_items_in_batch: int                  # valid completion tokens in the whole batch
     old_logps: torch.Tensor | None = None    # (B, T) policy at sampling time
     ref_logps: torch.Tensor | None = None    # (B, T) reference policy
-    sampling_ratio: torch.Tensor | None = None  # (B, T) truncated IS weight
+    sampling_ratio: torch.Tensor | None = None  # (B, T) or (B, 1) sampler-mismatch weight
+    sampling_logps: torch.Tensor | None = None  # (B, T) the sampler's own log-probs, when recorded
     old_values: torch.Tensor | None = None   # (B, T) PPO
     returns: torch.Tensor | None = None      # (B, T) PPO
     metrics: dict = field(default_factory=dict)
@@ -61,8 +65,8 @@ class GenerationBatch:
         sl = slice(index * size, (index + 1) * size)
         out = {}
         for name in ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask", "advantages", "old_logps",
-                     "ref_logps", "sampling_ratio", "old_values", "returns"):
-            value = getattr(self, name)
+                     "ref_logps", "sampling_ratio", "sampling_logps", "old_values", "returns"):
+            value = getattr(self, name, None)  # None too for fields newer than a saved batch
             out[name] = value[sl] if value is not None else None
         out["rows"] = self.rows[sl]
         return out

@@ -104,7 +104,12 @@ def run_train(args) -> int:
     from .trainer import Trainer
 
     config, reward_funcs, dataset = build_run(args)
-    trainer = Trainer(config, reward_funcs, dataset)
+    eval_dataset = None
+    if config.eval_strategy != "no":  # held-out prompts for evaluation during training
+        from .data import get_task
+
+        eval_dataset = get_task(args.task, split="test", n=args.eval_n or 64, seed=0)
+    trainer = Trainer(config, reward_funcs, dataset, eval_dataset=eval_dataset)
     main = trainer.accelerator.is_main_process
     before = _evaluate(trainer, args) if args.eval_n and main else None
     history = trainer.train(resume_from=args.resume_from)

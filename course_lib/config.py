@@ -29,8 +29,10 @@ from pathlib import Path
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
+from course_lib.config_options import RunOptions, fail
 from course_lib.config_tools import ConfigWarning, apply_overrides, field_docs, from_dict, to_dict
 from course_lib.models import TORCH_DTYPES
+from course_lib.ops.importance import check_is_settings
 from course_lib.rollout import ENGINES
 from course_lib.validation import check_field_types, check_finite_fields
 
@@ -40,11 +42,6 @@ DTYPES = ("auto", *TORCH_DTYPES)
 LR_SCHEDULERS = ("constant", "linear", "cosine")
 REPORT_TO = ("none", "wandb", "tensorboard")
 _ALL_PROJECTIONS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
-
-
-def fail(name: str, value: Any, problem: str, fix: str) -> None:
-    """Raise the config error format: ``field=value problem. Fix: fix.``"""
-    raise ValueError(f"{name}={value!r} {problem}. Fix: {fix}.")
 
 
 def warn(message: str) -> None:
@@ -61,7 +58,7 @@ def warn(message: str) -> None:
 
 
 @dataclass(frozen=True)
-class RLConfig:
+class RLConfig(RunOptions):
     """Settings shared by every algorithm of the course (GRPO, RLOO, PPO)."""
 
     algo: ClassVar[str] = "rl"
@@ -184,12 +181,21 @@ class RLConfig:
     library's masked means return 0 when every completion is truncated, which avoids the NaN KL
     that a plain sum / count gives there."""
     vllm_importance_sampling_correction: bool | None = None
-    """Truncated importance sampling (TIS) between the vLLM sampler and the trainer ("Your Efficient
-    RL Framework Secretly Brings You Off-Policy RL Training", Yao et al. 2025); None = on exactly
-    when engine is vllm."""
-    vllm_importance_sampling_cap: float = 2.0
-    """TIS truncation C: per-token weights min(pi_train / pi_sampler, C) (token_truncate mode of
-    TRL)."""
+    """Correct for the sampler not being the trained policy (TIS/MIS, "Your Efficient RL Framework
+    Secretly Brings You Off-Policy RL Training", Yao et al. 2025); None = on exactly when engine is
+    vllm (the HF engine records its sampling log-probs too, so it can be switched on there)."""
+    vllm_importance_sampling_mode: Literal["token_truncate", "token_mask", "sequence_truncate",
+                                           "sequence_mask"] = "sequence_mask"
+    """`token_*`: one weight pi_train / pi_sampler per token; `sequence_*`: one per completion (product
+    of its token ratios). `*_truncate` clamps the weight into [clip_min, clip_max] (TIS), `*_mask`
+    zeroes weights outside it (MIS). TRL 1.16's default is sequence_mask."""
+    vllm_importance_sampling_clip_min: float | None = None
+    """Lower bound of the correction weight; None = no lower bound."""
+    vllm_importance_sampling_clip_max: float | None = 3.0
+    """Upper bound of the correction weight (TRL 1.16's default 3.0); None = no upper bound."""
+    vllm_importance_sampling_cap: float | None = None
+    """Deprecated (as in TRL 1.16): the former name of vllm_importance_sampling_clip_max; setting it
+    sets clip_max and warns."""
 
     # --- memory-efficient log-probs ---------------------------------------------
     use_fused_logprobs: bool = True
@@ -250,6 +256,12 @@ class RLConfig:
             self._set("top_k", None)  # TRL spells "disabled" as 0
         if self.reward_weights is not None:
             self._set("reward_weights", [float(w) for w in self.reward_weights])
+        if self.vllm_importance_sampling_cap is not None:  # TRL 1.16's deprecated alias of clip_max
+            warn(f"vllm_importance_sampling_cap={self.vllm_importance_sampling_cap} is deprecated (as in TRL 1.16) "
+                 "and now sets vllm_importance_sampling_clip_max; note that the correction's default mode is "
+                 "sequence_mask. Fix: set vllm_importance_sampling_clip_max (and _mode) instead.")
+            self._set("vllm_importance_sampling_clip_max", self.vllm_importance_sampling_cap)
+            self._set("vllm_importance_sampling_cap", None)  # moved: saved configs carry clip_max only
         self._set("lora_target_modules", list(self.lora_target_modules))
 
     def _check_choices(self) -> None:
@@ -267,6 +279,7 @@ class RLConfig:
                 fail(name, value, "is not a known choice", f"use one of {', '.join(allowed)}")
 
     def _check_ranges(self) -> None:
+        super()._check_ranges()
         for name in ("per_device_train_batch_size", "gradient_accumulation_steps", "num_processes",
                      "num_iterations", "max_completion_length", "logging_steps", "logprob_chunk_size",
                      "lora_r", "lora_alpha"):
@@ -308,9 +321,8 @@ class RLConfig:
             fail("top_k", self.top_k, "must be None or >= 0", "use None to disable top-k")
         if not self.repetition_penalty > 0:
             fail("repetition_penalty", self.repetition_penalty, "must be > 0", "use 1.0 for no penalty")
-        if not self.vllm_importance_sampling_cap > 0:
-            fail("vllm_importance_sampling_cap", self.vllm_importance_sampling_cap, "must be > 0",
-                  "use TRL's value 2.0")
+        check_is_settings(self.vllm_importance_sampling_mode, self.vllm_importance_sampling_clip_min,
+                          self.vllm_importance_sampling_clip_max)
         if not 0 < self.vllm_gpu_memory_utilization <= 1:
             fail("vllm_gpu_memory_utilization", self.vllm_gpu_memory_utilization, "must lie in (0, 1]",
                   "use e.g. 0.3 when vLLM shares the GPU with training")
@@ -360,6 +372,8 @@ class RLConfig:
         if self.epsilon_high is not None and self.epsilon_high < self.epsilon:
             warn(f"epsilon_high={self.epsilon_high} < epsilon={self.epsilon}: the ratio may fall further than it "
                   "may rise; DAPO's clip-higher uses epsilon_high > epsilon (0.28 vs 0.2).")
+        if self.sync_ref_model and self.beta == 0.0:
+            warn("sync_ref_model=True with beta=0.0: there is no reference model to move; set beta > 0.")
         if self.vllm_importance_sampling_correction and self.engine != "vllm":
             warn(f"vllm_importance_sampling_correction=True has almost no effect with engine={self.engine!r}: the "
                  "sampler is the trained model itself, so the weights stay at 1 up to rounding.")

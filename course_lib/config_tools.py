@@ -20,6 +20,7 @@ import ast
 import dataclasses
 import difflib
 import inspect
+import json
 import textwrap
 import types
 import typing
@@ -96,6 +97,11 @@ def _coerce(text: str, hint: Any) -> Any:
         if text in args:
             return text
         raise ValueError(f"{text!r} is not one of {', '.join(map(repr, args))}")
+    if origin is dict or hint is dict:
+        value = json.loads(text)
+        if not isinstance(value, dict):
+            raise ValueError(f"{text!r} is not a JSON object such as {{\"key\": 1}}")
+        return value
     if origin is list:
         inner = text.strip().removeprefix("[").removesuffix("]")
         items = [item.strip().strip("'\"") for item in inner.split(",") if item.strip()]
@@ -196,14 +202,23 @@ def from_dict(data: Mapping[str, Any], cls: type) -> Any:
     return cls(**resolve_keys(cls, values))
 
 
+# Our fields that TRL spells differently or derives itself: they are translated below, not copied.
+_TRL_TRANSLATED = frozenset({
+    "steps_per_generation", "generation_batch_size", "top_k", "engine", "dtype", "lr_scheduler_type",
+    "vllm_importance_sampling_correction", "vllm_importance_sampling_cap", "save_steps", "eval_steps",
+})
+
+
 def to_trl_grpo_config(config: Any, **extra: Any) -> Any:
     """Express a GRPO config as `trl.GRPOConfig` (TRL 1.16) with the same values.
 
-    TRL takes the number of processes from the launcher, so this mirrors a run on
-    `num_processes` processes only when launched that way. Our TIS setting maps to
-    TRL's `vllm_importance_sampling_mode="token_truncate"` with `clip_max = cap` (TRL
-    1.16's own default is `sequence_mask` with 3.0). Fields TRL lacks (LoRA, fused
-    log-probs, prompt truncation) are not passed. `extra` overrides any argument.
+    Every field whose name TRL's `GRPOConfig` (or its `TrainingArguments` base) also has is
+    passed as it is; the rest is translated: `engine` -> `use_vllm`, `dtype` -> `bf16` /
+    `fp16`, `top_k=None` -> 0, the resolved `steps_per_generation` and correction switch,
+    `save_steps=0` -> `save_strategy="no"`. TRL takes the number of processes from the
+    launcher, so this mirrors a run on `num_processes` processes only when launched that
+    way. Fields TRL lacks (LoRA, fused log-probs, prompt truncation) are not passed.
+    `extra` overrides any argument.
     """
     if config.algo not in ("grpo", "rl"):
         raise ValueError(f"to_trl_grpo_config got a {type(config).__name__} (algo={config.algo!r}). "
@@ -217,19 +232,10 @@ def to_trl_grpo_config(config: Any, **extra: Any) -> Any:
     scheduler = config.lr_scheduler_type
     if scheduler == "constant" and config.warmup_steps > 0:
         scheduler = "constant_with_warmup"
+    trl_fields = {f.name for f in dataclasses.fields(trl.GRPOConfig) if f.init}
     kwargs: dict[str, Any] = {
-        name: getattr(config, name)
-        for name in (
-            "output_dir", "seed", "learning_rate", "warmup_steps", "weight_decay", "adam_beta1",
-            "adam_beta2", "adam_epsilon", "max_grad_norm", "max_steps", "num_train_epochs",
-            "gradient_checkpointing", "per_device_train_batch_size", "gradient_accumulation_steps",
-            "num_generations", "max_completion_length", "temperature", "top_p", "min_p",
-            "repetition_penalty", "beta", "num_iterations", "epsilon", "epsilon_high", "delta",
-            "importance_sampling_level", "reward_weights", "scale_rewards", "loss_type",
-            "mask_truncated_completions", "use_bias_correction_kl", "vllm_gpu_memory_utilization",
-            "vllm_max_model_length",
-            "logging_steps", "log_completions", "num_completions_to_print", "report_to",
-        )
+        f.name: getattr(config, f.name) for f in dataclasses.fields(config)
+        if f.init and f.name in trl_fields and f.name not in _TRL_TRANSLATED
     }
     kwargs.update(
         lr_scheduler_type=scheduler,
@@ -237,8 +243,6 @@ def to_trl_grpo_config(config: Any, **extra: Any) -> Any:
         top_k=config.top_k or 0,
         use_vllm=config.engine == "vllm",
         vllm_importance_sampling_correction=config.effective_vllm_importance_sampling_correction,
-        vllm_importance_sampling_mode="token_truncate",
-        vllm_importance_sampling_clip_max=config.vllm_importance_sampling_cap,
         bf16=dtype == "bfloat16",
         fp16=dtype == "float16",
     )
@@ -246,5 +250,7 @@ def to_trl_grpo_config(config: Any, **extra: Any) -> Any:
         kwargs["save_steps"] = config.save_steps
     else:
         kwargs["save_strategy"] = "no"
+    if getattr(config, "eval_strategy", "no") == "steps":
+        kwargs["eval_steps"] = config.eval_steps
     kwargs.update(extra)
     return trl.GRPOConfig(**kwargs)

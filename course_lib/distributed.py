@@ -60,8 +60,30 @@ def make_accelerator(config):
             f"process(es). Fix: set num_processes={accelerator.num_processes}, or launch with "
             f"`accelerate launch --num_processes {config.num_processes}` (python -m course_lib train "
             f"--num-processes {config.num_processes} does it).")
+    _check_precision(config, accelerator.device)
     _check_same_config(accelerator, config)
     return accelerator
+
+
+def cpu_supports_bfloat16() -> bool:
+    """Whether this CPU has native bfloat16 arithmetic (AVX512-BF16 or AMX); without it bf16 is emulated."""
+    probes = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
+    return any(getattr(torch.cpu, name, lambda: False)() for name in probes)
+
+
+def _check_precision(config, device: torch.device) -> None:
+    """Refuse a precision the training device cannot run well, with the field and the fix."""
+    if device.type == "cuda":
+        if config.dtype == "bfloat16" and not torch.cuda.is_bf16_supported():
+            raise ValueError("dtype='bfloat16' but this GPU has no bfloat16 support. Fix: dtype='auto' (float32 "
+                             "here) or 'float16'.")
+        return
+    if config.dtype == "float16":
+        raise ValueError("dtype='float16' on a CPU: half-precision training needs a GPU (and a loss scaler). "
+                         "Fix: dtype='auto' or 'float32' on a CPU.")
+    if config.dtype == "bfloat16" and not cpu_supports_bfloat16():
+        raise ValueError("dtype='bfloat16' but this CPU has no native bfloat16 (AVX512-BF16 or AMX), so every "
+                         "operation would be emulated. Fix: dtype='auto' or 'float32'.")
 
 
 def _check_same_config(accelerator, config) -> None:

@@ -95,3 +95,12 @@ def format_samples(prompts: list[str], completions: list[str], rewards: list[flo
     for p, c, r, a in list(zip(prompts, completions, rewards, advantages))[:limit]:
         lines.append(f"{cut(p):<{width}} | {cut(c):<{width}} | {r:6.2f} | {a:+.3f}")
     return "\n".join(lines)
+
+
+def unique_prompt_samples(prompts: list[str], completions: list[str], rewards: list[float],
+                          advantages: list[float]) -> tuple[list, list, list, list]:
+    """The sample columns keeping only the first completion of each distinct prompt
+    (`log_unique_prompts`)."""
+    seen: set[str] = set()
+    keep = [i for i, p in enumerate(prompts) if not (p in seen or seen.add(p))]
+    return tuple([column[i] for i in keep] for column in (prompts, completions, rewards, advantages))

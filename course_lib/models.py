@@ -209,13 +209,15 @@ def load_unsloth_policy(name: str | os.PathLike, *, max_seq_length: int = 2048, 
 
 
 def load_policy(name: str | os.PathLike = "tiny", *, dtype: torch.dtype | str = torch.float32,
-                device: str | torch.device | None = None, backend: str = "hf"):
+                device: str | torch.device | None = None, backend: str = "hf", **from_pretrained_kwargs):
     """Load ``(model, tokenizer)`` ready for RL.
 
     The tokenizer pads on the left (prompts are right-aligned for generation) and has a pad
     token; the model is in eval mode on ``device`` (CPU unless given). A folder holding a
     PEFT adapter (``adapter_config.json``) is loaded on top of its base model.
     ``backend="unsloth"`` loads through :func:`load_unsloth_policy` (GPU only).
+    ``from_pretrained_kwargs`` (a config's ``model_init_kwargs``, ``trust_remote_code``) go to
+    the model's ``from_pretrained``; ``trust_remote_code`` to the tokenizer's too.
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -233,10 +235,11 @@ def load_policy(name: str | os.PathLike = "tiny", *, dtype: torch.dtype | str = 
         if isinstance(path, Path) and (path / "adapter_config.json").exists():
             from peft import AutoPeftModelForCausalLM
 
-            model = AutoPeftModelForCausalLM.from_pretrained(path, dtype=dtype)
+            model = AutoPeftModelForCausalLM.from_pretrained(path, dtype=dtype, **from_pretrained_kwargs)
         else:
-            model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
-        tokenizer = AutoTokenizer.from_pretrained(path)
+            model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, **from_pretrained_kwargs)
+        tokenizer = AutoTokenizer.from_pretrained(
+            path, trust_remote_code=bool(from_pretrained_kwargs.get("trust_remote_code", False)))
     except SafetensorError as error:
         raise ModelNotAvailableError(f"Could not read the weights of {name!r} in {path}: {error}. Fix: the "
                                      "safetensors file is damaged or truncated; copy or save it again.") from error

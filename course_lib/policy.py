@@ -208,10 +208,7 @@ def _own_forward(model, input_ids, attention_mask, position_ids, completion_ids,
                     use_cache=False, output_hidden_states=value_head is not None)
     logits = outputs.logits[:, start: start + width].float() / temperature  # (B, T, V)
     logps = selective_log_softmax(logits, completion_ids)
-    entropies = None
-    if with_entropy:
-        with torch.no_grad():
-            entropies = entropy_from_logits(logits)
+    entropies = entropy_from_logits(logits) if with_entropy else None  # differentiable: an entropy bonus
     values = None
     if value_head is not None:
         hidden = outputs.hidden_states[-1][:, start: start + width]

@@ -42,9 +42,11 @@ from .algos.base import PolicyOutputs, ScoredBatch
 from .batches import GenerationBatch, PromptSampler, completion_metrics
 from .distributed import PolicyForward, Shards, make_accelerator
 from .divergence import check_finite_update
-from .history import MetricsLogger, format_samples, load_history
+from .eval_loop import InLoopEvaluator
+from .history import MetricsLogger, format_samples, load_history, unique_prompt_samples
+from .model_options import apply_model_options, load_kwargs, mix_into_reference
 from .models import resolve_dtype, unwrap_peft
-from .ops.importance import importance_sampling_ratio
+from .ops.importance import sampling_correction
 from .ops.stats import nanstd
 from .policy import ReferencePolicy, completion_forward, prepare_policy
 from .rewards import compute_rewards, reward_function_name
@@ -61,10 +63,11 @@ class Trainer:
         train_dataset: rows with a ``prompt`` (conversational or text) and any columns the
             reward functions read (e.g. ``answer``).
         model, tokenizer: the policy; loaded from ``config.model_name_or_path`` when None.
+        eval_dataset: held-out rows for ``config.eval_strategy="steps"`` (``course_lib.eval_loop``).
     """
 
     def __init__(self, config, reward_funcs: list[Callable], train_dataset, model=None, tokenizer=None,
-                 progress: bool = True, on_step: Callable[[dict], None] | None = None):
+                 progress: bool = True, on_step: Callable[[dict], None] | None = None, eval_dataset=None):
         if not reward_funcs:
             raise ValueError("reward_funcs is empty: pass at least one reward function.")
         if "prompt" not in train_dataset.column_names:
@@ -85,12 +88,12 @@ class Trainer:
         if model is None:
             from .models import load_policy
 
-            model, tokenizer = load_policy(config.model_name_or_path)
+            model, tokenizer = load_policy(config.model_name_or_path, **load_kwargs(config))
         self.tokenizer = tokenizer
         # accelerate owns the device and the process group; one process is the plain case.
         self.accelerator = make_accelerator(config)
         self.shards = Shards(self.accelerator, config.per_device_train_batch_size * config.effective_steps_per_generation)
-        self.model = prepare_policy(model, config, self.accelerator.device)
+        self.model = apply_model_options(prepare_policy(model, config, self.accelerator.device), config)
         self.value_head = self.algorithm.make_value_head(self.model, config)
         if self.value_head is not None:
             self.value_head.to(device=self.accelerator.device, dtype=next(self.model.parameters()).dtype)
@@ -111,7 +114,9 @@ class Trainer:
         self.scheduler = get_scheduler(config.lr_scheduler_type, self.optimizer, num_warmup_steps=config.warmup_steps,
                                        num_training_steps=self.max_steps)
         self.engine = make_engine(config.engine, self.model, tokenizer, **self._engine_options())
-        self.sampler = PromptSampler(len(train_dataset), config.seed)
+        self.sampler = PromptSampler(len(train_dataset), config.seed, shuffle=config.shuffle_dataset)
+        self.evaluator = (None if config.eval_strategy == "no" else
+                          InLoopEvaluator(config, eval_dataset, self.reward_funcs, self.reward_weights))
         self.output_dir = Path(config.output_dir)
         self.step = 0          # optimizer steps done
         self.micro_step = 0    # micro-batches done
@@ -131,7 +136,7 @@ class Trainer:
         dtype = resolve_dtype(sampler_dtype, self.accelerator.device)
         return {"dtype": str(dtype).removeprefix("torch."), "seed": config.seed,
                 "max_model_len": config.vllm_max_model_length, "kv_cache_gib": config.vllm_kv_cache_gib,
-                "gpu_memory_utilization": config.vllm_gpu_memory_utilization}
+                "gpu_memory_utilization": config.vllm_gpu_memory_utilization, "model_impl": config.vllm_model_impl}
 
     # ------------------------------------------------------------------ generate + score
     def _prompts_and_columns(self, rows: list[int]):
@@ -155,9 +160,7 @@ class Trainer:
 
     def _generate_and_score(self) -> GenerationBatch:
         config, G = self.config, self.config.num_generations
-        if self._weights_dirty:
-            self.engine.sync_weights(self.model)
-            self._weights_dirty = False
+        self._sync_engine()
         # Every process draws the same prompts; it owns rows `self.shards.rows` of the U x G
         # completions (prompt-major) and samples them with their global indices as seeds.
         prompt_rows = self.sampler.take(config.unique_prompts_per_generation)
@@ -165,8 +168,10 @@ class Trainer:
         repeated_prompts, repeated_columns = self._prompts_and_columns(rows)
         sampling = SamplingConfig(temperature=config.temperature, top_p=config.top_p, top_k=config.top_k,
                                   min_p=config.min_p, repetition_penalty=config.repetition_penalty,
-                                  max_tokens=config.max_completion_length, seed=config.seed * 2**40 + self.cycle * config.effective_generation_batch_size,
-                                  max_prompt_length=config.max_prompt_length, first_row=self.shards.rows.start)
+                                  max_tokens=config.max_completion_length,
+                                  seed=config.seed * 2**40 + self.cycle * config.effective_generation_batch_size,
+                                  max_prompt_length=config.max_prompt_length, first_row=self.shards.rows.start,
+                                  generation_kwargs=config.sampling_extras, chat_template_kwargs=config.chat_template_kwargs)
         was_training = self.model.training
         self.model.eval()
         rollout = self.engine.generate(list(repeated_prompts), n=1, sampling=sampling)
@@ -211,7 +216,8 @@ class Trainer:
         # Advantages see the whole generation batch: gather what they read, keep this process's rows.
         gather = lambda t: shards.gather_rows(None if t is None else t.to(self.accelerator.device))  # noqa: E731
         scored = ScoredBatch(rewards=gather(total), mask=gather(mask), is_eos=gather(rollout.is_eos), num_generations=G,
-                             old_logps=gather(old_logps), ref_logps=gather(ref_logps), old_values=gather(old_values))
+                             old_logps=gather(old_logps), ref_logps=gather(ref_logps), old_values=gather(old_values),
+                             rewards_per_func=gather(per_func))
         result = self.algorithm.advantages(scored, config)
         width = mask.shape[1]
         advantages, returns = shards.local_rows(result.advantages, width), shards.local_rows(result.returns, width)
@@ -224,30 +230,28 @@ class Trainer:
                                 rows=rows, num_items_in_batch=int(scored.mask.sum()),
                                 old_logps=old_logps,  # None when on-policy: the loss detaches logps
                                 ref_logps=ref_logps, sampling_ratio=sampling_ratio, old_values=old_values,
+                                sampling_logps=rollout.sampling_logps if rollout.sampling_logps is None
+                                else rollout.sampling_logps.float(),
                                 returns=returns, metrics=metrics)
         self._last_samples = ([_prompt_text(p) for p in repeated_prompts], rollout.texts,
                               torch.nan_to_num(total).tolist(), advantages.float().reshape(len(rows), -1)[:, 0].tolist())
         return batch
 
-    def _sampling_correction(self, old_logps, sampling_logps, completion_mask, metrics: dict) -> torch.Tensor:
-        """Truncated importance weights between the trained policy and the sampler (no gradient).
+    def _sync_engine(self) -> None:
+        if self._weights_dirty:
+            self.engine.sync_weights(self.model)
+            self._weights_dirty = False
 
-        Per token, or once per completion for an algorithm whose action is the completion
-        (RLOO); the logged ratio statistics are per token either way, as TRL logs them.
-        """
-        level = self.algorithm.sampling_correction_level
-        cap = self.config.vllm_importance_sampling_cap
-        token_ratio = importance_sampling_ratio(old_logps, sampling_logps, completion_mask, mode="token_truncate",
-                                                clip_max=cap)
-        valid = completion_mask.bool()
-        metrics["sampling/importance_sampling_ratio/mean"] = token_ratio[valid].mean().item()
-        metrics["sampling/importance_sampling_ratio/min"] = token_ratio[valid].min().item()
-        metrics["sampling/importance_sampling_ratio/max"] = token_ratio[valid].max().item()
-        metrics["sampling/sampling_logp_difference/mean"] = (old_logps - sampling_logps)[valid].abs().mean().item()
-        if level == "token":
-            return token_ratio.detach()
-        return importance_sampling_ratio(old_logps, sampling_logps, completion_mask, mode="sequence_truncate",
-                                         clip_max=cap).detach()
+    def _sampling_correction(self, old_logps, sampling_logps, completion_mask, metrics: dict) -> torch.Tensor:
+        """The configured sampler-mismatch weight (no gradient), at the algorithm's level."""
+        config = self.config
+        weight, stats = sampling_correction(old_logps, sampling_logps, completion_mask,
+                                            mode=config.vllm_importance_sampling_mode,
+                                            clip_min=config.vllm_importance_sampling_clip_min,
+                                            clip_max=config.vllm_importance_sampling_clip_max,
+                                            level=self.algorithm.sampling_correction_level)
+        metrics.update(stats)
+        return weight
 
     # ------------------------------------------------------------------ learn
     def _micro_step(self, mb: dict) -> dict:
@@ -278,6 +282,10 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         self._weights_dirty = True
         self.step += 1
+        config = self.config
+        if config.sync_ref_model and self.reference is not None and self.step % config.ref_model_sync_steps == 0:
+            with self.reference.model() as reference:  # TR-DPO: the reference follows the policy
+                mix_into_reference(reference, self.model, config.ref_model_mixup_alpha)
         return {"grad_norm": grad_norm.item(), "learning_rate": learning_rate}
 
     # ------------------------------------------------------------------ the loop
@@ -326,6 +334,9 @@ class Trainer:
                         "num_tokens": self.tokens_seen, "tokens/s": (self.tokens_seen - tokens_at_start) / elapsed,
                         "episode": self.cycle * config.effective_generation_batch_size, "eps": self.cycle *
                         config.effective_generation_batch_size / elapsed, "lr": row["learning_rate"]})
+            if self.evaluator is not None and self.evaluator.due(self.step, self.max_steps):
+                self._sync_engine()
+                row.update(self.evaluator.run(self.engine, self.model, self.step))
             self.logger.log(row)
             if self.on_step is not None:
                 self.on_step(row)
@@ -333,7 +344,10 @@ class Trainer:
             bar.set_postfix(reward=f"{row.get('reward', float('nan')):.3f}", loss=f"{row['loss']:.4f}")
             if config.log_completions and self.step % config.logging_steps == 0 and self.shards.is_main:
                 limit = config.num_completions_to_print or 4
-                tqdm.write(f"step {self.step}\n" + format_samples(*self._last_samples, limit=limit))
+                samples = self._last_samples
+                if config.log_unique_prompts:
+                    samples = unique_prompt_samples(*samples)
+                tqdm.write(f"step {self.step}\n" + format_samples(*samples, limit=limit))
             stop = self.shards.sum(float(interrupt.requested)) > 0  # Ctrl-C on any process stops them all
             if config.save_steps > 0 and self.step % config.save_steps == 0 or stop:
                 self.save_checkpoint()
@@ -351,6 +365,7 @@ class Trainer:
     def _state(self) -> dict:
         return {"step": self.step, "micro_step": self.micro_step, "cycle": self.cycle, "tokens_seen": self.tokens_seen,
                 "batch_position": self.batch_position, "sampler": self.sampler.state(), "algo": self.algorithm.name,
+                "algorithm_state": getattr(self.algorithm, "state", dict)(),  # e.g. GRPO's adaptive entropy coef
                 "config": self.config.to_dict()}
 
     def save_checkpoint(self) -> Path:
@@ -400,7 +415,10 @@ class Trainer:
         saved = ckpt.restore_training_state(folder, self.optimizer, self.scheduler)
         self.step, self.micro_step, self.cycle = state["step"], state["micro_step"], state["cycle"]
         self.tokens_seen, self.batch_position = state["tokens_seen"], state["batch_position"]
-        self.sampler = PromptSampler(len(self.dataset), self.config.seed, **state["sampler"])
+        if state.get("algorithm_state") and hasattr(self.algorithm, "load_state"):
+            self.algorithm.load_state(state["algorithm_state"], self.config)
+        self.sampler = PromptSampler(len(self.dataset), self.config.seed, **state["sampler"],
+                                     shuffle=self.config.shuffle_dataset)
         if saved is not None:
             saved_processes = 1 + len(saved.get("other_ranks", []))
             if saved_processes != self.shards.size:

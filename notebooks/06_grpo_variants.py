@@ -1,5 +1,5 @@
 # %% [markdown]
-# # Lesson 06 — GRPO variants: DAPO, Dr. GRPO, GSPO, two-sided clipping
+# # Lesson 06 — GRPO variants: DAPO, Dr. GRPO, GSPO, two-sided clipping, CISPO, SAPO
 #
 # [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/rl-for-llms/course/blob/main/notebooks/06_grpo_variants.ipynb)
 #
@@ -13,13 +13,14 @@
 # | `scale_rewards` | `"group"` | what the advantages are divided by (difficulty bias) | GRPO, PPO-Lite, Dr. GRPO |
 # | `epsilon`, `epsilon_high` | 0.2, None | the clip range, asymmetric ("clip-higher") | PPO, DAPO |
 # | `delta` | None | a cap on the ratio for negative advantages | INTELLECT-2 |
+# | `loss_type="cispo"`, `"sapo"` | | replace the hard clip: clipped detached weight / soft gate | MiniMax-M1, SAPO |
 # | `importance_sampling_level` | `"token"` | one ratio per token or per sequence | GSPO |
 # | `mask_truncated_completions` | False | drop completions that hit the length limit | DAPO |
 # | `num_iterations` | 1 | passes over each generation batch (μ) | GRPO / PPO epochs |
 # | `beta` | 0.0 | KL penalty; 0 loads no reference model | GRPO |
 #
-# You will write three of them: the four loss aggregations, GSPO's sequence-level ratio,
-# and the two-sided clipped objective.
+# You will write four of them: the four loss aggregations, GSPO's sequence-level ratio,
+# the two-sided clipped objective, and CISPO's per-token loss.
 
 # %%
 # Colab, or any kernel without the course: clone and install it once (`make colab`).
@@ -208,6 +209,50 @@ ex = load_exercise("ex06_grpo_variants")
 feedback(ex06.check_two_sided_clip_objective, ex.two_sided_clip_objective);
 
 # %% [markdown]
+# ## 3b. Beyond the hard clip: CISPO and SAPO
+#
+# PPO's clip has a side effect the plots above show: a token whose ratio left the range
+# **gets no gradient at all**. For reasoning models this silences exactly the rare tokens
+# that matter: "However", "Wait", "Recheck" are improbable under the old policy, so once
+# they are reinforced their ratio quickly exceeds `1 + epsilon_high` and they stop
+# learning for the rest of the batch. Two newer losses keep every token in the gradient:
+#
+# - **CISPO** (MiniMax-M1, 2025): clip the importance *weight* instead of the objective,
+#   and detach it: `loss_t = −sg(min(r_t, ε_max)) · A · log π(y_t)`. The gradient is
+#   `−min(r, ε_max) · A · ∇log π`: a token past the cap still learns, with a bounded
+#   weight. `ε_max` is TRL's `epsilon_high` under `loss_type="cispo"`; ScaleRL (arXiv
+#   2510.13786) uses 5.0. Like DAPO, CISPO averages over the tokens of the whole
+#   accumulated batch.
+# - **SAPO** (Soft Adaptive Policy Optimization, arXiv 2511.20347): replace the clip by a
+#   smooth gate, `loss_t = −σ(τ (r − 1)) · 4/τ · A`, whose gradient weight
+#   `4 σ(1 − σ) · r` is 1 at r = 1 and fades smoothly as the ratio moves away in either
+#   direction; `τ` is `sapo_temperature_pos` (1.0) for A > 0 and `sapo_temperature_neg`
+#   (1.05, a faster fade) for A ≤ 0. SAPO averages like `grpo`, per sequence.
+#
+# The plot compares the weight each loss puts on a token's `∇log π` against its ratio
+# (the explorer above draws it too, with its checkbox). TRL 1.16 has two more:
+# **LUSPO** scales GSPO's sequence loss by the sequence's length (use it with
+# `importance_sampling_level="sequence"`), and **VESPO** weights each sequence by a smooth
+# gamma-shaped function of its whole ratio, `φ(w) = e^{λ} w^{k} e^{−λw}`. All four match
+# TRL's `_compute_loss` in `course_lib` to 1e-6 (`tests/lib/test_losses_trl_parity_modern.py`).
+
+# %%
+from course_lib.widgets.clipping import plot_loss_weights
+
+display(plot_loss_weights(epsilon=0.2, epsilon_high=0.28, cispo_max=5.0))
+
+# %% [markdown]
+# ## Exercise 4 — CISPO's per-token loss
+#
+# Implement `cispo_per_token_loss(logps, old_logps, advantages, epsilon_max)`. The check
+# compares values *and* gradients with `policy_loss(..., loss_type="cispo")`: the whole
+# point is which part carries the gradient.
+
+# %%
+ex = load_exercise("ex06_grpo_variants")
+feedback(ex06.check_cispo_per_token_loss, ex.cispo_per_token_loss);
+
+# %% [markdown]
 # ## 4. `importance_sampling_level`: token or sequence (GSPO)
 #
 # - `"token"` (default): one ratio per token, $r_{i,t}$, each clipped on its own;
@@ -346,12 +391,27 @@ print("reference model loaded with beta=0.04:", trainer_kl.reference is not None
 # mask_truncated_completions=True,
 # ```
 #
+# TRL 1.16 adds two levers on *which tokens* train, both computed from the exact per-token
+# entropies of the fused log-prob kernel (no `(B, T, V)` tensor):
+# `top_entropy_quantile=0.2` trains only on the 20% of tokens with the highest entropy,
+# the "forking" tokens where the model hesitates (Wang et al. 2025, "Beyond the 80/20
+# Rule"), and `entropy_coef` adds an entropy bonus `L − c · H̄` (with
+# `use_adaptive_entropy`, c is raised while the entropy is below `entropy_target` and
+# lowered above it). And `off_policy_mask_threshold` drops negative-advantage completions
+# the policy has drifted far from (DeepSeek-V3.2).
+#
 # `course_lib` validates them like any other setting:
 
 # %%
 settings = dict(epsilon=0.2, epsilon_high=0.28, delta=1.5, loss_type="bnpo", mask_truncated_completions=True)
 config = GRPOConfig(**settings, per_device_train_batch_size=8, num_generations=8)
 print({name: getattr(config, name) for name in settings})
+cispo = dict(loss_type="cispo", epsilon_high=5.0, top_entropy_quantile=0.2, entropy_coef=0.001)
+print({name: getattr(GRPOConfig(**cispo), name) for name in cispo})
+try:
+    GRPOConfig(top_entropy_quantile=0.0)
+except ValueError as error:
+    print("refused:", error)
 
 # %% [markdown]
 # ## 8. Side by side: `grpo` vs `dr_grpo`, `group` vs `none`
@@ -405,3 +465,7 @@ plt.show()
 #    gradient at all?
 # 5. `mask_truncated_completions=True` removes truncated answers from the loss. Which kind
 #    of prompt does this quietly drop from training, and how would you notice?
+# 6. A good token's ratio reached 2.0 in the second pass over a batch (`num_iterations=2`).
+#    How much gradient does it get under `dapo` (epsilon_high 0.28), `cispo` (5.0) and
+#    `sapo`? Read the answers off the weight plot, then say which loss would keep pushing
+#    it up and why that can be both the point and a risk.

@@ -11,7 +11,8 @@
 # 1. see why **rollouts dominate** the cost on GPUs, and what a colocated **vLLM engine**
 #    changes: throughput, shared memory, weight sync after every optimizer step;
 # 2. measure the **sampling/training mismatch** between an inference engine and the
-#    trainer, and correct it with **truncated importance sampling** (cap 2.0);
+#    trainer, and correct it: **truncated importance sampling**, then TRL 1.16's four
+#    modes and its default, **`sequence_mask` with `clip_max=3.0`**;
 # 3. choose between **fp16 and bf16**: range versus precision;
 # 4. do the **memory arithmetic** of GRPO at 20K context — 78.3 GB of logits, 2.5 GB of KV
 #    cache per sequence — and read Unsloth's 510.8 GB → 54.3 GB table;
@@ -130,7 +131,7 @@ for engine in ("hf", "vllm"):
     config = make_config("grpo", engine=engine)
     correction = config.effective_vllm_importance_sampling_correction
     print(f"engine={engine}: vllm_importance_sampling_correction -> {correction}, "
-          f"cap {config.vllm_importance_sampling_cap}")
+          f"mode {config.vllm_importance_sampling_mode}, clip_max {config.vllm_importance_sampling_clip_max}")
 
 if vllm_available() and not fast_mode():
     cpu_model, cpu_tokenizer = load_policy("tiny")
@@ -154,21 +155,29 @@ else:
     print("vLLM demonstration skipped (fast mode, or vLLM not installed).")
 
 # %% [markdown]
-# ## 3. The sampling/training mismatch, and truncated importance sampling
+# ## 3. The sampling/training mismatch, and its correction
 #
 # Even with identical weights, the inference engine and the trainer do not compute the same
 # probabilities: different kernels, different precision, different order of additions. In
 # float32 on a CPU the gap is tiny (around 1e-6 in log-prob for the tiny model, when the
 # cell above runs); with bf16 kernels on a GPU it is orders of magnitude larger.
 # The tokens are sampled from `π_sampler` but the loss assumes `π_old` (the trainer's), so
-# the batch is slightly **off-policy**. The correction weighs each token's loss by the
-# importance ratio, truncated from above so that a rare large ratio cannot blow up the
-# update (Yao et al., 2025):
+# the batch is slightly **off-policy**. The first correction proposed, **truncated
+# importance sampling** (TIS, Yao et al., 2025), weighs each token's loss by the importance
+# ratio, truncated from above so that a rare large ratio cannot blow up the update:
 #
-# $$w_t = \min\left(\frac{\pi_\text{old}(y_t)}{\pi_\text{sampler}(y_t)},\ C\right),\qquad C = \texttt{vllm\_importance\_sampling\_cap} = 2.0 .$$
+# $$w_t = \min\left(\frac{\pi_\text{old}(y_t)}{\pi_\text{sampler}(y_t)},\ C\right).$$
 #
-# With the vLLM engine, `vllm_importance_sampling_correction` is on automatically (cell
-# above). Here is a real mismatch without vLLM: the same tiny model scoring the same tokens
+# That is TRL's `vllm_importance_sampling_mode="token_truncate"` with `C =
+# vllm_importance_sampling_clip_max`. It was TRL's default until the 1.x series, with
+# `C = 2.0` under the name `vllm_importance_sampling_cap`; **TRL 1.16's default is
+# `sequence_mask` with `clip_max = 3.0`** (section 3b), and `vllm_importance_sampling_cap`
+# survives only as a deprecated alias of `clip_max` (the course's config warns and moves
+# it). You implement the token-level form first, because the others are built from it.
+#
+# With the vLLM engine the correction is on automatically (cell above); the HF engine
+# records its sampling log-probs too, so `vllm_importance_sampling_correction=True` works
+# there. Here is a real mismatch without vLLM: the same tiny model scoring the same tokens
 # in float32 (the trainer) and in bfloat16 (a sampler running in half precision).
 
 # %%
@@ -206,6 +215,53 @@ from course_lib.testing import feedback
 
 ex = load_exercise("ex10_inference_memory")
 feedback(ex10.check_truncated_is_weight, ex.truncated_is_weight);
+
+# %% [markdown]
+# ### 3b. TRL 1.16's four correction modes
+#
+# `vllm_importance_sampling_mode` picks two things:
+#
+# | | truncate: clamp into `[clip_min, clip_max]` (TIS) | mask: weight 0 outside (MIS) |
+# |---|---|---|
+# | **token**: `exp(d_t)` per token | `token_truncate` (the TIS above) | `token_mask` |
+# | **sequence**: `exp(Σ_t d_t)` per completion | `sequence_truncate` | **`sequence_mask`** (default) |
+#
+# with `d_t = log π_old(y_t) − log π_sampler(y_t)`. Why would one prefer the sequence?
+# The reward belongs to the whole completion, and the probability of a completion is the
+# *product* of its token probabilities: the correct importance weight of a sampled
+# completion is the product of its token ratios, `exp(Σ_t d_t)`. Per-token weights are
+# a lower-variance approximation that ignores how mismatches add up along a long answer.
+# Why **mask** rather than truncate? A sequence ratio of 10 means the sampler and the
+# trainer disagree badly about this completion: truncating to 3 still trains on it with a
+# large weight, masking drops it (a tiny fraction of completions in a healthy run). The
+# defaults, `clip_min=None` and `clip_max=3.0`, mask only completions the trainer finds
+# much more likely than the sampler did. Each algorithm applies the mode at its own
+# level: GRPO and PPO multiply each token's loss by the weight, RLOO (whose action is the
+# completion) always uses the sequence form.
+#
+# Below, the four modes on the fp32-vs-bf16 batch above: how many tokens or completions
+# each changes.
+
+# %%
+from course_lib.ops.importance import IS_MODES, sampling_correction
+
+for mode in IS_MODES:
+    weight, stats = sampling_correction(trainer_logps, sampler_logps, completion_mask, mode=mode, clip_max=3.0)
+    rows = weight if mode.startswith("sequence") else weight[valid]
+    changed = (rows == 0).float().mean() if mode.endswith("mask") else (rows == 3.0).float().mean()
+    what = "dropped (weight 0)" if mode.endswith("mask") else "truncated to 3.0"
+    print(f"{mode:18} shape {tuple(weight.shape)}  {100 * changed:5.1f}% {what}; "
+          f"weight mean {stats['sampling/importance_sampling_ratio/mean']:.3f}, "
+          f"max {stats['sampling/importance_sampling_ratio/max']:.3f}")
+
+# %% [markdown]
+# ### Exercise 1b — `correction_weight(old_logps, sampling_logps, mask, mode, clip_min, clip_max)`
+#
+# All four modes in one function; the check compares it with
+# `course_lib.ops.importance.importance_sampling_ratio`, itself checked against TRL 1.16.
+
+# %%
+feedback(ex10.check_correction_weight, ex.correction_weight);
 
 # %% [markdown]
 # ## 4. fp16 or bf16?
@@ -463,6 +519,9 @@ if torch.cuda.is_available() and vllm_available():
                                                  on(batch.completion_ids), on(batch.completion_mask))
     weights = truncated_is_ratio(trainer_logps.float().cpu(), batch.sampling_logps.float(), batch.completion_mask)
     print(f"vLLM (bf16) vs trainer (fp32) TIS weights: min {weights.min():.3f}, max {weights.max():.3f}")
+    default, stats = sampling_correction(trainer_logps.float().cpu(), batch.sampling_logps.float(),
+                                         batch.completion_mask)  # TRL 1.16's default: sequence_mask, 3.0
+    print(f"sequence_mask weights: {(default == 0).sum().item()} of {default.numel()} completions dropped")
     engine.shutdown()
 else:
     print("No CUDA GPU with vLLM here: skipped.")
@@ -472,13 +531,16 @@ else:
 #
 # 1. The logits bill grows with context × vocabulary × generations. Which of the three does
 #    chunking remove from the peak, and which still costs compute?
-# 2. The TIS weight is capped at 2 but not floored. What would a floor (say 0.5) do to
-#    tokens the trainer finds much *less* likely than the sampler did, and why might you
-#    want or not want that?
-# 3. A T4 has no bf16. You train in fp16 and the loss turns into NaN after a few hundred
+# 2. The default weight has `clip_max=3.0` and no `clip_min`. What would a floor (say 0.5)
+#    do to completions the trainer finds much *less* likely than the sampler did, with
+#    `sequence_truncate` and with `sequence_mask`? When would you want it?
+# 3. A 400-token answer whose tokens each differ by +0.003 in log-prob between trainer and
+#    sampler: what are its `token_mask` weights, and what is its `sequence_mask` weight
+#    (clip_max 3.0)? What does that tell you about long completions under each mode?
+# 4. A T4 has no bf16. You train in fp16 and the loss turns into NaN after a few hundred
 #    steps. Name two places in an RL step where fp16's range can run out.
-# 4. With LoRA, the reference model costs no extra memory. Why, and what changes when you
+# 5. With LoRA, the reference model costs no extra memory. Why, and what changes when you
 #    train all weights instead?
-# 5. Generation dominates the step on a GPU. Which batch-schedule knobs of lesson 07 let you
+# 6. Generation dominates the step on a GPU. Which batch-schedule knobs of lesson 07 let you
 #    reuse one expensive generation batch for several optimizer steps, and what does that
 #    reuse cost in "on-policyness"?

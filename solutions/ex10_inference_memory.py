@@ -1,5 +1,7 @@
 """Lesson 10 exercises: log-probs without the full log-softmax, the memory arithmetic of
-logits and KV cache, and the truncated importance-sampling weight."""
+logits and KV cache, the truncated importance-sampling weight and the four correction modes."""
+
+import math
 
 import torch
 
@@ -96,4 +98,42 @@ def truncated_is_weight(old_logps: torch.Tensor, sampling_logps: torch.Tensor, m
     # HINT: the ratio is trainer over sampler, exp(old - sampling); cap it from above only.
     log_ratio = (old_logps - sampling_logps).detach() * mask  # 0 at masked positions -> weight 1
     return torch.clamp(torch.exp(log_ratio), max=cap)
+    # END SOLUTION
+
+
+def correction_weight(old_logps: torch.Tensor, sampling_logps: torch.Tensor, mask: torch.Tensor,
+                      mode: str = "sequence_mask", clip_min: float | None = None,
+                      clip_max: float | None = 3.0) -> torch.Tensor:
+    """The sampler-mismatch weight in each of TRL 1.16's `vllm_importance_sampling_mode`s.
+
+    With the per-token log-ratio `d_t = (old_logps_t - sampling_logps_t)` at valid tokens
+    (0 at masked ones):
+
+    - `token_*`: one weight per token, `w_t = exp(d_t)`, shape `(B, T)`;
+    - `sequence_*`: one weight per completion, `w = exp(sum_t d_t)` (the product of the
+      token ratios: the probability of the whole completion), shape `(B, 1)`;
+    - `*_truncate`: clamp the weight into `[clip_min, clip_max]` (TIS);
+    - `*_mask`: set weights outside `[clip_min, clip_max]` to 0 (MIS: the token or the
+      completion drops out of the loss).
+
+    A bound that is None does not apply. The weight carries no gradient.
+
+    Example: `old = [[0., -1.]]`, `sampling = [[-1., 0.]]` (d = [1, -1]), mask ones:
+    token_truncate with clip_max 2 -> `[[2.0, 0.368]]`; token_mask with clip_max 2 ->
+    `[[0.0, 0.368]]`; sequence_mask -> `[[1.0]]` (the two tokens cancel).
+
+    Returns:
+        `(B, T)` or `(B, 1)` weights.
+    """
+    # BEGIN SOLUTION
+    # HINT: sequence modes sum the log-ratios before the exponential (a product of ratios).
+    log_ratio = ((old_logps - sampling_logps) * mask).detach()
+    if mode.startswith("sequence"):
+        log_ratio = log_ratio.sum(dim=-1, keepdim=True)
+    weight = torch.exp(log_ratio)
+    if mode.endswith("truncate"):
+        return torch.clamp(weight, min=clip_min, max=clip_max)
+    low = -math.inf if clip_min is None else clip_min
+    high = math.inf if clip_max is None else clip_max
+    return weight.masked_fill((weight < low) | (weight > high), 0.0)
     # END SOLUTION

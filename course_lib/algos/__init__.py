@@ -5,8 +5,10 @@ file        what a lesson finds there
 ==========  ====================================================================
 base.py     the :class:`~course_lib.algos.base.Algorithm` protocol the trainer calls
             (advantages, then loss), ``LossOutput``, ``ScoredBatch``
-grpo.py     ``GRPOConfig``, ``group_advantages``, ``policy_loss`` (GRPO, DAPO,
-            Dr. GRPO, GSPO, two-sided clipping, KL, TIS)
+grpo.py     ``group_advantages``, ``policy_loss`` (GRPO, DAPO, Dr. GRPO, GSPO,
+            two-sided clipping, KL, TIS/MIS, entropy control), ``GRPO``
+grpo_config ``GRPOConfig``: the GRPO-only fields
+grpo_losses the loss types' objectives and averaging (CISPO, SAPO, LUSPO, VESPO)
 onpolicy.py what RLOO and PPO share: their config fields, KL folded into the reward
 rloo.py     ``RLOOConfig``, ``rloo_advantages``, Reinforce++, ``rloo_policy_loss``
 ppo.py      ``PPOConfig``, ``ValueHead``, ``gae``, ``ppo_policy_loss``, ``value_loss``
@@ -77,9 +79,12 @@ def config_from_dict(data: Mapping[str, Any]) -> Any:
 
 
 def get_algorithm(config) -> Algorithm:
-    """The algorithm object that trains with `config` (picked by the config's class)."""
+    """A fresh algorithm object to train with `config` (picked by the config's class).
+
+    Fresh, because an algorithm may keep per-run state (GRPO's adaptive entropy coefficient).
+    """
     algorithm = _lookup(config.algo)
     if not isinstance(config, algorithm.config_class):
         raise TypeError(f"{type(config).__name__} is not a {algorithm.config_class.__name__}. "
                         f"Fix: build the config with course_lib.algos.make_config({config.algo!r}, ...).")
-    return algorithm
+    return type(algorithm)()

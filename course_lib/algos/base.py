@@ -58,6 +58,9 @@ class ScoredBatch:
     """(B, T) log-probs under the reference policy, when beta != 0."""
     old_values: Tensor | None = None
     """(B, T) value estimates at sampling time (PPO)."""
+    rewards_per_func: Tensor | None = None
+    """(B, K) each reward function's score (NaN where it did not apply), for multi-objective
+    aggregation."""
 
 
 @dataclass
@@ -79,7 +82,8 @@ class PolicyOutputs:
     logps: Tensor
     """(B, T) log-probs of the completion tokens, differentiable."""
     entropies: Tensor | None = None
-    """(B, T) exact entropies of the next-token distributions (detached)."""
+    """(B, T) exact entropies of the next-token distributions (differentiable on the fused
+    paths, for an entropy bonus)."""
     values: Tensor | None = None
     """(B, T) value estimates, differentiable (PPO)."""
 

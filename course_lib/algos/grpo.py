@@ -2,42 +2,45 @@
 
 Everything a lesson on GRPO points at, top to bottom:
 
-1. :class:`GRPOConfig`: the GRPO-only knobs (loss aggregation, reward scaling, two-sided
-   clipping, sequence-level ratios, the KL bias correction) on top of the shared
-   :class:`course_lib.config.RLConfig`.
+1. :class:`GRPOConfig` (in :mod:`course_lib.algos.grpo_config`): the GRPO-only knobs on top
+   of the shared :class:`course_lib.config.RLConfig`.
 2. :func:`group_advantages`: the group-relative advantage (Shao et al. 2024,
    DeepSeekMath, eq. 3 of outcome supervision), `(r - mean_group) / (std + 1e-4)`, with
    the std of the group, of the whole batch, or none (Dr. GRPO, Liu et al. 2025). Same
    semantics as TRL 1.16: NaN rewards are ignored by the mean and the std, the std is
-   Bessel-corrected, and an advantage that is still NaN becomes 0.
-3. :func:`policy_loss`: the clipped surrogate of PPO (Schulman et al. 2017, eq. 7) as GRPO
-   uses it for language models (Shao et al. 2024, eq. 3), computed as TRL 1.16's
-   `_compute_loss`, with:
+   Bessel-corrected, and an advantage that is still NaN becomes 0. With several reward
+   functions, :func:`multi_objective_advantages` normalises each one first (GDPO).
+3. :func:`policy_loss`: the one entry point for every loss type, computed as TRL 1.16's
+   `_compute_loss`: the clipped surrogate of PPO (Schulman et al. 2017, eq. 7) as GRPO
+   uses it (Shao et al. 2024, eq. 3), with
 
    - `epsilon` / `epsilon_high`: asymmetric clipping `[1 - eps, 1 + eps_high]`
      ("clip-higher", DAPO, Yu et al. 2025);
    - `delta`: an upper bound on the unclipped ratio (two-sided clipping, INTELLECT-2);
    - `importance_sampling_level="sequence"`: one ratio per completion, the exponential of
      the mean token log-ratio (GSPO, Zheng et al. 2025);
+   - `loss_type`: the objective and its averaging: grpo, bnpo, dr_grpo, dapo, and CISPO
+     (MiniMax-M1), SAPO, LUSPO, VESPO (:mod:`course_lib.algos.grpo_losses`);
    - `beta`: the k3 KL penalty to a reference model (:mod:`course_lib.ops.kl`), times the
      ratio with `use_bias_correction_kl` (DeepSeek-V3.2);
-   - `sampling_ratio`: the truncated importance-sampling weight of tokens a separate
-     engine sampled (TIS, :mod:`course_lib.ops.importance`);
-   - `loss_type`: how per-token losses are averaged (grpo, bnpo, dr_grpo, dapo).
+   - `sampling_ratio`: the sampler-mismatch weight (TIS/MIS,
+     :mod:`course_lib.ops.importance`), and `off_policy_mask_threshold`: off-policy
+     sequence masking (DeepSeek-V3.2);
+   - `top_entropy_quantile` and `entropy_coef`: train on high-entropy tokens only, and an
+     entropy bonus (:mod:`course_lib.ops.entropy`).
 4. :class:`GRPO`: the two calls the trainer makes.
 
 Layout: prompt-major, the G completions of a prompt are contiguous, so
 `rewards.view(-1, G)` has one row per prompt.
 
-Simplifications vs TRL: single process (TRL gathers rewards across processes before the
-same computation); no entropy bonus, entropy-based token masking, off-policy sequence
-masking, CISPO/SAPO/VESPO/LUSPO losses or MoE auxiliary loss.
+Simplifications vs TRL: single process (TRL gathers rewards and entropies across
+processes before the same computation); no MoE auxiliary loss.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar, Literal
+from typing import Literal
 
 import torch
 
@@ -51,80 +54,17 @@ from course_lib.algos.base import (
     check_groups,
     check_per_token,
 )
-from course_lib.config import RLConfig, fail, warn
-from course_lib.config_tools import to_trl_grpo_config
+from course_lib.algos.grpo_config import GRPOConfig
+from course_lib.algos.grpo_losses import LOSS_TYPES, aggregate, ratio_metrics, surrogate, token_mean, vespo_weights
+from course_lib.ops.entropy import AdaptiveEntropyCoef, entropy_bonus, high_entropy_mask
+from course_lib.ops.importance import off_policy_sequence_mask
 from course_lib.ops.kl import kl_k3
 from course_lib.ops.masking import masked_sum
 from course_lib.ops.stats import STD_EPS, nanstd
 
 Tensor = torch.Tensor
 
-LossType = Literal["grpo", "bnpo", "dr_grpo", "dapo"]
-LOSS_TYPES: tuple[str, ...] = ("grpo", "bnpo", "dr_grpo", "dapo")
-IMPORTANCE_SAMPLING_LEVELS: tuple[str, ...] = ("token", "sequence")
-SCALE_REWARDS: tuple[str, ...] = ("group", "batch", "none")
-
-
-# ---------------------------------------------------------------------------------------
-# 1. Config
-# ---------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class GRPOConfig(RLConfig):
-    """Group Relative Policy Optimization (Shao et al. 2024) and its variants (DAPO, Dr. GRPO,
-    GSPO, two-sided clipping)."""
-
-    algo: ClassVar[str] = "grpo"
-
-    delta: float | None = None
-    """Two-sided GRPO: cap the ratio at delta also for negative advantages (INTELLECT-2, Prime
-    Intellect 2025); use > 1 + epsilon; None disables."""
-    importance_sampling_level: Literal["token", "sequence"] = "token"
-    """One ratio per token, or one per sequence (geometric mean of the token ratios, GSPO, Zheng et
-    al. 2025)."""
-    scale_rewards: Literal["group", "batch", "none"] | bool = "group"
-    """Divide advantages by the std of the group (`group`/True, GRPO), of the whole batch (`batch`,
-    PPO-Lite / Tricks or Traps, Liu et al. 2025) or not at all (`none`/False, Dr. GRPO, Liu et
-    al. 2025: std scaling biases toward too-easy and too-hard prompts)."""
-    loss_type: Literal["grpo", "bnpo", "dr_grpo", "dapo"] = "dapo"
-    """Token aggregation: `grpo` per-sequence mean (length bias, not advised), `bnpo` tokens of the
-    local batch, `dr_grpo` constant max_completion_length (Dr. GRPO), `dapo` tokens of the whole
-    accumulated batch (DAPO)."""
-    use_bias_correction_kl: bool = True
-    """Multiply the KL term by the importance ratio so that its gradient is the unbiased
-    reverse-KL gradient (DeepSeek-V3.2; TRL 1.16's default). On-policy the value is unchanged
-    but the gradient gains `beta * k3` per token."""
-
-    def _normalize(self) -> None:
-        super()._normalize()
-        if isinstance(self.scale_rewards, bool):  # TRL: True == "group", False == "none"
-            self._set("scale_rewards", "group" if self.scale_rewards else "none")
-
-    def _check_choices(self) -> None:
-        super()._check_choices()
-        for name, allowed in (("loss_type", LOSS_TYPES), ("importance_sampling_level", IMPORTANCE_SAMPLING_LEVELS),
-                              ("scale_rewards", SCALE_REWARDS)):
-            if getattr(self, name) not in allowed:
-                fail(name, getattr(self, name), "is not a known choice", f"use one of {', '.join(allowed)}")
-
-    def _check_ranges(self) -> None:
-        super()._check_ranges()
-        if self.delta is not None and self.delta <= 1.0:
-            fail("delta", self.delta, "caps the ratio at or below 1, so even on-policy tokens with a negative "
-                 "advantage would get no gradient", "use delta > 1 + epsilon (INTELLECT-2) or None")
-
-    def _warn_risky(self) -> None:
-        super()._warn_risky()
-        if self.importance_sampling_level == "sequence" and self.loss_type in ("bnpo", "dr_grpo", "dapo"):
-            # Same condition as TRL's GRPOTrainer warning.
-            warn(f"importance_sampling_level='sequence' with loss_type={self.loss_type!r} sums per-token terms, "
-                 "so each sequence weighs as much as its length; GSPO's objective is loss_type='grpo'.")
-        if self.delta is not None and self.delta <= 1 + self.epsilon:
-            warn(f"delta={self.delta} <= 1 + epsilon = {1 + self.epsilon}: INTELLECT-2 recommends delta > 1 + "
-                 "epsilon, otherwise the upper cap clips tokens the ordinary PPO clip would keep.")
-
-    def to_trl_grpo_config(self, **extra):
-        """The equivalent `trl.GRPOConfig` (single process), for parity checks."""
-        return to_trl_grpo_config(self, **extra)
+__all__ = ["GRPO", "GRPOConfig", "LOSS_TYPES", "group_advantages", "multi_objective_advantages", "policy_loss"]
 
 
 # ---------------------------------------------------------------------------------------
@@ -193,41 +133,46 @@ def group_advantages(
     return advantages, stats
 
 
+def multi_objective_advantages(per_func: Tensor, weights: Tensor, num_generations: int) -> tuple[Tensor, GroupStats]:
+    """Normalise-then-sum advantages for several rewards (GDPO, arXiv 2601.05242; TRL's
+    `multi_objective_aggregation="normalize_then_sum"`).
+
+    Each reward function's scores are centred and scaled within each group,
+    `(r_k - mean_k) / (std_k + 1e-4)`, then weight-summed; the sum is normalised over the
+    whole batch. A reward that spans 0..100 thus cannot drown one that spans 0..1.
+
+    Args:
+        per_func: `(B, K)` rewards, NaN where a function did not apply.
+        weights: `(K,)` reward weights.
+        num_generations: G.
+
+    Returns:
+        `(B,)` advantages (0 for completions no function scored) and their `GroupStats`.
+    """
+    check_groups(per_func[:, 0], num_generations)
+    grouped = per_func.view(-1, num_generations, per_func.shape[1])  # (prompts, G, K)
+    mean_k = torch.nanmean(grouped, dim=1, keepdim=True)
+    std_k = nanstd(grouped, dim=1).unsqueeze(1) if num_generations > 1 else torch.zeros_like(mean_k)
+    normalised = ((grouped - mean_k) / (std_k + STD_EPS)).view_as(per_func)
+    rewards = (normalised * weights.to(per_func.dtype)).nansum(dim=1)
+    rewards[torch.isnan(per_func).all(dim=1)] = torch.nan  # unscorable: no signal
+    std = nanstd(rewards).expand_as(rewards) if rewards.numel() > 1 else torch.zeros_like(rewards)
+    advantages = torch.nan_to_num((rewards - torch.nanmean(rewards)) / (std + STD_EPS), nan=0.0)
+    mean = torch.nanmean(rewards).expand_as(rewards)
+    is_std_zero = torch.isclose(std, torch.zeros_like(std))
+    return advantages, GroupStats(mean_grouped=mean, std_grouped=std, is_std_zero=is_std_zero)
+
+
 # ---------------------------------------------------------------------------------------
 # 3. Loss
 # ---------------------------------------------------------------------------------------
-def _seq_min_max(flags: Tensor, mask: Tensor, sequence_level: bool) -> tuple[float, float]:
-    """Smallest and largest per-sequence mean of a 0/1 flag tensor, over non-empty rows.
-
-    TRL logs `clip_ratio/low_min` and `clip_ratio/high_max` this way. TRL gives NaN when
-    no row has a valid token; we give 0.0 so that an all-truncated batch logs finite
-    numbers.
-    """
-    if sequence_level:  # one flag per sequence already, every row counts (as in TRL)
-        per_seq = flags.squeeze(1)
-    else:
-        counts = mask.sum(-1)
-        per_seq = masked_sum(flags, mask, dim=-1) / counts.clamp(min=1.0)
-        per_seq = per_seq[counts > 0]
-    if per_seq.numel() == 0:
-        return 0.0, 0.0
-    return per_seq.min().item(), per_seq.max().item()
-
-
-def _token_mean(x: Tensor, mask: Tensor, sequence_level: bool) -> float:
-    """Mean over valid tokens; for `(B, 1)` per-sequence values, mean over all rows (TRL)."""
-    if sequence_level and x.shape[1] == 1:
-        return (x.sum() / max(x.shape[0], 1)).item()
-    return (masked_sum(x, mask) / mask.sum().clamp(min=1.0)).item()
-
-
 def policy_loss(
     logps: Tensor,
     old_logps: Tensor | None,
     advantages: Tensor,
     mask: Tensor,
     *,
-    loss_type: LossType = "dapo",
+    loss_type: str = "dapo",
     epsilon: float = 0.2,
     epsilon_high: float | None = None,
     delta: float | None = None,
@@ -235,95 +180,89 @@ def policy_loss(
     beta: float = 0.0,
     ref_logps: Tensor | None = None,
     sampling_ratio: Tensor | None = None,
+    sampling_logps: Tensor | None = None,
+    off_policy_mask_threshold: float | None = None,
     max_completion_length: int | None = None,
     num_items_in_batch: int | float | Tensor | None = None,
     gradient_accumulation_steps: int = 1,
     steps_per_generation: int | None = None,
     num_processes: int = 1,
     use_bias_correction_kl: bool = True,
+    sapo_temperature_pos: float = 1.0,
+    sapo_temperature_neg: float = 1.05,
+    vespo_k_pos: float = 2.0,
+    vespo_lambda_pos: float = 3.0,
+    vespo_k_neg: float = 3.0,
+    vespo_lambda_neg: float = 2.0,
     entropies: Tensor | None = None,
+    top_entropy_quantile: float = 1.0,
+    entropy_coef: float = 0.0,
     training: bool = True,
 ) -> LossOutput:
-    """Clipped surrogate loss of GRPO and its variants, as TRL 1.16 computes it.
+    """The GRPO-family loss of one micro-batch, as TRL 1.16's `_compute_loss` computes it.
 
     Per token, with ratio `r = exp(logps - old_logps)` (or its GSPO sequence version) and
     the completion's advantage `A`:
 
-        loss_t = -min(min(r, delta) * A, clip(r, 1 - eps, 1 + eps_high) * A) * w_t
-                 + beta * k3_t [* r]
+        loss_t = surrogate_t(r, A) * m_off * m_ent * w_t + beta * k3_t [* r]
 
-    where `w_t` is `sampling_ratio` (1 without TIS) and `[* r]` is
-    `use_bias_correction_kl`. The per-token losses are then averaged by `loss_type`:
+    `surrogate_t` is the loss type's objective (for grpo/bnpo/dr_grpo/dapo/luspo the clipped
+    `-min(min(r, delta) A, clip(r, 1 - eps, 1 + eps_high) A)`; CISPO, SAPO and VESPO in
+    :mod:`course_lib.algos.grpo_losses`), `m_off` the off-policy sequence mask, `m_ent` the
+    high-entropy token mask, `w_t` the sampler correction (VESPO folds it into its own
+    weight instead), `[* r]` the `use_bias_correction_kl` factor. The per-token losses are
+    averaged by `loss_type` (:func:`course_lib.algos.grpo_losses.aggregate`), then
+    `entropy_coef * mean entropy` is subtracted. Masked tokens never contribute, and the
+    loss, its gradient and every metric are finite even when `mask` is all zeros.
 
-    - `grpo`: mean over each sequence's valid tokens, then over sequences (GRPO
-      paper; favours short answers when A > 0, Dr. GRPO's "length bias").
-    - `bnpo`: sum over the local batch / number of valid tokens in the local batch.
-    - `dr_grpo`: sum / (B * max_completion_length) (Dr. GRPO, Liu et al. 2025).
-    - `dapo`: sum / (valid tokens of the whole generation batch, per process and per
-      accumulation window) (DAPO, token-level normalisation).
-
-    grpo, bnpo and dr_grpo are divided by `gradient_accumulation_steps`; dapo's
-    normaliser already spans the accumulation window. Masked tokens never contribute, and
-    the loss, its gradient and every metric are finite even when `mask` is all zeros.
-
-    Mapping to TRL (`GRPOTrainer._compute_loss`, train mode, one process):
-    `logps` = what `_get_per_token_logps_and_entropies` returns, `old_logps` =
-    `inputs["old_per_token_logps"]`, `ref_logps` = `inputs["ref_per_token_logps"]`,
-    `sampling_ratio` = `inputs["importance_sampling_ratio"]` (passing it means
-    `use_vllm and vllm_importance_sampling_correction`), `num_items_in_batch` =
-    `inputs["num_items_in_batch"]`, `gradient_accumulation_steps` =
-    `self.current_gradient_accumulation_steps`, `steps_per_generation` =
-    `args.steps_per_generation`, `num_processes` = `accelerator.num_processes`,
-    `max_completion_length` = `args.max_completion_length`, `epsilon` /
-    `epsilon_high` / `delta` / `beta` / `use_bias_correction_kl` = the config fields of
-    the same names.
+    Mapping to TRL (train mode, one process): `old_logps` = `inputs["old_per_token_logps"]`,
+    `ref_logps` = `inputs["ref_per_token_logps"]`, `sampling_ratio` =
+    `inputs["importance_sampling_ratio"]` (passing it means `use_vllm and
+    vllm_importance_sampling_correction`), `sampling_logps` =
+    `inputs["sampling_per_token_logps"]`, `num_items_in_batch` = `inputs["num_items_in_batch"]`,
+    `gradient_accumulation_steps` = `self.current_gradient_accumulation_steps`,
+    `entropy_coef` = the coefficient applied this step (the adaptive controller's gated
+    value); every other argument = the config field of the same name.
 
     Args:
-        logps: `(B, T)` log-probs of the completion tokens under the current policy;
-            the loss is differentiable with respect to it.
-        old_logps: `(B, T)` log-probs under the policy that generated the batch, or
-            `None` for on-policy (`logps.detach()` is used, so the ratio is 1 with the
-            gradient of `log pi`).
+        logps: `(B, T)` current log-probs, differentiable.
+        old_logps: `(B, T)` log-probs at sampling time, or None on-policy (`logps.detach()`).
         advantages: `(B,)` one per completion, or `(B, T)` one per token.
         mask: `(B, T)` 1 for completion tokens that count in the loss.
-        loss_type: "grpo", "bnpo", "dr_grpo" or "dapo".
-        epsilon: lower clipping range (and upper one when `epsilon_high` is None).
-        epsilon_high: upper clipping range; DAPO recommends 0.28.
-        delta: optional upper bound on the unclipped ratio; recommended > 1 + epsilon.
-        importance_sampling_level: "token" (one ratio per token) or "sequence" (GSPO).
-        beta: KL coefficient; 0 disables the KL term and the need for `ref_logps`.
-        ref_logps: `(B, T)` reference-model log-probs; required when `beta != 0`.
-        sampling_ratio: `(B, T)` or `(B, 1)` TIS weight, already truncated
-            (`course_lib.ops.importance.truncated_is_ratio`), multiplied into the per-token loss.
+        loss_type: one of `LOSS_TYPES`.
+        epsilon, epsilon_high: clip range `[1 - epsilon, 1 + epsilon_high]`; for `cispo`,
+            `epsilon_high` is the cap on the ratio itself (5.0 in ScaleRL).
+        delta: optional upper bound on the unclipped ratio (INTELLECT-2).
+        importance_sampling_level: "token" or "sequence" (GSPO).
+        beta, ref_logps: KL coefficient and `(B, T)` reference log-probs (needed if beta != 0).
+        sampling_ratio: `(B, T)` or `(B, 1)` correction weight from
+            :func:`course_lib.ops.importance.sampling_correction`.
+        sampling_logps, off_policy_mask_threshold: the sampler's `(B, T)` log-probs (the
+            old ones when None) and the KL above which negative-advantage completions drop.
         max_completion_length: the normaliser of `dr_grpo` (required for it).
-        num_items_in_batch: valid tokens of the whole generation batch, summed over
-            processes (TRL's `num_items_in_batch`); `None` counts this batch's tokens
-            (`mask.sum()`), right when this micro-batch is the whole generation batch.
-        gradient_accumulation_steps: micro-batches per optimizer step.
-        steps_per_generation: micro-batches per generation batch; defaults to
-            `gradient_accumulation_steps` (TRL's default).
-        num_processes: data-parallel processes.
-        use_bias_correction_kl: multiply the KL term by the (unclipped) ratio, TRL
-            1.16's default (DeepSeek-V3.2). On-policy the ratio is 1, so the value is
-            unchanged, but its gradient adds `beta * k3` per token.
-        entropies: optional `(B, T)` per-token entropies, only logged (`entropy`).
-        training: TRL's train mode; `False` gives eval-mode scaling (no division by
-            the accumulation steps).
+        num_items_in_batch: valid tokens of the whole generation batch (all processes);
+            None counts this micro-batch's tokens.
+        gradient_accumulation_steps, steps_per_generation, num_processes: the schedule.
+        use_bias_correction_kl: multiply the KL term by the ratio (DeepSeek-V3.2).
+        sapo_temperature_pos/neg, vespo_k_pos/neg, vespo_lambda_pos/neg: SAPO and VESPO shape.
+        entropies: `(B, T)` exact per-token entropies; required by `top_entropy_quantile`
+            < 1 and `entropy_coef` != 0 (differentiable for the latter), else only logged.
+        top_entropy_quantile: keep only this top fraction of tokens by entropy, in (0, 1].
+        entropy_coef: weight of the entropy bonus subtracted from the loss.
+        training: TRL's train mode; False gives eval-mode scaling.
 
     Returns:
-        `LossOutput` with `loss` (scalar) and `metrics`: `clip_ratio/low_mean`,
-        `clip_ratio/low_min`, `clip_ratio/high_mean`, `clip_ratio/high_max`,
-        `clip_ratio/region_mean`, `policy_loss` (the loss before the division by
-        `gradient_accumulation_steps`; for dapo the loss itself, as TRL logs it),
-        `kl` when `beta != 0`, `entropy` when `entropies` is given.
+        `LossOutput`: `loss` and `metrics`: the loss type's clip statistics
+        (`clip_ratio/*`, `cispo_clip_ratio` or `vespo/phi_seq_mean`), `policy_loss` (before
+        the accumulation division and the entropy bonus), `kl` when `beta != 0`, `entropy`
+        when `entropies` is given.
     """
-    check_per_token(logps, mask, old_logps=old_logps, ref_logps=ref_logps)
+    check_per_token(logps, mask, old_logps=old_logps, ref_logps=ref_logps, sampling_logps=sampling_logps,
+                    entropies=entropies)
     if loss_type not in LOSS_TYPES:
-        raise ValueError(f"loss_type={loss_type!r} is unknown; use one of {LOSS_TYPES}")
+        raise ValueError(f"loss_type={loss_type!r} is unknown; use one of {', '.join(LOSS_TYPES)}")
     if importance_sampling_level not in ("token", "sequence"):
-        raise ValueError(
-            f"importance_sampling_level={importance_sampling_level!r}; use 'token' or 'sequence'"
-        )
+        raise ValueError(f"importance_sampling_level={importance_sampling_level!r}; use 'token' or 'sequence'")
     if beta != 0.0 and ref_logps is None:
         raise ValueError(f"beta={beta} needs ref_logps (the reference model's log-probs); "
                          "pass ref_logps or set beta=0.0")
@@ -331,11 +270,12 @@ def policy_loss(
         raise ValueError("loss_type='dr_grpo' needs max_completion_length (its normaliser)")
     if gradient_accumulation_steps < 1:
         raise ValueError(f"gradient_accumulation_steps={gradient_accumulation_steps} must be >= 1")
+    if entropies is None and (top_entropy_quantile < 1.0 or entropy_coef != 0.0):
+        raise ValueError("top_entropy_quantile < 1 and entropy_coef != 0 need entropies: pass the policy's "
+                         "(B, T) entropies (completion_forward(..., with_entropy=True))")
 
-    epsilon_low = epsilon
     epsilon_high = epsilon if epsilon_high is None else epsilon_high
     steps_per_generation = steps_per_generation or gradient_accumulation_steps
-    sequence_level = importance_sampling_level == "sequence"
     valid = mask != 0
     mask = mask.to(logps.dtype)
     advantages = advantage_column(advantages.to(logps.dtype), logps.shape[0])  # (B, 1) or (B, T)
@@ -347,79 +287,63 @@ def policy_loss(
     old_logps = old_logps.masked_fill(~valid, 0.0)
     if ref_logps is not None:
         ref_logps = ref_logps.masked_fill(~valid, 0.0)
-    if sampling_ratio is not None:
+    if sampling_ratio is not None and sampling_ratio.shape == valid.shape:  # per token; (B, 1) kept as is
         sampling_ratio = torch.where(valid, sampling_ratio, torch.ones_like(sampling_ratio))
+    entropy_mask = None
+    if top_entropy_quantile < 1.0:
+        entropy_mask = high_entropy_mask(entropies, mask, top_entropy_quantile).to(logps.dtype)
+    off_policy_mask = None
+    if off_policy_mask_threshold is not None:
+        reference = old_logps if sampling_logps is None else sampling_logps.masked_fill(~valid, 0.0)
+        off_policy_mask = off_policy_sequence_mask(advantages, logps, reference, mask, off_policy_mask_threshold)
 
     log_ratio = logps - old_logps  # (B, T)
-    if sequence_level:
+    if importance_sampling_level == "sequence":
         # GSPO: geometric mean of the token ratios of each completion, one weight per row.
-        token_counts = mask.sum(-1).clamp(min=1.0)
-        log_weights = (masked_sum(log_ratio, mask, dim=-1) / token_counts).unsqueeze(-1)  # (B, 1)
+        log_weights = (masked_sum(log_ratio, mask, dim=-1) / mask.sum(-1).clamp(min=1.0)).unsqueeze(-1)
     else:
-        log_weights = log_ratio  # (B, T)
-    ratio = torch.exp(log_weights)
+        log_weights = log_ratio
+    ratio = torch.exp(log_weights)  # (B, T) or (B, 1)
 
     if beta != 0.0:
         per_token_kl = kl_k3(logps, ref_logps)  # (B, T)
         if use_bias_correction_kl:
             per_token_kl = per_token_kl * ratio
-
-    clipped_ratio = torch.clamp(ratio, 1 - epsilon_low, 1 + epsilon_high)
-    if delta is not None:
-        # Two-sided clipping bounds the unclipped branch too; it is applied after the
-        # clipped branch is formed, and the clip metrics below see the bounded ratio.
-        ratio = torch.clamp(ratio, max=delta)
-    per_token_loss = -torch.min(ratio * advantages, clipped_ratio * advantages)
-    if sampling_ratio is not None:
-        per_token_loss = per_token_loss * sampling_ratio
+    gamma = None
+    if loss_type == "vespo":
+        gamma = vespo_weights(advantages, log_ratio, mask, sampling_ratio, k_pos=vespo_k_pos,
+                              lambda_pos=vespo_lambda_pos, k_neg=vespo_k_neg, lambda_neg=vespo_lambda_neg)
+    per_token_loss, metric_ratio = surrogate(
+        loss_type, ratio, advantages, logps, epsilon_low=epsilon, epsilon_high=epsilon_high, delta=delta,
+        sapo_temperatures=(sapo_temperature_pos, sapo_temperature_neg), gamma=gamma)
+    for factor in (off_policy_mask, entropy_mask, None if loss_type == "vespo" else sampling_ratio):
+        if factor is not None:
+            per_token_loss = per_token_loss * factor
     if beta != 0.0:
         per_token_loss = per_token_loss + beta * per_token_kl
-    per_token_loss = per_token_loss.expand(mask.shape)  # (B, T) even for GSPO
+    per_token_loss = per_token_loss.expand(mask.shape)  # (B, T) even for sequence-level losses
 
     accumulation = gradient_accumulation_steps if training else 1
-    if loss_type == "grpo":
-        per_sequence = masked_sum(per_token_loss, mask, dim=-1) / mask.sum(-1).clamp(min=1.0)
-        unscaled = per_sequence.mean()
-        loss = unscaled / accumulation
-    elif loss_type == "bnpo":
-        unscaled = masked_sum(per_token_loss, mask) / mask.sum().clamp(min=1.0)
-        loss = unscaled / accumulation
-    elif loss_type == "dr_grpo":
-        unscaled = masked_sum(per_token_loss, mask) / (mask.shape[0] * max_completion_length)
-        loss = unscaled / accumulation
-    else:  # dapo
-        if num_items_in_batch is None:
-            num_items_in_batch = mask.sum()
-        num_items = torch.as_tensor(num_items_in_batch, dtype=logps.dtype, device=logps.device)
-        # num_items spans the generation batch on all processes: rescale to the tokens of
-        # one process and one accumulation window.
-        normaliser = num_items.clamp(min=1.0) / num_processes
-        if training:
-            normaliser = normaliser * gradient_accumulation_steps / steps_per_generation
-        loss = masked_sum(per_token_loss, mask) / normaliser
-        unscaled = loss
+    num_items = torch.as_tensor(mask.sum() if num_items_in_batch is None else num_items_in_batch,
+                                dtype=logps.dtype, device=logps.device)
+    loss, unscaled = aggregate(
+        loss_type, per_token_loss, mask, accumulation=accumulation, max_completion_length=max_completion_length,
+        num_items=num_items, num_processes=num_processes,
+        window_fraction=gradient_accumulation_steps / steps_per_generation if training else 1.0)
+    if entropy_coef != 0.0:
+        # The bonus acts on the tokens the policy term trains on; a plain token mean, so that
+        # entropy_coef means the same for every loss type.
+        effective = mask if entropy_mask is None else mask * entropy_mask
+        loss = loss - entropy_coef * entropy_bonus(entropies, effective, accumulation)
 
     with torch.no_grad():
-        # Clip statistics: a token counts as clipped only where clipping changes the
-        # gradient, i.e. the ratio left the range in the direction the advantage pushes.
-        is_low = ((ratio < 1 - epsilon_low) & (advantages < 0)).to(logps.dtype)
-        is_high = ((ratio > 1 + epsilon_high) & (advantages > 0)).to(logps.dtype)
-        is_region = torch.maximum(is_low, is_high)
-        low_min, _ = _seq_min_max(is_low, mask, sequence_level)
-        _, high_max = _seq_min_max(is_high, mask, sequence_level)
-        metrics: dict[str, float] = {
-            "clip_ratio/low_mean": _token_mean(is_low, mask, sequence_level),
-            "clip_ratio/low_min": low_min,
-            "clip_ratio/high_mean": _token_mean(is_high, mask, sequence_level),
-            "clip_ratio/high_max": high_max,
-            "clip_ratio/region_mean": _token_mean(is_region, mask, sequence_level),
-            "policy_loss": unscaled.item(),
-        }
+        metrics = ratio_metrics(loss_type, metric_ratio, advantages, mask, epsilon_low=epsilon,
+                                epsilon_high=epsilon_high, gamma=gamma)
+        metrics["policy_loss"] = unscaled.item()
         if beta != 0.0:
-            metrics["kl"] = _token_mean(per_token_kl, mask, sequence_level=False)
+            metrics["kl"] = token_mean(per_token_kl, mask)
         if entropies is not None:
-            metrics["entropy"] = _token_mean(entropies, mask, sequence_level=False)
-
+            metrics["entropy"] = token_mean(entropies.detach(), mask)
     return LossOutput(loss=loss, metrics=metrics, per_token_loss=per_token_loss)
 
 
@@ -427,16 +351,28 @@ def policy_loss(
 # 4. The algorithm, as the trainer calls it
 # ---------------------------------------------------------------------------------------
 class GRPO(WithoutCritic):
-    """GRPO for the trainer: group advantages, then :func:`policy_loss` with the config's knobs."""
+    """GRPO for the trainer: group advantages, then :func:`policy_loss` with the config's knobs.
+
+    One instance per run: it holds the entropy coefficient's controller, which counts the
+    training micro-batches to know where each optimizer step ends.
+    """
 
     name = "grpo"
     config_class = GRPOConfig
     always_needs_old_logps = False
     sampling_correction_level = "token"
 
+    def __init__(self) -> None:
+        self.entropy_control: AdaptiveEntropyCoef | None = None
+        self._micro_batches = 0
+
     def advantages(self, scored: ScoredBatch, config: GRPOConfig) -> Advantages:
         rewards, G = scored.rewards, scored.num_generations
-        advantages, stats = group_advantages(rewards, G, config.scale_rewards, return_stats=True)
+        if config.multi_objective_aggregation == "normalize_then_sum" and scored.rewards_per_func is not None:
+            weights = torch.tensor(config.check_reward_weights(scored.rewards_per_func.shape[1]))
+            advantages, stats = multi_objective_advantages(scored.rewards_per_func, weights, G)
+        else:
+            advantages, stats = group_advantages(rewards, G, config.scale_rewards, return_stats=True)
         metrics = {
             "reward": torch.nanmean(rewards).item(),
             # TRL's reward_std: the std of each group, averaged (what the advantages divide by).
@@ -445,14 +381,49 @@ class GRPO(WithoutCritic):
         }
         return Advantages(advantages=advantages, metrics=metrics)
 
+    def _entropy_coef(self, config: GRPOConfig) -> AdaptiveEntropyCoef:
+        if self.entropy_control is None:
+            self.entropy_control = AdaptiveEntropyCoef(
+                config.entropy_coef, config.use_adaptive_entropy, config.entropy_coef_min, config.entropy_coef_max,
+                config.entropy_coef_delta, config.entropy_target)
+        return self.entropy_control
+
+    def state(self) -> dict:
+        """What a checkpoint keeps: the adaptive entropy coefficient and its last measurement."""
+        return {} if self.entropy_control is None else {"micro_batches": self._micro_batches,
+                                                        **self.entropy_control.state()}
+
+    def load_state(self, state: dict, config: GRPOConfig) -> None:
+        if "entropy_coef" in state:
+            self._entropy_coef(config).load_state(state)
+            self._micro_batches = state["micro_batches"]
+
     def loss(self, micro_batch: dict, outputs: PolicyOutputs, config: GRPOConfig,
              num_items_in_batch: int) -> LossOutput:
-        return policy_loss(
+        control = self._entropy_coef(config)
+        out = policy_loss(
             outputs.logps, micro_batch["old_logps"], micro_batch["advantages"], micro_batch["completion_mask"],
             loss_type=config.loss_type, epsilon=config.epsilon, epsilon_high=config.epsilon_high,
             delta=config.delta, importance_sampling_level=config.importance_sampling_level, beta=config.beta,
             ref_logps=micro_batch["ref_logps"], sampling_ratio=micro_batch["sampling_ratio"],
+            sampling_logps=micro_batch.get("sampling_logps"),
+            off_policy_mask_threshold=config.off_policy_mask_threshold,
             max_completion_length=config.max_completion_length, num_items_in_batch=num_items_in_batch,
             gradient_accumulation_steps=config.gradient_accumulation_steps,
             steps_per_generation=config.effective_steps_per_generation, num_processes=config.num_processes,
-            use_bias_correction_kl=config.use_bias_correction_kl, entropies=outputs.entropies)
+            use_bias_correction_kl=config.use_bias_correction_kl,
+            sapo_temperature_pos=config.sapo_temperature_pos, sapo_temperature_neg=config.sapo_temperature_neg,
+            vespo_k_pos=config.vespo_k_pos, vespo_lambda_pos=config.vespo_lambda_pos,
+            vespo_k_neg=config.vespo_k_neg, vespo_lambda_neg=config.vespo_lambda_neg,
+            entropies=outputs.entropies, top_entropy_quantile=config.top_entropy_quantile,
+            entropy_coef=control.coef_to_apply())
+        if control.enabled and outputs.entropies is not None:
+            self._micro_batches += 1
+            end_of_step = self._micro_batches % config.gradient_accumulation_steps == 0
+            mask = micro_batch["completion_mask"]
+            if config.top_entropy_quantile < 1.0:
+                mask = mask * high_entropy_mask(outputs.entropies, mask, config.top_entropy_quantile)
+            control.observe(outputs.entropies, mask, end_of_step)
+            if end_of_step:
+                out.metrics["entropy_coef"] = control.coef
+        return out

@@ -1,5 +1,6 @@
 """Checks for lesson 10 (fast inference and memory): chunked selective log-softmax, the
-memory arithmetic of logits and KV cache, and the truncated importance-sampling weight.
+memory arithmetic of logits and KV cache, the truncated importance-sampling weight, and the
+four correction modes of TRL 1.16 (`course_lib.ops.importance.importance_sampling_ratio`).
 
 Expected values: `course_lib.ops.logprobs.selective_log_softmax`, `course_lib.ops.kl.
 truncated_is_ratio`, the seed's memory figures (78.3 GB of logits, 2.5 GB of KV cache per
@@ -16,7 +17,7 @@ import math
 
 import torch
 
-from ..ops.importance import truncated_is_ratio
+from ..ops.importance import IS_MODES, importance_sampling_ratio, truncated_is_ratio
 from ..ops.logprobs import selective_log_softmax
 from ..testing import Hint, assert_close
 
@@ -170,3 +171,48 @@ def check_truncated_is_weight(fn) -> None:
     if got.requires_grad:
         raise Hint("the weight carries a gradient: it is a constant of the loss, detach it (or compute it under "
                    "torch.no_grad()).")
+
+
+def _bound(weight: torch.Tensor, mode: str, clip_min: float | None, clip_max: float | None) -> torch.Tensor:
+    """Truncate or mask `weight` to [clip_min, clip_max] as `mode` says (for the hints)."""
+    if mode.endswith("truncate"):
+        return torch.clamp(weight, min=clip_min, max=clip_max)
+    outside = (weight < (clip_min or 0.0)) | (weight > (math.inf if clip_max is None else clip_max))
+    return weight.masked_fill(outside, 0.0)
+
+
+def check_correction_weight(fn) -> None:
+    old, sampling, ones = torch.tensor([[0.0, -1.0]]), torch.tensor([[-1.0, 0.0]]), torch.ones(1, 2)
+    assert_close(fn(old, sampling, ones, "token_truncate", None, 2.0), [[2.0, math.exp(-1.0)]],
+                 name="token_truncate, clip_max=2 (the docstring's example)")
+    assert_close(fn(old, sampling, ones, "token_mask", None, 2.0), [[0.0, math.exp(-1.0)]],
+                 name="token_mask, clip_max=2", hints={"a *_mask mode sets weights outside the range to 0; you "
+                                                      "clamped them (that is *_truncate).": [[2.0, math.exp(-1.0)]]})
+    got = fn(old, sampling, ones, "sequence_mask", None, 3.0)
+    assert_close(got, [[1.0]], name="sequence_mask of two cancelling tokens", hints={
+        "sequence modes give one weight per completion, shape (B, 1): sum the log-ratios, then exponentiate.":
+            [[math.e, math.exp(-1.0)]]})
+
+    generator = torch.Generator().manual_seed(5)
+    old = -torch.rand(6, 8, generator=generator) * 3
+    sampling = old + torch.randn(6, 8, generator=generator) * 0.4
+    mask = (torch.arange(8).unsqueeze(0) < torch.tensor([8, 3, 5, 0, 6, 2]).unsqueeze(1)).float()
+    sampling = torch.where(mask.bool(), sampling, torch.full_like(sampling, -30.0))  # padding holds garbage
+    for mode in IS_MODES:
+        for clip_min, clip_max in ((None, 3.0), (0.5, 1.5)):
+            expected = importance_sampling_ratio(old, sampling, mask, mode=mode, clip_min=clip_min, clip_max=clip_max)
+            log_ratio = (old - sampling) * mask
+            hints = {}
+            if mode.startswith("sequence"):
+                mean = torch.exp(log_ratio.sum(-1, keepdim=True) / mask.sum(-1, keepdim=True).clamp(min=1))
+                hints["the sequence weight is the product of the token ratios, exp(sum d_t); you used the mean of "
+                      "the log-ratios (that is GSPO's ratio, a different quantity)."] = _bound(mean, mode, clip_min,
+                                                                                              clip_max)
+            else:
+                hints["masked positions must hold weight 1: zero their log-ratio before the exponential."] = _bound(
+                    torch.exp(old - sampling), mode, clip_min, clip_max)
+            assert_close(fn(old, sampling, mask, mode, clip_min, clip_max), expected, atol=1e-6, hints=hints,
+                         name=f"{mode}, clip_min={clip_min}, clip_max={clip_max}, padded batch")
+    needs_grad = old.clone().requires_grad_(True)
+    if fn(needs_grad, sampling, mask, "token_truncate", None, 2.0).requires_grad:
+        raise Hint("the weight carries a gradient: it is a constant of the loss, detach it.")

@@ -5,8 +5,14 @@ their log-probs; the numerics differ (kernels, precision), so the tokens were in
 drawn from `sampling` and not from `old`. Truncated importance sampling (TIS, Yao et al.
 2025, "Your Efficient RL Framework Secretly Brings You Off-Policy RL Training")
 multiplies each token's loss by `min(old / sampling, C)`; TRL's
-`vllm_importance_sampling_mode` adds masking instead of truncation and one weight per
-sequence instead of per token.
+`vllm_importance_sampling_mode` adds masking instead of truncation (MIS) and one weight
+per sequence instead of per token. TRL 1.16's default, and ours, is `sequence_mask` with
+`clip_max = 3.0`: a completion whose whole-sequence ratio leaves `[clip_min, clip_max]`
+drops out of the loss.
+
+:func:`off_policy_sequence_mask` is the other guard against stale samples: DeepSeek-V3.2
+drops a completion with a negative advantage when its mean per-token KL from the sampler
+exceeds a threshold.
 
 The weights carry no gradient: they are computed once per generation batch.
 """
@@ -22,6 +28,25 @@ from course_lib.ops.kl import check_same_shape
 Tensor = torch.Tensor
 
 ISMode = Literal["token_truncate", "token_mask", "sequence_truncate", "sequence_mask"]
+IS_MODES: tuple[str, ...] = ("token_truncate", "token_mask", "sequence_truncate", "sequence_mask")
+
+
+def check_is_settings(mode: str, clip_min: float | None, clip_max: float | None,
+                      prefix: str = "vllm_importance_sampling_") -> None:
+    """Raise a `ValueError` naming the field unless mode and bounds make a usable correction."""
+    if mode not in IS_MODES:
+        raise ValueError(f"{prefix}mode={mode!r} is not a known mode. Fix: use one of {', '.join(IS_MODES)} "
+                         "(TRL 1.16's default is sequence_mask).")
+    for name, value in (("clip_min", clip_min), ("clip_max", clip_max)):
+        if value is not None and not value > 0:
+            raise ValueError(f"{prefix}{name}={value!r} must be > 0 or None. Fix: use e.g. clip_max=3.0 "
+                             "(TRL's default) and clip_min=None.")
+    if clip_min is not None and clip_max is not None and clip_min >= clip_max:
+        raise ValueError(f"{prefix}clip_min={clip_min!r} >= {prefix}clip_max={clip_max!r}: no ratio could "
+                         "pass. Fix: make clip_min smaller than clip_max (e.g. 0.5 and 3.0).")
+    if mode.endswith("_truncate") and clip_min is None and clip_max is None:
+        raise ValueError(f"{prefix}mode={mode!r} truncates to [clip_min, clip_max] but both are None. "
+                         f"Fix: set {prefix}clip_max (e.g. 3.0).")
 
 
 def importance_sampling_ratio(
@@ -60,6 +85,8 @@ def importance_sampling_ratio(
     check_same_shape(old_logps=old_logps, sampling_logps=sampling_logps, mask=mask)
     if clip_max is not None and clip_max <= 0:
         raise ValueError(f"clip_max={clip_max!r} must be > 0 (TIS uses e.g. 2.0) or None")
+    if clip_min is not None and clip_max is not None and clip_min >= clip_max:
+        raise ValueError(f"clip_min={clip_min!r} >= clip_max={clip_max!r}: make clip_min the smaller bound")
     log_diff = (old_logps - sampling_logps) * mask.to(old_logps.dtype)
     log_diff = torch.nan_to_num(log_diff, nan=0.0)
     if mode.startswith("sequence"):
@@ -110,3 +137,69 @@ def truncated_is_ratio(
     return importance_sampling_ratio(
         old_logps, sampling_logps, mask, mode="token_truncate", clip_max=cap
     ).detach()
+
+
+def sampling_correction(
+    old_logps: Tensor,
+    sampling_logps: Tensor,
+    mask: Tensor,
+    *,
+    mode: ISMode = "sequence_mask",
+    clip_min: float | None = None,
+    clip_max: float | None = 3.0,
+    level: Literal["token", "sequence"] = "token",
+) -> tuple[Tensor, dict[str, float]]:
+    """The configured correction weight and the statistics TRL logs for it.
+
+    Args:
+        old_logps, sampling_logps, mask: `(B, T)`, as in :func:`importance_sampling_ratio`.
+        mode, clip_min, clip_max: `vllm_importance_sampling_mode` and its bounds.
+        level: where the algorithm's action lives. `"sequence"` (RLOO: the completion is
+            the action) turns a token mode into its sequence twin, so that the weight
+            multiplies the completion's single ratio.
+
+    Returns:
+        `(weight, metrics)`: `(B, T)` or `(B, 1)` detached weights, and
+        `sampling/importance_sampling_ratio/{min,mean,max}` (over valid tokens for token
+        modes, over rows for sequence modes; 0 when there are none) and
+        `sampling/sampling_logp_difference/{mean,max}` (absolute per-token gap over valid
+        tokens the sampler scored).
+    """
+    if level == "sequence" and mode.startswith("token_"):
+        mode = "sequence_" + mode.removeprefix("token_")
+    weight = importance_sampling_ratio(old_logps, sampling_logps, mask, mode=mode, clip_min=clip_min,
+                                       clip_max=clip_max).detach()
+    valid = mask.bool()
+    flat = weight.flatten() if mode.startswith("sequence") else weight[valid]
+    gap = (old_logps - sampling_logps).abs()
+    gap = gap[valid & ~torch.isnan(gap)]
+    metrics = {}
+    for name, values, reducers in (("importance_sampling_ratio", flat, ("min", "mean", "max")),
+                                   ("sampling_logp_difference", gap, ("mean", "max"))):
+        for reducer in reducers:
+            value = getattr(values, reducer)().item() if values.numel() else 0.0
+            metrics[f"sampling/{name}/{reducer}"] = value
+    return weight, metrics
+
+
+def off_policy_sequence_mask(
+    advantages: Tensor, logps: Tensor, sampling_logps: Tensor, mask: Tensor, threshold: float
+) -> Tensor:
+    """Off-policy sequence masking (DeepSeek-V3.2, 2025): `(B, 1)` 1 = keep, 0 = drop.
+
+    A completion is dropped when its advantage is negative **and** the mean over its
+    tokens of `sampling_logps - logps` (a per-token estimate of KL(sampler || current
+    policy)) exceeds `threshold`: pushing down a sample the current policy has drifted
+    far from mostly adds noise. Tokens the sampler could not score (NaN) count as 0.
+
+    Args:
+        advantages: `(B, 1)` or `(B, T)` (then per token, as TRL broadcasts it).
+        logps: `(B, T)` current log-probs (detached here).
+        sampling_logps: `(B, T)` the sampler's log-probs (or the old policy's).
+        mask: `(B, T)` completion mask.
+        threshold: largest mean KL kept for a negative-advantage completion.
+    """
+    mask = mask.to(logps.dtype)
+    gap = torch.nan_to_num(sampling_logps - logps.detach(), nan=0.0)
+    mean_kl = (gap * mask).sum(1, keepdim=True) / mask.sum(1, keepdim=True).clamp(min=1.0)
+    return ((advantages >= 0) | (mean_kl <= threshold)).to(mask.dtype)

@@ -161,21 +161,22 @@ class _FusedLinearLogProbs(torch.autograd.Function):
                     logits.sub_(row_max).exp_()  # in place: the buffer is free after this
                     sum_exp = logits.sum(1)
                 log_norm[start:stop] = row_max.squeeze(1) + sum_exp.log()
-        ctx.save_for_backward(hidden, weight, ids, log_norm)
+        # E_p[y] = log Z - H, kept for the entropy's gradient (an entropy bonus in the loss).
+        expected = log_norm - entropy if with_entropy else log_norm.new_empty(0)
+        ctx.save_for_backward(hidden, weight, ids, log_norm, expected)
         ctx.options = (temperature, chunk_size, scale, softcap)
+        ctx.set_materialize_grads(False)  # an unused output (often the entropy) costs no work
         logps = (target - log_norm).to(hidden.dtype)
         if with_entropy:
-            entropy = entropy.to(hidden.dtype)
-            ctx.mark_non_differentiable(entropy)
-            return logps, entropy
+            return logps, entropy.to(hidden.dtype)
         return logps
 
     @staticmethod
-    def backward(ctx, grad_logps, *unused_entropy_grad):
-        hidden, weight, ids, log_norm = ctx.saved_tensors
+    def backward(ctx, grad_logps, grad_entropy=None):
+        hidden, weight, ids, log_norm, expected = ctx.saved_tensors
         need_hidden, need_weight = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
         nothing = (None,) * 8
-        if not (need_hidden or need_weight):
+        if not (need_hidden or need_weight) or (grad_logps is None and grad_entropy is None):
             return nothing
         temperature, chunk_size, scale, softcap = ctx.options
         pre = _pre_scale(scale, softcap, temperature)
@@ -183,7 +184,8 @@ class _FusedLinearLogProbs(torch.autograd.Function):
         compute_dtype = log_norm.dtype
         scaled = hidden if pre == 1.0 else hidden * pre
         weight_t = weight.t()
-        grad_logps = grad_logps.to(compute_dtype)
+        grad_logps = (torch.zeros_like(log_norm) if grad_logps is None else grad_logps.to(compute_dtype))
+        grad_entropy = None if grad_entropy is None else grad_entropy.to(compute_dtype)
         buffer = hidden.new_empty((min(chunk_size, num_rows), weight.shape[0]), dtype=compute_dtype)
         grad_hidden = torch.empty_like(hidden) if need_hidden else None
         grad_weight = (
@@ -194,16 +196,21 @@ class _FusedLinearLogProbs(torch.autograd.Function):
             stop = min(start + chunk_size, num_rows)
             g = grad_logps[start:stop, None]  # (c, 1)
             logits = _chunk_logits(scaled[start:stop], weight_t, buffer)
+            tanh = None
             if softcap is None:
-                # d log p_target / d z = onehot(target) - softmax(z), scaled by the incoming grad.
-                probs = logits.sub_(log_norm[start:stop, None]).exp_()
-                grad_z = probs.mul_(-g)
-                grad_z.scatter_add_(1, ids[start:stop, None], g)
+                y = logits  # the final logits, temperature included
             else:
                 # y = cap * tanh(z / cap) / T, so dy/dz = (1 - tanh^2) / T: one more (c, V) buffer.
                 tanh = logits.div_(softcap).tanh_()
-                grad_z = (tanh * (softcap / temperature)).sub_(log_norm[start:stop, None]).exp_().mul_(-g)
-                grad_z.scatter_add_(1, ids[start:stop, None], g)
+                y = tanh * (softcap / temperature)
+            # d log p_target / dy = onehot(target) - p; d H / dy = -p (y - E_p[y]).
+            if grad_entropy is None:
+                grad_z = y.sub_(log_norm[start:stop, None]).exp_().mul_(-g)
+            else:
+                centred = (y - expected[start:stop, None]).mul_(-grad_entropy[start:stop, None]).sub_(g)
+                grad_z = y.sub_(log_norm[start:stop, None]).exp_().mul_(centred)
+            grad_z.scatter_add_(1, ids[start:stop, None], g)
+            if tanh is not None:
                 grad_z.mul_(tanh.square_().neg_().add_(1.0).div_(temperature))
             if need_hidden:
                 # z = (h * pre) @ W.T  =>  dL/dh = (dL/dz @ W) * pre
@@ -247,8 +254,8 @@ def fused_linear_logprobs(
         ids: `(N,)` or `(B, T)` target token ids in `[0, V)`.
         temperature: sampling temperature T > 0; the logits are divided by it.
         chunk_size: rows per chunk; default `default_chunk_size(V)`.
-        return_entropy: also return the exact entropy of each row's distribution (no
-            gradient flows through it).
+        return_entropy: also return the exact entropy of each row's distribution,
+            differentiable (its gradient `-p (y - E_p[y])` is formed chunk by chunk too).
         scale: multiplier of the raw logits (Cohere's `logit_scale`).
         softcap: soft cap of the logits, or None.
 
@@ -363,7 +370,7 @@ def head_logprobs(head: LMHead, hidden: Tensor, ids: Tensor, *, temperature: flo
             `COURSE_LIB_TRITON_LOGPROBS=0`), the chunked PyTorch autograd function elsewhere;
             a head with a bias uses full logits.
         chunk_size: rows per chunk of the fused path.
-        with_entropy: also return the entropies (detached), else None.
+        with_entropy: also return the entropies (differentiable), else None.
 
     Returns:
         `(logps, entropies)`, each shaped like `ids`.
@@ -373,7 +380,7 @@ def head_logprobs(head: LMHead, hidden: Tensor, ids: Tensor, *, temperature: flo
         logps, entropies = triton_linear_logprobs(hidden.to(head.weight.dtype), head.weight, ids,
                                                   temperature=temperature, softcap=head.softcap,
                                                   logit_scale=head.scale)
-        return logps, (entropies.detach() if with_entropy else None)
+        return logps, (entropies if with_entropy else None)
     if fused and head.bias is None:
         result = fused_linear_logprobs(hidden.to(head.weight.dtype), head.weight, ids, temperature=temperature,
                                        chunk_size=chunk_size, return_entropy=with_entropy, scale=head.scale,
@@ -381,11 +388,7 @@ def head_logprobs(head: LMHead, hidden: Tensor, ids: Tensor, *, temperature: flo
         return result if with_entropy else (result, None)
     logits = head.logits(hidden) / temperature  # (..., V): small models, or a head with a bias
     logps = selective_log_softmax(logits, ids)
-    entropies = None
-    if with_entropy:
-        with torch.no_grad():
-            entropies = entropy_from_logits(logits)
-    return logps, entropies
+    return logps, (entropy_from_logits(logits) if with_entropy else None)
 
 
 def model_logprobs(

@@ -11,7 +11,9 @@ Modules:
 - ``answers``: correctness, number-present and proximity rewards;
 - ``gsm8k``: the GSM8K ``<reasoning>/<answer>`` reward family with its usual scores;
 - ``execution``: unit tests run in ``course_lib.sandbox`` as a reward;
-- ``combine``: ``rubric`` of weighted checks and ``compute_rewards`` (TRL's rules);
+- ``combine``: ``rubric`` of weighted checks and ``compute_rewards`` (TRL's rules, async
+  functions awaited concurrently);
+- ``reward_model``: ``RewardModel``, a learned sequence-classification scorer as a reward;
 - ``registry``: ``REWARD_FUNCTIONS`` by name.
 """
 
@@ -33,6 +35,7 @@ from .combine import (
     reward_function_name,
     rubric,
 )
+from .reward_model import RewardModel
 from .execution import code_execution_reward, make_code_execution_reward, parse_tests
 from .extract import (
     completion_text,
@@ -66,6 +69,7 @@ from .registry import REWARD_FUNCTIONS, get_reward_functions
 
 __all__ = [
     "combine_rewards",
+    "RewardModel",
     "ANSWER_EXTRACTORS",
     "REWARD_FUNCTIONS",
     "RewardFunctionError",

@@ -5,7 +5,9 @@
 ``_generate_and_score_completions``):
 
 - every function is called once on the whole batch with keyword arguments
-  ``prompts=..., completions=..., completion_ids=..., **columns``;
+  ``prompts=..., completions=..., completion_ids=..., **columns``; ``async def`` functions
+  are awaited concurrently (a learned reward model is a function like any other:
+  :class:`course_lib.rewards.reward_model.RewardModel`);
 - a returned ``None`` means "not applicable" and becomes NaN;
 - the total is ``nansum_f(weight_f * reward_f)``, so NaN entries are skipped;
 - a sample for which every function returned None is "unscorable": TRL warns, and
@@ -40,7 +42,10 @@ long, ...). ``rubric`` sums weighted checks into one reward function, and
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import functools
+import inspect
 import math
 import warnings
 from typing import Any, Callable, Iterable, Mapping, Sequence
@@ -152,7 +157,26 @@ def _short(value: Any, limit: int = 200) -> str:
 
 
 def _call(function: RewardFunction, prompts, completions, columns, extra) -> Sequence[Any]:
-    return function(prompts=prompts, completions=completions, **columns, **extra)
+    output = function(prompts=prompts, completions=completions, **columns, **extra)
+    return _await_all([output])[0] if inspect.isawaitable(output) else output
+
+
+def is_async_reward(function: Callable) -> bool:
+    """True for an ``async def`` reward function (or an object whose ``__call__`` is one)."""
+    return inspect.iscoroutinefunction(function) or inspect.iscoroutinefunction(getattr(function, "__call__", None))
+
+
+def _await_all(awaitables: list) -> list:
+    """Run awaitables concurrently; each result, or the exception it raised, in order.
+
+    A fresh event loop on a worker thread, so this works from plain scripts and from a
+    notebook alike (whose own loop is already running in the main thread).
+    """
+    async def gather():
+        return await asyncio.gather(*awaitables, return_exceptions=True)
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, gather()).result()
 
 
 def _failing_sample(function, prompts, completions, columns, extra) -> int | None:
@@ -263,10 +287,16 @@ def compute_rewards(
         raise ValueError(f"got {len(weights)} weights for {n_funcs} reward functions; give one weight per function")
 
     rewards_per_func = torch.full((batch, n_funcs), math.nan, dtype=torch.float32)
+    # async reward functions (remote judges, sandboxes) run concurrently, as in TRL
+    waiting = [f for f, function in enumerate(reward_funcs) if is_async_reward(function)]
+    awaited = dict(zip(waiting, _await_all([
+        reward_funcs[f](prompts=prompts, completions=completions, **columns, **extra) for f in waiting])))
     for f, function in enumerate(reward_funcs):
         name = reward_function_name(function)
         try:
-            output = _call(function, prompts, completions, columns, extra)
+            output = awaited[f] if f in awaited else _call(function, prompts, completions, columns, extra)
+            if isinstance(output, BaseException):
+                raise output
         except Exception as error:
             index = _failing_sample(function, prompts, completions, columns, extra)
             where = (f"at {_sample_context(index, prompts, completions, columns)}" if index is not None

@@ -47,6 +47,11 @@ class SamplingConfig:
             ``r`` of the call is drawn from its own seed ``seed + first_row + r`` (see
             :func:`row_seed`), so a completion does not depend on which other rows share the
             call: a generation batch split across processes samples what one process would.
+        generation_kwargs: extra engine arguments (HF ``GenerationConfig`` attributes or vLLM
+            ``SamplingParams``); the names above (and ``max_new_tokens``) given here override
+            the fields and are removed from it.
+        chat_template_kwargs: extra ``apply_chat_template`` arguments for conversational
+            prompts (e.g. ``{"enable_thinking": False}``).
     """
 
     temperature: float = 1.0
@@ -58,8 +63,17 @@ class SamplingConfig:
     seed: int | None = None
     max_prompt_length: int | None = None
     first_row: int = 0
+    generation_kwargs: dict | None = None
+    chat_template_kwargs: dict | None = None
 
     def __post_init__(self):
+        extra = dict(self.generation_kwargs or {})
+        if "max_new_tokens" in extra:
+            extra["max_tokens"] = extra.pop("max_new_tokens")
+        for name in ("temperature", "top_p", "top_k", "min_p", "repetition_penalty", "max_tokens"):
+            if name in extra:  # TRL: generation_kwargs win over the sampling fields
+                setattr(self, name, extra.pop(name))
+        self.generation_kwargs = extra
         if self.temperature < 0:
             raise ValueError(f"temperature={self.temperature}: use 0 (greedy) or a positive value.")
         if not 0 < self.top_p <= 1:
@@ -168,12 +182,14 @@ class PromptTruncationWarning(UserWarning):
     """Some prompts were longer than ``max_prompt_length`` and lost their first tokens."""
 
 
-def tokenize_prompts(tokenizer, prompts: Sequence[Prompt], max_length: int | None = None) -> list[list[int]]:
+def tokenize_prompts(tokenizer, prompts: Sequence[Prompt], max_length: int | None = None,
+                     chat_template_kwargs: dict | None = None) -> list[list[int]]:
     """Token ids of each prompt, unpadded.
 
     Conversations (lists of ``{"role", "content"}`` messages) go through the tokenizer's
     chat template with the assistant turn opened (``add_generation_prompt=True``); the
-    template already writes any special tokens, so none are added. Plain strings are
+    template already writes any special tokens, so none are added; ``chat_template_kwargs``
+    reach the template (e.g. ``enable_thinking=False``). Plain strings are
     tokenized as they are, with the tokenizer's usual special tokens.
 
     ``max_length`` keeps each prompt's last ``max_length`` tokens (left truncation, as TRL
@@ -187,7 +203,8 @@ def tokenize_prompts(tokenizer, prompts: Sequence[Prompt], max_length: int | Non
         if isinstance(prompt, str):
             ids = tokenizer(prompt, add_special_tokens=True)["input_ids"]
         elif isinstance(prompt, Sequence) and all(isinstance(m, dict) for m in prompt):
-            text = tokenizer.apply_chat_template(list(prompt), add_generation_prompt=True, tokenize=False)
+            text = tokenizer.apply_chat_template(list(prompt), add_generation_prompt=True, tokenize=False,
+                                                 **(chat_template_kwargs or {}))
             ids = tokenizer(text, add_special_tokens=False)["input_ids"]
         else:
             raise TypeError(f"prompts[{index}] is a {type(prompt).__name__}; use a string or a list of "

@@ -199,6 +199,8 @@ class HFEngine:
         config.return_dict_in_generate = False
         config.output_scores = False
         config.use_cache = True
+        for name, value in sampling.generation_kwargs.items():  # e.g. suppress_tokens, cache_implementation
+            setattr(config, name, value)
         return config
 
     @torch.no_grad()
@@ -213,7 +215,8 @@ class HFEngine:
         """
         if n < 1:
             raise ValueError(f"n={n}: ask for at least one completion per prompt.")
-        prompt_ids = tokenize_prompts(self.tokenizer, prompts, sampling.max_prompt_length)
+        prompt_ids = tokenize_prompts(self.tokenizer, prompts, sampling.max_prompt_length,
+                                      sampling.chat_template_kwargs)
         check_context(prompt_ids, sampling.max_tokens,
                       getattr(getattr(self.model, "config", None), "max_position_embeddings", None))
         eos_ids = eos_token_ids(self.tokenizer, getattr(self.model, "generation_config", None))

@@ -209,7 +209,8 @@ class VLLMEngine:
             top_k=0 if sampling.top_k is None else sampling.top_k,  # 0 disables top-k in vLLM
             min_p=0.0 if sampling.min_p is None else sampling.min_p,
             repetition_penalty=sampling.repetition_penalty, max_tokens=sampling.max_tokens,
-            seed=seed, logprobs=0, stop_token_ids=eos_ids, detokenize=False)
+            seed=seed, logprobs=0, stop_token_ids=eos_ids, detokenize=False,
+            **sampling.generation_kwargs)
 
     def _base_seed(self, sampling: SamplingConfig, rows: int) -> int:
         if sampling.seed is not None:
@@ -229,7 +230,8 @@ class VLLMEngine:
         """
         if n < 1:
             raise ValueError(f"n={n}: ask for at least one completion per prompt.")
-        prompt_ids = tokenize_prompts(self.tokenizer, prompts, sampling.max_prompt_length)
+        prompt_ids = tokenize_prompts(self.tokenizer, prompts, sampling.max_prompt_length,
+                                      sampling.chat_template_kwargs)
         check_context(prompt_ids, sampling.max_tokens, self.max_model_len)
         eos_ids = self.eos_ids
         base = self._base_seed(sampling, len(prompt_ids) * n)

@@ -9,7 +9,7 @@ plot cannot disagree with the trainer.
 
 | lesson | plotting function | explorer |
 |---|---|---|
-| 03, 06 | `plot_clip_objective`, `plot_sequence_ratio` | `clip_explorer` |
+| 03, 06 | `plot_clip_objective`, `plot_sequence_ratio`, `plot_loss_weights` | `clip_explorer` |
 | 03, 06 | `plot_kl_estimators` | `kl_explorer` |
 | 04, 08, 11 | `plot_training_history`, `load_history` | `LiveDashboard` |
 | 05 | `plot_advantages` | `advantage_explorer` |
@@ -25,7 +25,8 @@ the figures are not pyplot figures, so `plt.show()` does not show them.
 
 from ._common import enable_notebook_display
 from .advantage import advantage_explorer, compute_advantage_panels, plot_advantages
-from .clipping import ClipCurve, clip_curve, clip_explorer, plot_clip_objective, plot_sequence_ratio, sequence_clip_maps
+from .clipping import (ClipCurve, clip_curve, clip_explorer, loss_weight_curve, plot_clip_objective, plot_loss_weights,
+                       plot_sequence_ratio, sequence_clip_maps)
 from .dashboard import DEFAULT_PANELS, LiveDashboard, load_history, metric_series, plot_training_history
 from .kl import kl_estimator_samples, kl_estimator_stats, kl_explorer, plot_kl_estimators
 from .memory import kv_cache_gb, logits_memory_gb, measure_logprob_memory, plot_memory_vs_chunk_size
@@ -42,6 +43,7 @@ __all__ = [
     "advantage_explorer",
     "clip_curve",
     "clip_explorer",
+    "loss_weight_curve",
     "compute_advantage_panels",
     "enable_notebook_display",
     "kl_estimator_samples",
@@ -56,6 +58,7 @@ __all__ = [
     "per_token_weights",
     "plot_advantages",
     "plot_clip_objective",
+    "plot_loss_weights",
     "plot_kl_estimators",
     "plot_loss_normalization",
     "plot_memory_vs_chunk_size",

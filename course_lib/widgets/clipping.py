@@ -14,6 +14,11 @@ minus the per-token loss and its derivative with respect to `r` is
 GSPO (`importance_sampling_level="sequence"`, Zheng et al. 2025) uses one ratio per
 completion, the geometric mean of its token ratios; `plot_sequence_ratio` shows it for
 a two-token completion, where clipping now depends on both tokens together.
+
+`loss_weight_curve` / `plot_loss_weights` compare the loss types by the weight `w(r)` each
+puts on a token's `grad log pi` (the loss's gradient is `-w(r) A grad log pi`): PPO's clip
+(DAPO) gives `r` inside the range and 0 outside; CISPO (MiniMax-M1) gives `min(r, eps_max)`,
+never 0; SAPO gives the smooth bump `4 sigma(tau (r - 1)) (1 - sigma) r`, 1 at r = 1.
 """
 
 from __future__ import annotations
@@ -31,8 +36,8 @@ from course_lib.algos.grpo import policy_loss
 
 from ._common import build_explorer, new_figure
 
-__all__ = ["ClipCurve", "clip_curve", "clip_explorer", "plot_clip_objective", "plot_sequence_ratio",
-           "sequence_clip_maps"]
+__all__ = ["ClipCurve", "clip_curve", "clip_explorer", "loss_weight_curve", "plot_clip_objective",
+           "plot_loss_weights", "plot_sequence_ratio", "sequence_clip_maps"]
 
 # Token log-ratios of the two-token completion used for the sequence level: they average
 # to log r (so the sequence ratio is r) while the token ratios themselves differ.
@@ -232,8 +237,59 @@ def plot_sequence_ratio(epsilon: float = 0.2, epsilon_high: float | None = None,
     return fig
 
 
+def loss_weight_curve(ratios: Sequence[float] | np.ndarray, advantage: float, loss_type: str,
+                      epsilon: float = 0.2, epsilon_high: float | None = None, **shape: float) -> np.ndarray:
+    """`(N,)` the weight `w(r)` of `grad log pi` in `policy_loss`'s gradient, per ratio.
+
+    One-token completions with `logps = log r` and `old_logps = 0`; `w = -(d loss / d logps)
+    * N / A` (the N completions are averaged by every loss type used here). `shape` passes
+    `sapo_temperature_pos/neg` through.
+    """
+    ratio = torch.as_tensor(np.asarray(ratios, dtype=float), dtype=torch.float64)
+    if ratio.dim() != 1 or (ratio <= 0).any() or advantage == 0:
+        raise ValueError(f"ratios must be a 1-D list of positive numbers and advantage non-zero, got {ratios!r}, "
+                         f"{advantage!r}. Fix: e.g. numpy.linspace(0.01, 3, 300) and advantage=1.0.")
+    logps = ratio.log().unsqueeze(1).requires_grad_(True)
+    out = policy_loss(logps, torch.zeros_like(logps), torch.full((ratio.numel(),), float(advantage),
+                      dtype=torch.float64), torch.ones_like(logps), loss_type=loss_type, epsilon=epsilon,
+                      epsilon_high=epsilon_high, **shape)
+    (grad,) = torch.autograd.grad(out.loss, logps)
+    return (-grad[:, 0] * ratio.numel() / advantage + 0.0).numpy()
+
+
+def plot_loss_weights(epsilon: float = 0.2, epsilon_high: float = 0.28, cispo_max: float = 5.0,
+                      sapo_temperature_pos: float = 1.0, sapo_temperature_neg: float = 1.05,
+                      max_ratio: float = 3.0, num_points: int = 600) -> Figure:
+    """Weight of `grad log pi` vs the ratio for DAPO's clip, CISPO and SAPO (A = +1 and A = -1).
+
+    Returns:
+        A Figure with 2 axes `[A > 0, A < 0]`; in each, the lines are dapo, cispo, sapo
+        (x = ratios, y = `loss_weight_curve`), then the dashed unclipped weight `r`.
+    """
+    ratios = np.linspace(0.0, max_ratio, num_points + 1)[1:]
+    fig = new_figure(10, 3.6)
+    axes = fig.subplots(1, 2, sharey=True)
+    settings = {"dapo": dict(epsilon_high=epsilon_high), "cispo": dict(epsilon_high=cispo_max),
+                "sapo": dict(sapo_temperature_pos=sapo_temperature_pos, sapo_temperature_neg=sapo_temperature_neg)}
+    for ax, advantage in zip(axes, (1.0, -1.0)):
+        for loss_type, options in settings.items():
+            ax.plot(ratios, loss_weight_curve(ratios, advantage, loss_type, epsilon, **options), linewidth=2,
+                    label=loss_type)
+        ax.plot(ratios, ratios, color="0.5", linestyle="--", linewidth=1, label="unclipped: r")
+        ax.axvline(1 - epsilon, color="0.3", linestyle=":", linewidth=1)
+        ax.axvline(1 + epsilon_high, color="0.3", linestyle=":", linewidth=1)
+        ax.set(title=f"A = {advantage:+g}", xlabel="ratio r = pi / pi_old", ylim=(-0.1, 2.5))
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel("weight of grad log pi")
+    axes[0].legend(fontsize=8)
+    fig.suptitle(f"How much gradient a token keeps: clip [{1 - epsilon:g}, {1 + epsilon_high:g}] (DAPO), "
+                 f"cap {cispo_max:g} (CISPO), soft gate (SAPO)", fontsize=11)
+    return fig
+
+
 def clip_explorer() -> object:
-    """Widget: sliders for epsilon, epsilon_high, delta and the IS level (`plot_clip_objective`).
+    """Widget: sliders for epsilon, epsilon_high, delta and the IS level (`plot_clip_objective`);
+    the checkbox adds the CISPO / SAPO weight curves (`plot_loss_weights`).
 
     delta = 0 on the slider means "no two-sided clipping" (None); with the sequence
     level, the two-token GSPO picture (`plot_sequence_ratio`) is drawn as well.
@@ -241,13 +297,15 @@ def clip_explorer() -> object:
     import ipywidgets as widgets
     from IPython.display import display
 
-    def render(epsilon: float, epsilon_high: float, delta: float, level: str) -> Figure:
+    def render(epsilon: float, epsilon_high: float, delta: float, level: str, compare: bool) -> Figure:
         delta_value = delta if delta > 0 else None
         if delta_value is not None and delta_value <= 1 + epsilon_high:
             print(f"note: delta={delta_value:g} <= 1 + epsilon_high; INTELLECT-2 recommends delta > 1 + epsilon.")
         figure = plot_clip_objective(epsilon, epsilon_high, delta_value, level)
         if level == "sequence":
             display(plot_sequence_ratio(epsilon, epsilon_high))
+        if compare:
+            display(plot_loss_weights(epsilon, epsilon_high))
         return figure
 
     slider = dict(continuous_update=False, readout_format=".2f")
@@ -257,5 +315,6 @@ def clip_explorer() -> object:
                                             **slider),
         "delta": widgets.FloatSlider(value=0.0, min=0.0, max=3.0, step=0.05, description="delta (0=off)", **slider),
         "level": widgets.Dropdown(options=["token", "sequence"], value="token", description="IS level"),
+        "compare": widgets.Checkbox(value=False, description="CISPO / SAPO weights"),
     }
     return build_explorer(render, controls, columns=2)

@@ -2,7 +2,9 @@
 
 A training run logs one dict per step (a row of `history.jsonl`), with TRL's metric
 names where one exists: `reward`, `reward_std`, `frac_reward_zero_std`, `kl`,
-`entropy`, `clip_ratio/*`, `completions/mean_length`, `loss`, `learning_rate`, ...
+`entropy`, `clip_ratio/*`, `completions/mean_length`, `loss`, `learning_rate`, ...; with
+evaluation during training (`course_lib.eval_loop`) the held-out `eval/reward` shares the
+reward panel and `eval/greedy_accuracy` gets its own.
 `plot_training_history` draws one panel per metric (or per group of metrics) against
 the step; rows may miss keys and values may be NaN or None, those points are skipped.
 `LiveDashboard` collects rows during training and, inside a notebook, redraws every
@@ -26,7 +28,8 @@ __all__ = ["DEFAULT_PANELS", "LiveDashboard", "load_history", "metric_series", "
 
 #: Panels drawn first when present, in this order; a tuple shares one panel.
 DEFAULT_PANELS: tuple[str | tuple[str, ...], ...] = (
-    "reward",
+    ("reward", "eval/reward"),  # training vs held-out reward: generalisation at a glance
+    ("eval/greedy_accuracy", "eval/accuracy"),
     "reward_std",
     "frac_reward_zero_std",
     "kl",
@@ -43,7 +46,7 @@ DEFAULT_PANELS: tuple[str | tuple[str, ...], ...] = (
     "policy/entropy_avg",
     "val/ratio",
     "loss/value_avg",
-    "eval/accuracy",
+    "entropy_coef",
 )
 _STEP_KEYS = ("step", "global_step")
 _NOT_METRICS = {"step", "global_step", "epoch", "episode", "tokens_seen", "time", "timestamp", "elapsed",
@@ -150,7 +153,9 @@ def plot_training_history(history: Sequence[Mapping[str, Any]] | str | Path,
         group = panels[index]
         for metric in group:
             steps, values = metric_series(history, metric)
-            short = metric.split("/")[-1] if len(group) > 1 else None
+            # one prefix (clip_ratio/...): the last part tells them apart; else the full name
+            same_prefix = len({m.split("/")[0] for m in group}) == 1
+            short = (metric.split("/")[-1] if same_prefix else metric) if len(group) > 1 else None
             marker = "o" if 0 < values.size <= 30 else None
             (line,) = ax.plot(steps, values, marker=marker, markersize=3, linewidth=1,
                               alpha=0.35 if smooth > 1 else 1.0, label=short)

@@ -24,7 +24,11 @@ import numpy as np
 import torch
 from matplotlib.figure import Figure
 
-from course_lib.algos.grpo import LOSS_TYPES, policy_loss
+from course_lib.algos.grpo import policy_loss
+
+# The four token aggregations of the classic clipped loss (the newer loss types change the
+# objective itself; lesson 06's clip explorer draws those).
+LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo")
 
 from ._common import build_explorer, new_figure, parse_numbers
 

@@ -122,3 +122,19 @@ def test_two_processes_resume_where_they_stopped(tmp_path):
         assert a["loss"] == pytest.approx(b["loss"], abs=LOSS_TOL)
     for name, value in straight["parameters"].items():
         assert torch.allclose(value, resumed["parameters"][name], atol=1e-6), name
+
+
+def test_precisions_the_device_cannot_run_are_refused_before_any_work(tmp_path, monkeypatch):
+    from course_lib import distributed
+    from course_lib.algos import make_config
+
+    def accelerator_for(**overrides):
+        return distributed.make_accelerator(make_config("grpo", device="cpu", output_dir=str(tmp_path), **overrides))
+
+    with pytest.raises(ValueError, match="dtype='float16' on a CPU"):
+        accelerator_for(dtype="float16")
+    monkeypatch.setattr(distributed, "cpu_supports_bfloat16", lambda: False)
+    with pytest.raises(ValueError, match="no native bfloat16"):
+        accelerator_for(dtype="bfloat16")
+    monkeypatch.setattr(distributed, "cpu_supports_bfloat16", lambda: True)
+    assert accelerator_for(dtype="bfloat16").device.type == "cpu"

@@ -15,3 +15,7 @@ def test_kv_cache_bytes(exercise):
 
 def test_truncated_is_weight(exercise):
     ex10.check_truncated_is_weight(exercise("ex10_inference_memory").truncated_is_weight)
+
+
+def test_correction_weight(exercise):
+    ex10.check_correction_weight(exercise("ex10_inference_memory").correction_weight)

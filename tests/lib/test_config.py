@@ -21,10 +21,15 @@ TRL_DEFAULTS = [
     "weight_decay", "adam_beta1", "adam_beta2", "adam_epsilon", "max_grad_norm", "max_steps",
     "num_train_epochs", "warmup_steps", "seed", "logging_steps", "save_steps", "log_completions",
     "num_completions_to_print", "vllm_gpu_memory_utilization", "vllm_max_model_length", "report_to",
-    "use_bias_correction_kl",
+    "use_bias_correction_kl", "vllm_importance_sampling_mode", "vllm_importance_sampling_clip_min",
+    "vllm_importance_sampling_clip_max", "vllm_importance_sampling_cap", "multi_objective_aggregation",
+    "sapo_temperature_pos", "sapo_temperature_neg", "vespo_k_pos", "vespo_lambda_pos", "vespo_k_neg",
+    "vespo_lambda_neg", "off_policy_mask_threshold", "top_entropy_quantile", "entropy_coef",
+    "use_adaptive_entropy", "entropy_coef_min", "entropy_coef_max", "entropy_coef_delta", "entropy_target",
 ]
 
-GRPO_ONLY = ["loss_type", "scale_rewards", "delta", "importance_sampling_level", "use_bias_correction_kl"]
+GRPO_ONLY = ["loss_type", "scale_rewards", "delta", "importance_sampling_level", "use_bias_correction_kl",
+             "top_entropy_quantile", "entropy_coef", "off_policy_mask_threshold", "multi_objective_aggregation"]
 
 
 def _default(cls, name):
@@ -44,7 +49,8 @@ def test_defaults_follow_trl_grpo_config(name):
 def test_seed_defaults():
     config = GRPOConfig()
     assert (config.beta, config.epsilon, config.delta, config.loss_type) == (0.0, 0.2, None, "dapo")
-    assert config.vllm_importance_sampling_cap == 2.0 and config.top_k is None
+    assert config.vllm_importance_sampling_mode == "sequence_mask" and config.top_k is None
+    assert (config.vllm_importance_sampling_clip_max, config.vllm_importance_sampling_cap) == (3.0, None)
     rloo = RLOOConfig()
     assert (rloo.num_generations, rloo.beta, rloo.temperature, rloo.num_iterations) == (2, 0.05, 0.7, 4)
     assert (rloo.token_level_kl, rloo.reward_clip_range, rloo.normalize_reward, rloo.normalize_advantage) == (
@@ -97,7 +103,20 @@ BAD = [
     (dict(report_to="mlflow"), "report_to='mlflow'"),
     (dict(per_device_train_batch_size=0), "per_device_train_batch_size=0"),
     (dict(repetition_penalty=0.0), "repetition_penalty=0.0"),
-    (dict(vllm_importance_sampling_cap=0.0), "vllm_importance_sampling_cap=0.0"),
+    (dict(vllm_importance_sampling_clip_max=0.0), "vllm_importance_sampling_clip_max=0.0"),
+    (dict(vllm_importance_sampling_mode="token"), "vllm_importance_sampling_mode='token'"),
+    (dict(vllm_importance_sampling_clip_min=2.0, vllm_importance_sampling_clip_max=1.5),
+     "vllm_importance_sampling_clip_min=2.0"),
+    (dict(vllm_importance_sampling_mode="token_truncate", vllm_importance_sampling_clip_max=None),
+     "vllm_importance_sampling_clip_max"),
+    (dict(top_entropy_quantile=0.0), "top_entropy_quantile=0.0"),
+    (dict(top_entropy_quantile=1.5), "top_entropy_quantile=1.5"),
+    (dict(loss_type="gspo"), "loss_type='gspo'"),
+    (dict(multi_objective_aggregation="mean"), "multi_objective_aggregation='mean'"),
+    (dict(sapo_temperature_neg=0.0), "sapo_temperature_neg=0.0"),
+    (dict(entropy_coef_min=0.5, entropy_coef_max=0.1), "entropy_coef_min=0.5"),
+    (dict(off_policy_mask_threshold=-1.0), "off_policy_mask_threshold=-1.0"),
+    (dict(loss_type="vespo", engine="vllm"), "vllm_importance_sampling_mode='sequence_mask'"),
     (dict(lora_dropout=1.0), "lora_dropout=1.0"),
     (dict(reward_weights=[]), "reward_weights=[]"),
 ]
@@ -283,7 +302,7 @@ def test_to_trl_grpo_config_carries_the_same_values():
         min_p=0.05, repetition_penalty=1.1, per_device_train_batch_size=6, gradient_accumulation_steps=2,
         num_generations=3, steps_per_generation=4, max_completion_length=64, learning_rate=3e-4,
         lr_scheduler_type="cosine", warmup_steps=5, max_steps=10, seed=3, dtype="float32",
-        vllm_importance_sampling_cap=2.5,
+        vllm_importance_sampling_mode="token_truncate", vllm_importance_sampling_clip_max=2.5,
     )
     trl_config = config.to_trl_grpo_config()
     for name in ("beta", "epsilon", "epsilon_high", "delta", "num_iterations", "importance_sampling_level",
@@ -299,6 +318,16 @@ def test_to_trl_grpo_config_carries_the_same_values():
     assert trl_config.vllm_importance_sampling_correction is False
     assert trl_config.vllm_importance_sampling_mode == "token_truncate"
     assert trl_config.vllm_importance_sampling_clip_max == 2.5
+    new = GRPOConfig(output_dir="/tmp/course-trl-parity", dtype="float32", loss_type="cispo", epsilon_high=5.0,
+                     sapo_temperature_neg=1.2, vespo_k_pos=1.5, off_policy_mask_threshold=0.4,
+                     top_entropy_quantile=0.2, entropy_coef=0.01, use_adaptive_entropy=True, entropy_target=0.3,
+                     multi_objective_aggregation="normalize_then_sum", vllm_importance_sampling_clip_min=0.5)
+    trl_new = new.to_trl_grpo_config()
+    for name in ("loss_type", "epsilon_high", "sapo_temperature_neg", "vespo_k_pos", "off_policy_mask_threshold",
+                 "top_entropy_quantile", "entropy_coef", "use_adaptive_entropy", "entropy_target",
+                 "multi_objective_aggregation", "vllm_importance_sampling_mode", "vllm_importance_sampling_clip_min",
+                 "vllm_importance_sampling_clip_max"):
+        assert getattr(trl_new, name) == getattr(new, name), name
     # TRL 1.16 resolves the same epsilon_high fallback
     assert GRPOConfig(output_dir="/tmp/course-trl-parity", dtype="float32").to_trl_grpo_config().epsilon_high is None
     with pytest.raises(ValueError, match="GRPOConfig"):
@@ -312,7 +341,8 @@ def test_to_trl_grpo_config_carries_the_same_values():
 @pytest.mark.parametrize("name", GRPO_ONLY)
 def test_grpo_only_fields_are_refused_by_the_other_algorithms(algo, name):
     value = {"loss_type": "grpo", "scale_rewards": "none", "delta": 2.0, "importance_sampling_level": "sequence",
-             "use_bias_correction_kl": False}[name]
+             "use_bias_correction_kl": False, "top_entropy_quantile": 0.2, "entropy_coef": 0.01,
+             "off_policy_mask_threshold": 0.5, "multi_objective_aggregation": "normalize_then_sum"}[name]
     with pytest.raises(ValueError, match=f"has no field {name!r}"):
         make_config(algo, **{name: value})
     with pytest.raises(ValueError, match=f"has no field {name!r}"):
@@ -337,3 +367,12 @@ def test_max_steps_or_epochs():
         make_config("grpo", max_steps=0)
     with pytest.raises(ValueError, match="num_train_epochs=0"):
         make_config("grpo", num_train_epochs=0)
+
+
+def test_the_deprecated_cap_sets_clip_max_with_a_warning():
+    with pytest.warns(ConfigWarning, match="vllm_importance_sampling_cap=2.0 is deprecated"):
+        config = GRPOConfig(vllm_importance_sampling_cap=2.0)
+    assert (config.vllm_importance_sampling_clip_max, config.vllm_importance_sampling_cap) == (2.0, None)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the saved form no longer carries the alias
+        assert config_from_dict(config.to_dict()) == config

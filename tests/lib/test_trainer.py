@@ -198,7 +198,7 @@ def test_grpo_with_the_vllm_engine_syncs_weights_and_corrects_with_tis(tmp_path)
     for row in history:
         assert row["sampling/sampling_logp_difference/mean"] < 1e-3, row
         assert row["sampling/importance_sampling_ratio/min"] > 0.99
-        assert row["sampling/importance_sampling_ratio/max"] <= 2.0
+        assert row["sampling/importance_sampling_ratio/max"] <= 3.0  # sequence_mask, clip_max 3.0 (TRL 1.16)
     before = [p.detach().clone() for p in load_policy("tiny")[0].parameters()]
     assert any(not torch.equal(a, b) for a, b in zip(before, trainer.model.parameters()))
 
@@ -219,9 +219,10 @@ def test_a_bfloat16_sampler_is_corrected_by_truncated_importance_sampling(tmp_pa
     trainer = _trainer(tmp_path, engine="vllm", vllm_dtype="bfloat16", max_steps=1, temperature=1.5,
                        per_device_train_batch_size=8, vllm_kv_cache_gib=0.5)
     row = trainer.train()[0]
-    # bf16 sampling differs from the fp32 trainer: the weights are no longer all 1, and capped at 2.
+    # bf16 sampling differs from the fp32 trainer: the weights are no longer all 1, and the
+    # default sequence_mask mode keeps none above clip_max = 3.0.
     assert row["sampling/sampling_logp_difference/mean"] > 1e-3
-    assert row["sampling/importance_sampling_ratio/min"] < 1.0 < row["sampling/importance_sampling_ratio/max"] <= 2.0
+    assert row["sampling/importance_sampling_ratio/min"] < 1.0 < row["sampling/importance_sampling_ratio/max"] <= 3.0
     assert math.isfinite(row["loss"])
 
 
@@ -251,10 +252,14 @@ def test_max_steps_unset_runs_num_train_epochs(tmp_path):
     assert history[-1]["epoch"] == pytest.approx(0.5)
 
 
-@pytest.mark.parametrize("algo, level", [("grpo", "token"), ("rloo", "sequence"), ("ppo", "token")])
-def test_the_sampling_correction_reaches_every_algorithm(tmp_path, algo, level):
-    """With the correction on, each algorithm's batch carries the weight at its level, and its loss reads it."""
-    trainer = _trainer(tmp_path, algo=algo, max_steps=1, vllm_importance_sampling_correction=True)
+@pytest.mark.parametrize("algo, mode, level", [
+    ("grpo", "sequence_mask", "sequence"), ("grpo", "token_truncate", "token"), ("rloo", "token_truncate", "sequence"),
+    ("ppo", "token_mask", "token"), ("ppo", "sequence_truncate", "sequence")])
+def test_the_sampling_correction_reaches_every_algorithm(tmp_path, algo, mode, level):
+    """With the correction on, each algorithm's batch carries the weight of the configured mode at
+    the algorithm's level (RLOO's action is the completion), and its loss reads it."""
+    trainer = _trainer(tmp_path, algo=algo, max_steps=1, vllm_importance_sampling_correction=True,
+                       vllm_importance_sampling_mode=mode)
     seen = []
     loss = trainer.algorithm.loss
 

@@ -101,6 +101,30 @@ def test_clip_curve_hand_values(level):
     np.testing.assert_allclose(clip_higher.gradient, [1.0, 0.0], atol=1e-12)
 
 
+def test_loss_weight_curves_by_hand():
+    """The weight of grad log pi: DAPO's clip r or 0, CISPO min(r, eps_max), SAPO 4 s (1 - s) r."""
+    ratios = np.array([0.5, 1.0, 1.5, 6.0])
+    dapo = w.loss_weight_curve(ratios, 1.0, "dapo", epsilon=0.2, epsilon_high=0.28)
+    np.testing.assert_allclose(dapo, [0.5, 1.0, 0.0, 0.0], atol=1e-12)  # A > 0 clipped above 1.28
+    np.testing.assert_allclose(w.loss_weight_curve(ratios, -1.0, "dapo", epsilon=0.2), [0.0, 1.0, 1.5, 6.0],
+                               atol=1e-12)  # A < 0 clipped below 0.8
+    np.testing.assert_allclose(w.loss_weight_curve(ratios, 1.0, "cispo", epsilon_high=5.0), [0.5, 1.0, 1.5, 5.0],
+                               atol=1e-12)
+    for advantage, tau in ((1.0, 1.0), (-1.0, 1.05)):
+        sigma = 1 / (1 + np.exp(-tau * (ratios - 1)))
+        # rtol 1e-6: the temperatures enter as float32 scalars, as in TRL's torch.where
+        np.testing.assert_allclose(w.loss_weight_curve(ratios, advantage, "sapo"), 4 * sigma * (1 - sigma) * ratios,
+                                   rtol=1e-6)
+
+
+def test_loss_weight_figure(render):
+    fig = render(w.plot_loss_weights(), "loss_weights")
+    assert len(fig.axes) == 2
+    assert [line.get_label() for line in fig.axes[0].lines][:4] == ["dapo", "cispo", "sapo", "unclipped: r"]
+    assert value_at(fig.axes[0].lines[1], 2.0) == pytest.approx(2.0)  # CISPO keeps the gradient past the clip
+    assert value_at(fig.axes[0].lines[0], 2.0) == pytest.approx(0.0)
+
+
 def test_clip_figure_lines(render):
     fig = render(w.plot_clip_objective(epsilon=0.2), "clip_token")
     assert len(fig.axes) == 4

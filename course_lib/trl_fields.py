@@ -1,0 +1,63 @@
+"""How the course's configs cover TRL 1.16's `GRPOConfig`: supported, renamed, left out (and why).
+
+TRL 1.16's `GRPOConfig` declares 77 fields of its own on top of `transformers.TrainingArguments`.
+A field is *supported* when a `course_lib` config has it under the same name, meaning and
+default (`to_trl_grpo_config` then passes it through), or under another name listed in
+:data:`RENAMED`. Every other field is in :data:`LEFT_OUT` with the reason;
+`tests/lib/test_trl_field_coverage.py` fails on a TRL field in neither place, so a TRL
+upgrade cannot add a knob silently.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+#: TRL name -> our field that carries the same setting.
+RENAMED: dict[str, str] = {
+    "use_vllm": "engine",  # engine="vllm" <=> use_vllm=True; "hf" is TRL's transformers path
+}
+
+#: TRL fields the course does not offer, with the reason.
+LEFT_OUT: dict[str, str] = {
+    "router_aux_loss_coef": "Mixture-of-Experts load-balancing loss: the course's models are dense.",
+    "ds3_gather_for_generation": "DeepSpeed ZeRO-3 only; the trainer runs one process without DeepSpeed.",
+    "pad_to_multiple_of": "Pads shapes for AWS Neuron compilation; CPU and CUDA gain nothing from it.",
+    "vllm_mode": "Only colocated vLLM (TRL's default 'colocate'); server mode needs a second GPU process.",
+    "vllm_server_base_url": "vLLM server mode (see vllm_mode).",
+    "vllm_server_host": "vLLM server mode (see vllm_mode).",
+    "vllm_server_port": "vLLM server mode (see vllm_mode).",
+    "vllm_server_timeout": "vLLM server mode (see vllm_mode).",
+    "vllm_group_port": "vLLM server mode's weight-broadcast group (see vllm_mode).",
+    "vllm_tensor_parallel_size": "Tensor parallelism needs several GPUs in one torch.distributed group.",
+    "vllm_enable_sleep_mode": "Offloading vLLM between generations is a CUDA-only memory trick the course's "
+                              "model sizes do not need.",
+    "max_tool_calling_iterations": "Tool calling (agentic rollouts) is outside the course.",
+    "log_multimodal": "Text-only course: no images to log.",
+    "log_completions_hub_repo": "Hub logging: the course runs offline.",
+    "use_transformers_continuous_batching": "The HF engine batches with generate(); vLLM is the fast path.",
+    "transformers_continuous_batching_config": "See use_transformers_continuous_batching.",
+    "use_transformers_paged": "Deprecated alias of use_transformers_continuous_batching in TRL itself.",
+}
+
+
+def trl_grpo_fields() -> list[str]:
+    """The fields TRL's `GRPOConfig` adds to `TrainingArguments`, in declaration order."""
+    import trl
+    from transformers import TrainingArguments
+
+    base = {f.name for f in dataclasses.fields(TrainingArguments)}
+    return [f.name for f in dataclasses.fields(trl.GRPOConfig) if f.name not in base]
+
+
+def coverage(config_class: type) -> dict[str, list[str]]:
+    """`{"supported": [...], "left_out": [...], "unaccounted": [...]}` of TRL's GRPO fields."""
+    ours = {f.name for f in dataclasses.fields(config_class) if f.init}
+    result: dict[str, list[str]] = {"supported": [], "left_out": [], "unaccounted": []}
+    for name in trl_grpo_fields():
+        if name in ours or RENAMED.get(name) in ours:
+            result["supported"].append(name)
+        elif name in LEFT_OUT:
+            result["left_out"].append(name)
+        else:
+            result["unaccounted"].append(name)
+    return result
