@@ -50,6 +50,33 @@ SETTINGS = dict(model_name_or_path="tiny", max_steps=MAX_STEPS, learning_rate=1e
 _LOADED: dict = {}
 
 
+@pytest.fixture(autouse=True)
+def _progress_bars_with_a_private_lock():
+    """tqdm guards its bars with a process-shared semaphore, inherited by forked children: a
+    child SIGKILLed while it draws a bar ("Writing model shards") leaves it held, and every
+    later bar in the parent or another child waits forever. A thread lock is copied on fork
+    instead, so a killed child takes only its own copy with it."""
+    import threading
+
+    from tqdm import std
+
+    classes, stack = [], [std.tqdm]
+    while stack:
+        cls = stack.pop()
+        classes.append(cls)
+        stack.extend(cls.__subclasses__())
+    saved = {cls: cls.__dict__["_lock"] for cls in classes if "_lock" in cls.__dict__}
+    std.tqdm.set_lock(threading.RLock())
+    for cls in saved:
+        if cls is not std.tqdm:
+            del cls._lock  # inherit the private lock
+    yield
+    if std.tqdm not in saved:
+        del std.tqdm._lock
+    for cls, lock in saved.items():
+        cls._lock = lock
+
+
 def _trainer(output_dir: Path, **overrides) -> Trainer:
     """A trainer on the tiny model. Model, data and rewards are loaded once and inherited by
     forked children (copy-on-write: a child's training never touches the parent's copy)."""
