@@ -115,7 +115,10 @@ def _cmd_export_trl(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from .cli_train import add_train_arguments, count_argument
+
     parser = argparse.ArgumentParser(prog="python -m course_lib", description=__doc__)
+    parser.add_argument("--debug", action="store_true", help="show the Python traceback of an error (any position)")
     sub = parser.add_subparsers(dest="command", required=True)
 
     sub.add_parser("env", help="report device, versions and available engines").set_defaults(func=_cmd_env)
@@ -129,7 +132,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", default="tiny", help="tiny, smollm2-135m, a folder, or a hub id")
     p.add_argument("--task", default="arithmetic")
     p.add_argument("--split", default="test")
-    p.add_argument("--n", type=int, default=200)
+    p.add_argument("--n", type=count_argument(1), default=200, help="held-out problems to evaluate")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--max-new-tokens", type=int, default=32)
     p.add_argument("--show", type=int, default=3, help="print this many samples")
@@ -150,7 +153,6 @@ def build_parser() -> argparse.ArgumentParser:
                    help="prove every exercise test fails on the untouched stubs").set_defaults(func=_cmd_check_fail_on_stubs)
 
     p = sub.add_parser("train", help="train with GRPO, RLOO or PPO")
-    from .cli_train import add_train_arguments
 
     add_train_arguments(p)
     p.set_defaults(func=_cmd_train)
@@ -163,28 +165,39 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _user_errors() -> tuple[type[BaseException], ...]:
-    """Errors caused by what the user passed (a value, a path, a reward, the machine): a
-    one-line message, not a traceback. Each of them names the cause and the fix."""
+    """Errors caused by what the user passed (a value, a path, a file, a reward, the machine):
+    a message, not a traceback. Each of them names the cause and the fix. Anything else is a
+    bug in the library and keeps its traceback."""
     from .checkpoint import CheckpointError
     from .divergence import NonFiniteTrainingError
     from .models import ModelNotAvailableError
     from .rewards import RewardFunctionError
     from .sandbox import SandboxUnavailableError
 
-    return (ValueError, KeyError, FileNotFoundError, CheckpointError, NonFiniteTrainingError, RewardFunctionError,
-            SandboxUnavailableError, ModelNotAvailableError)
+    return (ValueError, KeyError, FileNotFoundError, NotADirectoryError, IsADirectoryError, PermissionError,
+            CheckpointError, NonFiniteTrainingError, RewardFunctionError, SandboxUnavailableError,
+            ModelNotAvailableError)
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    """Run a command; a user error prints ``error: <what and the fix>`` and exits 2, with the
+    traceback only under ``--debug`` (or ``COURSE_TRACEBACK=1``)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in argv or bool(os.environ.get("COURSE_TRACEBACK"))
+    args = build_parser().parse_args([a for a in argv if a != "--debug"])
     try:
         return args.func(args)
     except _user_errors() as error:
-        if os.environ.get("COURSE_TRACEBACK"):
+        if debug:
             raise
         message = error.args[0] if isinstance(error, KeyError) and error.args else error
-        print(f"error: {message}\n(set COURSE_TRACEBACK=1 to see the traceback)", file=sys.stderr)
+        print(f"error: {message}\n(run with --debug to see the traceback)", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        if debug:
+            raise
+        print("interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

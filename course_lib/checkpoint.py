@@ -3,10 +3,11 @@
 A checkpoint folder ``<output_dir>/checkpoint-<step>/`` holds:
 
 - ``model/``: the policy (only the adapters for a LoRA run) via ``save_pretrained``;
-- ``value_head.pt`` (PPO), ``optimizer.pt``, ``scheduler.pt``;
-- ``rng.pt``: Python, NumPy and torch generator states;
-- ``rollout.pt``: the generation batch being consumed and the position in it, so a run
-  stopped in the middle of a generation cycle resumes on the same samples;
+- ``value_head.pt`` (PPO), ``optimizer.pt``, ``scheduler.pt``: state dicts of tensors and
+  numbers, read back with ``torch.load(weights_only=True)``;
+- ``rng.json`` + ``rng.safetensors``: Python, NumPy and torch generator states;
+- ``rollout.json`` + ``rollout.safetensors``: the generation batch being consumed, so a
+  run stopped in the middle of a generation cycle resumes on the same samples;
 - ``trainer_state.json``: step counters, the prompt sampler's state and the config;
 - ``history.jsonl``: the metrics logged up to this step.
 
@@ -17,8 +18,9 @@ name is therefore complete; leftovers of a killed save are hidden temporary fold
 removed by the next save. ``save_total_limit`` keeps the newest few checkpoints;
 ``resolve_resume("latest", output_dir)`` picks the newest complete one; a damaged folder
 (copied by hand, edited, or written by an older version) gets a ``CheckpointError`` that
-names it and the fix. ``StopOnInterrupt`` turns Ctrl-C into "save and stop" at the next
-optimizer step.
+names it and the fix. Nothing in a checkpoint is unpickled as code (``course_lib.state_io``):
+a crafted file gets a ``CheckpointError``, never an execution. ``StopOnInterrupt`` turns
+Ctrl-C into "save and stop" at the next optimizer step.
 """
 
 from __future__ import annotations
@@ -37,6 +39,8 @@ from typing import Iterator
 import numpy as np
 import torch
 
+from .state_io import StateFileError, load_rng, load_rollout, load_tensor_state, read_tensors, save_rng, save_rollout
+
 
 def rng_state() -> dict:
     return {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(),
@@ -51,8 +55,8 @@ def set_rng_state(state: dict) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
-REQUIRED_FILES = ("trainer_state.json", "history.jsonl", "optimizer.pt", "scheduler.pt", "rng.pt", "rollout.pt",
-                  "model")
+REQUIRED_FILES = ("trainer_state.json", "history.jsonl", "optimizer.pt", "scheduler.pt", "rng.json",
+                  "rng.safetensors", "rollout.json", "rollout.safetensors", "model")
 _NAME = re.compile(r"^checkpoint-(\d+)$")
 
 
@@ -115,8 +119,8 @@ def save_checkpoint(folder: str | Path, *, model, tokenizer, optimizer, schedule
         tokenizer.save_pretrained(tmp / "model")
         torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
         torch.save(scheduler.state_dict(), tmp / "scheduler.pt")
-        torch.save(rng_state(), tmp / "rng.pt")
-        torch.save(rollout, tmp / "rollout.pt")
+        save_rng(tmp, rng_state())
+        save_rollout(tmp, rollout)
         if value_head is not None:
             torch.save(value_head.state_dict(), tmp / "value_head.pt")
         (tmp / "history.jsonl").write_text("".join(json.dumps(row) + "\n" for row in history or []))
@@ -159,6 +163,9 @@ def checkpoint_problem(folder: str | Path) -> str | None:
     if not folder.is_dir():
         return "it does not exist" if not folder.exists() else "it is not a folder"
     missing = [name for name in REQUIRED_FILES if not (folder / name).exists()]
+    if missing and (folder / "rng.pt").exists():
+        return ("it was written by an older version that stored RNG and rollout state as pickles (rng.pt, "
+                "rollout.pt), which are no longer read because a pickle can run code")
     if missing:
         return f"it lacks {', '.join(missing)}"
     try:
@@ -239,9 +246,10 @@ class StopOnInterrupt:
 
 def restore_weights(folder: str | Path, model, value_head=None) -> None:
     """Load the checkpoint's weights into ``model`` (full model or LoRA adapters) in place."""
-    from safetensors.torch import load_file
-
     from .models import is_peft_model
+
+    def load_file(path: Path) -> dict:
+        return _read_state(Path(folder), read_tensors, path)
 
     model_dir = Path(folder) / "model"
     if is_peft_model(model):
@@ -259,13 +267,30 @@ def restore_weights(folder: str | Path, model, value_head=None) -> None:
             raise ValueError(f"checkpoint {folder} does not match the model: missing {missing[:3]}, "
                              f"unexpected {unexpected[:3]}")
     if value_head is not None:
-        value_head.load_state_dict(torch.load(Path(folder) / "value_head.pt"))
+        value_head.load_state_dict(_read_state(Path(folder), load_tensor_state, Path(folder) / "value_head.pt"))
+
+
+def _read_state(folder: Path, reader, *args):
+    """Call a ``state_io`` reader; a damaged or hostile file becomes a ``CheckpointError``."""
+    try:
+        return reader(*args)
+    except StateFileError as error:
+        raise CheckpointError(f"cannot resume from {folder}: {error}. Fix: resume from another checkpoint "
+                              "(--resume-from latest picks the newest complete one); never resume from a "
+                              "checkpoint you did not write yourself.") from None
 
 
 def restore_training_state(folder: str | Path, optimizer, scheduler) -> dict | None:
-    """Load optimizer, scheduler and RNG states; return the saved rollout buffer."""
+    """Load optimizer, scheduler and RNG states; return the saved rollout buffer (or None).
+
+    Everything is read before anything is applied, so a damaged file leaves the trainer as it was.
+    """
     folder = Path(folder)
-    optimizer.load_state_dict(torch.load(folder / "optimizer.pt"))
-    scheduler.load_state_dict(torch.load(folder / "scheduler.pt"))
-    set_rng_state(torch.load(folder / "rng.pt", weights_only=False))
-    return torch.load(folder / "rollout.pt", weights_only=False)
+    optimizer_state = _read_state(folder, load_tensor_state, folder / "optimizer.pt")
+    scheduler_state = _read_state(folder, load_tensor_state, folder / "scheduler.pt")
+    rng = _read_state(folder, load_rng, folder)
+    rollout = _read_state(folder, load_rollout, folder)
+    optimizer.load_state_dict(optimizer_state)
+    scheduler.load_state_dict(scheduler_state)
+    set_rng_state(rng)
+    return rollout

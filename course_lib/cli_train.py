@@ -17,12 +17,28 @@ import os
 import json
 import sys
 
+def count_argument(minimum: int):
+    """An argparse ``type`` for a count of at least ``minimum``: ``-5`` must not mean "all but 5"."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"{value} is below {minimum}; give a count of at least {minimum}")
+        return value
+
+    parse.__name__ = "count"
+    return parse
+
+
 def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--algo", choices=["grpo", "rloo", "ppo"], default="grpo")
     parser.add_argument("--model", default="tiny", help="tiny, smollm2-135m, a local folder or a hub id")
     parser.add_argument("--task", default="arithmetic", help="arithmetic, arithmetic-tagged, arithmetic-mixed, "
                         "word-problems, gsm8k, gsm8k:<path to jsonl>")
-    parser.add_argument("--train-rows", type=int, default=2000, help="rows of the task to train on")
+    parser.add_argument("--train-rows", type=count_argument(1), default=2000, help="rows of the task to train on")
     parser.add_argument("--engine", choices=["hf", "vllm"], default="hf")
     parser.add_argument("--max-steps", type=int, default=None,
                         help="optimizer steps (default: the measured preset for the model and task, else 100; "
@@ -30,11 +46,15 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--output-dir", default="runs/latest")
     parser.add_argument("--resume-from", default=None, help="a <output-dir>/checkpoint-<step> folder, or "
                         "'latest' for the newest complete checkpoint in --output-dir")
+    parser.add_argument("--overwrite-output-dir", action="store_true", help="delete the run already in "
+                        "--output-dir (history, checkpoints, final/) and start a new one there; without it a "
+                        "non-empty --output-dir is refused unless --resume-from continues the run in it")
     parser.add_argument("--rewards", default=None, help="comma-separated reward function names "
                         "(default: the task's, see course_lib.presets)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="any config field, e.g. --set learning_rate=3e-5 (repeatable)")
-    parser.add_argument("--eval-n", type=int, default=0, help="held-out problems to evaluate before and after")
+    parser.add_argument("--eval-n", type=count_argument(0), default=0,
+                        help="held-out problems to evaluate before and after (0 skips the evaluation)")
     parser.add_argument("--list-fields", action="store_true", help="print every config field with its doc and exit")
     parser.add_argument("--num-processes", type=int, default=1,
                         help="data-parallel processes: launches this command on N processes (CPU: torch's "
@@ -53,7 +73,8 @@ def build_run(args):
     if args.max_steps is not None:
         settings["max_steps"] = args.max_steps
     config = make_config(args.algo, model_name_or_path=args.model, engine=args.engine, output_dir=args.output_dir,
-                         num_processes=args.num_processes, **settings)
+                         overwrite_output_dir=args.overwrite_output_dir, num_processes=args.num_processes,
+                         **settings)
     config = apply_overrides(config, args.overrides)
     reward_names = args.rewards.split(",") if args.rewards else task_settings(args.task)["rewards"]
     dataset = get_task(args.task, split="train", n=args.train_rows, seed=config.seed)

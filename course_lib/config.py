@@ -34,7 +34,7 @@ from course_lib.config_tools import ConfigWarning, apply_overrides, field_docs, 
 from course_lib.models import TORCH_DTYPES
 from course_lib.ops.importance import check_is_settings
 from course_lib.rollout import ENGINES
-from course_lib.validation import check_finite_fields
+from course_lib.validation import check_field_types, check_finite_fields
 
 __all__ = ["ConfigWarning", "RLConfig", "apply_overrides", "field_docs", "fail", "warn"]
 
@@ -71,7 +71,12 @@ class RLConfig(RunOptions):
     model_name_or_path: str = "tiny"
     """Policy to train: `tiny`, `smollm2-135m`, a Hub id or a local folder."""
     output_dir: str = "outputs"
-    """Folder for checkpoints, logs and the final model."""
+    """Folder for checkpoints, logs and the final model; a folder holding another run is refused
+    (see `overwrite_output_dir`)."""
+    overwrite_output_dir: bool = False
+    """Start a new run in a non-empty `output_dir` by deleting the earlier run's history,
+    checkpoints and final model first; False refuses it unless the run resumes from a checkpoint
+    there."""
     seed: int = 42
     """Seed for sampling, data order and initialisation."""
     device: Literal["auto", "cpu", "cuda"] = "auto"
@@ -233,6 +238,7 @@ class RLConfig(RunOptions):
     effective_vllm_importance_sampling_correction: bool = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
+        check_field_types(self)
         check_finite_fields(self)
         self._normalize()
         self._check_choices()
@@ -286,9 +292,11 @@ class RLConfig(RunOptions):
             if value is not None and value < 1:
                 fail(name, value, "must be None or at least 1", f"set {name}=None or a positive integer")
         if self.num_generations < self.MIN_GENERATIONS:
-            fail("num_generations", self.num_generations,
-                  f"is below {self.MIN_GENERATIONS}: a group baseline needs at least two completions per prompt",
-                  "set num_generations >= 2 (8 is TRL's default)")
+            low = self.MIN_GENERATIONS
+            why = ("a group baseline needs at least two completions per prompt" if low >= 2
+                   else "every prompt needs at least one completion")
+            fail("num_generations", self.num_generations, f"is below {low}: {why}",
+                 f"set num_generations >= {low}" + (" (8 is TRL's default)" if low >= 2 else ""))
         if self.max_steps != -1 and self.max_steps < 1:
             fail("max_steps", self.max_steps, "must be -1 (use num_train_epochs) or at least 1",
                  "set max_steps to a positive number of optimizer steps, or -1")

@@ -11,7 +11,8 @@ Every task is a `datasets.Dataset` with at least two columns:
 The synthetic tasks are generated offline from a seed, with a train/test split that is
 disjoint by construction (a problem's split depends only on the problem itself, never on
 the seed or the sample size). GSM8K loads from a local JSONL file or, when a network
-exists, from the hub, and comes out in the same format.
+exists, from the hub, and comes out in the same format; a single local file is split into
+train and test by a hash of the question, so its "test" rows are held out from training.
 
 Simplifications: the word problems come from a handful of templates, so they test
 multi-step arithmetic, not reading comprehension.
@@ -23,6 +24,7 @@ import hashlib
 import json
 import os
 import random
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable
@@ -57,6 +59,7 @@ def _is_test_problem(key: str, test_fraction: float) -> bool:
 def _pick(split: str, candidates: list, n: int | None, seed: int, key: Callable) -> list:
     if split not in ("train", "test"):
         raise ValueError(f"split={split!r} is not a split; use 'train' or 'test'.")
+    _check_size(n)
     want_test = split == "test"
     pool = [c for c in candidates if _is_test_problem(key(c), 0.1) == want_test]
     rng = random.Random(seed)
@@ -162,41 +165,123 @@ def gsm8k_answer(solution: str) -> str:
     return solution.split("####")[-1].strip().replace(",", "")
 
 
+class DataError(ValueError):
+    """A task's data cannot be read as asked (file, row, split or size); the message names the fix."""
+
+
+class SplitNotice(UserWarning):
+    """A single GSM8K file was split into train and test by the rule of :func:`load_gsm8k`."""
+
+
+#: Share of a single GSM8K file held out as ``test`` (the official split holds out 1,319 of 8,792).
+GSM8K_TEST_FRACTION = 0.15
+
+
+def _read_jsonl(file: Path) -> list[dict]:
+    """Rows of a JSONL file with ``question`` and ``answer``; a bad line is named by number."""
+    rows = []
+    for number, line in enumerate(file.read_text(encoding="utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as error:
+            raise DataError(f"{file}: line {number} is not JSON ({error.msg} at column {error.colno}). Fix: one "
+                            'JSON object per line, e.g. {"question": ..., "answer": "... #### 42"}.') from None
+        missing = [key for key in ("question", "answer") if not isinstance(row, dict) or key not in row]
+        if missing:
+            found = sorted(row) if isinstance(row, dict) else type(row).__name__
+            raise DataError(f"{file}: line {number} lacks {' and '.join(map(repr, missing))} (it holds {found}). "
+                            "Fix: give every row a 'question' and an 'answer' ending in '#### <number>'.")
+        if "####" not in str(row["answer"]):
+            raise DataError(f"{file}: line {number}: the answer has no '#### <number>' final line. Fix: end every "
+                            "answer with '#### <number>', as GSM8K does.")
+        rows.append(row)
+    return rows
+
+
+def _local_gsm8k_rows(path: str | os.PathLike, split: str) -> list[dict]:
+    """The ``split`` rows of a folder (``train.jsonl`` / ``test.jsonl``) or of one file split in two."""
+    if split not in ("train", "test"):
+        raise DataError(f"split={split!r} is not a split. Fix: use 'train' or 'test'.")
+    file = Path(path).expanduser()
+    if file.is_dir():
+        file = file / f"{split}.jsonl"
+        if not file.is_file():
+            raise DataError(f"No GSM8K file at {file}. Fix: put train.jsonl and test.jsonl in {file.parent}, or "
+                            "pass one JSONL file (it is then split in two).")
+        return _read_jsonl(file)
+    if not file.is_file():
+        raise DataError(f"No GSM8K file or folder at {file}. Fix: pass a JSONL file, or a folder holding "
+                        "train.jsonl and test.jsonl.")
+    rows = _read_jsonl(file)
+    warnings.warn(f"gsm8k:{file} is a single file: its rows are split by question, {1 - GSM8K_TEST_FRACTION:.0%} "
+                  f"train and {GSM8K_TEST_FRACTION:.0%} test (a fixed hash rule, so the two never overlap and the "
+                  "split is the same on every run). For your own split, pass a folder with train.jsonl and "
+                  "test.jsonl.", SplitNotice, stacklevel=4)
+    want_test = split == "test"
+    return [r for r in rows if _is_test_problem(str(r["question"]), GSM8K_TEST_FRACTION) == want_test]
+
+
 def load_gsm8k(path: str | os.PathLike | None = None, *, split: str = "train", n: int | None = None,
                seed: int = 0, tagged: bool = True) -> Dataset:
     """GSM8K in the course's format.
 
     Args:
-        path: a local JSONL file (rows with ``question`` and ``answer``) or a folder holding
-            ``{split}.jsonl``. ``None`` loads ``openai/gsm8k`` (config ``main``) from the hub,
-            which needs a network.
-        split, n, seed: which rows; ``n`` rows are drawn with ``seed`` when given.
+        path: a folder holding ``train.jsonl`` and ``test.jsonl`` (rows with ``question``
+            and ``answer``), or one such JSONL file, whose rows are then split by a hash of
+            the question (15% test, :data:`GSM8K_TEST_FRACTION`) with a :class:`SplitNotice`,
+            so that ``split="test"`` is held out from ``split="train"``. ``None`` loads
+            ``openai/gsm8k`` (config ``main``) from the hub, which needs a network.
+        split, n, seed: which rows; ``n`` (at least 1, at most the rows of the split) rows
+            are drawn with ``seed`` when given, all of them when ``None``.
     Returns:
         Dataset with ``prompt``, ``answer`` (the final number) and ``solution`` (the
         worked solution).
+
+    Raises:
+        DataError: a missing file, a malformed line (named by number), a row without
+            ``question`` / ``answer``, an empty split, or an ``n`` out of range.
     """
+    _check_size(n)
     if path is None:
+        if any(os.environ.get(name, "").lower() in ("1", "true", "yes", "on")
+               for name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")):
+            raise DataError("task gsm8k loads openai/gsm8k from the hub, but offline mode is on (HF_HUB_OFFLINE / "
+                            "HF_DATASETS_OFFLINE). Fix: --task gsm8k:<folder with train.jsonl and test.jsonl>.")
         from datasets import load_dataset
 
         try:
             rows = list(load_dataset("openai/gsm8k", "main", split=split))
         except Exception as error:  # offline, or the hub is unreachable
-            raise RuntimeError("Could not load openai/gsm8k from the hub. Pass path= to a local "
-                               "JSONL copy (rows with 'question' and 'answer').") from error
+            raise DataError("Could not load openai/gsm8k from the hub. Fix: pass a local copy, "
+                            "--task gsm8k:<folder with train.jsonl and test.jsonl>.") from error
+        source = "openai/gsm8k"
     else:
-        file = Path(path)
-        if file.is_dir():
-            file = file / f"{split}.jsonl"
-        if not file.exists():
-            raise FileNotFoundError(f"No GSM8K file at {file}; pass a JSONL file or a folder with {split}.jsonl.")
-        rows = [json.loads(line) for line in file.read_text().splitlines() if line.strip()]
+        rows, source = _local_gsm8k_rows(path, split), str(path)
+    if not rows:
+        raise DataError(f"gsm8k:{source} holds no {split} rows. Fix: check the file, or give it more rows.")
     if n is not None:
-        rows = random.Random(seed).sample(rows, min(n, len(rows)))
+        if n > len(rows):
+            raise DataError(f"n={n} is more than the {len(rows)} {split} rows of gsm8k:{source}. Fix: lower n "
+                            "(--n, --eval-n, --train-rows).")
+        rows = random.Random(seed).sample(rows, n)
     return Dataset.from_dict({
         "prompt": [_messages(r["question"], tagged) for r in rows],
         "answer": [gsm8k_answer(r["answer"]) for r in rows],
         "solution": [r["answer"] for r in rows],
     })
+
+
+def _check_size(n) -> None:
+    """``n`` rows: None (all) or a positive int; 0 would report an accuracy of nothing, and a
+    negative count would slice "all but k"."""
+    if n is None:
+        return
+    if isinstance(n, bool) or not isinstance(n, int):
+        raise DataError(f"n={n!r} is not a whole number. Fix: give a row count such as 200, or None for all rows.")
+    if n < 1:
+        raise DataError(f"n={n} is not a row count. Fix: give at least 1 row (None takes them all).")
 
 
 #: Task names accepted by :func:`get_task` and the CLI's ``--task``.
@@ -214,5 +299,6 @@ def get_task(name: str, *, split: str = "train", n: int | None = 1000, seed: int
         path = name.partition(":")[2] or None
         return load_gsm8k(path, split=split, n=n, seed=seed)
     if name not in TASKS:
-        raise ValueError(f"Unknown task {name!r}. Known tasks: {', '.join(TASKS)}, gsm8k, gsm8k:<path to jsonl>.")
+        raise ValueError(f"Unknown task {name!r}. Known tasks: {', '.join(TASKS)}, gsm8k, gsm8k:<folder or "
+                         "jsonl file>. Fix: pass one of them as --task.")
     return TASKS[name](n=n, split=split, seed=seed)

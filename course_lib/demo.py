@@ -44,7 +44,8 @@ def run_demo(model: str = "smollm2-135m", output_dir: str = "outputs/demo", max_
     rewards = task_settings(demo["task"])["rewards"]
     output = Path(output_dir) / model
     settings = dict(MEASURED[(model, demo["task"], "grpo")], **_LOGGING[model], model_name_or_path=model,
-                    output_dir=str(output), save_steps=0, seed=0)
+                    output_dir=str(output), save_steps=0, seed=0,
+                    overwrite_output_dir=True)  # the demo's own folder: a new demo replaces the last one
     if max_steps is not None:
         settings["max_steps"] = max_steps
     config = GRPOConfig(**settings)

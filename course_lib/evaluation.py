@@ -37,8 +37,14 @@ def greedy_completions(model, tokenizer, prompts, max_new_tokens: int = 32, batc
 
 def evaluate_accuracy(model, tokenizer, dataset, max_new_tokens: int = 32, batch_size: int = 32,
                       return_completions: bool = False, progress: bool = False):
-    """Fraction of rows whose greedy completion is correct (see :func:`is_correct`)."""
+    """Fraction of rows whose greedy completion is correct (see :func:`is_correct`).
+
+    Raises ``ValueError`` on an empty dataset: an accuracy of nothing is not 0.0.
+    """
+    if len(dataset) == 0:
+        raise ValueError("evaluate_accuracy got a dataset with no rows, which has no accuracy. Fix: evaluate at "
+                         "least one row (--n / --eval-n >= 1).")
     completions = greedy_completions(model, tokenizer, dataset["prompt"], max_new_tokens, batch_size, progress)
     correct = [is_correct(c, a) for c, a in zip(completions, dataset["answer"])]
-    accuracy = sum(correct) / max(1, len(correct))
+    accuracy = sum(correct) / len(correct)
     return (accuracy, completions) if return_completions else accuracy

@@ -126,6 +126,65 @@ def resolve_model_path(name: str | os.PathLike) -> Path | str:
     return name  # a hub id
 
 
+_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json", "spiece.model")
+_OFFLINE_FLAGS = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
+
+
+def _offline() -> bool:
+    return any(os.environ.get(flag, "").strip().lower() in ("1", "true", "yes", "on") for flag in _OFFLINE_FLAGS)
+
+
+def _hub_reachable(timeout: float = 3.0) -> bool:
+    """Whether the hub endpoint accepts a TCP connection within ``timeout`` seconds (name
+    lookup included, which can hang on its own, hence the thread)."""
+    import socket
+    import threading
+    from urllib.parse import urlparse
+
+    from huggingface_hub import constants
+
+    url = urlparse(os.environ.get("HF_ENDPOINT") or constants.ENDPOINT)
+    port = url.port or (443 if url.scheme == "https" else 80)
+    result = {"ok": False}
+
+    def probe() -> None:
+        try:
+            with socket.create_connection((url.hostname, port), timeout=timeout):
+                result["ok"] = True
+        except OSError:
+            pass
+
+    worker = threading.Thread(target=probe, daemon=True)
+    worker.start()
+    worker.join(timeout + 0.5)
+    return result["ok"]
+
+
+def check_loadable(path: Path | str, name: str) -> None:
+    """Fail fast, with the fix, on what ``from_pretrained`` would report late or misleadingly:
+    a hub id that is neither cached nor reachable (instead of a minute of retries), and a
+    local folder without tokenizer files (transformers then asks to install sentencepiece)."""
+    if isinstance(path, Path):
+        if not any((path / f).exists() for f in _TOKENIZER_FILES):
+            raise ModelNotAvailableError(
+                f"{path} has no tokenizer files ({', '.join(_TOKENIZER_FILES[:2])}, ...). Fix: save the tokenizer "
+                "beside the weights (tokenizer.save_pretrained(folder)) or copy its files from the base model.")
+        return
+    from huggingface_hub import try_to_load_from_cache
+
+    if isinstance(try_to_load_from_cache(path, "config.json"), str):
+        return  # cached: transformers reads it without a network
+    if _offline():
+        raise ModelNotAvailableError(f"{name!r} is a hub id that is not in the local cache, and offline mode is on "
+                                     "(HF_HUB_OFFLINE / TRANSFORMERS_OFFLINE). Fix: use 'tiny', 'smollm2-135m' or a "
+                                     "local folder, or download the model once with a network.")
+    proxied = any(os.environ.get(v) for v in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy"))
+    if not proxied and not _hub_reachable():  # behind a proxy a direct probe says nothing
+        raise ModelNotAvailableError(f"{name!r} is a hub id that is not in the local cache, and the hub cannot be "
+                                     "reached. Fix: use 'tiny', 'smollm2-135m' or a local folder, or connect to "
+                                     "the network once to download it.")
+
+
 def load_unsloth_policy(name: str | os.PathLike, *, max_seq_length: int = 2048, load_in_4bit: bool = False,
                         fast_inference: bool = False, **kwargs):
     """``(model, tokenizer)`` through Unsloth's ``FastLanguageModel`` (CUDA GPUs only).
@@ -169,6 +228,9 @@ def load_policy(name: str | os.PathLike = "tiny", *, dtype: torch.dtype | str = 
     if isinstance(dtype, str):
         dtype = resolve_dtype(dtype)
     path = resolve_model_path(name)
+    check_loadable(path, str(name))
+    from safetensors import SafetensorError
+
     try:
         if isinstance(path, Path) and (path / "adapter_config.json").exists():
             from peft import AutoPeftModelForCausalLM
@@ -178,6 +240,9 @@ def load_policy(name: str | os.PathLike = "tiny", *, dtype: torch.dtype | str = 
             model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, **from_pretrained_kwargs)
         tokenizer = AutoTokenizer.from_pretrained(
             path, trust_remote_code=bool(from_pretrained_kwargs.get("trust_remote_code", False)))
+    except SafetensorError as error:
+        raise ModelNotAvailableError(f"Could not read the weights of {name!r} in {path}: {error}. Fix: the "
+                                     "safetensors file is damaged or truncated; copy or save it again.") from error
     except OSError as error:
         raise ModelNotAvailableError(
             f"Could not load {name!r} from {path}: {error}. Hub ids need a network (unset HF_HUB_OFFLINE); "

@@ -51,6 +51,7 @@ from .ops.stats import nanstd
 from .policy import ReferencePolicy, completion_forward, prepare_policy
 from .rewards import compute_rewards, reward_function_name
 from .rollout import SamplingConfig, make_engine
+from .run_folder import check_resume_config, claim_output_dir
 
 
 class Trainer:
@@ -292,16 +293,21 @@ class Trainer:
         """Run until ``self.max_steps`` optimizer steps (``config.total_steps``); return the logged rows.
 
         ``resume_from``: a checkpoint folder, or ``"latest"`` for the newest complete one in
-        ``output_dir``. Ctrl-C saves a checkpoint at the next optimizer step and returns
-        (``self.interrupted`` is then True and no ``final/`` is written).
+        ``output_dir``. A non-empty ``output_dir`` is refused unless the run resumes the one
+        there or ``config.overwrite_output_dir`` is set (``course_lib.run_folder``). Ctrl-C
+        saves a checkpoint at the next optimizer step and returns (``self.interrupted`` is
+        then True and no ``final/`` is written).
         """
-        with ckpt.StopOnInterrupt() as interrupt:
-            return self._train(resume_from, interrupt)
+        resume_folder = ckpt.resolve_resume(resume_from, self.output_dir) if resume_from else None
+        with ckpt.StopOnInterrupt() as interrupt, claim_output_dir(
+                self.output_dir, resume_folder=resume_folder, overwrite=self.config.overwrite_output_dir,
+                main=self.shards.is_main, agree=self.shards.sum):
+            return self._train(resume_folder, interrupt)
 
-    def _train(self, resume_from, interrupt) -> list[dict]:
+    def _train(self, resume_folder, interrupt) -> list[dict]:
         config = self.config
         self.interrupted = False
-        previous_rows = self._resume(ckpt.resolve_resume(resume_from, self.output_dir)) if resume_from else []
+        previous_rows = self._resume(resume_folder) if resume_folder else []
         # Only the main process writes files; the others keep their rows in memory.
         self.logger = MetricsLogger(self.output_dir, config.report_to, config.to_dict(), previous_rows,
                                     write=self.shards.is_main)
@@ -404,6 +410,7 @@ class Trainer:
         state = ckpt.load_trainer_state(folder)
         if state["algo"] != self.algorithm.name:
             raise ValueError(f"checkpoint {folder} is a {state['algo']} run; this trainer is {self.algorithm.name}.")
+        check_resume_config(state.get("config"), self.config.to_dict(), folder)
         ckpt.restore_weights(folder, self.model, self.value_head)
         saved = ckpt.restore_training_state(folder, self.optimizer, self.scheduler)
         self.step, self.micro_step, self.cycle = state["step"], state["micro_step"], state["cycle"]

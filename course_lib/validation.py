@@ -1,4 +1,4 @@
-"""Reject non-finite numbers in configurations at construction, before they reach a run.
+"""Reject non-finite numbers and values of the wrong type in configurations at construction.
 
 ``float("nan")`` passes every range check (``nan < 0`` is False), so ``beta=nan`` or
 ``learning_rate=inf`` used to get through and fail much later, inside sampling
@@ -10,10 +10,15 @@ inside lists (``reward_weights``), and raises with the field, the value and the 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
+import types
+import typing
 from typing import Any
 
-__all__ = ["check_finite_fields", "non_finite"]
+import numpy as np
+
+__all__ = ["check_field_types", "check_finite_fields", "non_finite"]
 
 
 def non_finite(value: Any) -> bool:
@@ -43,3 +48,67 @@ def check_finite_fields(config: Any) -> None:
             raise ValueError(f"{spec.name}={value!r} is not a finite number (NaN and infinity are refused: they "
                              f"would turn the loss or the sampling distribution into NaN). Fix: set {spec.name} "
                              f"to a finite value; {hint}.")
+
+
+@functools.lru_cache(maxsize=None)
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def _fits(value: Any, hint: Any) -> bool:
+    """Whether ``value`` has the type ``hint`` names; nothing is converted (``8.0`` is not an int,
+    ``"q_proj"`` is not a list of names)."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        return any(_fits(value, arg) for arg in args)
+    if hint is type(None):
+        return value is None
+    if origin is typing.Literal:
+        return isinstance(value, str)  # which strings: the config's choice check says
+    if origin is list:
+        return isinstance(value, (list, tuple)) and all(_fits(v, args[0]) for v in value)
+    if hint is bool:
+        return isinstance(value, bool)
+    if hint is int:
+        return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+    if hint is float:
+        return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
+    if hint is str:
+        return isinstance(value, str)
+    return True
+
+
+def _list_hint(hint: Any) -> Any:
+    """The ``list[...]`` inside ``hint`` (``list[float] | None`` included), or None."""
+    if typing.get_origin(hint) is list:
+        return hint
+    return next((a for a in typing.get_args(hint) if typing.get_origin(a) is list), None)
+
+
+def _type_name(hint: Any) -> str:
+    return str(hint).replace("typing.", "").replace("<class '", "").replace("'>", "")
+
+
+def check_field_types(config: Any) -> None:
+    """Raise ``ValueError`` naming the first field whose value is not of the field's type.
+
+    Catches values that would otherwise be misread much later: ``num_generations=2.5``
+    (fails deep in batch slicing), ``lora_target_modules="q_proj"`` (a string iterates as
+    its characters), ``use_lora="false"`` (a non-empty string is true).
+    """
+    hints = _hints(type(config))
+    for spec in dataclasses.fields(config):
+        if not spec.init or spec.name not in hints:
+            continue
+        value, hint = getattr(config, spec.name), hints[spec.name]
+        if _fits(value, hint):
+            continue
+        list_hint = _list_hint(hint)
+        if isinstance(value, str) and list_hint is not None:
+            example = f"[{value!r}]" if typing.get_args(list_hint)[0] is str else "[1.0, 0.5]"
+            fix = f"pass a list, e.g. {spec.name}={example} (a string would be read one character at a time)"
+        elif isinstance(value, float) and float(value).is_integer():
+            fix = f"write it as a whole number, {spec.name}={int(value)}"
+        else:
+            fix = f"give a value of type {_type_name(hint)}"
+        raise ValueError(f"{spec.name}={value!r} is a {type(value).__name__}, not {_type_name(hint)}. Fix: {fix}.")

@@ -410,6 +410,7 @@ accuracy_before = evaluate_accuracy(model, tokenizer, test_prompts, max_new_toke
 config = make_config(
     "ppo",
     output_dir=str(OUTPUT / "04_rlhf_ppo"),
+    overwrite_output_dir=True,      # re-running the cell replaces the last run
     max_steps=scaled(8, 200),
     learning_rate=3e-5,
     lr_scheduler_type="linear",     # annealed to 0 over the run

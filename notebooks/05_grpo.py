@@ -411,6 +411,7 @@ accuracy_before = evaluate_accuracy(model, tokenizer, test_prompts, max_new_toke
 
 config = GRPOConfig(
     output_dir=str(OUTPUT / "05_grpo"),
+    overwrite_output_dir=True,       # re-running the cell replaces the last run (else refused)
     num_generations=8,
     per_device_train_batch_size=32,  # 4 prompts x 8 completions per micro-step
     gradient_accumulation_steps=1,

@@ -332,7 +332,7 @@ prompts = get_task("arithmetic", split="train", n=scaled(64, 2000), seed=0)
 
 def run(name: str, **settings) -> tuple[Trainer, list[dict]]:
     """A short GRPO run on the tiny model; `settings` override the defaults below."""
-    defaults = dict(output_dir=str(OUTPUT / "06" / name), num_generations=scaled(4, 8),
+    defaults = dict(output_dir=str(OUTPUT / "06" / name), overwrite_output_dir=True, num_generations=scaled(4, 8),
                     per_device_train_batch_size=scaled(8, 16),
                     max_completion_length=8, learning_rate=1e-4, logging_steps=1, save_steps=0, seed=0,
                     max_steps=scaled(4, 150))

@@ -275,8 +275,8 @@ from course_lib.trainer import Trainer
 
 OUTPUT = Path(os.environ.get("COURSE_OUTPUT", "outputs"))
 model, tokenizer = load_policy("tiny")
-config = GRPOConfig(output_dir=str(OUTPUT / "07"), **SCHEDULE_PRESETS["Example 1"], max_steps=scaled(4, 40),
-                    max_completion_length=8, learning_rate=1e-4, logging_steps=1, save_steps=0)
+config = GRPOConfig(output_dir=str(OUTPUT / "07"), overwrite_output_dir=True, **SCHEDULE_PRESETS["Example 1"],
+                    max_steps=scaled(4, 40), max_completion_length=8, learning_rate=1e-4, logging_steps=1, save_steps=0)
 trainer = Trainer(config, get_reward_functions(["correctness_first_number_reward"]),
                   get_task("arithmetic", n=64, seed=0), model, tokenizer, progress=False)
 history = trainer.train()

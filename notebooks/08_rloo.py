@@ -354,7 +354,8 @@ def rloo_run(learning_rate: float, steps: int, name: str, **overrides) -> list[d
     model, tokenizer = load_policy("tiny")
     config = make_config("rloo", rloo_k=4, per_device_train_batch_size=scaled(16, 64), max_completion_length=8,
                          learning_rate=learning_rate, max_steps=steps, missing_eos_penalty=1.0,
-                         output_dir=str(OUTPUT / name), report_to="none", **overrides)
+                         output_dir=str(OUTPUT / name), overwrite_output_dir=True, report_to="none",
+                         **overrides)
     return Trainer(config, reward_funcs, dataset, model, tokenizer, progress=False).train()
 
 
@@ -503,7 +504,7 @@ if ipywidgets is not None and not fast_mode():
     model, tokenizer = load_policy("tiny")
     config = make_config("rloo", rloo_k=4, per_device_train_batch_size=32, max_completion_length=8,
                          learning_rate=1e-4, num_ppo_epochs=2, max_steps=100, output_dir=str(OUTPUT / "lesson08_live"),
-                         report_to="none")
+                         overwrite_output_dir=True, report_to="none")
     Trainer(config, reward_funcs, dataset, model, tokenizer, progress=False, on_step=dashboard.update).train()
 else:
     print("Live dashboard skipped (fast mode or no ipywidgets); the figures above show the same metrics.")

@@ -208,6 +208,7 @@ from course_lib.schedule import format_schedule, schedule_from_config
 config = GRPOConfig(
     model_name_or_path=MODEL,
     output_dir=str(OUTPUT / "11_capstone"),
+    overwrite_output_dir=True,                  # re-running replaces the last run (else refused)
     seed=0,
     # --- the group and the batch (lessons 05, 07)
     num_generations=scaled(8, 4),               # G completions per prompt; 4-16 is the usual range

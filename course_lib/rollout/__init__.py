@@ -13,7 +13,8 @@ import importlib.util
 import os
 
 from ..models import unwrap_peft
-from .base import PromptTruncationWarning, RolloutBatch, RolloutEngine, SamplingConfig, tokenize_prompts
+from .base import (ContextLengthError, PromptTruncationWarning, RolloutBatch, RolloutEngine, SamplingConfig,
+                   tokenize_prompts)
 from .hf import HFEngine
 
 ENGINES = ("hf", "vllm")
@@ -59,5 +60,5 @@ def _checkpoint_path(model) -> str:
     return os.fspath(path)
 
 
-__all__ = ["ENGINES", "PromptTruncationWarning", "HFEngine", "RolloutBatch", "RolloutEngine", "SamplingConfig", "make_engine",
-           "tokenize_prompts", "vllm_available"]
+__all__ = ["ENGINES", "ContextLengthError", "PromptTruncationWarning", "HFEngine", "RolloutBatch", "RolloutEngine",
+           "SamplingConfig", "make_engine", "tokenize_prompts", "vllm_available"]

@@ -223,6 +223,32 @@ def tokenize_prompts(tokenizer, prompts: Sequence[Prompt], max_length: int | Non
     return token_ids
 
 
+class ContextLengthError(ValueError):
+    """A prompt plus its completion would not fit in the model's positions."""
+
+
+def check_context(prompt_ids: Sequence[Sequence[int]], max_tokens: int, context_limit: int | None) -> None:
+    """Refuse prompts that, with ``max_tokens`` completion tokens, exceed the model's positions.
+
+    Both engines call it with their own limit (HF: the model's ``max_position_embeddings``;
+    vLLM: the engine's ``max_model_len``), so a prompt the model cannot read is refused the
+    same way by both, instead of being refused by vLLM and silently run past the trained
+    positions by HF. ``max_prompt_length`` (left truncation) is the way to fit long prompts.
+    """
+    if context_limit is None:
+        return
+    longest = max(range(len(prompt_ids)), key=lambda i: len(prompt_ids[i]))
+    length = len(prompt_ids[longest])
+    if length + max_tokens <= context_limit:
+        return
+    room = context_limit - max_tokens
+    fix = (f"set max_prompt_length <= {room} (keeps each prompt's last tokens) or lower max_completion_length"
+           if room >= 1 else f"lower max_completion_length below {context_limit}")
+    raise ContextLengthError(f"prompts[{longest}] has {length} tokens; with max_tokens={max_tokens} completion tokens "
+                             f"it needs {length + max_tokens} positions, but the model reads at most {context_limit}. "
+                             f"Fix: {fix}.")
+
+
 def left_pad(rows: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
     """``(ids, mask)``, both ``(len(rows), max_len)``, rows right-aligned (left padding)."""
     width = max(len(row) for row in rows)

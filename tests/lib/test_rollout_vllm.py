@@ -135,3 +135,22 @@ def test_engine_start_leaves_the_process_usable(setup):
     assert torch.set_num_threads is setup["set_num_threads"]
     torch.set_num_threads(1)
     assert torch.get_num_threads() == 1
+
+
+def test_a_prompt_past_the_positions_is_refused_by_both_engines_alike(engine, setup):
+    """vLLM refuses a prompt longer than its context on its own; HF would run past the trained
+    positions. Both refuse it first, with the same message, and both fit it with max_prompt_length."""
+    from course_lib.rollout import ContextLengthError, PromptTruncationWarning
+
+    prompt = "What is " + " + ".join(str(i) for i in range(60)) + "?"  # ~240 tokens, 128 positions
+    hf = HFEngine(setup["model"], setup["tokenizer"])
+    messages = []
+    for each in (engine, hf):
+        with pytest.raises(ContextLengthError, match=r"at most 128\. Fix: set max_prompt_length <= 120") as caught:
+            each.generate([prompt], 2, SamplingConfig(max_tokens=8, seed=0))
+        messages.append(str(caught.value))
+    assert messages[0] == messages[1]
+    for each in (engine, hf):
+        with pytest.warns(PromptTruncationWarning):
+            batch = each.generate([prompt], 2, SamplingConfig(max_tokens=8, seed=0, max_prompt_length=100))
+        assert batch.prompt_ids.shape[1] == 100

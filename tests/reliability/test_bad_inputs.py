@@ -8,28 +8,46 @@ an unrelated traceback, and none may produce a NaN that reaches the weights.
 
 The tables are counted at the end of the module (``test_every_table_case_has_an_outcome``),
 which is where the numbers in the reliability notes come from.
+
+The second half covers what a run leaves behind and what it reads: resuming runs no code
+from a checkpoint and refuses a changed config, an output folder holds one run, held-out
+data is held out, sizes are counts, inputs are read as meant, and models fail with the
+file at fault, fast. Those cases start from one short run on the tiny model, trained once
+per module (``first_run``).
 """
 
 from __future__ import annotations
 
 import contextlib
+import copy
 import io
+import json
 import math
+import os
+import re
+import shutil
+import time
 import warnings
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
 import pytest
 import torch
 
-from course_lib.config import apply_overrides
+from course_lib import checkpoint as ckpt
 from course_lib.algos import make_config
-from course_lib.data import get_task
+from course_lib.config import apply_overrides
+from course_lib.data import DataError, SplitNotice, get_task, load_gsm8k
 from course_lib.divergence import NonFiniteTrainingError, check_finite_update
+from course_lib.evaluation import evaluate_accuracy
 from course_lib.models import ModelNotAvailableError, load_policy
 from course_lib.rewards import RewardFunctionError, compute_rewards
 from course_lib.rewards.combine import UnscorableSampleWarning
+from course_lib.rollout import ContextLengthError, HFEngine, PromptTruncationWarning, SamplingConfig
+from course_lib.run_folder import OutputDirError, ResumeConfigWarning, claim_output_dir
+from course_lib.tiny import TINY_DIR
 
 
 @dataclass(frozen=True)
@@ -53,7 +71,7 @@ def _expect(outcome, call: Callable[[], Any]) -> None:
         with pytest.raises(outcome.kind, match=outcome.match):
             call()
     else:
-        outcome.check(call())
+        assert outcome.check(call()) is not False, outcome.what  # a check returns a bool or asserts itself
 
 
 # --- configs -----------------------------------------------------------------------------
@@ -187,7 +205,8 @@ def test_an_infinite_reward_becomes_nan_with_a_warning():
 
 OTHER_CASES = {
     "unknown task": (lambda: get_task("no-such-task"), Error(ValueError, r"Unknown task 'no-such-task'. Known tasks")),
-    "missing GSM8K file": (lambda: get_task("gsm8k:/no/such/file.jsonl"), Error(FileNotFoundError, r"/no/such/file.jsonl")),
+    "missing GSM8K file": (lambda: get_task("gsm8k:/no/such/file.jsonl"),
+                           Error(DataError, r"No GSM8K file or folder at /no/such/file.jsonl.*Fix")),
     "unknown model": (lambda: load_policy("no-such-model"), Error(ModelNotAvailableError, r"Unknown model 'no-such-model'")),
     "NaN loss before the update": (
         lambda: check_finite_update(torch.tensor(1.0), [{"loss": 0.1}, {"loss": math.nan}], step=7, output_dir=None),
@@ -252,12 +271,14 @@ CLI_CASES = {
     "--set nosuch=1": (["--set", "nosuch=1"], r"has no field 'nosuch'"),
     "--rewards nosuch": (["--rewards", "nosuch_reward"], r"unknown reward function 'nosuch_reward'"),
     "--task nosuch": (["--task", "nosuch"], r"Unknown task 'nosuch'"),
-    "--task gsm8k:missing": (["--task", "gsm8k:/no/such.jsonl"], r"No GSM8K file at /no/such.jsonl"),
+    "--task gsm8k:missing": (["--task", "gsm8k:/no/such.jsonl"], r"No GSM8K file or folder at /no/such.jsonl"),
     "--model missing": (["--model", "/no/such/model"], r"Unknown model '/no/such/model'"),
     "--resume-from latest, none saved": (["--resume-from", "latest"], r"no complete checkpoint-<step> folder"),
     "--resume-from missing folder": (["--resume-from", "/no/such/checkpoint-3"],
                                      r"cannot resume from /no/such/checkpoint-3: it does not exist"),
-    "--train-rows 0": (["--train-rows", "0"], r"train_dataset has 0 rows"),
+    "--train-rows 0": (["--train-rows", "0"], r"argument --train-rows: 0 is below 1"),
+    "--train-rows -5": (["--train-rows", "-5"], r"argument --train-rows: -5 is below 1"),
+    "--eval-n -1": (["--eval-n", "-1"], r"argument --eval-n: -1 is below 0"),
     "--max-steps 0": (["--max-steps", "0"], r"max_steps=0"),
 }
 
@@ -269,11 +290,14 @@ def test_command_line_mistakes_end_in_one_clear_line(case, tmp_path):
     extra, message = CLI_CASES[case]
     err = io.StringIO()
     with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
-        code = main(["train", "--max-steps", "1", "--output-dir", str(tmp_path / "run"), *extra])
+        try:
+            code = main(["train", "--max-steps", "1", "--output-dir", str(tmp_path / "run"), *extra])
+        except SystemExit as stop:  # argparse's own checks (counts, choices)
+            code = stop.code
     text = err.getvalue()
     assert code == 2
     assert "Traceback" not in text
-    assert "error: " in text and any(__import__("re").search(message, line) for line in text.splitlines()), text
+    assert "error: " in text and any(re.search(message, line) for line in text.splitlines()), text
 
 
 def test_command_line_argument_types_are_checked_by_argparse():
@@ -285,13 +309,394 @@ def test_command_line_argument_types_are_checked_by_argparse():
     assert exit_info.value.code == 2 and "invalid choice: 'dpo'" in err.getvalue()
 
 
+# =============================================================================================
+# Runs, checkpoints and output folders
+# =============================================================================================
+
+RUN = dict(model_name_or_path="tiny", max_steps=2, learning_rate=1e-3, per_device_train_batch_size=4,
+           num_generations=4, max_completion_length=4, logging_steps=1, save_steps=1, seed=5)
+_LOADED: dict = {}
+
+
+def _trainer(output_dir: Path, **overrides):
+    """A trainer on a private copy of the tiny model (loaded once per module)."""
+    from course_lib.rewards import get_reward_functions
+    from course_lib.trainer import Trainer
+
+    if not _LOADED:
+        _LOADED.update(policy=load_policy("tiny"), data=get_task("arithmetic", n=16, seed=0),
+                       rewards=get_reward_functions(["correctness_first_number_reward"]))
+    model, tokenizer = _LOADED["policy"]
+    config = make_config("grpo", output_dir=str(output_dir), **{**RUN, **overrides})
+    return Trainer(config, _LOADED["rewards"], _LOADED["data"], copy.deepcopy(model), tokenizer, progress=False)
+
+
+@pytest.fixture(scope="module")
+def first_run(tmp_path_factory) -> Path:
+    """The output folder of a finished 2-step run: history.jsonl, checkpoint-1, checkpoint-2, final/."""
+    folder = tmp_path_factory.mktemp("first-run")
+    _trainer(folder).train()
+    return folder
+
+
+def _checkpoint_copy(first_run: Path, tmp: Path) -> Path:
+    target = tmp / "run" / "checkpoint-1"
+    shutil.copytree(first_run / "checkpoint-1", target)
+    return target
+
+
+class _RunsCode:
+    """A pickle payload: unpickling it creates the folder ``marker``, the proof that code ran."""
+
+    def __init__(self, marker: Path):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return (os.mkdir, (self.marker,))
+
+
+def _poisoned(file: str):
+    """Resume from a checkpoint whose ``file`` holds a pickle that would run code."""
+
+    def run(tmp: Path, first_run: Path):
+        folder = _checkpoint_copy(first_run, tmp)
+        torch.save({"state": _RunsCode(tmp / "code-ran")}, folder / file)
+        return _trainer(folder.parent).train(resume_from=folder)
+
+    return run
+
+
+def _older_pickled_checkpoint(tmp: Path, first_run: Path):
+    """A checkpoint as the previous version wrote it: RNG and rollout state as pickles."""
+    folder = _checkpoint_copy(first_run, tmp)
+    for name in ("rng.json", "rng.safetensors", "rollout.json", "rollout.safetensors"):
+        (folder / name).unlink()
+    torch.save(_RunsCode(tmp / "code-ran"), folder / "rng.pt")
+    torch.save(_RunsCode(tmp / "code-ran"), folder / "rollout.pt")
+    return _trainer(folder.parent).train(resume_from=folder)
+
+
+def _no_code_ran(tmp: Path) -> None:
+    assert not (tmp / "code-ran").exists(), "a pickle in the checkpoint ran code"
+
+
+def _tampered_rng(tmp: Path, first_run: Path):
+    folder = _checkpoint_copy(first_run, tmp)
+    state = json.loads((folder / "rng.json").read_text())
+    state["python"]["state"] = state["python"]["state"][:10]
+    (folder / "rng.json").write_text(json.dumps(state))
+    return _trainer(folder.parent).train(resume_from=folder)
+
+
+def _resume_with(**changes):
+    def run(tmp: Path, first_run: Path):
+        folder = _checkpoint_copy(first_run, tmp)
+        return _trainer(folder.parent, **changes).train(resume_from=folder)
+
+    return run
+
+
+def _resume_for_one_more_step(tmp: Path, first_run: Path):
+    with pytest.warns(ResumeConfigWarning, match=r"max_steps 2 -> 3: the linear learning-rate schedule is recomputed"):
+        return _resume_with(max_steps=3)(tmp, first_run)
+
+
+def _train_again(**overrides):
+    def run(tmp: Path, first_run: Path):
+        shutil.copytree(first_run, tmp / "run")
+        (tmp / "history-before").write_bytes((tmp / "run" / "history.jsonl").read_bytes())
+        return _trainer(tmp / "run", **overrides).train()
+
+    return run
+
+
+def _killed_before_saving(tmp: Path, first_run: Path):
+    (tmp / "run").mkdir()
+    shutil.copy(first_run / "history.jsonl", tmp / "run" / "history.jsonl")
+    (tmp / "history-before").write_bytes((tmp / "run" / "history.jsonl").read_bytes())
+    return _trainer(tmp / "run").train()
+
+
+def _history_untouched(tmp: Path) -> None:
+    assert (tmp / "run" / "history.jsonl").read_bytes() == (tmp / "history-before").read_bytes()
+
+
+def _only_the_new_run(tmp: Path) -> None:
+    assert [c.name for c in ckpt.list_checkpoints(tmp / "run")] == ["checkpoint-1"]  # the old checkpoint-2 is gone
+    assert len((tmp / "run" / "history.jsonl").read_text().splitlines()) == 1
+
+
+def _resume_into_another_run(tmp: Path, first_run: Path):
+    shutil.copytree(first_run, tmp / "run")
+    (tmp / "history-before").write_bytes((tmp / "run" / "history.jsonl").read_bytes())
+    return _trainer(tmp / "run").train(resume_from=first_run / "checkpoint-1")
+
+
+def _two_runs_at_once(tmp: Path, first_run: Path):
+    with claim_output_dir(tmp / "shared"), claim_output_dir(tmp / "shared"):
+        pass
+
+
+RUN_CASES = {
+    # resuming runs no code from the checkpoint
+    "a pickle in optimizer.pt": (_poisoned("optimizer.pt"), Error(
+        ckpt.CheckpointError, r"optimizer.pt holds something other than tensors.*never resume from a checkpoint you "
+                              r"did not write"), _no_code_ran),
+    "a pickle in scheduler.pt": (_poisoned("scheduler.pt"), Error(ckpt.CheckpointError, r"scheduler.pt holds"),
+                                 _no_code_ran),
+    "rng.pt and rollout.pt pickles (older checkpoints)": (_older_pickled_checkpoint, Error(
+        ckpt.CheckpointError, r"older version that stored RNG and rollout state as pickles"), _no_code_ran),
+    "a tampered rng.json": (_tampered_rng, Error(ckpt.CheckpointError, r"rng.json / rng.safetensors do not hold RNG"),
+                            None),
+    # resuming compares the config
+    "resume with another learning_rate": (_resume_with(learning_rate=0.01), Error(
+        ValueError, r"learning_rate: 0\.001 in the checkpoint, 0\.01 now.*Fields that may change on resume: max_steps"),
+        None),
+    "resume with another seed and G": (_resume_with(seed=6, num_generations=2), Error(
+        ValueError, r"num_generations: 4 in the checkpoint, 2 now; seed: 5 in the checkpoint, 6 now"), None),
+    "resume with more max_steps": (_resume_for_one_more_step, Documented(
+        "allowed, with a warning about the schedule", lambda rows: [r["step"] for r in rows] == [1, 2, 3]), None),
+    # an output folder holds one run
+    "train again into a used folder": (_train_again(), Error(
+        OutputDirError, r"is not empty \(it holds checkpoint-1, checkpoint-2, final, history.jsonl\).*--resume-from "
+                        r"latest.*--overwrite-output-dir"), _history_untouched),
+    "train again where a killed run saved no checkpoint": (_killed_before_saving, Error(
+        OutputDirError, r"it holds history.jsonl\).*Fix: \(it holds no complete checkpoint to continue from\) "
+                        r"replace it with --overwrite-output-dir"), _history_untouched),
+    "overwrite_output_dir=True": (_train_again(overwrite_output_dir=True, max_steps=1), Documented(
+        "the earlier run's files are deleted first", lambda rows: [r["step"] for r in rows] == [1]),
+        _only_the_new_run),
+    "resume into the folder of another run": (_resume_into_another_run, Error(OutputDirError, r"is not empty"),
+                                              _history_untouched),
+    "two runs in one folder at once": (_two_runs_at_once, Error(OutputDirError, r"in use by another training run"),
+                                       None),
+}
+
+
+@pytest.mark.parametrize("case", list(RUN_CASES))
+def test_runs_checkpoints_and_output_folders(case, tmp_path, first_run):
+    run, outcome, after = RUN_CASES[case]
+    _expect(outcome, lambda: run(tmp_path, first_run))
+    if after is not None:
+        after(tmp_path)
+
+
+# =============================================================================================
+# Data: held out, counted, read with the file and line at fault
+# =============================================================================================
+def _gsm8k_rows(count: int) -> list[dict]:
+    return [{"question": f"Ann has {i} apples and buys {i % 7 + 1} more. How many now?",
+             "answer": f"{i} + {i % 7 + 1} = {i + i % 7 + 1}\n#### {i + i % 7 + 1}"} for i in range(count)]
+
+
+def _jsonl(path: Path, rows: list) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in rows))
+    return path
+
+
+def _questions(dataset) -> set[str]:
+    return {prompt[-1]["content"] for prompt in dataset["prompt"]}
+
+
+def _split_one_file(tmp: Path):
+    file = _jsonl(tmp / "gsm8k.jsonl", _gsm8k_rows(200))
+    with pytest.warns(SplitNotice, match=r"single file.*85% train and 15% test"):
+        train = load_gsm8k(file, split="train")
+    return train, load_gsm8k(file, split="test"), load_gsm8k(file, split="test")
+
+
+def _held_out(result) -> bool:
+    train, test, again = result
+    return (len(train) + len(test) == 200 and 15 <= len(test) <= 45 and not _questions(train) & _questions(test)
+            and _questions(again) == _questions(test))
+
+
+def _folder_with_both(tmp: Path):
+    rows = _gsm8k_rows(30)
+    _jsonl(tmp / "g" / "train.jsonl", rows[:20])
+    _jsonl(tmp / "g" / "test.jsonl", rows[20:])
+    return [len(get_task(f"gsm8k:{tmp / 'g'}", split=split, n=None)) for split in ("train", "test")]
+
+
+DATA_CASES = {
+    "gsm8k:<one file> is split": (_split_one_file, Documented("disjoint, the same every time", _held_out)),
+    "gsm8k:<folder> uses its files": (_folder_with_both, Documented("train.jsonl / test.jsonl",
+                                                                    lambda sizes: sizes == [20, 10])),
+    "gsm8k:<folder> without test.jsonl": (
+        lambda tmp: load_gsm8k(_jsonl(tmp / "g" / "train.jsonl", _gsm8k_rows(5)).parent, split="test"),
+        Error(DataError, r"No GSM8K file at .*test.jsonl.*Fix")),
+    "an empty file": (lambda tmp: load_gsm8k(_jsonl(tmp / "e.jsonl", []), split="test"),
+                      Error(DataError, r"holds no test rows")),
+    "n=0": (lambda tmp: get_task(f"gsm8k:{_jsonl(tmp / 'g.jsonl', _gsm8k_rows(50))}", split="test", n=0),
+            Error(DataError, r"n=0 is not a row count")),
+    "n=-5 (not 'all but 5')": (lambda tmp: get_task("arithmetic", n=-5), Error(DataError, r"n=-5 is not a row count")),
+    "n=2.5": (lambda tmp: get_task("arithmetic", n=2.5), Error(DataError, r"n=2.5 is not a whole number")),
+    "n above the rows": (lambda tmp: load_gsm8k(_jsonl(tmp / "d" / "test.jsonl", _gsm8k_rows(3)).parent, split="test",
+                                                n=10), Error(DataError, r"n=10 is more than the 3 test rows")),
+    "accuracy of no rows": (lambda tmp: evaluate_accuracy(*load_policy("tiny"), get_task("arithmetic", n=3).select([])),
+                            Error(ValueError, r"no rows, which has no accuracy")),
+    "a malformed line": (lambda tmp: load_gsm8k(_jsonl(tmp / "bad.jsonl", [_gsm8k_rows(1)[0], '{"question": "2+2?"'])),
+                         Error(DataError, r"bad.jsonl: line 2 is not JSON")),
+    "a row without question": (lambda tmp: load_gsm8k(_jsonl(tmp / "bad.jsonl",
+                                                             [{"prompt": "2+2?", "answer": "#### 4"}])),
+                               Error(DataError, r"line 1 lacks 'question' \(it holds \['answer', 'prompt'\]\)")),
+    "an answer without '####'": (lambda tmp: load_gsm8k(_jsonl(tmp / "bad.jsonl",
+                                                               [{"question": "2+2?", "answer": "4"}])),
+                                 Error(DataError, r"line 1: the answer has no '####")),
+}
+
+
+@pytest.mark.parametrize("case", list(DATA_CASES))
+def test_held_out_and_malformed_data(case, tmp_path):
+    call, outcome = DATA_CASES[case]
+    _expect(outcome, lambda: call(tmp_path))
+
+
+# =============================================================================================
+# Inputs read as they are meant; models that fail with the file at fault, fast
+# =============================================================================================
+def _long_prompt(max_prompt_length: int | None):
+    def run(tmp: Path):
+        model, tokenizer = load_policy("tiny")
+        prompt = "What is " + " + ".join(str(i) for i in range(60)) + "?"  # ~240 tokens; the model has 128 positions
+        sampling = SamplingConfig(max_tokens=8, seed=0, max_prompt_length=max_prompt_length)
+        if max_prompt_length is None:
+            return HFEngine(model, tokenizer).generate([prompt], n=2, sampling=sampling)
+        with pytest.warns(PromptTruncationWarning, match=f"max_prompt_length={max_prompt_length}"):
+            return HFEngine(model, tokenizer).generate([prompt], n=2, sampling=sampling)
+
+    return run
+
+
+def _model_copy(tmp: Path, damage: str) -> Path:
+    folder = tmp / "model"
+    shutil.copytree(TINY_DIR, folder)
+    if damage == "weights":
+        (folder / "model.safetensors").write_bytes((folder / "model.safetensors").read_bytes()[:1000])
+    else:
+        for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
+            (folder / name).unlink(missing_ok=True)
+    return folder
+
+
+def _hub_id(offline: bool):
+    """Load a hub id that is not cached, offline or with the hub unreachable (a closed local port)."""
+
+    def run(tmp: Path):
+        started = time.monotonic()
+        os.environ.update({"HF_HUB_OFFLINE": "1"} if offline else {
+            "HF_HUB_OFFLINE": "0", "TRANSFORMERS_OFFLINE": "0", "HF_ENDPOINT": "http://127.0.0.1:9"})
+        try:
+            load_policy("course-lib-tests/no-such-model")
+        finally:
+            (tmp / "seconds").write_text(str(time.monotonic() - started))
+
+    return run
+
+
+INPUT_CASES = {
+    "a prompt past the model's positions": (_long_prompt(None), Error(
+        ContextLengthError, r"prompts\[0\] has \d+ tokens; with max_tokens=8 .* at most 128\. Fix: set "
+                            r"max_prompt_length <= 120")),
+    "the same prompt with max_prompt_length": (_long_prompt(100), Documented(
+        "left-truncated with a warning", lambda batch: batch.prompt_ids.shape[1] == 100)),
+    "lora_target_modules='q_proj'": (lambda tmp: make_config("grpo", lora_target_modules="q_proj"), Error(
+        ValueError, r"lora_target_modules='q_proj' is a str, not list\[str\]\. Fix: .*\['q_proj'\]")),
+    "num_generations=2.5": (lambda tmp: make_config("grpo", num_generations=2.5),
+                            Error(ValueError, r"num_generations=2.5 is a float, not int")),
+    "num_generations=8.0": (lambda tmp: make_config("grpo", num_generations=8.0),
+                            Error(ValueError, r"Fix: write it as a whole number, num_generations=8")),
+    "use_lora='false'": (lambda tmp: make_config("grpo", use_lora="false"),
+                         Error(ValueError, r"use_lora='false' is a str, not bool")),
+    "ppo num_generations=0": (lambda tmp: make_config("ppo", num_generations=0), Error(
+        ValueError, r"num_generations=0 is below 1: every prompt needs at least one completion\. Fix: set "
+                    r"num_generations >= 1\.$")),
+    "a truncated weight file": (lambda tmp: load_policy(_model_copy(tmp, "weights")), Error(
+        ModelNotAvailableError, r"Could not read the weights .* damaged or truncated")),
+    "a folder without tokenizer": (lambda tmp: load_policy(_model_copy(tmp, "tokenizer")), Error(
+        ModelNotAvailableError, r"has no tokenizer files.*Fix")),
+    "a hub id, offline": (_hub_id(offline=True), Error(ModelNotAvailableError, r"offline mode is on")),
+    "a hub id, hub unreachable": (_hub_id(offline=False), Error(ModelNotAvailableError, r"the hub cannot be reached")),
+}
+
+
+@pytest.mark.parametrize("case", list(INPUT_CASES))
+def test_inputs_read_as_meant(case, tmp_path, monkeypatch):
+    for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_ENDPOINT"):
+        monkeypatch.setenv(name, os.environ.get(name, ""))  # restored after the case, whatever it sets
+    call, outcome = INPUT_CASES[case]
+    _expect(outcome, lambda: call(tmp_path))
+    if case.startswith("a hub id"):  # refused at once, not after a minute of retries
+        assert float((tmp_path / "seconds").read_text()) < 10
+
+
+# =============================================================================================
+# The command line: status 2, ``error: ...`` with the fix, no traceback
+# =============================================================================================
+def _train_args(*extra: str) -> list[str]:
+    return ["train", "--model", "tiny", "--task", "arithmetic", "--train-rows", "16", "--max-steps", "1",
+            "--set", "per_device_train_batch_size=4", "--set", "num_generations=4", "--set", "max_completion_length=4",
+            *extra]
+
+
+CLI_RUN_CASES = {
+    "train into a used --output-dir": (lambda tmp, first: _train_args("--output-dir", str(first)),
+                                       r"is not empty.*Fix"),
+    "--resume-from latest --set learning_rate=0.5": (lambda tmp, first: _train_args(
+        "--output-dir", str(first), "--resume-from", "latest", "--set", "learning_rate=0.5"),
+        r"learning_rate: 0\.001 in the checkpoint, 0\.5 now"),
+    "--algo ppo --set num_generations=0": (lambda tmp, first: _train_args("--algo", "ppo",
+                                                                          "--set", "num_generations=0"),
+                                           r"num_generations >= 1\.\n"),
+    "eval on malformed JSONL": (lambda tmp, first: ["eval", "--n", "1", "--task", "gsm8k:" + str(_jsonl(
+        tmp / "g.jsonl", ['{"question": "1+1?", "answer": "#### 2"}', "{not json"]))], r"g.jsonl: line 2 is not JSON"),
+    "eval on rows without answer": (lambda tmp, first: ["eval", "--n", "1", "--task", "gsm8k:" + str(_jsonl(
+        tmp / "g.jsonl", [{"question": "1+1?"}]))], r"line 1 lacks 'answer'"),
+    "eval a truncated weight file": (lambda tmp, first: ["eval", "--n", "1", "--model",
+                                                         str(_model_copy(tmp, "weights"))],
+                                     r"damaged or truncated"),
+    "eval a folder without tokenizer": (lambda tmp, first: ["eval", "--n", "1", "--model",
+                                                            str(_model_copy(tmp, "tokenizer"))], r"has no tokenizer"),
+    "eval a hub id offline": (lambda tmp, first: ["eval", "--n", "1", "--model", "course-lib-tests/none"],
+                              r"offline mode is on"),
+    "eval --n 0": (lambda tmp, first: ["eval", "--n", "0"], r"argument --n: 0 is below 1"),
+    "eval --n -3": (lambda tmp, first: ["eval", "--n", "-3"], r"argument --n: -3 is below 1"),
+}
+
+
+@pytest.mark.parametrize("case", list(CLI_RUN_CASES))
+def test_command_line_runs_and_files(case, tmp_path, first_run, monkeypatch):
+    from course_lib.__main__ import main
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    argv, message = CLI_RUN_CASES[case]
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        try:
+            code = main(argv(tmp_path, first_run))
+        except SystemExit as stop:
+            code = stop.code
+    text = err.getvalue()
+    assert code == 2, text
+    assert "Traceback" not in text and "error: " in text and "sentencepiece" not in text
+    assert re.search(message, text, re.S), text
+
+
+def test_debug_shows_the_traceback():
+    from course_lib.__main__ import main
+
+    with pytest.raises(ValueError, match="learning_rate='fast'"):
+        main(["--debug", *_train_args("--set", "learning_rate=fast")])
+
+
 def test_every_table_case_has_an_outcome():
     """The count of cases by outcome (quoted in the reliability notes)."""
     outcomes = [o for _, o in CONFIG_CASES.values()] + [o for *_, o in ALGO_CASES.values()] + \
                [o for _, o in OVERRIDE_CASES.values()] + [o for _, o in REWARD_CASES.values()] + \
-               [o for _, o in OTHER_CASES.values()]
-    errors = sum(isinstance(o, Error) for o in outcomes) + len(CLI_CASES)
+               [o for _, o in OTHER_CASES.values()] + [o for _, o, _ in RUN_CASES.values()] + \
+               [o for _, o in DATA_CASES.values()] + [o for _, o in INPUT_CASES.values()]
+    errors = sum(isinstance(o, Error) for o in outcomes) + len(CLI_CASES) + len(CLI_RUN_CASES)
     documented = sum(isinstance(o, Documented) for o in outcomes)
-    assert errors + documented == len(outcomes) + len(CLI_CASES)
-    assert (errors, documented) == (57, 10)
-
+    assert errors + documented == len(outcomes) + len(CLI_CASES) + len(CLI_RUN_CASES)
+    assert (errors, documented) == (99, 15)

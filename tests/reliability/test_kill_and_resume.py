@@ -9,7 +9,8 @@ starts in milliseconds). Two ways to die, many times each:
 - **at a random instant**: the parent kills the child after a random delay.
 
 After every kill the next child starts with ``--resume-from latest`` semantics
-(``Trainer.train(resume_from="latest")``), and must neither fail nor diverge: the final
+(``Trainer.train(resume_from="latest")``), or with ``overwrite_output_dir`` when the killed
+run saved no checkpoint yet, and must neither fail nor diverge: the final
 weights and the logged history equal those of an uninterrupted run, bit for bit.
 Ctrl-C (SIGINT) is checked separately: it saves a checkpoint and returns cleanly.
 """
@@ -47,6 +48,33 @@ SETTINGS = dict(model_name_or_path="tiny", max_steps=MAX_STEPS, learning_rate=1e
 
 
 _LOADED: dict = {}
+
+
+@pytest.fixture(autouse=True)
+def _progress_bars_with_a_private_lock():
+    """tqdm guards its bars with a process-shared semaphore, inherited by forked children: a
+    child SIGKILLed while it draws a bar ("Writing model shards") leaves it held, and every
+    later bar in the parent or another child waits forever. A thread lock is copied on fork
+    instead, so a killed child takes only its own copy with it."""
+    import threading
+
+    from tqdm import std
+
+    classes, stack = [], [std.tqdm]
+    while stack:
+        cls = stack.pop()
+        classes.append(cls)
+        stack.extend(cls.__subclasses__())
+    saved = {cls: cls.__dict__["_lock"] for cls in classes if "_lock" in cls.__dict__}
+    std.tqdm.set_lock(threading.RLock())
+    for cls in saved:
+        if cls is not std.tqdm:
+            del cls._lock  # inherit the private lock
+    yield
+    if std.tqdm not in saved:
+        del std.tqdm._lock
+    for cls, lock in saved.items():
+        cls._lock = lock
 
 
 def _trainer(output_dir: Path, **overrides) -> Trainer:
@@ -99,8 +127,11 @@ def _run_child(output_dir: Path, die_at_write: int | None = None) -> int:
         try:
             if die_at_write is not None:
                 _die_at_write(die_at_write)
-            trainer = _trainer(output_dir)
-            trainer.train(resume_from="latest" if ckpt.latest_checkpoint(output_dir) else None)
+            # What a user does after a kill: resume from the newest checkpoint, or, when the
+            # killed run saved none, start over in the folder it left (--overwrite-output-dir).
+            resumable = ckpt.latest_checkpoint(output_dir) is not None
+            trainer = _trainer(output_dir, overwrite_output_dir=not resumable)
+            trainer.train(resume_from="latest" if resumable else None)
             code = 0
         except BaseException:  # noqa: BLE001 - report anything to the parent
             (output_dir / "child-error.txt").write_text(traceback.format_exc())
