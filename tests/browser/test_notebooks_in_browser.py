@@ -35,11 +35,11 @@ MIN_TRACK_PX = 100  # ipywidgets' default slider track is 124 px at this size
 EXPECTED_CONTROLS = {
     "01_rl_basics": ["P('4')", "reward", "lr"],
     "02_policy_gradients": ["reward shift", "samples"],
-    "03_ppo": ["epsilon", "epsilon_high", "delta (0=off)", "IS level", "gap", "family"],
+    "03_ppo": ["epsilon", "epsilon_high", "delta (0=off)", "IS level", "CISPO / SAPO weights", "gap", "family"],
     "04_rlhf_ppo": ["beta", "missing_eos_penalty"],
     "05_grpo": ["rewards", "G", "scale", "compare all + RLOO"],
     "06_grpo_variants": ["lengths", "loss_type", "max len (0 = longest)",
-                         "epsilon", "epsilon_high", "delta (0=off)", "IS level"],
+                         "epsilon", "epsilon_high", "delta (0=off)", "IS level", "CISPO / SAPO weights"],
     "07_batch_schedule": ["preset", "per_device_train_batch_size", "gradient_accumulation_steps",
                           "num_generations", "steps_per_generation", "num_processes", "num_iterations", "cycles"],
     "09_rewards": ["completion", "answer", "rewards"],
