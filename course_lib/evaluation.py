@@ -8,12 +8,62 @@ the held-out metric of the course's learning tests and of ``python -m course_lib
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
+
 import torch
 from tqdm.auto import tqdm
 
 from .rewards.answers import is_correct
 
-__all__ = ["evaluate_accuracy", "greedy_completions", "is_correct"]
+__all__ = ["evaluate_accuracy", "greedy_completions", "is_correct", "lift_interval", "wilson_interval",
+           "format_accuracy"]
+
+# Two-sided 95% normal quantile.
+Z95 = 1.959963984540054
+
+
+def wilson_interval(correct: int, total: int, z: float = Z95) -> tuple[float, float]:
+    """Wilson score interval for a proportion ``correct / total`` (Wilson, 1927).
+
+    Unlike the normal ("Wald") interval it stays inside [0, 1] and is not empty at 0 or
+    ``total`` successes, which matters for small evaluation sets: 0/20 correct still
+    leaves an upper bound of 16%. Returns ``(low, high)``.
+    """
+    if total <= 0:
+        raise ValueError(f"wilson_interval needs total >= 1, got total={total}.")
+    if not 0 <= correct <= total:
+        raise ValueError(f"wilson_interval needs 0 <= correct <= total, got correct={correct}, total={total}.")
+    p = correct / total
+    centre = (p + z * z / (2 * total)) / (1 + z * z / total)
+    half = z / (1 + z * z / total) * math.sqrt(p * (1 - p) / total + z * z / (4 * total * total))
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def lift_interval(before: Sequence[bool], after: Sequence[bool], z: float = Z95) -> tuple[float, float, float]:
+    """Accuracy lift ``mean(after) - mean(before)`` on the *same* problems, with a paired interval.
+
+    Pairing removes the problem-to-problem difficulty that two independent intervals would
+    count twice: the interval is ``d̄ ± z·s_d/√n`` over the per-problem differences
+    ``d_i = after_i - before_i`` (normal approximation; ``s_d`` with ``n - 1``). A lift whose
+    interval excludes 0 is larger than its noise. Returns ``(lift, low, high)``.
+    """
+    if len(before) != len(after):
+        raise ValueError(f"lift_interval needs the same problems before and after, got {len(before)} and {len(after)}.")
+    n = len(before)
+    if n < 2:
+        raise ValueError(f"lift_interval needs at least 2 problems, got {n}.")
+    diffs = [float(a) - float(b) for b, a in zip(before, after)]
+    mean = sum(diffs) / n
+    spread = math.sqrt(sum((d - mean) ** 2 for d in diffs) / (n - 1))
+    half = z * spread / math.sqrt(n)
+    return mean, mean - half, mean + half
+
+
+def format_accuracy(correct: int, total: int) -> str:
+    """``"53.5% [46.6, 60.3] (107/200)"``: the accuracy with its 95% Wilson interval."""
+    low, high = wilson_interval(correct, total)
+    return f"{100 * correct / total:.1f}% [{100 * low:.1f}, {100 * high:.1f}] ({correct}/{total})"
 
 
 @torch.no_grad()
