@@ -104,6 +104,15 @@ def test_fused_passes_gradcheck_in_float64():
     )
 
 
+def _naive_head(hidden, weight, ids, scale, softcap, temperature):
+    """Log-probs of ``ids`` and entropies from the full logits, written out: the reference."""
+    logits = scale * hidden @ weight.T
+    if softcap is not None:
+        logits = softcap * torch.tanh(logits / softcap)
+    log_p = torch.log_softmax(logits / temperature, dim=-1)
+    return log_p.gather(1, ids[:, None]).squeeze(1), -(log_p.exp() * log_p).sum(-1)
+
+
 @pytest.mark.parametrize("scale, softcap, temperature", [(1.0, 5.0, 1.0), (0.5, 3.0, 0.7), (2.0, None, 0.8)])
 def test_fused_with_scale_and_soft_cap_matches_naive(scale, softcap, temperature):
     """The head transforms of Gemma-2 (soft cap) and Cohere/Granite (scale), values and gradients."""
@@ -113,13 +122,9 @@ def test_fused_with_scale_and_soft_cap_matches_naive(scale, softcap, temperature
     ids = torch.randint(0, 17, (11,), generator=gen)
     logps, entropy = fused_linear_logprobs(hidden, weight, ids, temperature=temperature, chunk_size=4,
                                            return_entropy=True, scale=scale, softcap=softcap)
-    logits = scale * hidden @ weight.T
-    if softcap is not None:
-        logits = softcap * torch.tanh(logits / softcap)
-    log_p = torch.log_softmax(logits / temperature, dim=-1)
-    naive = log_p.gather(1, ids[:, None]).squeeze(1)
+    naive, naive_entropy = _naive_head(hidden, weight, ids, scale, softcap, temperature)
     assert torch.allclose(logps, naive, atol=1e-10)
-    assert torch.allclose(entropy, -(log_p.exp() * log_p).sum(-1), atol=1e-10)
+    assert torch.allclose(entropy, naive_entropy, atol=1e-10)
     weights = torch.linspace(-1, 1, 11, dtype=torch.float64)
     grads = torch.autograd.grad((logps * weights).sum(), (hidden, weight))
     naive_grads = torch.autograd.grad((naive * weights).sum(), (hidden, weight))
@@ -140,11 +145,7 @@ def test_fused_entropy_gradient_matches_naive(scale, softcap, temperature):
     ids = torch.randint(0, 29, (13,), generator=gen)
     logps, entropy = fused_linear_logprobs(hidden, weight, ids, temperature=temperature, chunk_size=4,
                                            return_entropy=True, scale=scale, softcap=softcap)
-    logits = scale * hidden @ weight.T
-    if softcap is not None:
-        logits = softcap * torch.tanh(logits / softcap)
-    log_p = torch.log_softmax(logits / temperature, dim=-1)
-    naive_logps, naive_entropy = log_p.gather(1, ids[:, None]).squeeze(1), -(log_p.exp() * log_p).sum(-1)
+    naive_logps, naive_entropy = _naive_head(hidden, weight, ids, scale, softcap, temperature)
     a, b = torch.linspace(-1, 1, 13), torch.linspace(0.5, -2, 13)
     for objective in (lambda lp, h: (h * b).sum(), lambda lp, h: (lp * a).sum() - 0.3 * (h * b).sum()):
         ours = torch.autograd.grad(objective(logps, entropy), (hidden, weight), retain_graph=True)

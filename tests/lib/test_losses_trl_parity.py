@@ -17,6 +17,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from trl_stand_ins import SingleProcessAccelerator
 
 from course_lib.algos.grpo import policy_loss
 from course_lib.algos.rloo import rloo_policy_loss
@@ -28,20 +29,6 @@ with warnings.catch_warnings():
 
 TOL = dict(rtol=1e-6, atol=1e-6)
 BATCH, LENGTH, MAX_COMPLETION_LENGTH = 6, 7, 9
-
-
-class _SingleProcessAccelerator:
-    num_processes = 1
-
-    @staticmethod
-    def reduce(tensor, reduction="sum"):
-        return tensor
-
-    @staticmethod
-    def gather(tensor):
-        return tensor
-
-    gather_for_metrics = gather
 
 
 def _make_batch(seed: int, mask_kind: str) -> dict[str, torch.Tensor]:
@@ -84,7 +71,7 @@ def _trl_grpo(batch, *, loss_type, level, epsilon_high, delta, beta, use_is, on_
         model=SimpleNamespace(training=True),
         current_gradient_accumulation_steps=grad_accum,
         max_completion_length=MAX_COMPLETION_LENGTH,
-        accelerator=_SingleProcessAccelerator(),
+        accelerator=SingleProcessAccelerator(),
         args=SimpleNamespace(delta=delta, use_bias_correction_kl=True,
                              steps_per_generation=steps_per_generation),
         _entropy_bonus_enabled=False,
@@ -212,7 +199,7 @@ def _trl_rloo(batch, epsilon_high, on_policy):
         epsilon_low=0.2,
         epsilon_high=0.2 if epsilon_high is None else epsilon_high,
         model=SimpleNamespace(training=True),
-        accelerator=_SingleProcessAccelerator(),
+        accelerator=SingleProcessAccelerator(),
         _metrics=metrics,
     )
     seq_old = (batch["logps"] if on_policy else batch["old"]) * batch["mask"]

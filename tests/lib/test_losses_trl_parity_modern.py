@@ -20,6 +20,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from trl_stand_ins import SingleProcessAccelerator
 
 from course_lib.algos.grpo import GRPO, policy_loss
 from course_lib.algos.grpo_config import GRPOConfig
@@ -36,25 +37,6 @@ TOL = dict(rtol=1e-6, atol=1e-6)
 BATCH, LENGTH, MAX_COMPLETION_LENGTH = 6, 7, 9
 SHAPE = dict(sapo_temperature_pos=1.0, sapo_temperature_neg=1.05, vespo_k_pos=2.0, vespo_lambda_pos=3.0,
              vespo_k_neg=3.0, vespo_lambda_neg=2.0)
-
-
-class _Accelerator:
-    num_processes = 1
-    sync_gradients = True
-
-    @staticmethod
-    def reduce(tensor, reduction="sum"):
-        return tensor
-
-    @staticmethod
-    def gather(tensor):
-        return tensor
-
-    gather_for_metrics = gather
-
-    @staticmethod
-    def pad_across_processes(tensor, dim=0, pad_index=0):
-        return tensor
 
 
 def _batch(seed: int, mask_kind: str) -> dict:
@@ -119,7 +101,7 @@ def _run_trl(batch, s):
         epsilon_high=s["epsilon_high"], use_vllm=weight is not None,
         vllm_importance_sampling_correction=weight is not None, model=SimpleNamespace(training=True),
         current_gradient_accumulation_steps=s["accum"], max_completion_length=MAX_COMPLETION_LENGTH,
-        accelerator=_Accelerator(), entropy_coef=s["coef"], use_adaptive_entropy=False,
+        accelerator=SingleProcessAccelerator(), entropy_coef=s["coef"], use_adaptive_entropy=False,
         _entropy_bonus_enabled=s["coef"] != 0.0, _last_world_entropy=math.inf, _entropy_window_stats=None,
         get_off_policy_mask=Trainer.get_off_policy_mask, get_gamma_weights=Trainer.get_gamma_weights,
         args=SimpleNamespace(delta=None, use_bias_correction_kl=True, steps_per_generation=s["accum"], **SHAPE),
@@ -221,7 +203,7 @@ def test_adaptive_entropy_controller_matches_trl_over_steps():
     coefficient's trajectory agree with TRL's controller (entropy below, then above target)."""
     args = SimpleNamespace(delta=None, use_bias_correction_kl=True, steps_per_generation=2, entropy_target=0.6,
                            entropy_coef_delta=0.01, entropy_coef_max=0.05, entropy_coef_min=0.0, **SHAPE)
-    accelerator = _Accelerator()
+    accelerator = SingleProcessAccelerator()
     metrics = {"train": defaultdict(list), "eval": defaultdict(list)}
     fake = SimpleNamespace(aux_loss_enabled=False, top_entropy_quantile=1.0, off_policy_mask_threshold=None,
                            importance_sampling_level="token", beta=0.0, loss_type="dapo", epsilon_low=0.2,
