@@ -126,7 +126,7 @@ def test_colab_install_pins_the_installed_torch(tmp_path):
 
 # What a Colab runtime ships, of what the course needs (and the kernel the cells run in).
 COLAB_PREINSTALLED = ("pip", "setuptools", "wheel", "torch", "transformers", "accelerate", "datasets",
-                      "matplotlib", "ipywidgets", "ipykernel", "ipython", "numpy", "tqdm")
+                      "matplotlib", "ipywidgets", "ipykernel", "ipython", "numpy", "tqdm", "requests")
 
 
 def distribution_closure(roots) -> list[importlib.metadata.Distribution]:
@@ -164,8 +164,8 @@ def populate_site_packages(distributions, site: Path) -> int:
             if file.parts[0] == "..":
                 continue  # console scripts in bin/: the cells call `python -m ...`
             source, target = Path(dist.locate_file(file)), site / file
-            if not source.is_file():
-                continue
+            if not source.is_file() or target.exists():
+                continue  # RECORD lists bytecode that was never written, and some files twice
             target.parent.mkdir(parents=True, exist_ok=True)
             try:
                 os.link(source, target)
@@ -189,8 +189,8 @@ print(json.dumps({
 """
 
 
-def probe(python: Path, env: dict) -> dict:
-    result = subprocess.run([str(python), "-c", PROBE], env=env, capture_output=True, text=True, check=True)
+def probe(python: Path, env: dict, cwd: Path) -> dict:
+    result = subprocess.run([str(python), "-c", PROBE], env=env, cwd=cwd, capture_output=True, text=True, check=True)
     return json.loads(result.stdout)
 
 
@@ -223,7 +223,7 @@ def test_playing_colab_first_cell_then_lesson_00(tmp_path):
                COURSE_SETUP="1", COURSE_REPO_URL=ROOT.as_uri(), COURSE_DIR=str(content / "course"),
                COURSE_FAST="1", COURSE_LIB_CACHE=str(tmp_path / "cache"), COURSE_OUTPUT=str(tmp_path / "outputs"),
                MPLBACKEND="Agg", OMP_NUM_THREADS="1")
-    before = probe(python, env)
+    before = probe(python, env, content)
     built = time.time()
     assert before["course_lib"] is None and "trl" not in before["versions"], "the fresh environment has the course"
 
@@ -231,7 +231,7 @@ def test_playing_colab_first_cell_then_lesson_00(tmp_path):
                             capture_output=True, text=True, timeout=900)
     ran = time.time()
     assert result.returncode == 0, f"lesson 00 failed on the simulated Colab:\n{result.stdout[-3000:]}\n{result.stderr[-4000:]}"
-    after = probe(python, env)
+    after = probe(python, env, content)
 
     assert after["torch"] == before["torch"], "the install replaced the runtime's torch"
     changed = {name: (version, after["versions"].get(name)) for name, version in before["versions"].items()
