@@ -488,8 +488,8 @@ for billions in (0.5, 1.5, 3, 7, 8, 14, 17):
 #
 # This cell runs only on a CUDA machine with the GPU extras installed (`pip install
 # unsloth vllm`; on Colab `!python -m course_lib.colab --gpu`, which keeps Colab's torch)
-# and network access to download the
-# model. In Unsloth's own words, fast inference is one flag of its loader:
+# and network access to download the model. In Unsloth's own words, fast inference is
+# one flag of its loader:
 #
 # ```python
 # from unsloth import FastLanguageModel
