@@ -6,9 +6,11 @@ The cells run in an ``InteractiveShell`` inside this process (magics, ``display`
 top-level ``await`` work as in Jupyter), without the kernel's ZeroMQ messaging: executing
 through a kernel client occasionally left client and kernel both waiting on each other
 here. Exits with status 1 and the failing cell's source and traceback on the first error.
+With ``RUN_NOTEBOOK_TIMES=1`` it prints how long each code cell took.
 """
 
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -40,7 +42,10 @@ def main(path: str) -> int:
     shell = NotebookShell.instance(colors="nocolor")
     started = time.time()
     for number, source in enumerate(sources, start=1):
+        cell_started = time.time()
         result = shell.run_cell(source, store_history=True)
+        if os.environ.get("RUN_NOTEBOOK_TIMES") == "1":
+            print(f"code cell {number}: {time.time() - cell_started:.1f} s")
         if not result.success:
             print(f"\n--- {Path(path).name}: code cell {number} of {len(sources)} failed ---\n{source}",
                   file=sys.stderr)

