@@ -24,7 +24,8 @@
 import importlib, importlib.util, os, subprocess, sys  # noqa: E401
 
 if importlib.util.find_spec("course_lib") is None:
-    if not ("google.colab" in sys.modules or "COLAB_RELEASE_TAG" in os.environ or os.environ.get("COURSE_SETUP") == "1"):
+    on_colab = "google.colab" in sys.modules or "COLAB_RELEASE_TAG" in os.environ
+    if not (on_colab or os.environ.get("COURSE_SETUP") == "1"):
         raise ModuleNotFoundError("course_lib is not installed for this kernel: run `make lab` in the course folder, "
                                   "or set COURSE_SETUP=1 to clone and install it into this Python.")
     course_dir = os.environ.get("COURSE_DIR", "/content/course")

@@ -199,7 +199,8 @@ def test_playing_colab_first_cell_then_lesson_00(tmp_path):
     if shutil.which("git") is None or subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"],
                                                      capture_output=True).returncode != 0:
         pytest.skip("needs git and a git checkout of the course (the first cell clones it)")
-    trl = next(text for text in PYPROJECT["project"]["dependencies"] if canonicalize_name(Requirement(text).name) == "trl")
+    trl = next(text for text in PYPROJECT["project"]["dependencies"]
+               if canonicalize_name(Requirement(text).name) == "trl")
     reach = subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "-d", str(tmp_path / "probe"),
                             trl], capture_output=True, text=True, timeout=300)
     if reach.returncode != 0:
@@ -231,7 +232,8 @@ def test_playing_colab_first_cell_then_lesson_00(tmp_path):
         result = subprocess.run([str(python), str(RUNNER), str(notebook)], cwd=content, env=env,
                                 capture_output=True, text=True, timeout=900)
         ran = time.time()
-        assert result.returncode == 0, f"lesson 00 failed on the simulated Colab:\n{result.stdout[-3000:]}\n{result.stderr[-4000:]}"
+        assert result.returncode == 0, (
+            f"lesson 00 failed on the simulated Colab:\n{result.stdout[-3000:]}\n{result.stderr[-4000:]}")
         after = probe(python, env, content)
 
         assert after["torch"] == before["torch"], "the install replaced the runtime's torch"
@@ -243,7 +245,8 @@ def test_playing_colab_first_cell_then_lesson_00(tmp_path):
         assert Path(after["course_lib"]).is_relative_to(content / "course"), after["course_lib"]
         assert not after["vllm"], "vLLM is optional on Colab and must not be installed by the first cell"
         setup_cell = re.search(r"^code cell 1: ([\d.]+) s$", result.stdout, re.MULTILINE).group(1)
-        print(f"simulated Colab: {len(preinstalled)} preinstalled distributions ({files} files) in {built - started:.0f} s; "
+        print(f"simulated Colab: {len(preinstalled)} preinstalled distributions ({files} files) "
+              f"in {built - started:.0f} s; "
               f"lesson 00 in {ran - built:.0f} s, its first cell (clone and install) {setup_cell} s; "
               f"installed {len(added)} distributions: {', '.join(sorted(added))}")
     finally:  # the fp32 SmolLM2 copy (about 520 MB) and the new packages; pytest keeps three runs
