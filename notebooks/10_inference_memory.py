@@ -22,13 +22,22 @@
 #    rules of thumb.
 
 # %%
-# Colab, or any kernel without the course: clone and install it once (`make colab`).
-import importlib.util, subprocess, sys  # noqa: E401
+# On Colab (or with COURSE_SETUP=1): clone the course, install what the runtime lacks, keep its torch.
+# COURSE_REPO_URL and COURSE_DIR choose another repository or folder (README, "On Colab").
+import importlib, importlib.util, os, subprocess, sys  # noqa: E401
 
 if importlib.util.find_spec("course_lib") is None:
-    subprocess.run("git clone -q --depth 1 https://github.com/rl-for-llms/course /content/course"
-                   " && make -C /content/course colab", shell=True, check=True)
-    sys.path.insert(0, "/content/course")
+    on_colab = "google.colab" in sys.modules or "COLAB_RELEASE_TAG" in os.environ
+    if not (on_colab or os.environ.get("COURSE_SETUP") == "1"):
+        raise ModuleNotFoundError("course_lib is not installed for this kernel: run `make lab` in the course folder, "
+                                  "or set COURSE_SETUP=1 to clone and install it into this Python.")
+    course_dir = os.environ.get("COURSE_DIR", "/content/course")
+    if not os.path.isdir(course_dir):
+        url = os.environ.get("COURSE_REPO_URL", "https://github.com/rl-for-llms/course")
+        subprocess.run(["git", "clone", "-q", "--depth", "1", url, course_dir], check=True)
+    subprocess.run([sys.executable, "-m", "course_lib.colab"], cwd=course_dir, check=True)
+    sys.path.insert(0, course_dir)
+    importlib.invalidate_caches()
 
 # %%
 # %matplotlib inline
@@ -479,8 +488,9 @@ for billions in (0.5, 1.5, 3, 7, 8, 14, 17):
 # ## 8. On a GPU: Unsloth with fast inference, and the course's vLLM engine
 #
 # This cell runs only on a CUDA machine with the GPU extras installed (`pip install
-# unsloth vllm`, which the setup cell does on Colab) and network access to download the
-# model. In Unsloth's own words, fast inference is one flag of its loader:
+# unsloth vllm`; on Colab `!python -m course_lib.colab --gpu`, which keeps Colab's torch)
+# and network access to download the model. In Unsloth's own words, fast inference is
+# one flag of its loader:
 #
 # ```python
 # from unsloth import FastLanguageModel
