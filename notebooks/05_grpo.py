@@ -51,12 +51,13 @@ if importlib.util.find_spec("course_lib") is None:
 #
 # What is left is the policy, plus the reference only when β > 0. The networks that go
 # away are as large as the policy (the value model is usually a copy of it with a scalar
-# head), so the saving is large. A rough count of the bytes per policy parameter, for
-# bf16 weights with AdamW (trained model ≈ 2 bytes of weights + 2 of gradients + 8 of
-# fp32 Adam moments; frozen model ≈ 2 bytes):
+# head), so the saving is large. A rough count of the bytes per policy parameter, with
+# mixed-precision AdamW as in lessons 03 and 04 (trained model: 2 bytes of bf16 weights
+# + 2 of bf16 gradients + 4 of fp32 master weights + 8 of fp32 Adam moments = 16; frozen
+# model: 2 bytes of bf16 weights):
 
 # %%
-TRAINED, FROZEN = 2 + 2 + 8, 2  # bytes per parameter, a rule of thumb (no activations, no KV cache)
+TRAINED, FROZEN = 2 + 2 + 4 + 8, 2  # bytes per parameter, a rule of thumb (no activations, no KV cache)
 setups = {
     "PPO (policy, value, reference, reward model)": 2 * TRAINED + 2 * FROZEN,
     "GRPO + reward model, beta > 0": TRAINED + 2 * FROZEN,
