@@ -71,10 +71,13 @@ print("fast mode:", fast_mode())
 # - **REINFORCE / A2C is PPO with one PPO epoch and one mini-batch.** With one pass over a
 #   freshly sampled batch, the policy that sampled it *is* the policy being updated, the
 #   ratio is exactly 1 and the clipped surrogate's gradient is the plain policy gradient.
-#   TRL implements RLOO exactly so: the PPO machinery, with `num_ppo_epochs` and
-#   `num_mini_batches` deciding how far it strays from REINFORCE. (Its defaults, 4 epochs
-#   and 1 mini-batch, reuse every batch four times; from the second pass on, the ratio
-#   moves away from 1 and the clip matters.)
+#   The RLOO trainer of the source notes (TRL's older `RLOOTrainer`) is built exactly so:
+#   the PPO machinery, with `num_ppo_epochs` and `num_mini_batches` deciding how far it
+#   strays from REINFORCE. (Its defaults, 4 epochs and 1 mini-batch, reuse every batch
+#   four times; from the second pass on, the ratio moves away from 1 and the clip
+#   matters.) TRL 1.16's rewritten trainer keeps the clipped sequence-level loss but
+#   defaults to one pass (`num_iterations=1`): plain REINFORCE with the leave-one-out
+#   baseline unless you ask for more (section 5 compares the two configs).
 #
 # The papers behind it: *Back to Basics: Revisiting REINFORCE-Style Optimization for
 # Learning from Human Feedback in LLMs* (Ahmadian et al., 2024); *A2C is a special case of
