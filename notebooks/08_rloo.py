@@ -451,9 +451,11 @@ print("policy/clipfrac_avg by step:", [round(row["policy/clipfrac_avg"], 2) for 
 # %% [markdown]
 # **Why RLOO's clipped fraction runs high.** In the fast-mode run measured here, the
 # clipped fraction reached 0.38 and 0.5 on the third and fourth passes over the first
-# batch (steps 3 and 4), while `val/ratio` averaged 0.92 and `policy/approxkl_avg` stayed
-# at 0.04: a healthy run with a high clipped fraction. In PPO with per-token ratios that
-# fraction would signal trouble; in RLOO the ratio is taken per **sequence**,
+# batch (steps 3 and 4), while `val/ratio` averaged 0.92 and `policy/approxkl_avg` was
+# 0.04: a healthy run with a high clipped fraction. (In full mode, 64 completions per
+# batch, it peaked at 0.27 at step 4 and read 0 on almost every one of the last 40
+# steps.) For PPO with per-token ratios such fractions would be unusually high; in RLOO
+# the ratio is taken per **sequence**,
 #
 # $$\frac{\pi(y \mid x)}{\pi_{old}(y \mid x)} = \prod_t \frac{\pi(y_t \mid \cdot)}{\pi_{old}(y_t \mid \cdot)}
 #   = \exp\Big(\sum_t \log r_t\Big),$$
@@ -545,7 +547,8 @@ if feedback(ex08.check_unhealthy_ratio_steps, ex.unhealthy_ratio_steps):
 # - the course's `max_steps` counts optimizer updates, and its `episode` column counts
 #   completions generated so far. The run of section 6 shows the relation: with 16
 #   completions per rollout in fast mode and 4 epochs, optimizer step 12 is rollout 3,
-#   episode 3 × 16 = 48.
+#   episode 3 × 16 = 48 (in full mode, 64 completions per rollout: step 200 is episode
+#   50 × 64 = 3,200).
 #
 # The same run with the course's config:
 
