@@ -20,7 +20,7 @@ With several processes, each process owns a contiguous slice of
 into micro-batches; a global micro-batch is the concatenation of the processes' pieces.
 
 Simplification: TRL shuffles each process's completions before cutting them
-(`shuffle_sequence_dict`); the table keeps them in order, as the seed's tables do, unless
+(`shuffle_sequence_dict`); the table keeps them in order, as Unsloth's documented tables do, unless
 `shuffle_seed` is given.
 """
 
@@ -80,7 +80,7 @@ def optimizer_steps_per_generation(steps_per_generation: int, gradient_accumulat
                                    num_iterations: int = 1) -> float:
     """Optimizer steps taken on one generation batch: `steps * iterations / accumulation`.
 
-    The seed's example: 4 micro-steps per generation, accumulation 2 -> 2.0. A fractional
+    Unsloth's documented example: 4 micro-steps per generation, accumulation 2 -> 2.0. A fractional
     result means some optimizer steps mix micro-batches of two generation batches.
     """
     _check_positive(steps_per_generation=steps_per_generation,
@@ -213,7 +213,7 @@ def _format_batch(row: ScheduleRow) -> str:
 
 
 def format_schedule(rows: list[ScheduleRow]) -> str:
-    """Render rows as text tables, one per generation cycle, like the seed's examples.
+    """Render rows as text tables, one per generation cycle, like Unsloth's documented examples.
 
     Columns: micro-step, iteration (only when some row has iteration > 0), the prompt
     indices of the micro-batch (processes separated by `|`), and the optimizer steps.

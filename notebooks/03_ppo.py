@@ -213,6 +213,11 @@ for label, (kl, _, probs) in runs.items():
 # reward (lesson 04). k3 adds `exp(u) - 1`, which has mean zero under `pi_theta`, so it
 # stays unbiased while cancelling much of k1's noise, and `exp(u) >= 1 + u` makes it
 # non-negative. GRPO adds `beta * k3` to its loss.
+#
+# The table is about each estimator's **value**: how well its average over sampled
+# tokens estimates the number `KL(pi_theta || pi_ref)`. Used in a *loss*, what matters
+# is its **gradient**, and that is a different question (the check after Exercise 2
+# shows it).
 
 # %%
 from course_lib.widgets import plot_kl_estimators
@@ -265,6 +270,65 @@ for name, values in [("k1", kl_k1(logps, ref_logps)), ("k3", kl_k3(logps, ref_lo
           f"negative samples {(values < 0).float().mean():.0%}")
 
 # %% [markdown]
+# ### An estimator's value is not its gradient
+#
+# GRPO adds `beta * k3` to the loss: the tokens were sampled from the policy, they are
+# held fixed, and backpropagation differentiates k3's formula. Does that follow the
+# gradient of `KL(pi_theta || pi_ref)`, the quantity k3 estimates? Check it on a
+# 5-token policy `pi = softmax(theta)`: the true gradients of both KL directions by
+# autograd through the exact sums, against each estimator used as a loss on 200,000
+# sampled tokens.
+
+# %%
+from course_lib.ops.kl import kl_k2
+
+ref = torch.tensor([0.40, 0.25, 0.15, 0.12, 0.08], dtype=torch.float64)
+theta = torch.tensor([-0.5, 1.0, 0.0, 0.3, 1.2], dtype=torch.float64, requires_grad=True)
+pi = torch.softmax(theta, 0)
+
+
+def gradient(value):
+    return torch.autograd.grad(value, theta, retain_graph=True)[0].numpy().round(3) + 0.0  # + 0.0 prints 0 rather than -0
+
+
+exact_kls = {"KL(pi||ref)": (pi * (pi.log() - ref.log())).sum(),
+             "KL(ref||pi)": (ref * (ref.log() - pi.log())).sum()}
+tokens = torch.multinomial(pi.detach(), 200_000, replacement=True, generator=torch.Generator().manual_seed(0))
+sampled_logps, sampled_ref = torch.log_softmax(theta, 0)[tokens].unsqueeze(0), ref.log()[tokens].unsqueeze(0)
+print(f"{'':<24}{'value':>7}   gradient w.r.t. the 5 logits")
+for name, value in exact_kls.items():
+    print(f"exact {name:<18}{value.item():7.4f}   {gradient(value)}")
+for name, estimator in (("k1", kl_k1), ("k2", kl_k2), ("k3", kl_k3)):
+    loss = estimator(sampled_logps, sampled_ref).mean()  # tokens fixed: no gradient through sampling
+    print(f"{name + ' used as a loss':<24}{loss.item():7.4f}   {gradient(loss)}")
+
+# %% [markdown]
+# Read the two columns separately.
+#
+# - **Values:** k1 and k3 both average to `KL(pi || ref)` (k2 overshoots): as estimators
+#   of the number, k1 and k3 are right.
+# - **Gradients:** k1 as a loss has gradient **zero** on average: its gradient is
+#   `grad log pi(x)`, and `E_pi[grad log pi] = 0`. k3 as a loss follows the gradient of
+#   the **other direction**, `KL(ref || pi)`: its gradient is `(1 - ref/pi) grad log pi`,
+#   whose average is `-sum_x ref(x) grad log pi(x)`, the gradient of `KL(ref || pi)`.
+#   Surprisingly, k2, the biased one, is the estimator whose gradient is that of
+#   `KL(pi || ref)`: `E_pi[(log pi - log ref) grad log pi]`.
+#
+# The reason is that "sample from pi, then differentiate" drops the part of the
+# gradient that comes from pi also choosing which tokens get sampled. The two KL
+# directions agree to first order when pi is close to ref, the regime a KL penalty keeps
+# training in, which is why `beta * k3` in GRPO's loss still works as a leash; far from
+# the reference it pulls toward covering every token the reference likes (the forward
+# direction) rather than the reverse KL the objective states. `tests/lib/test_kl_gradients.py`
+# checks these identities against their closed forms.
+#
+# PPO-style RLHF avoids the question by putting the KL in the **reward**:
+# `r_t - beta * k1_t` goes through the advantages and multiplies `grad log pi`, exactly as
+# any reward does. The policy gradient then accounts for the sampling, and its expected
+# value is the gradient of `E[reward] - beta KL(pi || ref)`, the stated objective. Lesson
+# 04 builds that per-token reward.
+
+# %% [markdown]
 # ## 4. The models of RLHF with PPO
 #
 # In RLHF the agent is the language model, and PPO juggles several networks:
@@ -279,13 +343,14 @@ for name, values in [("k1", kl_k1(logps, ref_logps)), ("k3", kl_k3(logps, ref_lo
 # The first three make up the PPO agent; the reward model plays the environment. The
 # whole formula looks complicated because each piece buys stability. It also costs
 # memory: four networks, two of them trained. A rough count for a 7B-parameter model,
-# assuming all four have that size, bf16 weights (2 bytes per parameter) and, for the
-# trained ones, mixed-precision Adam (bf16 gradients plus fp32 master weights and two
-# fp32 moments: 2 + 2 + 12 = 16 bytes per parameter):
+# assuming all four have that size, bf16 weights (2 bytes per parameter) for the frozen
+# ones and, for the trained ones, mixed-precision Adam: bf16 weights 2 + bf16 gradients 2
+# + fp32 master weights 4 + fp32 Adam moments m and v 8 = 16 bytes per parameter (the
+# same count as lessons 04 and 05; activations and the generation cache not included):
 
 # %%
 params = 7e9
-frozen, trained = 2, 16  # bytes per parameter
+frozen, trained = 2, 2 + 2 + 4 + 8  # bytes per parameter
 setups = {
     "PPO: policy + value (trained), reference + reward model (frozen)": 2 * trained + 2 * frozen,
     "GRPO with beta > 0: policy (trained) + reference (frozen), rewards from functions": trained + frozen,
@@ -382,8 +447,9 @@ feedback(ex03.check_gae, ex.gae);
 # 2. At the first gradient step on a fresh batch, what is the ratio of every token,
 #    and what does PPO's loss reduce to? What does that tell you about PPO with one
 #    epoch and one mini-batch?
-# 3. k1 can be negative for individual tokens. What could go wrong if you used
-#    `beta * k1` as a *loss* term and the policy learned to make it negative?
+# 3. k1 is an unbiased estimate of the KL, yet the gradient check in section 3 showed that `beta * k1` added
+#    to the *loss* (sampled tokens held fixed) has zero expected gradient. What does it
+#    do to the policy on any one batch, and where should k1 go instead to penalise the KL?
 # 4. Which of the four models would you drop first if memory ran out, and what would
 #    replace its job?
 # 5. Your value model is badly wrong early in training. Which lambda would you pick

@@ -119,14 +119,15 @@ for t, token in enumerate(completion_ids[0].tolist()):
 # place of the vocabulary head. It can be a **separate** network (TRL's `PPOTrainer`
 # takes a `value_model` of its own) or a **head on the policy's own hidden states**
 # (shared body, cheaper; `course_lib.algos.ppo.ValueHead` does this). Memory, with a rough rule of thumb per
-# parameter (trained: 2 bytes of bf16 weights + 2 of gradients + 8 of fp32 Adam moments;
-# frozen: 2 bytes; activations and the KV cache come on top):
+# parameter (trained, mixed-precision Adam: 2 bytes of bf16 weights + 2 of bf16 gradients
+# + 4 of fp32 master weights + 8 of fp32 Adam moments = 16; frozen: 2 bytes of bf16
+# weights; activations and the KV cache come on top):
 
 # %%
 from course_lib.models import count_parameters
 from course_lib.algos.ppo import ValueHead
 
-TRAINED, FROZEN = 2 + 2 + 8, 2  # bytes per parameter
+TRAINED, FROZEN = 2 + 2 + 4 + 8, 2  # bytes per parameter
 value_head = ValueHead(policy.config.hidden_size)
 print(f"tiny policy: {count_parameters(policy):,} parameters; its value head: {count_parameters(value_head):,}")
 for billions, hidden in ((1.5, 1536), (7.0, 4096)):

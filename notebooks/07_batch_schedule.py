@@ -51,7 +51,8 @@ if importlib.util.find_spec("course_lib") is None:
 # Advice worth following: `steps_per_generation` is confusing to play with. To change the
 # batch size, change `per_device_train_batch_size` and `gradient_accumulation_steps`, and
 # leave `steps_per_generation` at its default. Then one generation batch feeds exactly one
-# optimizer step, and training stays on-policy (the ratio of lesson 05 is 1).
+# optimizer step, and with `num_iterations=1` training stays on-policy (the ratio of
+# lesson 05 is 1).
 #
 # One more rule concerns small batches. A generation batch must hold **whole groups**:
 # G divides it. If you ask for `per_device_train_batch_size` smaller than
@@ -80,8 +81,10 @@ print("per_device_train_batch_size = num_generations = 8 works: one prompt per s
 # $$\text{generation batch} = \text{per\_device} \times \text{num\_processes} \times \text{steps\_per\_generation}$$
 # — the completions generated at once.
 #
-# $$\text{optimizer steps per generation} = \frac{\text{steps\_per\_generation}}{\text{grad\_accum}}
-#   \qquad \text{(e.g. } 4 / 2 = 2\text{)}$$
+# $$\text{optimizer steps per generation} = \frac{\text{steps\_per\_generation} \times \text{num\_iterations}}{\text{grad\_accum}}
+#   \qquad \text{(e.g. } 4 \times 1 / 2 = 2\text{)}$$
+# — `num_iterations` (default 1, lesson 06) replays each generation batch that many times,
+# so it multiplies the updates each batch feeds.
 #
 # $$\text{unique prompts per generation} = \frac{\text{generation batch}}{\text{num\_generations}}$$
 #
@@ -102,22 +105,36 @@ per_device, accumulation, generations, steps = 3, 2, 3, 4  # Example 1 of the ta
 generation = generation_batch_size(per_device, steps)
 print("effective batch                :", effective_batch_size(per_device, accumulation))
 print("generation batch               :", generation)
-print("optimizer steps per generation :", optimizer_steps_per_generation(steps, accumulation))
+print("optimizer steps per generation :", optimizer_steps_per_generation(steps, accumulation, num_iterations=1),
+      "(num_iterations=1);", optimizer_steps_per_generation(steps, accumulation, num_iterations=2), "with num_iterations=2")
 print("unique prompts per generation  :", unique_prompts_per_generation(generation, generations))
 
 # %% [markdown]
-# How long is an epoch? Each optimizer step consumes effective batch / G prompts (with the
-# default `steps_per_generation`). A common single-GPU setup generates 8 answers for
-# **one** prompt per step (`per_device_train_batch_size = num_generations = 8`,
-# `gradient_accumulation_steps = 1`): then a dataset of 300 rows is 300 training steps per
-# epoch, and 900 steps for 3 epochs. Raising `num_generations` from 8 to 16 at the same
-# per-device batch halves the prompts per step, so it doubles the steps per epoch.
+# How long is an epoch? With the default `steps_per_generation`, each generation batch
+# holds effective batch / G prompts and feeds `num_iterations` optimizer steps. A common
+# single-GPU setup generates 8 answers for **one** prompt per step
+# (`per_device_train_batch_size = num_generations = 8`, `gradient_accumulation_steps = 1`):
+# then a dataset of 300 rows is 300 training steps per epoch, and 900 steps for 3 epochs.
+# At that per-device batch `num_generations` cannot grow to 16: a generation batch of 8
+# completions cannot hold a group of 16, and the configuration is refused. With
+# `per_device_train_batch_size = 16`, raising G from 8 to 16 halves the prompts per step
+# (2 to 1), so it doubles the steps per epoch (150 to 300); `num_iterations = 2` doubles
+# them too, without seeing more prompts. The cell checks each case with
+# `course_lib.schedule`:
 
 # %%
-for rows, epochs, per_device, generations in ((300, 1, 8, 8), (300, 3, 8, 8), (300, 1, 16, 8), (300, 1, 16, 16)):
-    prompts_per_step = effective_batch_size(per_device, 1) // generations
-    print(f"{rows} rows x {epochs} epoch(s), per_device={per_device:>2}, G={generations:>2}: "
-          f"{prompts_per_step} prompt(s)/step -> {rows * epochs // prompts_per_step} optimizer steps")
+for rows, epochs, per_device, generations, iterations in (
+        (300, 1, 8, 8, 1), (300, 3, 8, 8, 1), (300, 1, 8, 16, 1), (300, 1, 16, 8, 1), (300, 1, 16, 16, 1),
+        (300, 1, 8, 8, 2)):
+    setting = f"{rows} rows x {epochs} epoch(s), per_device={per_device:>2}, G={generations:>2}, iterations={iterations}"
+    try:  # accumulation 1 and the default steps_per_generation = accumulation = 1
+        prompts = unique_prompts_per_generation(generation_batch_size(per_device, 1), generations)
+    except ValueError as error:
+        print(f"{setting}: refused ({str(error).split(',')[0]})")
+        continue
+    updates = optimizer_steps_per_generation(1, 1, num_iterations=iterations)
+    print(f"{setting}: {prompts} prompt(s) per generation, {updates:.0f} update(s) each -> "
+          f"{rows * epochs // prompts * updates:.0f} optimizer steps")
 
 # %% [markdown]
 # ## Exercise 1 — the batch arithmetic
@@ -142,7 +159,11 @@ feedback(ex07.check_batch_arithmetic, ex.batch_arithmetic);
 # 1. take generation batch / G new prompts and repeat each G times in a row (prompt-major:
 #    `[0,0,0, 1,1,1, ...]`);
 # 2. generate and score all those completions;
-# 3. cut them into `steps_per_generation` micro-batches of `per_device_train_batch_size`;
+# 3. cut them into `steps_per_generation` micro-batches of `per_device_train_batch_size`
+#    (TRL 1.16 first **shuffles** the completions of the generation batch, each process its
+#    own slice, with `torch.randperm`; the tables below keep them in order so that they stay
+#    readable, `schedule_table(..., shuffle_seed=0)` shows a shuffled cut, and
+#    `course_lib.trainer` does not shuffle, so its micro-batches match the tables);
 # 4. train on one micro-batch per micro-step, and step the optimizer after every
 #    `gradient_accumulation_steps` micro-steps (counted from the start of training).
 #
@@ -204,9 +225,9 @@ display(plot_schedule(schedule_table(**SCHEDULE_PRESETS["Example 2"]), SCHEDULE_
 # %%
 from collections import Counter
 
-seed_cycle_a = [[0, 0, 0], [0, 1, 1], [1, 1, 3], [3, 3, 3]]
+printed_cycle_a = [[0, 0, 0], [0, 1, 1], [1, 1, 3], [3, 3, 3]]  # as the documentation prints it
 rows = schedule_table(**SCHEDULE_PRESETS["Example 3"], cycles=1)
-print("seed's table  :", seed_cycle_a, "->", dict(Counter(p for batch in seed_cycle_a for p in batch)))
+print("documentation :", printed_cycle_a, "->", dict(Counter(p for batch in printed_cycle_a for p in batch)))
 print("schedule_table:", [row.prompts for row in rows], "->", dict(Counter(p for row in rows for p in row.prompts)))
 print("unique prompts per generation:", unique_prompts_per_generation(generation_batch_size(3, 4), 4))
 print()
@@ -293,7 +314,8 @@ print(f"optimizer steps {trainer.step}, micro-steps {trainer.micro_step}, genera
 print("expected:", config.max_steps, "optimizer steps ->",
       config.max_steps * config.gradient_accumulation_steps, "micro-steps ->",
       config.max_steps / optimizer_steps_per_generation(config.effective_steps_per_generation,
-                                                        config.gradient_accumulation_steps), "generations")
+                                                        config.gradient_accumulation_steps,
+                                                        config.num_iterations), "generations")
 
 # %% [markdown]
 # ## Questions

@@ -80,10 +80,13 @@ print("fast mode:", fast_mode())
 # - **REINFORCE / A2C is PPO with one PPO epoch and one mini-batch.** With one pass over a
 #   freshly sampled batch, the policy that sampled it *is* the policy being updated, the
 #   ratio is exactly 1 and the clipped surrogate's gradient is the plain policy gradient.
-#   TRL implements RLOO exactly so: the PPO machinery, with `num_ppo_epochs` and
-#   `num_mini_batches` deciding how far it strays from REINFORCE. (Its defaults, 4 epochs
-#   and 1 mini-batch, reuse every batch four times; from the second pass on, the ratio
-#   moves away from 1 and the clip matters.)
+#   The RLOO trainer of the source notes (TRL's older `RLOOTrainer`) is built exactly so:
+#   the PPO machinery, with `num_ppo_epochs` and `num_mini_batches` deciding how far it
+#   strays from REINFORCE. (Its defaults, 4 epochs and 1 mini-batch, reuse every batch
+#   four times; from the second pass on, the ratio moves away from 1 and the clip
+#   matters.) TRL 1.16's rewritten trainer keeps the clipped sequence-level loss but
+#   defaults to one pass (`num_iterations=1`): plain REINFORCE with the leave-one-out
+#   baseline unless you ask for more (section 5 compares the two configs).
 #
 # The papers behind it: *Back to Basics: Revisiting REINFORCE-Style Optimization for
 # Learning from Human Feedback in LLMs* (Ahmadian et al., 2024); *A2C is a special case of
@@ -158,7 +161,7 @@ generation_major = torch.tensor([1, 2, 3, 2, 3, 4, 5, 6, 7, 8, 9, 10], dtype=tor
 # The documentation's vectorized computation, on its own layout.
 by_column = generation_major.reshape(K, num_prompts)
 doc_advantages = (by_column - (by_column.sum(0) - by_column) / (K - 1)).flatten()
-print("seed asserts:", doc_advantages[0].item(), "==", 1 - (2 + 5 + 8) / 3, "|",
+print("documented asserts:", doc_advantages[0].item(), "==", 1 - (2 + 5 + 8) / 3, "|",
       doc_advantages[7].item(), "==", 6 - (3 + 2 + 9) / 3)
 
 # The course's layout: one prompt per row.
@@ -170,7 +173,7 @@ print("same numbers, reordered:",
       torch.allclose(prompt_major_to_generation_major(advantages, K), doc_advantages))
 
 # %% [markdown]
-# The seed's `advantage[7]` (generation 2 of prompt 1) lives at index `1 * K + 2 = 6` in
+# The documentation's `advantage[7]` (generation 2 of prompt 1) lives at index `1 * K + 2 = 6` in
 # prompt-major order. A handy identity: the leave-one-out advantage is the group-mean
 # advantage stretched by `K / (K − 1)`, `A_i = K/(K−1) · (r_i − mean(r))`. So RLOO and an
 # unscaled GRPO (`scale_rewards="none"`) point the same way; they differ by that factor
@@ -185,7 +188,7 @@ print("K/(K-1) * (r - mean) == leave-one-out:", torch.allclose(stretched.flatten
 # ### Exercise 1 — `rloo_advantages(rewards, k)`
 #
 # Open `exercises/ex08_rloo.py` and implement the leave-one-out advantage for a
-# **prompt-major** batch. The check runs the seed's example (translated), random groups,
+# **prompt-major** batch. The check runs the documentation's example (translated), random groups,
 # and names the usual slips: the generation-major reshape, a baseline that includes the
 # sample's own reward, dividing by K instead of K − 1.
 
@@ -211,7 +214,7 @@ feedback(ex08.check_rloo_advantages, ex.rloo_advantages);
 # advantages       = leave-one-out(rlhf_reward)
 # ```
 #
-# `kl_coef` is β (default 0.05 in the seed's config). The documentation describes
+# `kl_coef` is β (default 0.05 in the documented config). The documentation describes
 # `objective/non_score_reward` as "basically `beta * kl.sum(1)`" and `objective/rlhf_reward`
 # as "`score - non_score_reward`"; in the code the logged `non_score_reward` already carries
 # the minus sign (it is a negative number when the policy drifted), and the reward is
@@ -230,7 +233,7 @@ ref_logps = torch.tensor([[-1.0, -1.0, -1.0], [-1.0, -1.5, -1.0], [-0.5, -0.5, -
 mask = torch.tensor([[1, 1, 1], [1, 1, 0], [1, 1, 1], [1, 1, 0]], dtype=torch.float32)
 is_eos = torch.tensor([True, True, True, True])
 
-config = make_config("rloo", rloo_k=2, kl_coef=0.1)  # the seed's names are accepted as aliases
+config = make_config("rloo", rloo_k=2, kl_coef=0.1)  # the documentation's names are accepted as aliases
 advantages, metrics = rloo_advantages_with_kl(scores, logps, ref_logps, mask, is_eos, config)
 print("KL per completion:", ((logps - ref_logps) * mask).sum(1).tolist())
 print("advantages:", [round(a, 3) for a in advantages.tolist()])
@@ -293,8 +296,10 @@ feedback(ex08.check_token_level_rewards, ex.token_level_rewards);
 # %% [markdown]
 # ## 5. Reinforce++ options and the EOS trick
 #
-# The same report collects a few stabilising tricks; TRL's `RLOOConfig` exposes them and so
-# does the course's:
+# The same report collects a few stabilising tricks. The RLOO trainer documented in the
+# source notes, TRL's older on-policy `RLOOTrainer`, exposed them, and the course's config
+# keeps those names and defaults (TRL 1.16's rewritten `RLOOConfig` differs: see the table
+# after this one):
 #
 # | option | what it does | why |
 # |---|---|---|
@@ -303,7 +308,7 @@ feedback(ex08.check_token_level_rewards, ex.token_level_rewards);
 # | `normalize_advantage` | advantages → mean 0, std 1 over the batch | stable step size |
 # | `token_level_kl` | eq. 1 instead of a summed penalty | per-token credit for drift (section 4) |
 #
-# (The seed's parameter list says `token_level_kl` defaults to True, while the signature it
+# (The documentation's parameter list says `token_level_kl` defaults to True, while the signature it
 # prints says False. The course follows the signature: False.) In the trainer, as in TRL's
 # RLOO, the clip acts on the normalized scores. A z-score beyond 10 needs a large batch and
 # a wild outlier — exactly the case the clip is for:
@@ -320,10 +325,48 @@ adv = normalize_advantages(rloo_advantages(clipped, 4))
 print(f"normalized advantages: mean {adv.mean():.2e}, std {adv.std():.3f}")
 
 # %% [markdown]
+# **The same options in TRL 1.16.** The source notes document TRL's older `RLOOTrainer`.
+# TRL 1.16 rewrote it on the machinery of its `GRPOTrainer` and renamed or removed most of
+# these options. The cell reads TRL 1.16's `RLOOConfig` itself, so the table stays true to
+# the installed version:
+
+# %%
+import dataclasses
+
+from trl import RLOOConfig as TRLRLOOConfig
+
+trl_defaults = {field.name: field.default for field in dataclasses.fields(TRLRLOOConfig)}
+documented = [  # name in the source notes, its default there, TRL 1.16's counterpart (None: removed), note
+    ("rloo_k", 2, "num_generations", "completions per prompt"),
+    ("kl_coef", 0.05, "beta", "still a penalty on the reward, k1 summed over the completion"),
+    ("num_ppo_epochs", 4, "num_iterations", "passes over each generation batch"),
+    ("cliprange", 0.2, "epsilon", "epsilon_high (default None = epsilon) allows an asymmetric clip"),
+    ("num_mini_batches", 1, "steps_per_generation", "None means gradient_accumulation_steps"),
+    ("temperature", 0.7, "temperature", ""),
+    ("normalize_advantage", False, "normalize_advantages", "over the generation batch"),
+    ("reward_clip_range", 10.0, "reward_clip_range", "now a (min, max) pair on the raw rewards; None: no clip"),
+    ("normalize_reward", False, None, "removed"),
+    ("token_level_kl", False, None, "removed: the KL is always summed per completion"),
+    ("missing_eos_penalty", None, None, "removed; mask_truncated_completions=True drops truncated ones from the loss"),
+]
+print(f"{'source notes':<20}{'default':>8}   {'TRL 1.16':<22}{'default':>8}   note")
+for name, default, new_name, note in documented:
+    assert (name in trl_defaults) == (name == new_name), f"TRL's RLOOConfig changed around {name}"
+    new_default = repr(trl_defaults[new_name]) if new_name else ""
+    print(f"{name:<20}{default!r:>8}   {new_name or '—':<22}{new_default:>8}   {note}")
+
+# %% [markdown]
+# Two defaults changed what a run does: TRL 1.16 samples at temperature 1.0 and makes one
+# pass over each batch (`num_iterations=1`), so its RLOO is on-policy REINFORCE with a
+# leave-one-out baseline unless you ask for more passes; the documented trainer made four.
+# The course keeps the documented names and defaults, so that the source notes' commands
+# read the same here; `num_generations`, `beta`, `num_iterations`, `epsilon` and
+# `normalize_advantages` are accepted too.
+#
 # **The EOS trick** (`missing_eos_penalty`): subtract a fixed penalty from the score of
 # every completion that did not end with an EOS token — it ran into `max_completion_length`
 # instead. The model learns to finish its answers, which makes completions more coherent;
-# the seed's example uses 1.0.
+# the documentation's example uses 1.0.
 
 # %%
 config = make_config("rloo", rloo_k=2, kl_coef=0.0, missing_eos_penalty=1.0)
@@ -337,7 +380,7 @@ print("scores before:", scores.tolist(), " mean after the EOS trick:", metrics["
 # Now the whole loop on the tiny model: the `arithmetic` task, reward 1 when the first
 # number of the answer is right plus a proximity reward (lesson 09) that gives near misses
 # partial credit, so that almost every group has something to learn from; K = 4
-# completions per prompt, the seed's defaults of 4 PPO epochs and `kl_coef = 0.05`, and
+# completions per prompt, the documentation's defaults of 4 PPO epochs and `kl_coef = 0.05`, and
 # the EOS trick. `log_completions=True` prints a
 # sample table every `logging_steps`: the course's version of the documentation's "what is
 # my model actually doing?" table (query, model response, score), here with the
@@ -384,7 +427,7 @@ healthy = rloo_run(3e-5, scaled(12, 200), "lesson08_rloo", log_completions=True,
 # | `objective/rlhf_reward` | score + non_score_reward: **the objective** | **keeps rising** |
 # | `objective/scores` | mean score from the reward function / model (after the EOS penalty) | rising |
 # | `policy/approxkl_avg` | ½·mean((log π/π_old)²) between *successive* policies of the PPO epochs | small; **not** the same as `objective/kl` (that one is against the reference) |
-# | `policy/clipfrac_avg` | fraction of completions whose update was clipped | 0 on the first epoch, small after |
+# | `policy/clipfrac_avg` | fraction of completions whose update was clipped | 0 on the first pass over a batch; on later passes RLOO's can be large (see below); values near 1, or a rise from one batch to the next, mean steps too large |
 # | `loss/policy_avg` | the clipped policy loss | hard to read alone; noisy around 0 |
 # | `val/clipfrac_avg` | clipped fraction of *value-function* updates | RLOO has no value function, so the course logs it for PPO only (lesson 04) |
 # | `policy/entropy_avg` | entropy of the policy during the updates (course name: `entropy`, per token) | like `objective/entropy` |
@@ -412,6 +455,53 @@ display(figure)
 last = healthy[-1]
 print(f"bookkeeping at step {last['step']}: episode {last['episode']}, eps {last['eps']:.0f} completions/s, "
       f"lr {last['lr']:.2e}")
+print("policy/clipfrac_avg by step:", [round(row["policy/clipfrac_avg"], 2) for row in healthy[:8]], "...")
+
+# %% [markdown]
+# **Why RLOO's clipped fraction runs high.** In the fast-mode run measured here, the
+# clipped fraction reached 0.38 and 0.5 on the third and fourth passes over the first
+# batch (steps 3 and 4), while `val/ratio` averaged 0.92 and `policy/approxkl_avg` was
+# 0.04: a healthy run with a high clipped fraction. (In full mode, 64 completions per
+# batch, it peaked at 0.27 at step 4 and read 0 on almost every one of the last 40
+# steps.) For PPO with per-token ratios such fractions would be unusually high; in RLOO
+# the ratio is taken per **sequence**,
+#
+# $$\frac{\pi(y \mid x)}{\pi_{old}(y \mid x)} = \prod_t \frac{\pi(y_t \mid \cdot)}{\pi_{old}(y_t \mid \cdot)}
+#   = \exp\Big(\sum_t \log r_t\Big),$$
+#
+# a product of token ratios. Small per-token moves add up in the exponent: independent
+# ones grow like √T, and moves in a shared direction (one advantage pushes every token of
+# a completion the same way) grow like T. So the sequence ratio leaves `[1 − ε, 1 + ε]`
+# far more often than any token ratio does. The cell draws per-token log-ratios with a
+# spread of 0.05, far inside the clip range, and counts how often the ratio falls outside
+# `[0.8, 1.2]`, per token and per sequence, without and with a shared drift of 0.02 per
+# token:
+
+# %%
+generator = torch.Generator().manual_seed(0)
+epsilon, spread, drift, n = 0.2, 0.05, 0.02, 100_000
+
+
+def outside(log_ratios):
+    ratios = log_ratios.exp()
+    return ((ratios < 1 - epsilon) | (ratios > 1 + epsilon)).float().mean().item()
+
+
+print(f"{'tokens T':>8} {'token ratios outside':>21} {'sequence ratios outside':>24} {'... with a shared drift':>24}")
+for T in (1, 4, 8, 32):
+    token_log_ratios = spread * torch.randn(n, T, generator=generator)  # (n, T)
+    print(f"{T:>8} {outside(token_log_ratios):>21.1%} {outside(token_log_ratios.sum(1)):>24.1%} "
+          f"{outside((token_log_ratios + drift).sum(1)):>24.1%}")
+
+# %% [markdown]
+# Not one token ratio leaves the range, yet at the 8 tokens of this lesson's completions
+# 16% of sequence ratios do (44% with the drift), and at 32 tokens about half. The clip
+# only binds on the side that matches the advantage's sign, which is why the clipped
+# fraction stays below the fraction outside. Read RLOO's clipped fraction against the
+# completion length and compare it across training rather than against PPO's usual
+# "a few percent"; `val/ratio` and `policy/approxkl_avg` say whether the steps are too
+# large. (GSPO, lesson 06, uses a sequence ratio too and normalises it by the length for
+# this reason.)
 
 # %% [markdown]
 # Now the same run with a learning rate 100 times larger. Watch `val/ratio` and
@@ -454,13 +544,36 @@ if feedback(ex08.check_unhealthy_ratio_steps, ex.unhealthy_ratio_steps):
 # ```
 #
 # Its config names map onto the course's (`rloo_k` → `num_generations`, `kl_coef` → `beta`,
-# `num_ppo_epochs` → `num_iterations`, `cliprange` → `epsilon`); `total_episodes` counts
-# completions, so 10,000 episodes at 64 per step is about 156 optimizer steps:
+# `num_ppo_epochs` → `num_iterations`, `cliprange` → `epsilon`). `total_episodes` counts
+# **completions**, and three counts must be kept apart:
+#
+# - a **rollout** generates one batch of `per_device_train_batch_size ×
+#   gradient_accumulation_steps × num_mini_batches × processes` = 64 × 1 × 1 × 1 = 64
+#   completions; the documented trainer runs ⌈10,000 / 64⌉ = **157 rollouts** (so it
+#   generates 157 × 64 = 10,048 episodes, slightly more than asked);
+# - each rollout is trained on for `num_ppo_epochs` = 4 passes of `num_mini_batches` = 1
+#   mini-batch, one optimizer update each: 157 × 4 = **628 optimizer updates**;
+# - the course's `max_steps` counts optimizer updates, and its `episode` column counts
+#   completions generated so far. The run of section 6 shows the relation: with 16
+#   completions per rollout in fast mode and 4 epochs, optimizer step 12 is rollout 3,
+#   episode 3 × 16 = 48 (in full mode, 64 completions per rollout: step 200 is episode
+#   50 × 64 = 3,200).
+#
+# The same run with the course's config:
 
 # %%
-seed_config = make_config("rloo", learning_rate=3e-6, per_device_train_batch_size=64, gradient_accumulation_steps=1,
-                          max_steps=10_000 // 64, missing_eos_penalty=1.0)
-print({name: getattr(seed_config, name) for name in
+import math
+
+rollouts = math.ceil(10_000 / 64)
+documented_config = make_config("rloo", learning_rate=3e-6, per_device_train_batch_size=64,
+                                gradient_accumulation_steps=1, missing_eos_penalty=1.0,
+                                max_steps=rollouts * 4)  # num_ppo_epochs 4 x num_mini_batches 1, the defaults
+updates_per_rollout = documented_config.optimizer_steps_per_generation
+assert rollouts * updates_per_rollout == documented_config.max_steps
+print(f"{rollouts} rollouts x {documented_config.effective_generation_batch_size} completions = "
+      f"{rollouts * documented_config.effective_generation_batch_size} episodes; "
+      f"{rollouts} rollouts x {updates_per_rollout:.0f} updates = {documented_config.max_steps} optimizer steps")
+print({name: getattr(documented_config, name) for name in
        ("rloo_k", "kl_coef", "num_ppo_epochs", "cliprange", "temperature", "missing_eos_penalty", "max_steps")})
 
 # %% [markdown]

@@ -12,6 +12,13 @@ k3 is what DeepSeekMath's GRPO (Shao et al. 2024, eq. 4) and TRL add to the loss
 coefficient `beta`. The estimates are per token; summing over a completion estimates the
 sequence-level KL because the log-ratio of a sequence is the sum over its tokens.
 
+Value versus gradient: the properties above are about the estimators' *values*. Used as
+a loss on sampled tokens held fixed (as GRPO does with `beta * k3`), their expected
+gradients are those of other quantities: E[grad k1] = 0, E[grad k2] = grad KL(pi || ref),
+E[grad k3] = grad KL(ref || pi), the forward divergence (which agrees with the reverse one
+to first order near ref). Putting k1 in the reward instead, as PPO-style RLHF does, lets
+the policy gradient follow grad KL(pi || ref). `tests/lib/test_kl_gradients.py` checks this.
+
 Simplifications: the estimators assume the tokens were sampled from `pi` (the current
 policy); off-policy, the value is an estimate under the sampling distribution instead.
 """

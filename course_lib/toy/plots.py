@@ -47,6 +47,7 @@ def plot_learning_curves(
     smooth: int = 1,
     optimal: float | None = None,
     optimal_label: str = "optimal",
+    limits: tuple[float, float] | None = None,
 ) -> Figure:
     """One line per learner; a 2-D history ``(seeds, T)`` is drawn as mean +- 1 std band.
 
@@ -55,6 +56,9 @@ def plot_learning_curves(
         labels: legend entry per learner.
         smooth: trailing moving-average window applied to each curve.
         optimal: draws a dashed horizontal line at this value (e.g. value iteration).
+        limits: ``(low, high)`` range the plotted quantity cannot leave, e.g. ``(0, 1)`` for
+            a probability; the band is clipped to it, so that mean +- std never shows
+            impossible values.
     """
     if len(histories) != len(labels):
         raise ValueError(f"histories and labels must have the same length, got {len(histories)} and {len(labels)}")
@@ -68,7 +72,10 @@ def plot_learning_curves(
         (line,) = ax.plot(steps, mean, label=label if data.shape[0] == 1 else f"{label} (mean of {data.shape[0]})")
         if data.shape[0] > 1:
             std = curves.std(axis=0)
-            ax.fill_between(steps, mean - std, mean + std, color=line.get_color(), alpha=0.2, linewidth=0)
+            low, high = mean - std, mean + std
+            if limits is not None:
+                low, high = np.clip(low, *limits), np.clip(high, *limits)
+            ax.fill_between(steps, low, high, color=line.get_color(), alpha=0.2, linewidth=0)
     if optimal is not None:
         ax.axhline(optimal, color="black", linestyle="--", linewidth=1, label=optimal_label)
     title_suffix = f" (moving average of {smooth})" if smooth > 1 else ""

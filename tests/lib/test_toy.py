@@ -362,3 +362,23 @@ def test_plots_return_labelled_figures(tmp_path):
     assert plt.get_fignums() == open_before  # nothing left open in pyplot
     with pytest.raises(ValueError, match="labels"):
         plots.plot_learning_curves([curve.returns], ["a", "b"])
+
+
+def test_learning_curve_band_stays_inside_limits():
+    """A probability band (mean +- std over seeds) is clipped to [0, 1] when limits say so."""
+    import matplotlib
+
+    from course_lib.toy import plots
+
+    matplotlib.use("Agg")
+    probabilities = np.array([[0.0, 0.5, 1.0, 1.0], [0.0, 0.1, 0.2, 1.0], [0.9, 0.95, 1.0, 0.4]])  # (seeds, T)
+    band_heights = []
+    for limits in (None, (0.0, 1.0)):
+        fig = plots.plot_learning_curves([probabilities], ["p"], limits=limits)
+        (band,) = fig.get_axes()[0].collections
+        vertices = np.concatenate([path.vertices for path in band.get_paths()])
+        band_heights.append((vertices[:, 1].min(), vertices[:, 1].max()))
+    mean, std = probabilities.mean(0), probabilities.std(0)
+    assert band_heights[0][0] == pytest.approx((mean - std).min()) and band_heights[0][0] < 0
+    assert band_heights[0][1] == pytest.approx((mean + std).max()) and band_heights[0][1] > 1
+    assert band_heights[1] == (0.0, 1.0)
