@@ -414,41 +414,112 @@ except ValueError as error:
     print("refused:", error)
 
 # %% [markdown]
-# ## 8. Side by side: `grpo` vs `dr_grpo`, `group` vs `none`
+# ## 8. The length bias, measured
 #
-# The same short run three times, changing the loss type and the reward scaling. In fast mode each run is a
-# handful of steps, enough to see that everything runs but not to separate the curves; at
-# full size (a GPU, or patience on a CPU) look at `completions/mean_length`: the length bias
-# of `grpo` shows up there first.
+# The course's arithmetic answers take three or four tokens, which leaves no room for a
+# length bias to show: on that task `grpo`, `dr_grpo` and `dapo` runs produce the same
+# lengths. So we isolate it. `course_lib.toy.length_bias` is a policy whose only free
+# choice is **when to stop**. A completion is `[answer, filler × n, EOS]`; the answer is
+# correct or wrong with probability 1/2 (not learnable, so the reward cannot depend on the
+# length), and after it every position emits EOS with probability `p = sigmoid(θ)`, one
+# length logit `θ` for correct answers and one for wrong ones. The tokens' log-probs go
+# into `course_lib.algos.grpo.policy_loss`, the same function the trainer calls, so the
+# gradient on each length logit is exactly what each `loss_type` produces.
+#
+# First, one group by hand: two correct answers of 4 tokens and two wrong ones of 64,
+# and the weight each token gets (`−∂loss/∂log π`, from autograd).
+
+# %%
+lengths = torch.tensor([4, 4, 64, 64])
+mask = (torch.arange(64).unsqueeze(0) < lengths.unsqueeze(1)).double()  # (4, 64)
+advantages = group_advantages(torch.tensor([1.0, 1.0, 0.0, 0.0]), 4).double()  # correct +0.87, wrong -0.87
+print(f"{'loss_type':<9} {'per token, correct (L=4)':>25} {'per token, wrong (L=64)':>24} {'whole wrong answer':>19}")
+for loss_type in ("grpo", "dr_grpo", "dapo"):
+    logps = torch.zeros_like(mask, requires_grad=True)
+    loss = policy_loss(logps, None, advantages, mask, loss_type=loss_type, max_completion_length=64).loss
+    (grad,) = torch.autograd.grad(loss, logps)
+    print(f"{loss_type:<9} {-grad[0, 0].item():>+25.5f} {-grad[2, 0].item():>+24.5f} {-grad[2].sum().item():>+19.4f}")
+
+# %% [markdown]
+# Under `grpo` each wrong token of the long answers is pushed down 16 times less than a
+# correct token of the short ones is pushed up (1/64 against 1/4 of the same |A|), while
+# each whole answer gets the same total push. Under `dr_grpo` and `dapo` every token has
+# the same |weight|, so a long wrong answer takes 16 times the total push of a short one.
+#
+# What does that do to the length? For one completion with n fillers, the sum over its
+# tokens of `∂ log π / ∂θ` is `1 − (n + 1) p`, which is zero on average when n follows the
+# policy's own geometric distribution. A loss that weighs every token alike therefore has
+# no expected pull on the length. `grpo` multiplies each completion's sum by `A / L`, and
+# short completions (where the sum is positive) get the larger factor, so the average is
+# no longer zero: measured below over 400 sampled batches of 8 groups × 8 completions,
+# starting at `p = 1/16` (17 tokens on average, limit 128).
+
+# %%
+from course_lib.toy.length_bias import CORRECT, WRONG, length_logit_gradient, sample_batch, train_length_policy
+
+theta = torch.full((2,), math.log(1 / 15), dtype=torch.float64)  # p = 1/16 for both answers
+length_generator = torch.Generator().manual_seed(0)
+for loss_type in ("grpo", "dr_grpo", "dapo"):
+    grads = torch.stack([length_logit_gradient(theta, sample_batch(theta, 8, 8, 128, length_generator), loss_type,
+                                               max_completion_length=128, num_generations=8) for _ in range(400)])
+    mean, stderr = grads.mean(0), grads.std(0) / math.sqrt(len(grads))
+    print(f"{loss_type:<8} d loss / d theta_wrong {mean[WRONG]:+.5f} ± {stderr[WRONG]:.5f}   "
+          f"d loss / d theta_correct {mean[CORRECT]:+.5f} ± {stderr[CORRECT]:.5f}   (mean ± standard error)")
+
+# %% [markdown]
+# Under `grpo` the gradient on the wrong answers' EOS logit is positive, tens of standard
+# errors away from zero: gradient descent **lowers** their probability of stopping, so
+# wrong answers get longer, and the correct ones get shorter (measured: +0.033 and
+# −0.034, each about 60 standard errors from zero). Under `dr_grpo` both means are within
+# two standard errors of zero. `dapo` divides by the batch's token count, which itself
+# grows with the lengths; that leaves a trace (+0.0007 ± 0.0003 on the wrong answers,
+# 2% of `grpo`'s pull).
+#
+# Now train: plain SGD on the two logits, 100 updates, 5 seeds per loss type. `dr_grpo`
+# divides by `max_completion_length` = 128 instead of ~17 tokens, so its gradients are
+# about 7.5 times smaller; its learning rate is scaled up by 128/17 so that all three take
+# steps of the same size at the start.
 
 # %%
 import matplotlib.pyplot as plt
 
-variants = {
-    "grpo, group": dict(loss_type="grpo", scale_rewards="group"),
-    "dr_grpo, none (Dr. GRPO)": dict(loss_type="dr_grpo", scale_rewards="none"),
-    "dapo, group (default)": dict(loss_type="dapo", scale_rewards="group"),
-}
-histories = {name: run(name.split(",")[0] + "_" + settings["scale_rewards"], **settings)[1]
-             for name, settings in variants.items()}
-fig, axes = plt.subplots(1, 3, figsize=(13, 3.4))
-for ax, key in zip(axes, ("reward", "completions/mean_length", "grad_norm")):
-    for name, rows in histories.items():
-        ax.plot([r["step"] for r in rows], [r[key] for r in rows], marker="." if len(rows) < 30 else None, label=name)
-    ax.set(title=key, xlabel="optimizer step")
+learning_rates = {"grpo": 0.5, "dr_grpo": 0.5 * 128 / 17, "dapo": 0.5}
+length_runs = {loss_type: [train_length_policy(loss_type, steps=100, learning_rate=lr, seed=seed) for seed in range(5)]
+               for loss_type, lr in learning_rates.items()}
+fig, axes = plt.subplots(1, 2, figsize=(11, 3.4), sharey=True)
+colors = {"grpo": "tab:red", "dr_grpo": "tab:blue", "dapo": "tab:green"}
+for ax, which in zip(axes, ("wrong_length", "correct_length")):
+    for loss_type, runs in length_runs.items():
+        for index, one in enumerate(runs):
+            ax.plot(getattr(one, which), color=colors[loss_type], alpha=0.6, linewidth=1,
+                    label=loss_type if index == 0 else None)
+    ax.set(title=f"expected length of {which.split('_')[0]} answers", xlabel="SGD update")
     ax.grid(alpha=0.3)
+axes[0].set_ylabel("tokens")
 axes[0].legend(fontsize=8)
+fig.suptitle("Reward independent of length; only the loss averaging differs (5 seeds each)", fontsize=10)
 fig.tight_layout()
 plt.show()
+for loss_type, runs in length_runs.items():
+    wrong = torch.tensor([one.wrong_length[-1] for one in runs])
+    correct = torch.tensor([one.correct_length[-1] for one in runs])
+    print(f"{loss_type:<8} after 100 updates: wrong answers {wrong.mean():5.1f} ± {wrong.std():.1f} tokens, "
+          f"correct answers {correct.mean():5.1f} ± {correct.std():.1f} (started at 17.0)")
 
 # %% [markdown]
-# The `grad_norm` panel shows that the scales differ even when the samples are the same:
-# `dr_grpo` divides by B × `max_completion_length`, so its gradient is smaller than
-# `dapo`'s whenever the completions are shorter than the limit, and
+# Measured here (the cell above, 5 seeds): under `grpo` the wrong answers grow from 17 to
+# about 47 tokens and the correct ones shrink to about 4, although the reward never looks
+# at the length; under `dr_grpo` and `dapo` both stay at 17 ± 1. That is the Dr. GRPO
+# paper's diagnosis in its smallest form: with per-sequence averaging, the cheapest way to
+# lose less on a wrong answer is to make it longer. In a real run you watch
+# `completions/mean_length` (and its split by reward, if you log it): a length that keeps
+# growing while the reward stalls is the symptom.
+#
+# The scales differ too: `dr_grpo` divides by B × `max_completion_length`, so its
+# gradient is smaller than `dapo`'s whenever completions are shorter than the limit, and
 # `scale_rewards="none"` keeps the raw reward scale instead of unit-variance groups.
-# Changing the loss type or the scaling can therefore call for a different learning rate.
-# (In fast mode the runs are too short for the updates to change what the model samples,
-# so the reward and length curves lie on top of each other.)
+# Changing the loss type or the scaling can therefore call for a different learning rate,
+# as it did above.
 
 # %% [markdown]
 # ## Questions
