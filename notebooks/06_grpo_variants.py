@@ -86,6 +86,13 @@ except ImportError:
 # normalises by the tokens of the whole accumulated batch, so the micro-batch losses add
 # up to the token mean of the full batch, whatever their sizes. `bnpo` instead gives each
 # micro-batch the same weight, so the tokens of a small micro-batch count more.
+#
+# A check on fresh samples would prove nothing: on-policy every ratio is 1, each token's
+# loss is just −A, and *any* average of a constant is that constant. So the check below
+# moves the policy first (`old_logps` are the log-probs before a pretend update, as on a
+# second pass with `num_iterations=2`): the ratios spread around 1, some tokens clip, and
+# we compare the loss values **and** their gradients. The same comparison on the
+# four-completion batch shows that it can fail.
 
 # %%
 import torch
@@ -95,19 +102,32 @@ from course_lib.algos.grpo import policy_loss
 generator = torch.Generator().manual_seed(0)
 lengths = torch.tensor([3, 9, 2, 6])
 mask = (torch.arange(9).unsqueeze(0) < lengths.unsqueeze(1)).float()  # (B=4, T=9), right-padded
-logps = -torch.rand(4, 9, generator=generator)
+old_logps = -torch.rand(4, 9, generator=generator)  # log-probs when the completions were sampled
+logps = old_logps + 0.3 * torch.randn(4, 9, generator=generator)  # after an update: ratios spread around 1
 advantages = torch.tensor([1.0, -0.5, 0.8, -1.2])
+ratio = (logps - old_logps).exp()[mask.bool()]
+print(f"ratios: {ratio.min():.2f} to {ratio.max():.2f}, {((ratio < 0.8) | (ratio > 1.2)).float().mean():.0%} "
+      "of the tokens outside [0.8, 1.2]")
 
-one = slice(1, 2)
-print("B = 1   grpo:", policy_loss(logps[one], None, advantages[one], mask[one], loss_type="grpo").loss.item(),
-      "  bnpo:", policy_loss(logps[one], None, advantages[one], mask[one], loss_type="bnpo").loss.item())
 
-full = policy_loss(logps, None, advantages, mask, loss_type="bnpo").loss  # the token mean of the whole batch
+def loss_and_grad(rows: slice, loss_type: str) -> tuple[float, torch.Tensor]:
+    """policy_loss on the rows, and its gradient with respect to their log-probs."""
+    current = logps[rows].clone().requires_grad_(True)
+    loss = policy_loss(current, old_logps[rows], advantages[rows], mask[rows], loss_type=loss_type).loss
+    return loss.item(), torch.autograd.grad(loss, current)[0]
+
+
+for rows, label in ((slice(1, 2), "B = 1"), (slice(0, 4), "B = 4")):
+    (grpo_loss, grpo_grad), (bnpo_loss, bnpo_grad) = loss_and_grad(rows, "grpo"), loss_and_grad(rows, "bnpo")
+    print(f"{label}: loss grpo {grpo_loss:+.4f}, bnpo {bnpo_loss:+.4f}; "
+          f"largest gradient difference {(grpo_grad - bnpo_grad).abs().max():.1e}")
+
+full = policy_loss(logps, old_logps, advantages, mask, loss_type="bnpo").loss  # the token mean of the whole batch
 micro = [slice(0, 1), slice(1, 4)]  # two micro-batches of 1 and 3 completions, accumulated
 tokens = int(mask.sum())
-dapo = sum(policy_loss(logps[s], None, advantages[s], mask[s], loss_type="dapo", num_items_in_batch=tokens,
+dapo = sum(policy_loss(logps[s], old_logps[s], advantages[s], mask[s], loss_type="dapo", num_items_in_batch=tokens,
                        gradient_accumulation_steps=2).loss for s in micro)
-bnpo = sum(policy_loss(logps[s], None, advantages[s], mask[s], loss_type="bnpo",
+bnpo = sum(policy_loss(logps[s], old_logps[s], advantages[s], mask[s], loss_type="bnpo",
                        gradient_accumulation_steps=2).loss for s in micro)
 print(f"token mean of the full batch: {full.item():+.4f}")
 print(f"dapo, 2 micro-batches summed: {dapo.item():+.4f}   (same: one weight per token)")
