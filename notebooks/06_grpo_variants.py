@@ -286,11 +286,40 @@ feedback(ex06.check_cispo_per_token_loss, ex.cispo_per_token_loss);
 # models, where token ratios are noisy. Because each sequence already has one weight, TRL
 # warns when the sequence level is combined with a loss type that sums over tokens: GSPO's
 # own objective is `loss_type="grpo"`.
+#
+# **The clip range changes scale.** The log of the sequence ratio is the *mean* of the
+# token log-ratios, so the deviations of the tokens largely average out: if the token
+# log-ratios of a 1,000-token completion deviated independently by ±0.05, their mean would
+# deviate by about 0.05 / √1000 ≈ 0.0016. A range of ±0.2 would almost never bind. GSPO
+# therefore clips the sequence ratio to **[1 − 3·10⁻⁴, 1 + 4·10⁻⁴]** (GSPO paper, v2,
+# section 5.1), and TRL's documented recipe for reproducing it is
+#
+# ```python
+# GRPOConfig(importance_sampling_level="sequence", loss_type="grpo", beta=0.0,
+#            epsilon=3e-4, epsilon_high=4e-4,
+#            gradient_accumulation_steps=1, steps_per_generation=4)
+# ```
+#
+# (four optimizer steps per generation batch, so that the ratio leaves 1 at all: on
+# fresh samples every ratio is exactly 1 and the level makes no difference). Keeping
+# TRL's default `epsilon=0.2` with `importance_sampling_level="sequence"` silently turns
+# GSPO's clip off. The figure uses GSPO's range: a two-token completion, drawn over token
+# ratios within ±0.0012 of 1. Below it, two completions checked with `policy_loss`: at the
+# token level with ±0.2 only the token at 1.5 is clipped; at the sequence level ±0.2
+# clips nothing (the geometric means are 1.004 and 1.16), while GSPO's range clips both.
 
 # %%
 from course_lib.widgets.clipping import plot_sequence_ratio
 
-display(plot_sequence_ratio(epsilon=0.2))
+display(plot_sequence_ratio(epsilon=3e-4, epsilon_high=4e-4))
+# Two completions of two tokens, A = +1: token ratios (1.05, 0.96) and (1.5, 0.9).
+ratios = torch.tensor([[1.05, 0.96], [1.5, 0.9]])
+print("sequence ratios (geometric means):", [round(v, 4) for v in ratios.log().mean(-1).exp().tolist()])
+for level, eps, eps_high in (("token", 0.2, 0.2), ("sequence", 0.2, 0.2), ("sequence", 3e-4, 4e-4)):
+    out = policy_loss(ratios.log(), torch.zeros_like(ratios), torch.ones(2), torch.ones_like(ratios),
+                      loss_type="grpo", epsilon=eps, epsilon_high=eps_high, importance_sampling_level=level)
+    print(f"{level:>8} level, clip [{1 - eps:g}, {1 + eps_high:g}]: "
+          f"{out.metrics['clip_ratio/region_mean']:.0%} of the tokens clipped")
 
 # %% [markdown]
 # ## Exercise 3 — the sequence-level ratio
