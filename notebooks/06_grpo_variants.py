@@ -338,24 +338,56 @@ feedback(ex06.check_sequence_level_ratio, ex.sequence_level_ratio);
 # excluding such completions from the loss for stability ("overlong filtering"); with
 # `mask_truncated_completions=True` every token of a completion without EOS gets mask 0.
 #
-# The pitfall: in a batch where **every** completion is truncated (long reasoning, a short
-# limit), the completion mask becomes all zeros. A mean over the mask is then 0 / 0, and
-# one implementation's KL metric became NaN exactly this way; one NaN in a loss poisons the
-# optimizer state for good. Some guides therefore advise leaving the flag off. `course_lib`
-# takes every masked mean through `course_lib.ops.masking`, which returns 0 on an empty mask:
+# The pitfall is a division by zero, and it does not wait for a whole batch to be cut off.
+# Every place that averages **per completion** divides by that completion's own count of
+# valid tokens: the `grpo` (and `sapo`) loss, GSPO's sequence ratio (the mean log-ratio
+# of the row), per-sequence statistics such as `clip_ratio/low_min`. A masked row makes
+# that count 0, so **one** truncated completion in the batch gives 0 / 0 = NaN in its row,
+# and the mean over rows is NaN for the whole batch. Only the batch-level averages
+# (`bnpo`, `dapo`, the logged KL) need *every* completion truncated before they divide
+# 0 by 0. And a row that is only **partly** masked (an ordinary padded completion) has its
+# own trap: if a padded position holds `-inf` (the log-prob of a token the model gives
+# probability 0, or a fill value), `-inf × 0` is NaN, so multiplying by the mask does not
+# remove it. Worse, NaN reaches the gradient even when the forward value is repaired after
+# the fact with `torch.where`: the backward pass of `x / 0` still computes 0 / 0. One NaN in
+# a gradient poisons the optimizer state for good, which is why some guides advise
+# leaving the flag off.
+#
+# `course_lib` avoids all three: every denominator is clamped to at least 1 (a masked row
+# averages to 0 and gets no gradient), and padded positions are overwritten with 0 before
+# any exponential or product. Below, one truncated completion out of four (the naive
+# versions first), and one padded position holding `-inf`:
 
 # %%
 from course_lib.ops.masking import masked_mean
 
-per_token_kl = torch.rand(4, 6, generator=generator)
-is_eos = torch.tensor([False, False, False, False])  # every completion hit the limit
+per_token_logps = torch.log(torch.rand(4, 6, generator=generator))
+per_token_loss = torch.rand(4, 6, generator=generator)
+is_eos = torch.tensor([True, True, True, False])  # the last completion hit the limit
 completion_mask = torch.ones(4, 6) * is_eos.unsqueeze(1).float()  # mask_truncated_completions=True
-naive = (per_token_kl * completion_mask).sum() / completion_mask.sum()
-print("naive masked mean :", naive.item())
-print("course_lib masked_mean:", masked_mean(per_token_kl, completion_mask).item())
-out = policy_loss(torch.log(torch.rand(4, 6, generator=generator)), None, torch.randn(4, generator=generator),
-                  completion_mask, beta=0.04, ref_logps=torch.log(torch.rand(4, 6, generator=generator)))
-print("policy_loss on the empty mask: loss", out.loss.item(), " kl", out.metrics["kl"])
+completion_mask[0, 4:] = 0  # completion 0 is shorter: two padded positions
+loss_rows = per_token_loss.clone().requires_grad_(True)
+per_sequence = (loss_rows * completion_mask).sum(-1) / completion_mask.sum(-1)  # grpo's average, naively
+print("naive per-sequence means:", [round(v, 3) for v in per_sequence.tolist()], "-> grpo loss", per_sequence.mean().item())
+repaired = torch.where(completion_mask.sum(-1) > 0, per_sequence, torch.zeros_like(per_sequence)).mean()
+repaired.backward()  # the backward of x / 0 is 0 / 0 = NaN, whatever torch.where kept
+print(f"repaired with torch.where: loss {repaired.item():.4f}, but NaN gradients: {torch.isnan(loss_rows.grad).sum().item()}")
+print("naive token mean (bnpo, KL metric):", round(((per_token_loss * completion_mask).sum() / completion_mask.sum()).item(), 4),
+      "  finite: only an all-truncated batch breaks it;",
+      "course_lib masked_mean of an all-zero mask:", masked_mean(per_token_loss, torch.zeros(4, 6)).item())
+
+padded = per_token_logps.clone()
+padded[0, 5] = -float("inf")  # a padded position of completion 0 holding -inf
+print("naive masked sum of completion 0's log-probs:", (padded * completion_mask).sum(-1)[0].item(), "(-inf * 0 = nan)")
+for loss_type, level in (("grpo", "token"), ("grpo", "sequence"), ("dapo", "token")):
+    logps = padded.clone().requires_grad_(True)
+    out = policy_loss(logps, per_token_logps.detach() - 0.1, torch.randn(4, generator=generator), completion_mask,
+                      loss_type=loss_type, importance_sampling_level=level, beta=0.04,
+                      ref_logps=torch.log(torch.rand(4, 6, generator=generator)))
+    out.loss.backward()
+    print(f"course_lib policy_loss ({loss_type}, {level}): loss {out.loss.item():+.4f}, kl {out.metrics['kl']:.4f}, "
+          f"NaN gradients {torch.isnan(logps.grad).sum().item()}, gradient on the truncated row "
+          f"{logps.grad[3].abs().sum().item():.1f}")
 
 # %% [markdown]
 # The same guard holds in a real run. With `max_completion_length=2` the tiny model never
