@@ -568,12 +568,14 @@ learning_rates = {"grpo": 0.5, "dr_grpo": 0.5 * 128 / 17, "dapo": 0.5}
 length_runs = {loss_type: [train_length_policy(loss_type, steps=100, learning_rate=lr, seed=seed) for seed in range(5)]
                for loss_type, lr in learning_rates.items()}
 fig, axes = plt.subplots(1, 2, figsize=(11, 3.4), sharey=True)
-colors = {"grpo": "tab:red", "dr_grpo": "tab:blue", "dapo": "tab:green"}
+styles = {"grpo": dict(color="tab:red", label="grpo: mean per completion"),
+          "dr_grpo": dict(color="tab:blue", label="dr_grpo: constant divisor"),
+          "dapo": dict(color="tab:green", linestyle="--", label="dapo: mean over the batch's tokens")}
 for ax, which in zip(axes, ("wrong_length", "correct_length")):
     for loss_type, runs in length_runs.items():
         for index, one in enumerate(runs):
-            ax.plot(getattr(one, which), color=colors[loss_type], alpha=0.6, linewidth=1,
-                    label=loss_type if index == 0 else None)
+            style = styles[loss_type] if index == 0 else {**styles[loss_type], "label": None}
+            ax.plot(getattr(one, which), alpha=0.7, linewidth=1, **style)
     ax.set(title=f"expected length of {which.split('_')[0]} answers", xlabel="SGD update")
     ax.grid(alpha=0.3)
 axes[0].set_ylabel("tokens")
