@@ -320,6 +320,12 @@ for level, eps, eps_high in (("token", 0.2, 0.2), ("sequence", 0.2, 0.2), ("sequ
                       loss_type="grpo", epsilon=eps, epsilon_high=eps_high, importance_sampling_level=level)
     print(f"{level:>8} level, clip [{1 - eps:g}, {1 + eps_high:g}]: "
           f"{out.metrics['clip_ratio/region_mean']:.0%} of the tokens clipped")
+from course_lib.algos import GRPOConfig
+
+gspo = GRPOConfig(importance_sampling_level="sequence", loss_type="grpo", beta=0.0, epsilon=3e-4, epsilon_high=4e-4,
+                  gradient_accumulation_steps=1, steps_per_generation=4, per_device_train_batch_size=8, num_generations=8)
+print("GSPO's recipe in course_lib:", {name: getattr(gspo, name) for name in
+                                       ("importance_sampling_level", "epsilon", "epsilon_high", "steps_per_generation")})
 
 # %% [markdown]
 # ## Exercise 3 — the sequence-level ratio
@@ -435,9 +441,9 @@ for row in truncated:
 # **`num_iterations`** is μ in the GRPO paper: how many times each generation batch is
 # used, like PPO's epochs. With μ = 2 every micro-batch goes through the model twice —
 # two forward (and backward) passes per accumulation step — before new completions are
-# generated. Generation is the expensive part of RL for LLMs, so reusing it is tempting;
-# the price is that the second pass is **off-policy**: the policy has already moved, the
-# ratio leaves 1, and the clip (section 3) starts to act. The table below (lesson 07 explains
+# generated. Generation is often the expensive part of a step (lesson 10 measures when),
+# so reusing it is tempting; the price is that the second pass is **off-policy**: the
+# policy has already moved, the ratio leaves 1, and the clip (section 3) starts to act. The table below (lesson 07 explains
 # it) shows the replay, and a short run shows the clip becoming active: with this schedule
 # the odd optimizer steps train on fresh completions (ratio 1, nothing clipped) and the
 # even ones replay them after an update (some tokens clipped).

@@ -103,8 +103,8 @@ prompt_ids, prompt_mask, completion_ids = timings[0]["batch"]  # the 64 x 96 bat
 completion_mask = torch.ones_like(completion_ids)
 
 # %% [markdown]
-# How to read it (three runs of this cell on a shared 2-core CPU, one thread): one
-# decoding step costs about as much for 4 sequences as for 1 (3.5 to 8 ms), because at
+# How to read it (three runs of this cell on a shared 2-core CPU, one thread): a
+# decoding step for 4 sequences costs less than twice one for 1 (3.5 to 8 ms), because at
 # that size a step is mostly fixed overhead: reading the weights, launching each layer,
 # Python. So with few sequences and long completions generation dominates:
 # generate/train was 9.3 to 11.9 for one sequence and 4.0 to 4.7 for four. With 64
