@@ -337,7 +337,7 @@ ex = load_exercise("ex06_grpo_variants")
 feedback(ex06.check_sequence_level_ratio, ex.sequence_level_ratio);
 
 # %% [markdown]
-# ## 5. `mask_truncated_completions` and the NaN-KL pitfall
+# ## 5. `mask_truncated_completions` and the NaN pitfall
 #
 # A completion that hits `max_completion_length` before its end-of-sequence token is
 # **truncated**: its reward is often meaningless (the answer was cut off). DAPO recommends
