@@ -124,12 +124,15 @@ completion_mask = torch.ones_like(completion_ids)
 # batch of matrix products, limited by arithmetic, which a GPU has in abundance. A
 # decoding step is limited by memory traffic: it must read all weights, plus every
 # sequence's KV cache, to produce a single token per sequence, and the GPU's arithmetic
-# units mostly wait. For an 8B model in 16-bit that is 16 GB read per step; at a memory
-# bandwidth of about 3 TB/s (an H100) that is at least 5 ms per step before any KV cache,
-# so a 1,000-token completion takes at least 5 s of strictly sequential steps, however
-# many sequences share them. That sequential floor, which grows with the completion
-# length, is why RL frameworks generate with a dedicated inference engine (next section)
-# and why long reasoning completions make generation the larger part of a step.
+# units mostly wait. For an 8B model in 16-bit that is 16 GB read per step; at the
+# 3.35 TB/s of an H100's memory that is about 4.8 ms per step before any KV cache, so a
+# 1,000-token completion takes at least 4.8 s of strictly sequential steps, and the same
+# 4.8 s for 8 sequences as for 64 as long as a step stays memory-bound. That sequential
+# floor, which grows with the completion length, is why RL frameworks generate with a
+# dedicated inference engine (next section) and why long reasoning completions make
+# generation the larger part of a step. (This paragraph is arithmetic, not a measurement:
+# the timing cell above measures whatever machine runs it; run it on a GPU to see the
+# ratio there.)
 #
 # ## 2. vLLM, colocated
 #
