@@ -8,8 +8,9 @@
 # them (all tokens at once). This lesson is about making both fit and run fast on one GPU.
 #
 # In this lesson you will:
-# 1. see why **rollouts dominate** the cost on GPUs, and what a colocated **vLLM engine**
-#    changes: throughput, shared memory, weight sync after every optimizer step;
+# 1. measure **when generation dominates** the cost of a step (and when it does not), and
+#    what a colocated **vLLM engine** changes: throughput, shared memory, weight sync
+#    after every optimizer step;
 # 2. measure the **sampling/training mismatch** between an inference engine and the
 #    trainer, and correct it: **truncated importance sampling**, then TRL 1.16's four
 #    modes and its default, **`sequence_mask` with `clip_max=3.0`**;
@@ -59,13 +60,12 @@ print("fast mode:", fast_mode(), "| device:", device_info(), "| engines:", engin
 # ## 1. Where the time goes
 #
 # Training on a completion of T tokens is **one** forward and backward pass over all T
-# positions at once: big matrix products that keep a GPU busy. Generating it is **T
-# sequential** forward passes, each producing one token per sequence, each too small to
-# use the GPU well and each re-reading every weight from memory. Reasoning completions run
-# to thousands of tokens, so on a GPU generation takes most of an RL step.
-#
-# Here is the measurement on the machine running this notebook, with the course's tiny
-# model: 16 prompts × 4 samples, forced to a fixed length.
+# positions at once: big matrix products. Generating it is **T sequential** forward
+# passes, each producing one token per sequence and each re-reading every weight (and the
+# KV cache) from memory. Which of the two costs more depends on the hardware, the model
+# size, the number of sequences sampled together and their length. Here is the
+# measurement on the machine running this notebook, with the course's tiny model, forced
+# to a fixed completion length, for three batch sizes.
 
 # %%
 from course_lib.data import get_task
@@ -76,35 +76,72 @@ from course_lib.rollout.base import left_pad
 
 model, tokenizer = load_policy("tiny", device=DEVICE)
 prompts = get_task("arithmetic", n=16)["prompt"]
-prompt_ids, prompt_mask = left_pad([ids for ids in tokenize_prompts(tokenizer, prompts) for _ in range(4)],
-                                   tokenizer.pad_token_id)
-prompt_ids, prompt_mask = prompt_ids.to(DEVICE), prompt_mask.to(DEVICE)
-length = scaled(32, 96)
+length = 96  # the tiny model has 128 positions: prompt + completion must fit
 
-start = time.perf_counter()
-with torch.no_grad():
-    generated = model.generate(input_ids=prompt_ids, attention_mask=prompt_mask, do_sample=True, max_new_tokens=length,
-                               min_new_tokens=length, pad_token_id=tokenizer.pad_token_id)
-generate_s = time.perf_counter() - start
-completion_ids = generated[:, prompt_ids.shape[1]:]
+
+def time_generate_and_train(policy, num_prompts: int, samples: int, new_tokens: int) -> dict:
+    """Seconds to sample `num_prompts x samples` completions of `new_tokens` tokens, and for one
+    forward + backward pass over them (a stand-in loss with the real loss's work)."""
+    ids = [row for row in tokenize_prompts(tokenizer, prompts[:num_prompts]) for _ in range(samples)]
+    prompt_ids, prompt_mask = (t.to(DEVICE) for t in left_pad(ids, tokenizer.pad_token_id))
+    start = time.perf_counter()
+    with torch.no_grad():
+        generated = policy.generate(input_ids=prompt_ids, attention_mask=prompt_mask, do_sample=True,
+                                    max_new_tokens=new_tokens, min_new_tokens=new_tokens,
+                                    pad_token_id=tokenizer.pad_token_id)
+    generate_s = time.perf_counter() - start
+    completion_ids = generated[:, prompt_ids.shape[1]:]
+    policy.train()
+    start = time.perf_counter()
+    logps, _, _ = completion_forward(policy, prompt_ids, prompt_mask, completion_ids, torch.ones_like(completion_ids))
+    (-logps.sum()).backward()
+    train_s = time.perf_counter() - start
+    policy.eval()
+    policy.zero_grad(set_to_none=True)
+    return {"sequences": len(ids), "generate_s": generate_s, "train_s": train_s,
+            "batch": (prompt_ids, prompt_mask, completion_ids)}
+
+
+time_generate_and_train(model, 2, 2, 8)  # warm-up: the first call pays one-off costs
+timings = [time_generate_and_train(model, n, k, length) for n, k in ((16, 4), (2, 2), (1, 1))]
+for row in timings:
+    print(f"{row['sequences']:3d} sequences x {length} tokens on {DEVICE}: generate {row['generate_s']:5.2f} s "
+          f"({1000 * row['generate_s'] / length:4.1f} ms per decoding step), forward + backward "
+          f"{row['train_s']:5.2f} s; generate / train = {row['generate_s'] / row['train_s']:4.1f}")
+prompt_ids, prompt_mask, completion_ids = timings[0]["batch"]  # the 64 x 96 batch, reused below
 completion_mask = torch.ones_like(completion_ids)
 
-model.train()
-start = time.perf_counter()
-logps, _, _ = completion_forward(model, prompt_ids, prompt_mask, completion_ids, completion_mask)
-(-logps.sum()).backward()  # a stand-in loss: same forward and backward work as the real one
-train_s = time.perf_counter() - start
-model.eval()
-model.zero_grad(set_to_none=True)
-print(f"{completion_ids.numel()} tokens on {DEVICE}: generate {generate_s:.2f} s ({completion_ids.shape[1]} sequential "
-      f"steps), forward + backward {train_s:.2f} s (one pass); generate / train = {generate_s / train_s:.1f}")
-
 # %% [markdown]
-# On a CPU with a 1M-parameter model the two come out about the same: a CPU has no idle
-# parallel units for the single big pass to fill, and each decoding step of a tiny model
-# is cheap. Run the notebook on a GPU and the ratio moves in favour of training; with an
-# 8B model and 1,000-token completions, generation dominates the step. That is why RL
-# frameworks generate with a dedicated inference engine.
+# How to read it (three runs of this cell on a shared 2-core CPU, one thread): a
+# decoding step for 4 sequences costs less than twice one for 1 (3.5 to 8 ms), because at
+# that size a step is mostly fixed overhead: reading the weights, launching each layer,
+# Python. So with few sequences and long completions generation dominates:
+# generate/train was 9.3 to 11.9 for one sequence and 4.0 to 4.7 for four. With 64
+# sequences a decoding step is real work for a CPU (23 to 50 ms), and since a forward +
+# backward pass costs about three forward passes, training catches up: the ratio fell
+# to 1.2 to 2.9 (background load on a shared machine moves single timings by ±50%).
+#
+# A real small model crosses over. SmolLM2-135M on the same CPU (the function above with
+# `load_policy("smollm2-135m")`, one thread, measured once each): 64 sequences × 32
+# tokens took 58 s to generate and 99 s to train (ratio 0.6: training dominates), while
+# 1 sequence × 96 tokens took 14.1 s against 3.1 s (ratio 4.5). So on a CPU generation
+# dominates **only** with few sequences per batch and long completions; with a batch
+# of the size RL uses, a 135M-parameter model spends more time training.
+#
+# On a GPU the balance moves toward generation for every batch size a GPU can hold,
+# because the two passes are limited by different things. The training pass is one big
+# batch of matrix products, limited by arithmetic, which a GPU has in abundance. A
+# decoding step is limited by memory traffic: it must read all weights, plus every
+# sequence's KV cache, to produce a single token per sequence, and the GPU's arithmetic
+# units mostly wait. For an 8B model in 16-bit that is 16 GB read per step; at the
+# 3.35 TB/s of an H100's memory that is about 4.8 ms per step before any KV cache, so a
+# 1,000-token completion takes at least 4.8 s of strictly sequential steps, and the same
+# 4.8 s for 8 sequences as for 64 as long as a step stays memory-bound. That sequential
+# floor, which grows with the completion length, is why RL frameworks generate with a
+# dedicated inference engine (next section) and why long reasoning completions make
+# generation the larger part of a step. (This paragraph is arithmetic, not a measurement:
+# the timing cell above measures whatever machine runs it; run it on a GPU to see the
+# ratio there.)
 #
 # ## 2. vLLM, colocated
 #
@@ -178,11 +215,15 @@ else:
 # $$w_t = \min\left(\frac{\pi_\text{old}(y_t)}{\pi_\text{sampler}(y_t)},\ C\right).$$
 #
 # That is TRL's `vllm_importance_sampling_mode="token_truncate"` with `C =
-# vllm_importance_sampling_clip_max`. It was TRL's default until the 1.x series, with
-# `C = 2.0` under the name `vllm_importance_sampling_cap`; **TRL 1.16's default is
-# `sequence_mask` with `clip_max = 3.0`** (section 3b), and `vllm_importance_sampling_cap`
-# survives only as a deprecated alias of `clip_max` (the course's config warns and moves
-# it). You implement the token-level form first, because the others are built from it.
+# vllm_importance_sampling_clip_max`. It is **not** TRL's default: in TRL 1.16 the fields
+# default to `vllm_importance_sampling_correction=True`,
+# **`vllm_importance_sampling_mode="sequence_mask"`**, `vllm_importance_sampling_clip_max=3.0`
+# and `vllm_importance_sampling_clip_min=None` (read them in `trl/trainer/grpo_config.py`;
+# its docstring still calls `token_truncate` the default, the dataclass field says
+# `sequence_mask`). The older single knob, `vllm_importance_sampling_cap`, is deprecated
+# since TRL 1.6 (to be removed in 2.0): setting it only copies its value into `clip_max`,
+# and the mode stays `sequence_mask`. The course's config does the same and warns. You
+# implement the token-level form first, because the others are built from it.
 #
 # With the vLLM engine the correction is on automatically (cell above); the HF engine
 # records its sampling log-probs too, so `vllm_importance_sampling_correction=True` works
@@ -199,9 +240,10 @@ with torch.no_grad():
 sampler_logps = sampler_logps.float()
 valid = completion_mask.bool()
 log_ratio = (trainer_logps - sampler_logps)[valid]
-weights = truncated_is_ratio(trainer_logps, sampler_logps, completion_mask, cap=2.0)[valid]
+weights = truncated_is_ratio(trainer_logps, sampler_logps, completion_mask, cap=3.0)[valid]  # C = clip_max
 print(f"|log pi_train - log pi_sampler|: mean {log_ratio.abs().mean():.4f}, max {log_ratio.abs().max():.4f}")
-print(f"TIS weights: min {weights.min():.3f}, max {weights.max():.3f}, capped at 2.0: {(weights == 2.0).sum().item()}")
+print(f"TIS weights: min {weights.min():.3f}, max {weights.max():.3f}, capped at 3.0: {(weights == 3.0).sum().item()} "
+      f"of {weights.numel()} tokens")
 
 fig, ax = plt.subplots(figsize=(6, 2.8))
 ax.hist(log_ratio.cpu().numpy(), bins=60, color="tab:blue")
@@ -306,10 +348,20 @@ print("bf16 supported here:", device_info()["bf16_supported"])
 # ## 5. The memory arithmetic of GRPO at 20K context
 #
 # Unsloth's guide works out Llama 3.1 8B with a **20K context** and **8 generations** per
-# prompt. A standard GRPO loss materialises two `(8, 20K, vocab)` logits tensors (policy
-# and reference) in 16-bit:
+# prompt. Its count: a standard implementation has to create "2 logits" of shape
+# `(8, 20K)` × vocabulary to compute the GRPO loss, at 2 bytes each:
 #
 # $$2 \times 2\ \text{bytes} \times 8 \times 20\text{K} \times 128{,}256 \approx 78.3\ \text{GB}.$$
+#
+# The guide does not say which two tensors these are. They cannot be the policy's and a
+# reference model's: with `beta=0.0`, the default in TRL and in the guide, no reference
+# model is loaded at all. Read them as two full-vocabulary copies of the *policy's*
+# logits, e.g. the model's 16-bit output and the log-softmax computed from it. Note also
+# that 2 × 2 bytes = 4 bytes: the same 78.3 GB is **one** float32 copy of the logits,
+# which is exactly what a log-softmax in float32 (TRL's and the course's choice, for
+# precision: section 4) materialises, 8 × 20,480 × 128,256 = 2.1·10¹⁰ values × 4 bytes
+# = 84.1·10⁹ bytes = 78.3 GiB. Section 6 measures how many such tensors a naive
+# forward + backward keeps alive at once.
 #
 # Generation needs a KV cache, also 16-bit: K and V for 32 layers, 1,024 wide (8 KV heads
 # of 128), per token:
@@ -350,6 +402,14 @@ print(f"KV cache: {kv_cache_gb(32, 1024, 20 * 1024):.1f} GiB per sequence, "
 # faster); Unsloth's **gradient checkpointing** moves intermediate activations to system
 # RAM asynchronously, about 1% slower, saving 52 GB; **sharing memory** with vLLM removes
 # the engine's separate 16 GB.
+#
+# Those three add up to 136.5 GB of the 456.5 GB saved. The biggest line, training memory
+# 414 → 42 GB, is not broken down in the guide; of its 372 GB, the guide names only the
+# 52 GB of offloaded activations. The remaining 320 GB is the size of what a naive loss
+# keeps alive in its **backward** pass: the guide's 78.3 GB counts full-vocabulary
+# tensors once, but autograd holds several at the same time (the logits, the float32
+# log-softmax, the gradient of each). Section 6 measures how many, and turns the
+# measurement into gigabytes at these shapes.
 
 # %%
 parts = ["training memory", "GRPO memory (logits)", "inference engine", "KV cache (20K)"]
@@ -421,8 +481,9 @@ print("same log-probs:", torch.allclose(naive, fused, atol=1e-5),
 # %%
 from course_lib.widgets import measure_logprob_memory, plot_memory_vs_chunk_size
 
+measured_tokens, measured_vocab = scaled(2048, 4096), scaled(16_384, 32_768)
 results = measure_logprob_memory(chunk_sizes=scaled((None, 1024, 16), (None, 4096, 1024, 256, 64)),
-                                 n_tokens=scaled(2048, 4096), hidden=scaled(128, 256), vocab=scaled(16_384, 32_768))
+                                 n_tokens=measured_tokens, hidden=scaled(128, 256), vocab=measured_vocab)
 for row in results:
     label = "naive (full logits)" if row["chunk_size"] is None else f"fused, chunk {row['chunk_size']}"
     print(f"{label:>22}: peak {row['peak_mib']:7.1f} MiB, {row['seconds']:.2f} s")
@@ -434,6 +495,31 @@ display(plot_memory_vs_chunk_size(results))
 # falls with the chunk size, roughly in proportion, down to the floor of the inputs'
 # gradients; very small chunks start to cost time. The trainer uses the fused path
 # (`use_fused_logprobs=True`, `logprob_chunk_size`).
+#
+# ### Back to the 414 GB
+#
+# Divide the measured naive peak by the size of one float32 `(N, V)` tensor and you get
+# how many full-vocabulary tensors a naive forward + backward keeps alive at once. That
+# count does not depend on N or V, so it carries over to Llama 3.1 8B at 8 × 20K tokens:
+
+# %%
+naive_peak = next(row["peak_mib"] for row in results if row["chunk_size"] is None) * 2**20  # bytes
+copies = naive_peak / (measured_tokens * measured_vocab * 4)
+tokens, vocab = 8 * 20 * 1024, 128_256  # 8 generations x 20K tokens, Llama 3's vocabulary
+one_copy = tokens * vocab * 4 / 2**30  # GiB, the guide's "GB"
+print(f"measured: the naive peak holds {copies:.1f} float32 (N, V) tensors")
+print(f"at 8 x 20K tokens and V = 128,256: one float32 copy = {one_copy:.1f} GB, "
+      f"the naive peak = {copies:.1f} x {one_copy:.1f} = {copies * one_copy:.0f} GB")
+print(f"the fused path instead holds one (chunk, V) block: 4,096 rows = {4096 * vocab * 4 / 2**30:.1f} GB")
+print(f"the guide's training memory: 414 - 42 = 372 GB saved, minus 52 GB of offloaded activations = 320 GB")
+
+# %% [markdown]
+# Measured here: about four float32 full-vocabulary tensors at the naive peak (such as the
+# logits, the log-softmax and their gradients), so about 4 × 78.3 ≈ 313 GB at the
+# guide's shapes, against one 2 GB block for the fused path. That accounts for the
+# 320 GB of the training-memory drop that the guide does not itemise, to within a few
+# percent. This is our reconstruction from the shapes and the measurement, consistent
+# with the guide's totals; the guide itself gives no per-item breakdown of that row.
 #
 # On a GPU the same idea goes one level further down. `course_lib.ops.triton_logprobs`
 # is a Triton kernel: each program walks the vocabulary tile by tile and keeps, per row,

@@ -8,6 +8,8 @@ Lesson 01 (RL basics) and lesson 02 (policy gradients) are built on these module
 - ``gridworld`` / ``gridworld_agents``: beans (+1) and ghosts (-1) on a grid; value
   iteration as the exact reference, tabular REINFORCE and Q-learning as learners.
 - ``variance``: the REINFORCE gradient estimator with and without baselines.
+- ``length_bias`` (lesson 06): a policy that only chooses when to stop, trained with
+  ``policy_loss`` itself, to measure the length bias of each ``loss_type``.
 - ``plots``: matplotlib figures for all of the above.
 
 Everything is seeded and runs on a CPU in well under a second per experiment.

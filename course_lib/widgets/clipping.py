@@ -202,9 +202,22 @@ def sequence_clip_maps(token_ratios: Sequence[float] | np.ndarray, epsilon: floa
     return maps
 
 
-def plot_sequence_ratio(epsilon: float = 0.2, epsilon_high: float | None = None, advantage: float = 1.0,
-                        max_ratio: float = 2.5, num_points: int = 121) -> Figure:
+def plot_sequence_ratio(epsilon: float = 3e-4, epsilon_high: float | None = 4e-4, advantage: float = 1.0,
+                        max_ratio: float | None = None, num_points: int = 121, min_ratio: float | None = None
+                        ) -> Figure:
     """GSPO on a two-token completion: the sequence ratio and who still gets a gradient.
+
+    The defaults are GSPO's clip range, `[1 - 3e-4, 1 + 4e-4]` (Zheng et al. 2025, v2,
+    section 5.1; TRL's GSPO recipe uses `epsilon=3e-4, epsilon_high=4e-4`): the sequence
+    ratio is a geometric mean of token ratios, so it moves far less than they do and its
+    range is three orders of magnitude narrower than PPO's 0.2.
+
+    Args:
+        epsilon, epsilon_high: the clip range (epsilon_high None = epsilon).
+        advantage: A of the completion.
+        min_ratio, max_ratio: the window of token ratios drawn on both axes; None centres it
+            on 1 with a half-width of 3 x the larger epsilon (at most down to ~0).
+        num_points: grid points per axis.
 
     Returns:
         A Figure with 3 image axes (plus colour bars): the sequence ratio
@@ -215,7 +228,13 @@ def plot_sequence_ratio(epsilon: float = 0.2, epsilon_high: float | None = None,
         other token compensates, and loses it with its whole completion otherwise.
     """
     epsilon_high_value = epsilon if epsilon_high is None else epsilon_high
-    ratios = np.linspace(0.0, max_ratio, num_points + 1)[1:]
+    half_width = 3 * max(epsilon, epsilon_high_value)
+    low = max(1 - half_width, 1 / num_points) if min_ratio is None else min_ratio
+    high = 1 + half_width if max_ratio is None else max_ratio
+    if not 0 < low < 1 < high:
+        raise ValueError(f"the window [{low:g}, {high:g}] must contain 1 and stay above 0. "
+                         "Fix: pass min_ratio in (0, 1) and max_ratio > 1, or leave them None.")
+    ratios = np.linspace(low, high, num_points)
     maps = sequence_clip_maps(ratios, epsilon, epsilon_high, advantage)
     fig = new_figure(13, 4.3)
     axes = fig.subplots(1, 3)
@@ -234,6 +253,8 @@ def plot_sequence_ratio(epsilon: float = 0.2, epsilon_high: float | None = None,
         ax.title.set_fontsize(9)
     fig.suptitle(f"Sequence-level ratio (GSPO) is the geometric mean of the token ratios; "
                  f"clip range [{1 - epsilon:g}, {1 + epsilon_high_value:g}]", fontsize=11)
+    for ax in axes:  # ratios like 0.9997 need their digits, not an offset
+        ax.ticklabel_format(useOffset=False)
     return fig
 
 
@@ -303,6 +324,9 @@ def clip_explorer() -> object:
             print(f"note: delta={delta_value:g} <= 1 + epsilon_high; INTELLECT-2 recommends delta > 1 + epsilon.")
         figure = plot_clip_objective(epsilon, epsilon_high, delta_value, level)
         if level == "sequence":
+            print("GSPO itself clips the sequence ratio to [1 - 3e-4, 1 + 4e-4] (epsilon=3e-4, epsilon_high=4e-4): "
+                  "a geometric mean of token ratios stays far closer to 1 than they do. Type such values into "
+                  "the sliders' boxes to see its range; 0.2 is PPO's token-level range.")
             display(plot_sequence_ratio(epsilon, epsilon_high))
         if compare:
             display(plot_loss_weights(epsilon, epsilon_high))
@@ -310,9 +334,11 @@ def clip_explorer() -> object:
 
     slider = dict(continuous_update=False, readout_format=".2f")
     controls = {
-        "epsilon": widgets.FloatSlider(value=0.2, min=0.01, max=0.9, step=0.01, description="epsilon", **slider),
-        "epsilon_high": widgets.FloatSlider(value=0.2, min=0.01, max=1.0, step=0.01, description="epsilon_high",
-                                            **slider),
+        # A step of 1e-4 so that GSPO's sequence-level range (3e-4, 4e-4) can be typed in.
+        "epsilon": widgets.FloatSlider(value=0.2, min=1e-4, max=0.9, step=1e-4, description="epsilon",
+                                       continuous_update=False, readout_format=".4f"),
+        "epsilon_high": widgets.FloatSlider(value=0.2, min=1e-4, max=1.0, step=1e-4, description="epsilon_high",
+                                            continuous_update=False, readout_format=".4f"),
         "delta": widgets.FloatSlider(value=0.0, min=0.0, max=3.0, step=0.05, description="delta (0=off)", **slider),
         "level": widgets.Dropdown(options=["token", "sequence"], value="token", description="IS level"),
         "compare": widgets.Checkbox(value=False, description="CISPO / SAPO weights"),

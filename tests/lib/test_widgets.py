@@ -162,6 +162,22 @@ def test_sequence_ratio_is_geometric_mean(render):
     assert len([ax for ax in fig.axes if ax.images]) == 3
 
 
+def test_sequence_ratio_defaults_to_gspo_range(render):
+    # GSPO's range is [1 - 3e-4, 1 + 4e-4]; the default window is 1 -+ 3 x 4e-4.
+    fig = render(w.plot_sequence_ratio(num_points=41), "clip_gspo_default")
+    image_axes = [ax for ax in fig.axes if ax.images]
+    assert image_axes[0].images[0].get_extent() == pytest.approx([1 - 1.2e-3, 1 + 1.2e-3] * 2)
+    assert "[0.9997, 1.0004]" in fig._suptitle.get_text()
+    ratios = np.array([0.9996, 0.9999, 1.0, 1.0003, 1.0006])
+    maps = w.sequence_clip_maps(ratios, epsilon=3e-4, epsilon_high=4e-4)
+    r2, r1 = np.meshgrid(ratios, ratios, indexing="ij")
+    s = np.sqrt(r1 * r2)
+    # A = +1: token 1 keeps s / 2 unless the sequence ratio exceeds 1.0004
+    np.testing.assert_allclose(maps["sequence_gradient"], np.where(s > 1.0004, 0.0, s / 2), atol=1e-12)
+    with pytest.raises(ValueError, match="window"):
+        w.plot_sequence_ratio(min_ratio=1.1, max_ratio=1.2)
+
+
 # ----------------------------------------------------------------------------- schedule
 
 # The seed's tables (Example 3 with its typo fixed: step 2 is [1,1,2]), cycles A and B.
