@@ -70,9 +70,9 @@ def _cmd_check_stubs(args) -> int:
 
 
 def _cmd_grade(args) -> int:
-    from .grading import format_scores, run_exercise_tests
+    from .grading import format_grades, grade_functions
 
-    print(format_scores(run_exercise_tests(args.impl)))
+    print(format_grades(grade_functions(args.impl), args.impl))
     return 0
 
 
@@ -146,7 +146,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     sub.add_parser("make-stubs", help="regenerate exercises/ from solutions/").set_defaults(func=_cmd_make_stubs)
     sub.add_parser("check-stubs", help="fail when exercises/ drifted from solutions/").set_defaults(func=_cmd_check_stubs)
-    p = sub.add_parser("grade", help="per-lesson scores of your exercises")
+    p = sub.add_parser("grade", help="each exercise function: done, wrong (with the hint) or not started")
     p.add_argument("--impl", default="exercises", choices=["exercises", "solutions"])
     p.set_defaults(func=_cmd_grade)
     sub.add_parser("check-exercises-fail-on-stubs",
