@@ -110,6 +110,9 @@ def _reward_mistakes(scores, logps, ref_logps, mask, kl_coef) -> dict[str, torch
         "used ref_logps - logps; the k1 estimate of KL(pi || pi_ref) is logps - ref_logps.":
             scores - kl_coef * (-kl).sum(1),
         "forgot kl_coef: the penalty is kl_coef * KL.": scores - kl.sum(1),
+        "used the k3 estimator (exp(u) - u - 1); RLOO puts the k1 estimate, the plain log-ratio "
+        "logps - ref_logps, into the reward (TRL's RLOOTrainer does the same), summed over the completion.":
+            scores - kl_coef * ((torch.expm1(-(logps - ref_logps)) + (logps - ref_logps)) * mask).sum(1),
     }
 
 
