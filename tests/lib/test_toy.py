@@ -362,3 +362,32 @@ def test_plots_return_labelled_figures(tmp_path):
     assert plt.get_fignums() == open_before  # nothing left open in pyplot
     with pytest.raises(ValueError, match="labels"):
         plots.plot_learning_curves([curve.returns], ["a", "b"])
+
+
+def test_figures_keep_bands_in_range_count_whole_steps_and_name_ideas():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from course_lib.toy import plots
+
+    # (seeds, T) probabilities whose mean + std passes 1 at step 3: the band must not.
+    probs = np.array([[0.0, 0.1, 0.9, 1.0], [0.0, 0.9, 1.0, 1.0], [0.0, 0.0, 0.2, 1.0]])
+    assert (probs.mean(0) + probs.std(0)).max() > 1
+    fig = plots.plot_learning_curves([probs], ["P('4')"], ylabel="P('4')")
+    ax = fig.axes[0]
+    band = ax.collections[0].get_paths()[0].vertices[:, 1]
+    assert band.min() >= 0.0 and band.max() <= 1.0
+    fig.canvas.draw()
+    ticks = [t.get_text().replace("\u2212", "-") for t in ax.get_xticklabels() if t.get_text()]
+    assert ticks and all(float(t).is_integer() for t in ticks)  # steps, never "2.5"
+
+    # Smoothed: the raw curve stays, faint, under the moving average; legends name the idea.
+    fig = plots.plot_learning_curves([np.arange(30.0)], ["q_learning"], smooth=5)
+    raw, smoothed = fig.axes[0].lines[:2]
+    assert raw.get_alpha() < 0.5 and smoothed.get_alpha() is None
+    np.testing.assert_allclose(raw.get_ydata(), np.arange(30.0))
+    assert [t.get_text() for t in fig.axes[0].get_legend().get_texts()] == ["Q-learning"]
+
+    # Bar charts carry their values.
+    fig = plots.plot_answer_distribution([0.5, 0.5], [0.25, 0.75], ["3", "4"])
+    assert sorted(t.get_text() for t in fig.axes[0].texts) == ["0.25", "0.50", "0.50", "0.75"]
