@@ -232,6 +232,12 @@ def check_correction_weight(fn) -> None:
             else:
                 hints["masked positions must hold weight 1: zero their log-ratio before the exponential."] = _bound(
                     torch.exp(old - sampling), mode, clip_min, clip_max)
+            if clip_min is not None:
+                token_or_sequence = torch.exp(log_ratio.sum(-1, keepdim=True)) if mode.startswith("sequence") \
+                    else torch.exp(log_ratio)
+                hints[f"clip_min={clip_min} was ignored: {mode} bounds the weight from below too "
+                      f"({'clamp' if mode.endswith('truncate') else 'zero'} weights under clip_min)."] = _bound(
+                    token_or_sequence, mode, None, clip_max)
             assert_close(fn(old, sampling, mask, mode, clip_min, clip_max), expected, atol=1e-6, hints=hints,
                          name=f"{mode}, clip_min={clip_min}, clip_max={clip_max}, padded batch")
     needs_grad = old.clone().requires_grad_(True)

@@ -195,3 +195,48 @@ def test_value_clip_around_returns_is_not_reported_as_no_clipping():
 def test_in_place_returns_are_named_before_any_value_mismatch():
     hint = _hint_of(ex02.check_discounted_returns, discounted_returns_in_place)
     assert "expected" not in hint and "clone" in hint
+
+
+# ----------------------------------------------------------------------------- more diagnoses
+def token_level_rewards_kl_flipped(scores, logps, ref_logps, mask, kl_coef):
+    rewards = kl_coef * (logps - ref_logps) * mask  # sign flipped
+    last = (mask.sum(1).long() - 1).clamp(min=0)
+    rewards[torch.arange(rewards.shape[0]), last] += scores
+    return rewards
+
+
+def correction_weight_ignores_clip_min(old_logps, sampling_logps, mask, mode, clip_min=None, clip_max=3.0):
+    log_ratio = ((old_logps - sampling_logps) * mask).detach()
+    if mode.startswith("sequence"):
+        log_ratio = log_ratio.sum(-1, keepdim=True)
+    weight = torch.exp(log_ratio)
+    if mode.endswith("truncate"):
+        return torch.clamp(weight, max=clip_max)
+    return weight.masked_fill(weight > (float("inf") if clip_max is None else clip_max), 0.0)
+
+
+def cispo_weight_not_detached(logps, old_logps, advantages, epsilon_max=5.0):
+    weight = torch.clamp(torch.exp(logps - old_logps), max=epsilon_max)
+    return -weight * advantages.unsqueeze(1) * logps
+
+
+def grpo_loss_old_logps_not_detached(logps, old_logps, advantages, mask, epsilon=0.2):
+    old = logps if old_logps is None else old_logps
+    ratio = torch.exp(logps - old)
+    adv = advantages.unsqueeze(1)
+    per_token = -torch.min(ratio * adv, torch.clamp(ratio, 1 - epsilon, 1 + epsilon) * adv)
+    return ((per_token * mask).sum(1) / mask.sum(1)).mean()
+
+
+MORE_CASES = [
+    (ex08.check_token_level_rewards, token_level_rewards_kl_flipped, "the KL sign is flipped"),
+    (ex10.check_correction_weight, correction_weight_ignores_clip_min, "clip_min=0.5 was ignored"),
+    (ex06.check_cispo_per_token_loss, cispo_weight_not_detached, "not detached"),
+    (ex05.check_grpo_clipped_loss, grpo_loss_old_logps_not_detached, "detach the old log-probs"),
+]
+
+
+@pytest.mark.parametrize("check, wrong, words", MORE_CASES, ids=[case[1].__name__ for case in MORE_CASES])
+def test_more_mistakes_get_their_diagnosis(check, wrong, words):
+    hint = _hint_of(check, wrong)
+    assert words in hint, f"{wrong.__name__}: the hint does not name the mistake:\n{hint}"
