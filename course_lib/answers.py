@@ -26,7 +26,8 @@ def _lesson_number(lesson: int | str) -> str:
     text = str(lesson).strip()
     match = re.match(r"^(\d{1,2})(?:_\w+)?$", text)
     if match is None:
-        raise ValueError(f"lesson={lesson!r}: give the lesson's number, e.g. show_answer('03', 2) or show_answer(3, 2).")
+        raise ValueError(f"lesson={lesson!r}: give the lesson's number, "
+                         "e.g. show_answer('03', 2) or show_answer(3, 2).")
     return f"{int(match.group(1)):02d}"
 
 

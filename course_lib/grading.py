@@ -157,8 +157,8 @@ def _run_junit(root: Path, impl: str, extra_args: list[str] | None) -> ElementTr
         package_parent = str(Path(__file__).resolve().parent.parent)
         python_path = os.pathsep.join(p for p in (package_parent, os.environ.get("PYTHONPATH", "")) if p)
         env = {**os.environ, "COURSE_IMPL": impl, "COURSE_ROOT": str(root), "PYTHONPATH": python_path}
-        subprocess.run([sys.executable, "-m", "pytest", str(root / "tests" / "exercises"), "-q", "-p", "no:cacheprovider",
-                        f"--junitxml={report}", "--impl", impl, *(extra_args or [])],
+        subprocess.run([sys.executable, "-m", "pytest", str(root / "tests" / "exercises"), "-q",
+                        "-p", "no:cacheprovider", f"--junitxml={report}", "--impl", impl, *(extra_args or [])],
                        cwd=root, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         if not report.exists():
             raise RuntimeError("pytest produced no report; run `pytest tests/exercises` to see why.")

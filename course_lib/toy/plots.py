@@ -134,7 +134,8 @@ def plot_bandit_comparison(comparison: Mapping[str, AgentComparison], title: str
         )
         n_seeds = result.n_seeds
     ax_reward.set(title="Average reward (moving average of 10; raw faint)", xlabel="step", ylabel="reward")
-    ax_optimal.set(title="Best arm chosen (moving average of 10; raw faint)", xlabel="step", ylabel="% of runs", ylim=(0, 100))
+    ax_optimal.set(title="Best arm chosen (moving average of 10; raw faint)", xlabel="step", ylabel="% of runs",
+                   ylim=(0, 100))
     ax_regret.set(title="Cumulative regret (± 1 s.e.)", xlabel="step", ylabel="expected reward lost")
     for ax in (ax_reward, ax_optimal, ax_regret):
         ax.grid(alpha=0.3)
