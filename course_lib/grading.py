@@ -27,6 +27,7 @@ import re
 import subprocess
 import sys
 import tempfile
+import textwrap
 import xml.etree.ElementTree as ElementTree
 from collections import defaultdict
 from dataclasses import dataclass
@@ -225,7 +226,8 @@ def format_grades(grades: list[FunctionGrade], impl: str = "exercises") -> str:
         rows.append(f"  {grade.status:<12} {grade.function}")
         if grade.status in ("wrong", "skipped") and grade.message:
             for line in grade.message.splitlines():
-                rows.append(f"  {'':<12} | {line}")
+                for piece in textwrap.wrap(line, width=96, break_on_hyphens=False) or [""]:
+                    rows.append(f"  {'':<12} | {piece}")
     counts = {status: sum(g.status == status for g in grades) for status in ("done", "wrong", "not started", "skipped")}
     summary = ", ".join(f"{n} {status}" for status, n in counts.items() if n)
     rows.append("")
