@@ -240,5 +240,7 @@ def format_grades(grades: list[FunctionGrade], impl: str = "exercises") -> str:
     if first_wrong is not None:
         rows.append(f"Details of a wrong function (its full traceback): "
                     f"python -m pytest {first_wrong.test_id} -q{impl_flag}")
-    rows.append(f"Details of every function: python -m pytest tests/exercises -q{impl_flag}")
+    lessons = {g.lesson for g in grades}
+    target = f"tests/exercises/test_{lessons.pop()}.py" if len(lessons) == 1 else "tests/exercises"
+    rows.append(f"Details of every function: python -m pytest {target} -q{impl_flag}")
     return "\n".join(rows)

@@ -123,3 +123,12 @@ def discounted_returns(rewards, gamma):
     report = format_grades(list(grades.values()))
     assert "wrong        discounted_returns" in report and "| rewards [0, 0, 1], gamma=0.9: the sum runs" in report
     assert "python -m pytest tests/exercises/test_ex02_policy_gradients.py::test_discounted_returns -q" in report
+
+
+def test_grade_command_for_one_lesson(capsys):
+    from course_lib.__main__ import main
+
+    assert main(["grade", "--impl", "solutions", "--lesson", "2"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("ex02_policy_gradients  (3/3 done)") and "ex03" not in out
+    assert "python -m pytest tests/exercises/test_ex02_policy_gradients.py -q --impl solutions" in out
