@@ -70,9 +70,13 @@ def _cmd_check_stubs(args) -> int:
 
 
 def _cmd_grade(args) -> int:
-    from .grading import format_scores, run_exercise_tests
+    from .grading import format_grades, grade_functions
 
-    print(format_scores(run_exercise_tests(args.impl)))
+    extra = ["-k", f"test_ex{int(args.lesson):02d}_"] if args.lesson is not None else None
+    grades = grade_functions(args.impl, extra_args=extra)
+    if not grades and args.lesson is not None:
+        raise ValueError(f"--lesson {args.lesson}: no exercise tests for that lesson (lessons are 0 to 11).")
+    print(format_grades(grades, args.impl))
     return 0
 
 
@@ -146,8 +150,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     sub.add_parser("make-stubs", help="regenerate exercises/ from solutions/").set_defaults(func=_cmd_make_stubs)
     sub.add_parser("check-stubs", help="fail when exercises/ drifted from solutions/").set_defaults(func=_cmd_check_stubs)
-    p = sub.add_parser("grade", help="per-lesson scores of your exercises")
+    p = sub.add_parser("grade", help="each exercise function: done, wrong (with the hint) or not started")
     p.add_argument("--impl", default="exercises", choices=["exercises", "solutions"])
+    p.add_argument("--lesson", type=int, default=None, help="grade one lesson only, e.g. --lesson 3")
     p.set_defaults(func=_cmd_grade)
     sub.add_parser("check-exercises-fail-on-stubs",
                    help="prove every exercise test fails on the untouched stubs").set_defaults(func=_cmd_check_fail_on_stubs)

@@ -27,8 +27,10 @@ import re
 import subprocess
 import sys
 import tempfile
+import textwrap
 import xml.etree.ElementTree as ElementTree
 from collections import defaultdict
+from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
@@ -132,37 +134,113 @@ def load_exercise(name: str, impl: str | None = None) -> ModuleType:
     return module
 
 
-def run_exercise_tests(impl: str, extra_args: list[str] | None = None) -> dict[str, dict[str, int]]:
-    """Run ``tests/exercises`` against ``impl``; return ``{lesson: {passed, failed, skipped}}``."""
-    root = project_root()
+@dataclass(frozen=True)
+class FunctionGrade:
+    """The verdict on one exercise function.
+
+    ``status`` is ``"done"`` (its test passes), ``"wrong"`` (its test fails; ``message`` is
+    the hint, or the exception it raised), ``"not started"`` (it still raises the stub's
+    ``NotImplementedError``) or ``"skipped"`` (the test could not run here).
+    """
+
+    lesson: str  # "ex02_policy_gradients"
+    function: str  # "discounted_returns"
+    status: str
+    message: str
+    test_id: str  # "tests/exercises/test_ex02_policy_gradients.py::test_discounted_returns"
+
+
+def _run_junit(root: Path, impl: str, extra_args: list[str] | None) -> ElementTree.Element:
+    """Run ``tests/exercises`` against ``impl`` in a child pytest; return its JUnit XML root."""
     with tempfile.TemporaryDirectory() as tmp:
         report = Path(tmp) / "report.xml"
-        env = {**os.environ, "COURSE_IMPL": impl}
-        subprocess.run([sys.executable, "-m", "pytest", str(root / "tests" / "exercises"), "-q", "-p", "no:cacheprovider",
-                        f"--junitxml={report}", "--impl", impl, *(extra_args or [])],
+        # The child imports this very course_lib (not another install of it) and grades ``root``.
+        package_parent = str(Path(__file__).resolve().parent.parent)
+        python_path = os.pathsep.join(p for p in (package_parent, os.environ.get("PYTHONPATH", "")) if p)
+        env = {**os.environ, "COURSE_IMPL": impl, "COURSE_ROOT": str(root), "PYTHONPATH": python_path}
+        subprocess.run([sys.executable, "-m", "pytest", str(root / "tests" / "exercises"), "-q",
+                        "-p", "no:cacheprovider", f"--junitxml={report}", "--impl", impl, *(extra_args or [])],
                        cwd=root, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         if not report.exists():
             raise RuntimeError("pytest produced no report; run `pytest tests/exercises` to see why.")
-        counts: dict[str, dict[str, int]] = defaultdict(lambda: {"passed": 0, "failed": 0, "skipped": 0})
-        for case in ElementTree.parse(report).getroot().iter("testcase"):
-            match = re.search(r"test_(ex\d+\w*)", case.get("classname", "") + "." + case.get("file", ""))
-            lesson = match.group(1) if match else case.get("classname", "?")
-            if case.find("skipped") is not None:
-                counts[lesson]["skipped"] += 1
-            elif case.find("failure") is not None or case.find("error") is not None:
-                counts[lesson]["failed"] += 1
-            else:
-                counts[lesson]["passed"] += 1
+        return ElementTree.parse(report).getroot()
+
+
+def _verdict(case: ElementTree.Element) -> tuple[str, str]:
+    """(status, message) of one JUnit test case."""
+    if case.find("skipped") is not None:
+        return "skipped", case.find("skipped").get("message", "")
+    problem = case.find("failure")
+    if problem is None:
+        problem = case.find("error")
+    if problem is None:
+        return "done", ""
+    message = problem.get("message", "")
+    if not message:  # no message attribute: the traceback's last line names the exception
+        lines = (problem.text or "").strip().splitlines()
+        message = lines[-1] if lines else ""
+    kind, _, text = message.partition(": ")
+    if kind.endswith("NotImplementedError"):
+        return "not started", ""
+    if kind.endswith(("Hint", "AssertionError")):
+        return "wrong", text.strip() or "the check failed without a message; run the pytest command below."
+    return "wrong", f"your function raised {kind.rsplit('.', 1)[-1]}: {text.strip()}" if text else message
+
+
+def grade_functions(impl: str = "exercises", root: Path | None = None,
+                    extra_args: list[str] | None = None) -> list[FunctionGrade]:
+    """Grade every exercise function of ``impl`` (each one has one test, ``test_<function>``)."""
+    root = root or project_root()
+    grades = []
+    for case in _run_junit(root, selected_impl(impl), extra_args).iter("testcase"):
+        module = case.get("classname", "").rsplit(".", 1)[-1]  # "test_ex02_policy_gradients"
+        name = case.get("name", "")
+        status, message = _verdict(case)
+        grades.append(FunctionGrade(lesson=module.removeprefix("test_"), function=name.removeprefix("test_"),
+                                    status=status, message=message,
+                                    test_id=f"tests/exercises/{module}.py::{name}"))
+    return sorted(grades, key=lambda g: g.lesson)
+
+
+def run_exercise_tests(impl: str, extra_args: list[str] | None = None) -> dict[str, dict[str, int]]:
+    """Run ``tests/exercises`` against ``impl``; return ``{lesson: {passed, failed, skipped}}``."""
+    counts: dict[str, dict[str, int]] = defaultdict(lambda: {"passed": 0, "failed": 0, "skipped": 0})
+    for grade in grade_functions(impl, extra_args=extra_args):
+        key = {"done": "passed", "skipped": "skipped"}.get(grade.status, "failed")
+        counts[grade.lesson][key] += 1
     return dict(sorted(counts.items()))
 
 
-def format_scores(counts: dict[str, dict[str, int]]) -> str:
-    rows = [f"{'lesson':<28} {'score':>9}  progress"]
-    total_pass = total = 0
-    for lesson, c in counts.items():
-        n = c["passed"] + c["failed"]
-        total_pass, total = total_pass + c["passed"], total + n
-        bar = "#" * c["passed"] + "." * c["failed"]
-        rows.append(f"{lesson:<28} {c['passed']:>4}/{n:<4}  {bar}")
-    rows.append(f"{'total':<28} {total_pass:>4}/{total:<4}")
+def format_grades(grades: list[FunctionGrade], impl: str = "exercises") -> str:
+    """A learner's report: one line per function, the hint under each wrong one, what to run next."""
+    if not grades:
+        return "No exercise tests ran; run `python -m pytest tests/exercises -q` to see why."
+    impl_flag = "" if impl == "exercises" else f" --impl {impl}"
+    rows, lesson = [], None
+    for grade in grades:
+        if grade.lesson != lesson:
+            lesson = grade.lesson
+            done = sum(g.status == "done" for g in grades if g.lesson == lesson)
+            total = sum(g.lesson == lesson for g in grades)
+            rows.append(f"{lesson}  ({done}/{total} done)")
+        rows.append(f"  {grade.status:<12} {grade.function}")
+        if grade.status in ("wrong", "skipped") and grade.message:
+            for line in grade.message.splitlines():
+                for piece in textwrap.wrap(line, width=96, break_on_hyphens=False) or [""]:
+                    rows.append(f"  {'':<12} | {piece}")
+    counts = {status: sum(g.status == status for g in grades) for status in ("done", "wrong", "not started", "skipped")}
+    summary = ", ".join(f"{n} {status}" for status, n in counts.items() if n)
+    rows.append("")
+    rows.append(f"{summary} (of {len(grades)} functions).")
+    first_todo = next((g for g in grades if g.status == "not started"), None)
+    if first_todo is not None and impl == "exercises":
+        rows.append(f"Next to write: {first_todo.function} in exercises/{first_todo.lesson}.py "
+                    f"(it still raises NotImplementedError).")
+    first_wrong = next((g for g in grades if g.status == "wrong"), None)
+    if first_wrong is not None:
+        rows.append(f"Details of a wrong function (its full traceback): "
+                    f"python -m pytest {first_wrong.test_id} -q{impl_flag}")
+    lessons = {g.lesson for g in grades}
+    target = f"tests/exercises/test_{lessons.pop()}.py" if len(lessons) == 1 else "tests/exercises"
+    rows.append(f"Details of every function: python -m pytest {target} -q{impl_flag}")
     return "\n".join(rows)

@@ -169,3 +169,15 @@ feedback(ex00.check_to_conversational, ex.to_conversational);
 # 2. The tiny model reads characters. How many tokens does the prompt above take, and how
 #    would a BPE tokenizer change that?
 # 3. What changes between fast mode and a full run, and what stays the same?
+
+# %% [markdown]
+# ### Answers
+#
+# Try each question on your own first. Then reveal an answer: `show_answer("00", k)`
+# prints the answer to question k (`show_answer("00")` prints them all). They are also in
+# `notebooks/answers/00_setup.md`.
+
+# %%
+from course_lib.answers import show_answer
+
+# show_answer("00", 1)

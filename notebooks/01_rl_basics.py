@@ -536,3 +536,15 @@ else:
 #    from?
 # 5. The e-mail rubric gives +1 for an exact match with the ideal reply. What happens to
 #    the learning signal if almost no sampled reply ever matches exactly?
+
+# %% [markdown]
+# ### Answers
+#
+# Try each question on your own first. Then reveal an answer: `show_answer("01", k)`
+# prints the answer to question k (`show_answer("01")` prints them all). They are also in
+# `notebooks/answers/01_rl_basics.md`.
+
+# %%
+from course_lib.answers import show_answer
+
+# show_answer("01", 1)

@@ -387,3 +387,15 @@ display(plot_learning_curves(list(curves.values()), ["REINFORCE", "REINFORCE wit
 #    leave-one-out advantages become, and what does the model learn from that prompt?
 # 5. Why can't we simply take ten gradient steps on every batch to save generation time?
 #    What would have to be added to make it safe?
+
+# %% [markdown]
+# ### Answers
+#
+# Try each question on your own first. Then reveal an answer: `show_answer("02", k)`
+# prints the answer to question k (`show_answer("02")` prints them all). They are also in
+# `notebooks/answers/02_policy_gradients.md`.
+
+# %%
+from course_lib.answers import show_answer
+
+# show_answer("02", 1)

@@ -454,3 +454,15 @@ feedback(ex03.check_gae, ex.gae);
 #    replace its job?
 # 5. Your value model is badly wrong early in training. Which lambda would you pick
 #    then, and why?
+
+# %% [markdown]
+# ### Answers
+#
+# Try each question on your own first. Then reveal an answer: `show_answer("03", k)`
+# prints the answer to question k (`show_answer("03")` prints them all). They are also in
+# `notebooks/answers/03_ppo.md`.
+
+# %%
+from course_lib.answers import show_answer
+
+# show_answer("03", 1)

@@ -510,3 +510,15 @@ plt.show()
 # 5. Four models sit in memory for PPO RLHF. Which of them could you drop, share or
 #    replace for a task whose answers can be checked by a program, and what would each
 #    change cost you?
+
+# %% [markdown]
+# ### Answers
+#
+# Try each question on your own first. Then reveal an answer: `show_answer("04", k)`
+# prints the answer to question k (`show_answer("04")` prints them all). They are also in
+# `notebooks/answers/04_rlhf_ppo.md`.
+
+# %%
+from course_lib.answers import show_answer
+
+# show_answer("04", 1)

@@ -499,3 +499,15 @@ display(plot_training_history(history, keys=["reward", "reward_std", "frac_rewar
 #    loss still have a clip? (Hint: `num_iterations`, lesson 06.)
 # 5. All the tokens of a completion share one advantage. Which tokens of a wrong answer
 #    are pushed down even though they were fine, and why does it not matter on average?
+
+# %% [markdown]
+# ### Answers
+#
+# Try each question on your own first. Then reveal an answer: `show_answer("05", k)`
+# prints the answer to question k (`show_answer("05")` prints them all). They are also in
+# `notebooks/answers/05_grpo.md`.
+
+# %%
+from course_lib.answers import show_answer
+
+# show_answer("05", 1)

@@ -638,3 +638,15 @@ for loss_type, runs in length_runs.items():
 #    How much gradient does it get under `dapo` (epsilon_high 0.28), `cispo` (5.0) and
 #    `sapo`? Read the answers off the weight plot, then say which loss would keep pushing
 #    it up and why that can be both the point and a risk.
+
+# %% [markdown]
+# ### Answers
+#
+# Try each question on your own first. Then reveal an answer: `show_answer("06", k)`
+# prints the answer to question k (`show_answer("06")` prints them all). They are also in
+# `notebooks/answers/06_grpo_variants.md`.
+
+# %%
+from course_lib.answers import show_answer
+
+# show_answer("06", 1)

@@ -331,3 +331,15 @@ print("expected:", config.max_steps, "optimizer steps ->",
 # 4. Two GPUs, `per_device_train_batch_size=4`, `gradient_accumulation_steps=4`,
 #    `num_generations=16`: how many prompts does one generation cycle see, and how many
 #    optimizer steps does a 1,000-row dataset take per epoch?
+
+# %% [markdown]
+# ### Answers
+#
+# Try each question on your own first. Then reveal an answer: `show_answer("07", k)`
+# prints the answer to question k (`show_answer("07")` prints them all). They are also in
+# `notebooks/answers/07_batch_schedule.md`.
+
+# %%
+from course_lib.answers import show_answer
+
+# show_answer("07", 1)

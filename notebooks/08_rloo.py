@@ -647,3 +647,15 @@ else:
 #    clipped term remove the gradient, and can those samples still move?)
 # 5. `objective/rlhf_reward` should keep rising. Name two ways it can rise while the model
 #    gets *worse* at the task, and the metric that would reveal each.
+
+# %% [markdown]
+# ### Answers
+#
+# Try each question on your own first. Then reveal an answer: `show_answer("08", k)`
+# prints the answer to question k (`show_answer("08")` prints them all). They are also in
+# `notebooks/answers/08_rloo.md`.
+
+# %%
+from course_lib.answers import show_answer
+
+# show_answer("08", 1)

@@ -524,3 +524,15 @@ else:
 #    result, and what does the model learn from them?
 # 5. Name a reward hack available to a policy graded by unit tests that the sandbox does
 #    *not* stop, and a change to the tests or reward that would.
+
+# %% [markdown]
+# ### Answers
+#
+# Try each question on your own first. Then reveal an answer: `show_answer("09", k)`
+# prints the answer to question k (`show_answer("09")` prints them all). They are also in
+# `notebooks/answers/09_rewards.md`.
+
+# %%
+from course_lib.answers import show_answer
+
+# show_answer("09", 1)

@@ -640,3 +640,15 @@ else:
 # 6. Generation dominates the step on a GPU. Which batch-schedule knobs of lesson 07 let you
 #    reuse one expensive generation batch for several optimizer steps, and what does that
 #    reuse cost in "on-policyness"?
+
+# %% [markdown]
+# ### Answers
+#
+# Try each question on your own first. Then reveal an answer: `show_answer("10", k)`
+# prints the answer to question k (`show_answer("10")` prints them all). They are also in
+# `notebooks/answers/10_inference_memory.md`.
+
+# %%
+from course_lib.answers import show_answer
+
+# show_answer("10", 1)

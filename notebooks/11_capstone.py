@@ -519,3 +519,15 @@ else:
 #    setting would make the clip matter?
 # 5. The same config gave different reward curves with `course_lib` and TRL. List three
 #    legitimate reasons (none of them a bug) before suspecting one.
+
+# %% [markdown]
+# ### Answers
+#
+# Try each question on your own first. Then reveal an answer: `show_answer("11", k)`
+# prints the answer to question k (`show_answer("11")` prints them all). They are also in
+# `notebooks/answers/11_capstone.md`.
+
+# %%
+from course_lib.answers import show_answer
+
+# show_answer("11", 1)

@@ -87,6 +87,20 @@ def _number_score(answer: str) -> float:
 
 
 def check_verifier_reward(fn) -> None:
+    # The verifier's argument order: (answer, target). A symmetric verifier would hide a swap,
+    # so record what the learner passes.
+    calls = []
+
+    def recording_verifier(answer, target):
+        calls.append((answer, target))
+        return verify_answer(answer, target)
+
+    fn("3", "4", recording_verifier)
+    if not calls:
+        raise Hint("the verifier passed in was never called: correctness is its verdict, verifier(answer, target).")
+    if calls[0] == ("4", "3"):
+        raise Hint("you called verifier(target, answer); the verifier takes verifier(answer, target) "
+                   "(a real verifier such as math_verify's is not symmetric).")
     # Hand-worked cases of the seed's rubric (target "4").
     for answer, expected in (("4", 4.0), ("3", -2.0), ("cat", -4.0)):
         got = fn(answer, "4", verify_answer)
@@ -125,6 +139,25 @@ def check_verifier_reward(fn) -> None:
                        f"got {got!r}.")
 
 
+def _picks_with_global_state(fn, global_seed: int) -> list[int]:
+    """Arms picked with a fixed rng while the global random states are seeded with ``global_seed``."""
+    import random
+
+    import torch
+
+    saved = np.random.get_state(), random.getstate(), torch.get_rng_state()
+    try:
+        np.random.seed(global_seed)
+        random.seed(global_seed)
+        torch.manual_seed(global_seed)
+        rng = np.random.default_rng(123)
+        return [int(fn([0.1, 0.9, 0.3, 0.5], 0.5, rng)) for _ in range(200)]
+    finally:
+        np.random.set_state(saved[0])
+        random.setstate(saved[1])
+        torch.set_rng_state(saved[2])
+
+
 def check_epsilon_greedy_action(fn) -> None:
     rng = np.random.default_rng(0)
     for values, best in (([0.1, 0.9, 0.3], 1), ([2.0, -1.0], 0), ([0.0, 0.0, 0.5, 0.1, 0.4], 2)):
@@ -135,6 +168,13 @@ def check_epsilon_greedy_action(fn) -> None:
     tied = {int(fn([1.0, 3.0, 3.0], 0.0, rng)) for _ in range(50)}
     if not tied <= {1, 2}:
         raise Hint(f"with values=[1, 3, 3] and epsilon=0 the best arm is 1 or 2, got {sorted(tied)}.")
+
+    # Every random draw must come from the rng passed in: the same rng seed then gives the same
+    # arms whatever the global random state (np.random, random, torch) holds.
+    if _picks_with_global_state(fn, 0) != _picks_with_global_state(fn, 1):
+        raise Hint("with the same rng the arms changed when only the global random state changed: draw from "
+                   "the rng passed in (rng.random(), rng.integers(K)), not np.random.*, random.* or torch's "
+                   "global generator. That is what makes a run reproducible from its seed.")
 
     draws = 8000
     uniform = np.bincount([int(fn([0.0, 5.0, 1.0, 2.0], 1.0, rng)) for _ in range(draws)], minlength=4) / draws

@@ -8,6 +8,8 @@ gradients at ratio 1) and ``course_lib.algos.rloo.rloo_advantages``.
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from ..algos.rloo import rloo_advantages
@@ -111,7 +113,19 @@ def check_baseline_subtract(fn) -> None:
     raise Hint("kind='median' should raise ValueError naming the allowed kinds ('mean', 'leave_one_out').")
 
 
+def _returns_leaving_input_alone(fn, rewards: torch.Tensor, gamma: float):
+    """``fn(rewards, gamma)`` on a copy; a Hint if it wrote into its input."""
+    given = rewards.clone()
+    out = fn(given, gamma)
+    if not torch.equal(given, rewards):
+        raise Hint(f"your function changed `rewards` in place (rewards {rewards.tolist()} became "
+                   f"{given.tolist()}): the caller's tensor must stay as it was. Write the returns into a new "
+                   "tensor (torch.zeros_like(rewards)) or work on rewards.clone().")
+    return out
+
+
 def check_discounted_returns(fn) -> None:
+    fn = functools.partial(_returns_leaving_input_alone, fn)
     rewards = torch.tensor([0.0, 0.0, 1.0], dtype=torch.float64)
     assert_close(fn(rewards, 0.9), torch.tensor([0.81, 0.9, 1.0], dtype=torch.float64),
                  name="rewards [0, 0, 1], gamma=0.9",

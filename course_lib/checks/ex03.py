@@ -67,6 +67,20 @@ def check_clipped_surrogate(fn) -> None:
                  name="gradient w.r.t. the ratio (A where unclipped, 0 where the clip acts)")
 
 
+_LAMBDA_IN_DELTA = ("lambda does not enter the TD error: delta_t = r_t + gamma * V(s_{t+1}) - V(s_t); lambda "
+                    "only weights the sum of later deltas, A_t = delta_t + gamma * lam * A_{t+1}.")
+
+
+def _gae_lambda_in_delta(rewards: torch.Tensor, values: torch.Tensor, gamma: float, lam: float) -> torch.Tensor:
+    """The advantages a learner gets by writing delta_t = r_t + gamma * lam * V(s_{t+1}) - V(s_t)."""
+    out, next_value, running = [], 0.0, 0.0
+    for t in reversed(range(len(rewards))):
+        running = float(rewards[t]) + gamma * lam * next_value - float(values[t]) + gamma * lam * running
+        out.append(running)
+        next_value = float(values[t])
+    return torch.tensor(out[::-1], dtype=torch.float64)
+
+
 def check_gae(fn) -> None:
     rewards = torch.tensor([0.0, 0.0, 1.0], dtype=torch.float64)
     values = torch.tensor([0.5, 0.6, 0.7], dtype=torch.float64)
@@ -76,7 +90,8 @@ def check_gae(fn) -> None:
                  hints={"the value after the last step is 0 (the episode ends); do not bootstrap from V(s_{T-1}).":
                         torch.tensor([0.1, 0.1, 1.0]),
                         "with lam=0 the advantage is the TD error alone: lambda is missing from the recursion "
-                        "A_t = delta_t + gamma * LAM * A_{t+1}.": torch.tensor([0.5, 0.4, 0.3])})
+                        "A_t = delta_t + gamma * LAM * A_{t+1}.": torch.tensor([0.5, 0.4, 0.3]),
+                        _LAMBDA_IN_DELTA: _gae_lambda_in_delta(rewards, values, 1.0, 0.0)})
     assert_close(fn(rewards, values, 1.0, 1.0), torch.tensor([0.5, 0.4, 0.3], dtype=torch.float64),
                  name="lam=1 (return minus value)",
                  hints={"the recursion runs backwards: A_t = delta_t + gamma * lam * A_{t+1}.":
@@ -90,7 +105,8 @@ def check_gae(fn) -> None:
                         "gamma is missing from the recursion: A_t = delta_t + GAMMA * lam * A_{t+1}.":
                         torch.tensor([0.04 + 0.5 * (0.03 + 0.5 * 0.3), 0.03 + 0.5 * 0.3, 0.3]),
                         "gamma also discounts the next value in delta_t = r_t + GAMMA * V(s_{t+1}) - V(s_t).":
-                        torch.tensor([0.1 + 0.45 * (0.1 + 0.45 * 0.3), 0.1 + 0.45 * 0.3, 0.3])})
+                        torch.tensor([0.1 + 0.45 * (0.1 + 0.45 * 0.3), 0.1 + 0.45 * 0.3, 0.3]),
+                        _LAMBDA_IN_DELTA: _gae_lambda_in_delta(rewards, values, 0.9, 0.5)})
 
     # A longer seeded trajectory: the explicit sum A_t = sum_l (gamma lam)^l delta_{t+l}, and the library.
     generator = torch.Generator().manual_seed(1)
@@ -103,7 +119,8 @@ def check_gae(fn) -> None:
     explicit = torch.tensor([sum((gamma * lam) ** l * float(delta[t + l]) for l in range(length - t))
                              for t in range(length)], dtype=torch.float64)
     got = fn(token_rewards, token_values, gamma, lam)
-    assert_close(got, explicit, name="9-token trajectory, gamma=0.97, lam=0.8")
+    assert_close(got, explicit, name="9-token trajectory, gamma=0.97, lam=0.8",
+                 hints={_LAMBDA_IN_DELTA: _gae_lambda_in_delta(token_rewards, token_values, gamma, lam)})
     library, _ = library_gae(token_rewards[None], token_values[None], torch.ones(1, length), gamma=gamma, lam=lam)
     assert_close(got, library[0], name="compared with course_lib.algos.ppo.gae")
 
@@ -126,7 +143,11 @@ def check_kl_k1(fn) -> None:
     assert_close(_as_tensor("kl_k1", fn(logps, ref_logps)), expected,
                  name="pi = [0.5, 0.25, 0.1], ref = [0.25, 0.5, 0.1]",
                  hints={"wrong sign: k1 is log pi - log ref (policy minus reference).": -expected,
-                        "k1 can be negative: do not take an absolute value.": expected.abs()})
+                        "k1 can be negative: do not take an absolute value.": expected.abs(),
+                        "that is k3 (exp(u) - u - 1 with u = log ref - log pi); k1 is the plain log-ratio "
+                        "log pi - log ref.": torch.expm1(-expected) + expected,
+                        "that is k2 = (log pi - log ref)^2 / 2; k1 is the plain log-ratio log pi - log ref.":
+                            expected ** 2 / 2})
     logps, ref_logps, exact = _categorical_samples()
     got = fn(logps, ref_logps)
     assert_close(got, library_k1(logps, ref_logps), name="40,000 sampled tokens vs course_lib.ops.kl.kl_k1")
@@ -147,7 +168,9 @@ def check_kl_k3(fn) -> None:
                  hints={"the log-ratio is reversed: u = log ref - log pi (reference minus policy).": swapped,
                         "the '- 1' is missing: k3 = exp(u) - u - 1, which is 0 when pi = ref.": expected + 1,
                         "that is k2 = u^2 / 2, not k3.": torch.tensor([[math.log(2) ** 2 / 2] * 2 + [0.0]],
-                                                                       dtype=torch.float64)})
+                                                                       dtype=torch.float64),
+                        "that is k1 (log pi - log ref), the plain log-ratio; k3 = exp(u) - u - 1 with "
+                        "u = log ref - log pi.": torch.tensor([[math.log(2), -math.log(2), 0.0]], dtype=torch.float64)})
     logps, ref_logps, exact = _categorical_samples()
     got = fn(logps, ref_logps)
     assert_close(got, library_k3(logps, ref_logps), name="40,000 sampled tokens vs course_lib.ops.kl.kl_k3")

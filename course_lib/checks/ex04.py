@@ -24,13 +24,15 @@ def _right_padded_mask(lengths: list[int], width: int) -> torch.Tensor:
 
 # ----------------------------------------------------------------------------- per-token rewards
 def _loop_rewards(scores, logps, ref_logps, mask, beta, is_eos=None, penalty=None, *, last_column=False,
-                  kl_sign=1.0, mask_kl=True, penalty_everywhere=False, penalty_sign=-1.0) -> torch.Tensor:
+                  kl_sign=1.0, mask_kl=True, penalty_everywhere=False, penalty_sign=-1.0,
+                  penalty_on_eos_rows=False) -> torch.Tensor:
     """Per-token rewards by explicit loops; the keyword flags reproduce typical mistakes."""
     batch, width = logps.shape
     out = torch.zeros(batch, width, dtype=torch.float64)
     for b in range(batch):
         score = float(scores[b])
-        if penalty is not None and is_eos is not None and (penalty_everywhere or not bool(is_eos[b])):
+        penalised = bool(is_eos[b]) if penalty_on_eos_rows else not bool(is_eos[b]) if is_eos is not None else False
+        if penalty is not None and is_eos is not None and (penalty_everywhere or penalised):
             score += penalty_sign * penalty
         length = int(mask[b].sum())
         for t in range(width):
@@ -55,6 +57,9 @@ def _reward_mistakes(scores, logps, ref_logps, mask, beta, is_eos=None, penalty=
     if penalty is not None:
         mistakes["the missing-EOS penalty hit every completion; only those with is_eos == False pay it."] = \
             _loop_rewards(*args, penalty_everywhere=True)
+        mistakes["the missing-EOS penalty hit the rows that DID end with EOS; it is for the completions with "
+                 "is_eos == False (cut off before EOS): scores[~is_eos] -= penalty."] = \
+            _loop_rewards(*args, penalty_on_eos_rows=True)
         mistakes["the missing-EOS penalty was added; it is subtracted from the score."] = \
             _loop_rewards(*args, penalty_sign=1.0)
         mistakes["the missing-EOS penalty is ignored: lower the score of completions without EOS."] = \
@@ -129,6 +134,28 @@ def _whiten_mistakes(x, mask, shift_mean) -> dict[str, torch.Tensor]:
     }
 
 
+def _per_row_whiten(x: torch.Tensor, mask: torch.Tensor, shift_mean: bool) -> torch.Tensor:
+    """Each row whitened with its own mean and unbiased std (NaN in rows with fewer than 2 values)."""
+    out = torch.full_like(x, float("nan"))
+    for b in range(x.shape[0]):
+        valid = x[b][mask[b].bool()]
+        if valid.numel() < 2:
+            continue
+        row = (x[b] - valid.mean()) * torch.rsqrt(valid.var() + 1e-8) + (0 if shift_mean else valid.mean())
+        out[b] = row * mask[b]
+    return out
+
+
+def _check_not_per_row(got: torch.Tensor, x: torch.Tensor, mask: torch.Tensor, shift_mean: bool) -> None:
+    """Name the per-row mistake: rows of 2+ valid values match a row-by-row whitening."""
+    per_row = _per_row_whiten(x, mask, shift_mean)
+    rows = mask.sum(1) >= 2
+    if torch.allclose(got[rows].to(torch.float64), per_row[rows], atol=1e-5) and \
+            not torch.allclose(per_row[rows], masked_whiten(x, mask, shift_mean=shift_mean)[rows], atol=1e-5):
+        raise Hint("whitened each row on its own (its own mean and std); the statistics are taken over every "
+                   "valid token of the whole batch, so the scale of the advantages is shared across completions.")
+
+
 def check_whiten(fn) -> None:
     x, mask = _tensor([[1.0, 2.0, 9.0], [3.0, 0.0, 0.0]]), _tensor([[1.0, 1.0, 0.0], [1.0, 0.0, 0.0]])
     got = fn(x, mask)
@@ -137,6 +164,7 @@ def check_whiten(fn) -> None:
     if got[mask == 0].abs().max() > 0:
         raise Hint("the padded positions (mask == 0) must come out as 0; multiply the result by the mask.")
     scale = (1 + 1e-8) ** -0.5
+    _check_not_per_row(got, x, mask, True)
     assert_close(got, [[-scale, 0.0, 0.0], [scale, 0.0, 0.0]], name="hand-worked whiten (valid values 1, 2, 3)",
                  hints=_whiten_mistakes(x, mask, True))
     got = fn(x, mask, shift_mean=False)
@@ -149,6 +177,8 @@ def check_whiten(fn) -> None:
     mask = _right_padded_mask([6, 3, 1, 4], 6)
     for shift_mean in (True, False):
         got = fn(x.clone(), mask, shift_mean=shift_mean)
+        if isinstance(got, torch.Tensor) and got.shape == x.shape:
+            _check_not_per_row(got, x, mask, shift_mean)
         assert_close(got, masked_whiten(x, mask, shift_mean=shift_mean),
                      name=f"whiten of a padded (4, 6) batch, shift_mean={shift_mean}",
                      hints=_whiten_mistakes(x, mask, shift_mean))
@@ -168,13 +198,15 @@ def _value_mistakes(values, old_values, returns, mask, c) -> dict[str, torch.Ten
         "took the min of the two errors; the clipped value loss keeps the max (the pessimistic one).":
             0.5 * masked_mean(torch.min(unclipped_err, clipped_err)),
         "forgot the 0.5 factor: loss = 0.5 * mean(max(...)).": masked_mean(torch.max(unclipped_err, clipped_err)),
-        "no clipping: the clipped branch clamps values to [old_values - c, old_values + c].":
+        "the clipped branch never wins: either the value is not clipped, or the clip is centred on the returns "
+        "(clamping toward the returns can only shrink the error, so the max ignores it). The clip is centred on "
+        "old_values, the critic at rollout time: clamp(values, old_values - c, old_values + c).":
             0.5 * masked_mean(unclipped_err),
         "used only the clipped error; take the max with the unclipped one.": 0.5 * masked_mean(clipped_err),
         "padding counted in the mean; average over mask == 1 only.":
             0.5 * torch.max(unclipped_err, clipped_err).mean(),
-        "clipped around the returns; the clip is centred on old_values (the critic at rollout time).":
-            0.5 * masked_mean(torch.max(unclipped_err, around_returns)),
+        "took the min, and clipped around the returns; the clip is centred on old_values (the critic at "
+        "rollout time) and the max keeps the worse error.": 0.5 * masked_mean(torch.min(unclipped_err, around_returns)),
     }
 
 
@@ -189,11 +221,9 @@ def _value_case(seed: int):
 
 def check_value_loss(fn) -> None:
     ones = _tensor([[1.0]])
-    got = fn(_tensor([[1.0]]), _tensor([[0.0]]), _tensor([[1.0]]), ones, 0.2)
+    hand = got = fn(_tensor([[1.0]]), _tensor([[0.0]]), _tensor([[1.0]]), ones, 0.2)
     if not isinstance(got, torch.Tensor) or got.dim() != 0:
         raise Hint(f"return a scalar tensor (0-dimensional); got {got!r}.")
-    assert_close(got, 0.32, name="hand-worked loss (values 1, old 0, return 1, c=0.2: 0.5 * 0.8^2)",
-                 hints=_value_mistakes(_tensor([[1.0]]), _tensor([[0.0]]), _tensor([[1.0]]), ones, 0.2))
     # The value moved toward a far target but stayed inside the band: both errors agree.
     assert_close(fn(_tensor([[0.1]]), _tensor([[0.0]]), _tensor([[2.0]]), ones, 0.2), 0.5 * 1.9 ** 2,
                  name="value inside the clip band (values 0.1, old 0, return 2)")
@@ -204,6 +234,11 @@ def check_value_loss(fn) -> None:
         expected = library_value_loss(values, old_values, returns, mask, cliprange_value=c).loss
         assert_close(got, expected, name=f"value loss on a padded batch (cliprange_value={c})",
                      hints=_value_mistakes(values, old_values, returns, mask, c))
+
+    # After the batches (whose tokens tell the mistakes apart): on one token where the clip
+    # matters, no clipping, the min and a clip centred on the returns all give 0.
+    assert_close(hand, 0.32, name="hand-worked loss (values 1, old 0, return 1, c=0.2: 0.5 * 0.8^2)",
+                 hints=_value_mistakes(_tensor([[1.0]]), _tensor([[0.0]]), _tensor([[1.0]]), ones, 0.2))
 
     # Gradient: flows into values only, and is zero where the clipped (constant) branch wins.
     values, old_values, returns, mask = _value_case(2)

@@ -88,8 +88,15 @@ def _loss_mistakes(logps, old_logps, advantages, mask, epsilon) -> dict[str, tor
     unclipped = -(ratio * adv)
     clipped_only = -(torch.clamp(ratio, 1 - epsilon, 1 + epsilon) * adv)
     per_token = -torch.min(ratio * adv, torch.clamp(ratio, 1 - epsilon, 1 + epsilon) * adv)
+    optimistic = -torch.max(ratio * adv, torch.clamp(ratio, 1 - epsilon, 1 + epsilon) * adv)
+    log_ratio = logps - old_logps
+    no_exp = -torch.min(log_ratio * adv, torch.clamp(log_ratio, 1 - epsilon, 1 + epsilon) * adv)
     seq_mean = lambda x: ((x * mask).sum(1) / mask.sum(1)).mean()  # noqa: E731
     return {
+        "took the max of the two terms: that is the optimistic bound. PPO and GRPO keep the MIN of r * A and "
+        "clip(r) * A, the pessimistic one, so moving the ratio past the clip never pays.": seq_mean(optimistic),
+        "the ratio is the log-ratio itself: exponentiate it, ratio = exp(logps - old_logps) = pi / pi_old "
+        "(it is 1, not 0, when the policy has not moved).": seq_mean(no_exp),
         "averaged over all valid tokens of the batch at once (that is loss_type='bnpo'); GRPO first "
         "averages each sequence over its own tokens, then averages the sequences.": library(loss_type="bnpo"),
         "the sign is flipped: return the *loss*, minus the clipped objective.": -library(),
@@ -107,12 +114,15 @@ def check_grpo_clipped_loss(fn) -> None:
     logps = torch.log(torch.tensor([[1.5, 0.5], [1.5, 0.5]], dtype=torch.float64))
     zeros = torch.zeros_like(logps)
     ones = torch.ones_like(logps)
-    got = fn(logps, zeros, torch.tensor([1.0, -1.0], dtype=torch.float64), ones, 0.2)
+    hand_advantages = torch.tensor([1.0, -0.5], dtype=torch.float64)
+    got = fn(logps, zeros, hand_advantages, ones, 0.2)
     if not isinstance(got, torch.Tensor) or got.dim() != 0:
         raise Hint(f"return a scalar tensor (0-dimensional), got {got!r}.")
-    # A = -1: -min(-1.5, -1.2) = 1.5 and -min(-0.5, -0.8) = 0.8; the two sequences average to 0.15.
-    assert_close(got, ((-1.2 - 0.5) / 2 + (1.5 + 0.8) / 2) / 2, name="hand-worked loss (ratios 1.5, 0.5; A = +1, -1)",
-                 hints=_loss_mistakes(logps, zeros, torch.tensor([1.0, -1.0], dtype=torch.float64), ones, 0.2))
+    # A = -0.5: -min(-0.75, -0.6) = 0.75 and -min(-0.25, -0.4) = 0.4; the sequences average to -0.1375.
+    # (With A = -1 the optimistic max would give exactly minus the right loss and read as a sign flip.)
+    assert_close(got, ((-1.2 - 0.5) / 2 + (0.75 + 0.4) / 2) / 2,
+                 name="hand-worked loss (ratios 1.5, 0.5; A = +1, -0.5)",
+                 hints=_loss_mistakes(logps, zeros, hand_advantages, ones, 0.2))
 
     for seed, epsilon in ((0, 0.2), (1, 0.1)):
         logps, old_logps, advantages, mask = _loss_case(seed)

@@ -143,6 +143,8 @@ def _ratio_mistakes(logps, old_logps, mask) -> dict[str, torch.Tensor]:
             torch.exp((logps - old_logps).sum(1) / counts),
         "used old_logps - logps; the ratio is pi / pi_old, so the log-ratio is logps - old_logps.":
             torch.exp(-log_ratio.sum(1) / counts),
+        "that is the mean log-ratio; exponentiate it: s = exp(mean_t (logps - old_logps)), which is 1 (not 0) "
+        "when the policy has not moved.": log_ratio.sum(1) / counts,
     }
 
 

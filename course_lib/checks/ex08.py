@@ -110,6 +110,9 @@ def _reward_mistakes(scores, logps, ref_logps, mask, kl_coef) -> dict[str, torch
         "used ref_logps - logps; the k1 estimate of KL(pi || pi_ref) is logps - ref_logps.":
             scores - kl_coef * (-kl).sum(1),
         "forgot kl_coef: the penalty is kl_coef * KL.": scores - kl.sum(1),
+        "used the k3 estimator (exp(u) - u - 1); RLOO puts the k1 estimate, the plain log-ratio "
+        "logps - ref_logps, into the reward (TRL's RLOOTrainer does the same), summed over the completion.":
+            scores - kl_coef * ((torch.expm1(-(logps - ref_logps)) + (logps - ref_logps)) * mask).sum(1),
     }
 
 
@@ -164,7 +167,16 @@ def _token_mistakes(scores, logps, ref_logps, mask, kl_coef) -> dict[str, torch.
         "the score went to the first token; eq. 1 gives it at the end of the completion (the EOS token).": at_first,
         "padded positions hold rewards: multiply the KL term by the mask.": unmasked,
         "the score was added to every token; it belongs to the last valid token only.": everywhere,
+        "the KL sign is flipped: each token pays -kl_coef * (logps - ref_logps), so a token the policy makes "
+        "more likely than the reference does is penalised.": _flipped_kl(kl_rewards, scores, last),
     }
+
+
+def _flipped_kl(kl_rewards: torch.Tensor, scores: torch.Tensor, last: torch.Tensor) -> torch.Tensor:
+    """Per-token rewards with +kl_coef * KL instead of -kl_coef * KL (score on the last valid token)."""
+    flipped = -kl_rewards
+    flipped[torch.arange(len(scores)), last] += scores
+    return flipped
 
 
 def check_token_level_rewards(fn) -> None:

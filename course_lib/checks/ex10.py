@@ -24,12 +24,18 @@ from ..testing import Hint, assert_close
 GIB = 2**30
 
 
+# Operators that normalise over the vocabulary: their input is what one "block" holds.
+_NORMALISERS = ("aten.logsumexp", "aten._log_softmax", "aten._softmax", "aten.log_softmax", "aten.softmax")
+
+
 class _AllocationRecorder:
-    """Largest tensor storage created while active (views of existing tensors excluded)."""
+    """Largest tensor storage created while active (views of existing tensors excluded), and
+    the largest input (shape) given to a logsumexp / log_softmax / softmax operator."""
 
     def __init__(self, existing: list[torch.Tensor]):
         self.existing = {t.untyped_storage().data_ptr() for t in existing}
         self.largest = 0
+        self.widest_input: tuple[int, ...] = ()
         self.mode = None
 
     def __enter__(self):
@@ -42,6 +48,9 @@ class _AllocationRecorder:
 
         class _Mode(TorchDispatchMode):
             def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                if str(func.overloadpacket).startswith(_NORMALISERS) and args and isinstance(args[0], torch.Tensor):
+                    if args[0].numel() > math.prod(recorder.widest_input or (0,)):
+                        recorder.widest_input = tuple(args[0].shape)
                 out = func(*args, **(kwargs or {}))
                 for tensor in tree_flatten(out)[0]:
                     if isinstance(tensor, torch.Tensor) and tensor.device.type != "meta":
@@ -92,6 +101,17 @@ def check_chunked_selective_log_softmax(fn) -> None:
         assert_close(got, expected, name=f"log-probs with chunk_size={chunk_size}", atol=1e-4, hints=hints)
         full_bytes = logits.numel() * logits.element_size()
         block_bytes = min(chunk_size, batch * tokens) * vocab * logits.element_size()
+        widest = recorder.widest_input
+        rows = math.prod(widest[:-1]) if widest else 0
+        if recorder.mode is not None and rows > chunk_size:
+            if len(widest) == 3 and widest[0] <= chunk_size:
+                raise Hint(f"with chunk_size={chunk_size}, logsumexp / log_softmax received a block of shape "
+                           f"{widest}: you chunked over the batch axis, so each block holds chunk_size whole "
+                           f"sequences of T={tokens} rows ({rows} rows of V). A row is one token position: "
+                           "flatten to logits.reshape(-1, V) (B*T rows) and take chunk_size rows at a time.")
+            raise Hint(f"with chunk_size={chunk_size}, logsumexp / log_softmax received {rows} rows at once "
+                       f"(shape {widest}); each block must hold at most chunk_size rows of V values: work on "
+                       "logits.reshape(-1, V)[start:start + chunk_size].")
         if recorder.mode is not None and chunk_size < batch * tokens and recorder.largest > 2 * block_bytes:
             raise Hint(f"with chunk_size={chunk_size}, a temporary of {recorder.largest / 2**10:.0f} KiB was created; "
                        f"one (chunk_size, V) block is {block_bytes / 2**10:.0f} KiB and the whole logits "
@@ -104,7 +124,8 @@ def check_logits_memory_bytes(fn) -> None:
     if not isinstance(got, int) or isinstance(got, bool):
         raise Hint(f"return a whole number of bytes (an int), got {type(got).__name__} {got!r}.")
     gib = got / GIB
-    mistakes = {39.140625: "you counted one logits tensor; GRPO holds two (policy and reference): copies=2.",
+    mistakes = {39.140625: "you counted one logits tensor; multiply by copies (2 by default: the loss holds "
+                            "two logits tensors at once).",
                 156.5625: "you used 4 bytes per value (fp32); the default is 2 (bf16 / fp16): use bytes_per_value.",
                 84.05385216: "that is 84.05 in units of 10^9 bytes; return bytes, not GB."}
     for wrong, message in mistakes.items():
@@ -211,6 +232,12 @@ def check_correction_weight(fn) -> None:
             else:
                 hints["masked positions must hold weight 1: zero their log-ratio before the exponential."] = _bound(
                     torch.exp(old - sampling), mode, clip_min, clip_max)
+            if clip_min is not None:
+                token_or_sequence = torch.exp(log_ratio.sum(-1, keepdim=True)) if mode.startswith("sequence") \
+                    else torch.exp(log_ratio)
+                hints[f"clip_min={clip_min} was ignored: {mode} bounds the weight from below too "
+                      f"({'clamp' if mode.endswith('truncate') else 'zero'} weights under clip_min)."] = _bound(
+                    token_or_sequence, mode, None, clip_max)
             assert_close(fn(old, sampling, mask, mode, clip_min, clip_max), expected, atol=1e-6, hints=hints,
                          name=f"{mode}, clip_min={clip_min}, clip_max={clip_max}, padded batch")
     needs_grad = old.clone().requires_grad_(True)

@@ -13,6 +13,7 @@ from typing import Mapping, Sequence
 import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.patches import Circle, Rectangle
+from matplotlib.ticker import MaxNLocator
 
 from .bandits import AgentComparison
 from .gridworld import ACTIONS, GridWorld
@@ -26,6 +27,27 @@ __all__ = [
     "plot_answer_distribution",
     "plot_gridworld",
 ]
+
+
+#: Legend names for the learners' identifiers used by ``course_lib.toy`` (a legend names the
+#: idea, not the code); any other label is shown as given.
+READABLE_LABELS = {
+    "random": "random policy",
+    "reinforce": "REINFORCE",
+    "reinforce_baseline": "REINFORCE with baseline V(s)",
+    "q_learning": "Q-learning",
+}
+
+
+def readable_label(label: str) -> str:
+    """The legend name of a learner: ``"q_learning"`` -> ``"Q-learning"``; others unchanged."""
+    return READABLE_LABELS.get(label, label)
+
+
+def _integer_steps(*axes) -> None:
+    """Step and episode axes count whole steps: no 2.5 tick labels."""
+    for ax in axes:
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
 
 
 def moving_average(values: Sequence[float], window: int) -> np.ndarray:
@@ -65,22 +87,29 @@ def plot_learning_curves(
     fig = Figure(figsize=(7, 4), layout="constrained")
     ax = fig.add_subplot()
     for history, label in zip(histories, labels):
+        label = readable_label(label)
         data = np.atleast_2d(np.asarray(history, dtype=float))  # (seeds, T)
         curves = np.stack([moving_average(row, smooth) for row in data])
         mean = curves.mean(axis=0)
         steps = np.arange(1, mean.size + 1)
-        (line,) = ax.plot(steps, mean, label=label if data.shape[0] == 1 else f"{label} (mean of {data.shape[0]})")
+        if smooth > 1:  # the raw curve stays visible, faint, under its moving average
+            raw = ax.plot(steps, data.mean(axis=0), linewidth=0.8, alpha=0.25)[0]
+        (line,) = ax.plot(steps, mean, label=label if data.shape[0] == 1 else f"{label} (mean of {data.shape[0]})",
+                          **({"color": raw.get_color()} if smooth > 1 else {}))
         if data.shape[0] > 1:
             std = curves.std(axis=0)
-            low, high = mean - std, mean + std
-            if limits is not None:
-                low, high = np.clip(low, *limits), np.clip(high, *limits)
-            ax.fill_between(steps, low, high, color=line.get_color(), alpha=0.2, linewidth=0)
+            # mean +- std, kept inside `limits` when given, else inside the values the runs
+            # reached: a band of probabilities (or of any bounded quantity) never crosses the
+            # bounds the data respect.
+            low, high = limits if limits is not None else (np.nanmin(curves), np.nanmax(curves))
+            ax.fill_between(steps, np.clip(mean - std, low, high), np.clip(mean + std, low, high),
+                            color=line.get_color(), alpha=0.2, linewidth=0)
     if optimal is not None:
         ax.axhline(optimal, color="black", linestyle="--", linewidth=1, label=optimal_label)
-    title_suffix = f" (moving average of {smooth})" if smooth > 1 else ""
+    title_suffix = f" (moving average of {smooth}; raw curve faint)" if smooth > 1 else ""
     ax.set(title=title + title_suffix, xlabel=xlabel, ylabel=ylabel)
     ax.grid(alpha=0.3)
+    _integer_steps(ax)
     ax.legend(loc="best")
     return fig
 
@@ -97,8 +126,10 @@ def plot_bandit_comparison(comparison: Mapping[str, AgentComparison], title: str
     n_seeds = 0
     for name, result in comparison.items():
         steps = np.arange(1, result.mean_reward.size + 1)
-        ax_reward.plot(steps, moving_average(result.mean_reward, 10), label=name)
+        (line,) = ax_reward.plot(steps, moving_average(result.mean_reward, 10), label=name)
+        ax_reward.plot(steps, result.mean_reward, color=line.get_color(), linewidth=0.6, alpha=0.2)  # raw, faint
         ax_optimal.plot(steps, 100 * moving_average(result.optimal_action_rate, 10), label=name)
+        ax_optimal.plot(steps, 100 * result.optimal_action_rate, color=line.get_color(), linewidth=0.6, alpha=0.2)
         (line,) = ax_regret.plot(steps, result.cumulative_regret, label=name)
         ax_regret.fill_between(
             steps,
@@ -107,11 +138,13 @@ def plot_bandit_comparison(comparison: Mapping[str, AgentComparison], title: str
             color=line.get_color(), alpha=0.2, linewidth=0,
         )
         n_seeds = result.n_seeds
-    ax_reward.set(title="Average reward (moving average of 10)", xlabel="step", ylabel="reward")
-    ax_optimal.set(title="Best arm chosen (moving average of 10)", xlabel="step", ylabel="% of runs", ylim=(0, 100))
+    ax_reward.set(title="Average reward (moving average of 10; raw faint)", xlabel="step", ylabel="reward")
+    ax_optimal.set(title="Best arm chosen (moving average of 10; raw faint)", xlabel="step", ylabel="% of runs",
+                   ylim=(0, 100))
     ax_regret.set(title="Cumulative regret (± 1 s.e.)", xlabel="step", ylabel="expected reward lost")
     for ax in (ax_reward, ax_optimal, ax_regret):
         ax.grid(alpha=0.3)
+    _integer_steps(ax_reward, ax_optimal, ax_regret)
     ax_regret.legend(loc="upper left")
     fig.suptitle(f"{title} (average over {n_seeds} runs)")
     return fig
@@ -183,15 +216,18 @@ def plot_answer_distribution(
     fig = Figure(figsize=(max(7, 0.55 * len(labels)), 4), layout="constrained")
     ax = fig.add_subplot()
     index = np.arange(len(labels))
-    ax.bar(index - 0.2, before, 0.4, label="before", color="C7")
-    ax.bar(index + 0.2, after, 0.4, label="after", color="C0")
+    before_bars = ax.bar(index - 0.2, before, 0.4, label="before", color="C7")
+    after_bars = ax.bar(index + 0.2, after, 0.4, label="after", color="C0")
+    for bars in (before_bars, after_bars):  # each bar's probability, written above it
+        ax.bar_label(bars, labels=[f"{v:.2f}" if v >= 0.005 else "" for v in bars.datavalues], fontsize=6,
+                     rotation=90, padding=2)
     ax.set_xticks(index, labels=list(labels))
     if correct_label in labels:
         tick = ax.get_xticklabels()[list(labels).index(correct_label)]
         tick.set_color("C2")
         tick.set_fontweight("bold")
     ax.set(title=title, xlabel="answer" + (f" (correct: {correct_label})" if correct_label in labels else ""),
-           ylabel="probability", ylim=(0, max(1e-3, before.max(), after.max()) * 1.15))
+           ylabel="probability", ylim=(0, max(1e-3, before.max(), after.max()) * 1.25))
     ax.grid(axis="y", alpha=0.3)
     ax.legend()
     return fig

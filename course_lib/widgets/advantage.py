@@ -72,14 +72,18 @@ def _draw_group_bars(ax: Axes, values: np.ndarray, num_generations: int) -> None
     colors = category_colors(values.size // num_generations)
     bar_colors = [colors[i // num_generations] for i in range(values.size)]
     heights = np.nan_to_num(values, nan=0.0)
-    ax.bar(np.arange(values.size), heights, color=bar_colors, edgecolor="black", linewidth=0.5)
+    bars = ax.bar(np.arange(values.size), heights, color=bar_colors, edgecolor="black", linewidth=0.5)
+    if values.size <= 24:  # each bar's value, written at its end (NaN is annotated below)
+        ax.bar_label(bars, labels=["" if np.isnan(v) else f"{v:.2f}" for v in values], fontsize=7, padding=1)
+        ax.margins(y=0.15)
     for i in np.flatnonzero(np.isnan(values)):
         ax.annotate("NaN", (i, 0), ha="center", va="bottom", fontsize=8, color="crimson")
     for start in range(num_generations, values.size, num_generations):
         ax.axvline(start - 0.5, color="0.4", linewidth=0.8, linestyle=":")
     ax.axhline(0, color="black", linewidth=0.8)
     ax.set_xticks(np.arange(values.size))
-    ax.set_xticklabels([f"{i // num_generations}.{i % num_generations}" for i in range(values.size)],
+    # "P1:2" = prompt 1, its completion 2 (a label like "1.2" would read as a decimal number)
+    ax.set_xticklabels([f"P{i // num_generations}:{i % num_generations}" for i in range(values.size)],
                        fontsize=8, rotation=90 if values.size > 16 else 0)
 
 
@@ -100,8 +104,9 @@ def plot_advantages(rewards: Sequence[float] | torch.Tensor | str, num_generatio
         holds one `BarContainer` whose heights are the plotted values (NaN drawn as 0);
         groups with zero reward std are shaded grey.
 
-    Tick labels are `group.member`; dotted lines separate the groups; the black
-    segments on the reward panel are the group means (the GRPO baseline).
+    Tick labels are `P<group>:<member>` and each bar carries its value; dotted lines
+    separate the groups; the black segments on the reward panel are the group means
+    (the GRPO baseline).
     """
     if isinstance(rewards, torch.Tensor):
         values = rewards.detach().float().cpu().numpy().astype(float)
@@ -135,7 +140,7 @@ def plot_advantages(rewards: Sequence[float] | torch.Tensor | str, num_generatio
         _shade_zero_std_groups(ax, is_std_zero, num_generations, annotate=True)
         _draw_group_bars(ax, advantages, num_generations)
         ax.set(title=f"Advantages, {label}", ylabel="advantage")
-    fig.supxlabel("completion (prompt group . member)", fontsize=9)
+    fig.supxlabel("completion (P<prompt>:<completion of that prompt>)", fontsize=9)
     return fig
 
 

@@ -146,7 +146,7 @@ def plot_clip_objective(epsilon: float = 0.2, epsilon_high: float | None = None,
         for row, (values, name) in enumerate(((curve.objective, "objective"), (curve.gradient, "d objective / d r"))):
             ax = axes[row, column]
             ax.plot(curve.ratio, values, color="tab:blue" if advantage > 0 else "tab:red", linewidth=2,
-                    label="clipped (policy_loss)")
+                    label="clipped objective (PPO)")
             if row == 0:
                 ax.plot(curve.ratio, curve.ratio * advantage, color="0.5", linestyle="--", linewidth=1,
                         label="unclipped r*A")
@@ -292,10 +292,14 @@ def plot_loss_weights(epsilon: float = 0.2, epsilon_high: float = 0.28, cispo_ma
     axes = fig.subplots(1, 2, sharey=True)
     settings = {"dapo": dict(epsilon_high=epsilon_high), "cispo": dict(epsilon_high=cispo_max),
                 "sapo": dict(sapo_temperature_pos=sapo_temperature_pos, sapo_temperature_neg=sapo_temperature_neg)}
+    # the legend names the idea after the loss_type that selects it
+    ideas = {"dapo": f"dapo: hard clip to [{1 - epsilon:g}, {1 + epsilon_high:g}]",
+             "cispo": f"cispo: weight min(r, {cispo_max:g}), never zero",
+             "sapo": "sapo: soft gate, fades smoothly"}
     for ax, advantage in zip(axes, (1.0, -1.0)):
         for loss_type, options in settings.items():
             ax.plot(ratios, loss_weight_curve(ratios, advantage, loss_type, epsilon, **options), linewidth=2,
-                    label=loss_type)
+                    label=ideas[loss_type])
         ax.plot(ratios, ratios, color="0.5", linestyle="--", linewidth=1, label="unclipped: r")
         ax.axvline(1 - epsilon, color="0.3", linestyle=":", linewidth=1)
         ax.axvline(1 + epsilon_high, color="0.3", linestyle=":", linewidth=1)

@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 from ..history import load_history
 from ._common import new_figure
@@ -48,6 +49,17 @@ DEFAULT_PANELS: tuple[str | tuple[str, ...], ...] = (
     "loss/value_avg",
     "entropy_coef",
 )
+#: Legend names of metrics that share a panel: the legend says what a line means, the
+#: panel title keeps the logged name (what a learner finds in the logs).
+LEGEND_NAMES = {
+    "reward": "training reward",
+    "eval/reward": "held-out reward",
+    "eval/greedy_accuracy": "held-out greedy accuracy",
+    "eval/accuracy": "held-out accuracy",
+    "clip_ratio/low_mean": "clipped at 1 - ε (A < 0)",
+    "clip_ratio/high_mean": "clipped at 1 + ε_high (A > 0)",
+    "clip_ratio/region_mean": "clipped, either side",
+}
 _STEP_KEYS = ("step", "global_step")
 _NOT_METRICS = {"step", "global_step", "epoch", "episode", "tokens_seen", "time", "timestamp", "elapsed",
                 "wall_time"}
@@ -112,8 +124,14 @@ def _moving_average(values: np.ndarray, window: int) -> np.ndarray:
     return (cumulative[ends] - cumulative[ends - counts]) / counts
 
 
+def _auto_window(history: Sequence[Mapping[str, Any]], panels: Sequence[tuple[str, ...]]) -> int:
+    """A moving-average window of about a tenth of the longest curve; 1 (none) under 20 points."""
+    longest = max((metric_series(history, m)[1].size for group in panels for m in group), default=0)
+    return max(1, round(longest / 10)) if longest >= 20 else 1
+
+
 def plot_training_history(history: Sequence[Mapping[str, Any]] | str | Path,
-                          keys: Sequence[str | Sequence[str]] | None = None, smooth: int = 1,
+                          keys: Sequence[str | Sequence[str]] | None = None, smooth: int | str = "auto",
                           columns: int = 3, max_panels: int = 12, title: str | None = None) -> Figure:
     """A grid of small line plots, one per metric (or group of metrics), vs the step.
 
@@ -124,6 +142,7 @@ def plot_training_history(history: Sequence[Mapping[str, Any]] | str | Path,
             then `rewards/<name>/mean`, then the others alphabetically, at most
             `max_panels`.
         smooth: trailing moving-average window; the raw points stay visible, faint.
+            "auto" (the default): about a tenth of the longest curve, none under 20 points.
         columns: panels per row.
         title: figure title.
 
@@ -142,6 +161,10 @@ def plot_training_history(history: Sequence[Mapping[str, Any]] | str | Path,
         ax.text(0.5, 0.5, "no metrics logged yet", ha="center", va="center", transform=ax.transAxes)
         ax.set_axis_off()
         return fig
+    if smooth == "auto":
+        smooth = _auto_window(history, panels)
+    if not isinstance(smooth, int) or smooth < 1:
+        raise ValueError(f"smooth={smooth!r}: use a window of 1 or more steps, or 'auto'.")
     columns = max(1, min(columns, len(panels)))
     rows = math.ceil(len(panels) / columns)
     fig = new_figure(4.0 * columns, 2.5 * rows)
@@ -155,7 +178,8 @@ def plot_training_history(history: Sequence[Mapping[str, Any]] | str | Path,
             steps, values = metric_series(history, metric)
             # one prefix (clip_ratio/...): the last part tells them apart; else the full name
             same_prefix = len({m.split("/")[0] for m in group}) == 1
-            short = (metric.split("/")[-1] if same_prefix else metric) if len(group) > 1 else None
+            short = (LEGEND_NAMES.get(metric) or (metric.split("/")[-1] if same_prefix else metric)) \
+                if len(group) > 1 else None
             marker = "o" if 0 < values.size <= 30 else None
             (line,) = ax.plot(steps, values, marker=marker, markersize=3, linewidth=1,
                               alpha=0.35 if smooth > 1 else 1.0, label=short)
@@ -166,6 +190,7 @@ def plot_training_history(history: Sequence[Mapping[str, Any]] | str | Path,
         ax.set_title(" / ".join(group) if len(group) == 1 else _common_prefix(group), fontsize=9)
         ax.grid(alpha=0.3)
         ax.tick_params(labelsize=8)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole numbers: no 2.5
         # no "1e-12+9e-1" offsets on flat curves; powers of ten for learning rates
         ax.ticklabel_format(axis="y", style="sci", scilimits=(-3, 4), useOffset=False)
         if len(group) > 1:
@@ -174,8 +199,8 @@ def plot_training_history(history: Sequence[Mapping[str, Any]] | str | Path,
             ax.set_xlabel("step", fontsize=8)
             ax.xaxis.set_tick_params(labelbottom=True)
     if title or smooth > 1:
-        fig.suptitle((title or "Training metrics") + (f" (moving average of {smooth})" if smooth > 1 else ""),
-                     fontsize=11)
+        suffix = f" (moving average of {smooth}, raw faint)" if smooth > 1 else ""
+        fig.suptitle((title or "Training metrics") + suffix, fontsize=11)
     return fig
 
 
@@ -206,7 +231,7 @@ class LiveDashboard:
         display: force (True) or disable (False) the widget; None = detect a notebook.
     """
 
-    def __init__(self, keys: Sequence[str | Sequence[str]] | None = None, every: int = 10, smooth: int = 1,
+    def __init__(self, keys: Sequence[str | Sequence[str]] | None = None, every: int = 10, smooth: int | str = "auto",
                  columns: int = 3, max_panels: int = 12, display: bool | None = None) -> None:
         if every < 1:
             raise ValueError(f"every={every} must be >= 1 (redraw period in rows). Fix: e.g. every=10.")

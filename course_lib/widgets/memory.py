@@ -224,9 +224,9 @@ def plot_memory_vs_chunk_size(results: Sequence[dict[str, Any]]) -> Figure:
     fig = new_figure(11, 4.0)
     memory_ax, time_ax = fig.subplots(1, 2)
     memory_ax.plot(chunks, [r["peak_mib"] for r in fused], marker="o", color="tab:green",
-                   label="fused_linear_logprobs")
+                   label="chunked, block by block")
     time_ax.plot(chunks, [r["seconds"] for r in fused], marker="o", color="tab:green",
-                 label="fused_linear_logprobs")
+                 label="chunked, block by block")
     if naive:
         memory_ax.axhline(naive[0]["peak_mib"], color="tab:red", label=f"naive: {naive[0]['peak_mib']:.0f} MiB")
         time_ax.axhline(naive[0]["seconds"], color="tab:red", label="naive (full logits)")

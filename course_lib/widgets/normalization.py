@@ -71,6 +71,14 @@ def per_token_weights(lengths: Sequence[int], loss_type: str, max_completion_len
     return (-grad[:, 0] + 0.0).numpy()
 
 
+_IDEAS = {
+    "grpo": "mean per completion, then over completions",
+    "bnpo": "mean over the batch's tokens",
+    "dr_grpo": "sum / (B x max_completion_length)",
+    "dapo": "mean over the accumulated batch's tokens",
+}
+
+
 def plot_loss_normalization(lengths: Sequence[int] | str = (4, 8, 16, 32, 64, 128),
                             loss_type: str | Sequence[str] = LOSS_TYPES,
                             max_completion_length: int | None = None) -> Figure:
@@ -99,8 +107,9 @@ def plot_loss_normalization(lengths: Sequence[int] | str = (4, 8, 16, 32, 64, 12
     for name in loss_types:
         weights = per_token_weights(values, name, max_len)[order]
         style = _STYLES.get(name, {})
-        token_ax.plot(sorted_lengths, weights, label=name, **style)
-        sequence_ax.plot(sorted_lengths, weights * sorted_lengths, label=name, **style)
+        label = f"{name}: {_IDEAS[name]}" if name in _IDEAS else name  # the idea beside the loss_type
+        token_ax.plot(sorted_lengths, weights, label=label, **style)
+        sequence_ax.plot(sorted_lengths, weights * sorted_lengths, label=label, **style)
     batch = len(values)
     token_ax.set(title=f"Weight of one token (B = {batch}, A = 1, ratio = 1)", xlabel="completion length L (tokens)",
                  ylabel="-d loss / d log p(token)", yscale="log")
@@ -108,7 +117,9 @@ def plot_loss_normalization(lengths: Sequence[int] | str = (4, 8, 16, 32, 64, 12
                     ylabel="total weight of its tokens")
     for ax in (token_ax, sequence_ax):
         ax.grid(alpha=0.3, which="both")
-        ax.legend(fontsize=8, title="loss_type", title_fontsize=8)
+    # one legend for both panels, under them, where it hides no line
+    fig.legend(*token_ax.get_legend_handles_labels(), loc="outside lower center", ncols=2, fontsize=8,
+               title="loss_type", title_fontsize=8)
     fig.suptitle(f"grpo: 1/(L*B), short completions' tokens weigh more; bnpo/dapo: 1/(total tokens "
                  f"= {sum(values)}); dr_grpo: 1/(B*max_completion_length = {batch}*{max_len})", fontsize=10)
     return fig

@@ -364,21 +364,46 @@ def test_plots_return_labelled_figures(tmp_path):
         plots.plot_learning_curves([curve.returns], ["a", "b"])
 
 
-def test_learning_curve_band_stays_inside_limits():
-    """A probability band (mean +- std over seeds) is clipped to [0, 1] when limits say so."""
+def test_learning_curve_band_stays_inside_given_limits():
+    """A band (mean +- std over seeds) is clipped to explicit limits when they are given."""
     import matplotlib
 
     from course_lib.toy import plots
 
     matplotlib.use("Agg")
     probabilities = np.array([[0.0, 0.5, 1.0, 1.0], [0.0, 0.1, 0.2, 1.0], [0.9, 0.95, 1.0, 0.4]])  # (seeds, T)
-    band_heights = []
-    for limits in (None, (0.0, 1.0)):
-        fig = plots.plot_learning_curves([probabilities], ["p"], limits=limits)
-        (band,) = fig.get_axes()[0].collections
-        vertices = np.concatenate([path.vertices for path in band.get_paths()])
-        band_heights.append((vertices[:, 1].min(), vertices[:, 1].max()))
+    fig = plots.plot_learning_curves([probabilities], ["p"], limits=(0.1, 0.9))
+    (band,) = fig.get_axes()[0].collections
+    vertices = np.concatenate([path.vertices for path in band.get_paths()])
     mean, std = probabilities.mean(0), probabilities.std(0)
-    assert band_heights[0][0] == pytest.approx((mean - std).min()) and band_heights[0][0] < 0
-    assert band_heights[0][1] == pytest.approx((mean + std).max()) and band_heights[0][1] > 1
-    assert band_heights[1] == (0.0, 1.0)
+    assert (mean - std).min() < 0.1 and (mean + std).max() > 0.9  # the limits bite
+    assert (vertices[:, 1].min(), vertices[:, 1].max()) == pytest.approx((0.1, 0.9))
+
+
+def test_figures_keep_bands_in_range_count_whole_steps_and_name_ideas():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from course_lib.toy import plots
+
+    # (seeds, T) probabilities whose mean + std passes 1 at step 3: the band must not.
+    probs = np.array([[0.0, 0.1, 0.9, 1.0], [0.0, 0.9, 1.0, 1.0], [0.0, 0.0, 0.2, 1.0]])
+    assert (probs.mean(0) + probs.std(0)).max() > 1
+    fig = plots.plot_learning_curves([probs], ["P('4')"], ylabel="P('4')")
+    ax = fig.axes[0]
+    band = ax.collections[0].get_paths()[0].vertices[:, 1]
+    assert band.min() >= 0.0 and band.max() <= 1.0
+    fig.canvas.draw()
+    ticks = [t.get_text().replace("\u2212", "-") for t in ax.get_xticklabels() if t.get_text()]
+    assert ticks and all(float(t).is_integer() for t in ticks)  # steps, never "2.5"
+
+    # Smoothed: the raw curve stays, faint, under the moving average; legends name the idea.
+    fig = plots.plot_learning_curves([np.arange(30.0)], ["q_learning"], smooth=5)
+    raw, smoothed = fig.axes[0].lines[:2]
+    assert raw.get_alpha() < 0.5 and smoothed.get_alpha() is None
+    np.testing.assert_allclose(raw.get_ydata(), np.arange(30.0))
+    assert [t.get_text() for t in fig.axes[0].get_legend().get_texts()] == ["Q-learning"]
+
+    # Bar charts carry their values.
+    fig = plots.plot_answer_distribution([0.5, 0.5], [0.25, 0.75], ["3", "4"])
+    assert sorted(t.get_text() for t in fig.axes[0].texts) == ["0.25", "0.50", "0.50", "0.75"]

@@ -120,7 +120,7 @@ def test_loss_weight_curves_by_hand():
 def test_loss_weight_figure(render):
     fig = render(w.plot_loss_weights(), "loss_weights")
     assert len(fig.axes) == 2
-    assert [line.get_label() for line in fig.axes[0].lines][:4] == ["dapo", "cispo", "sapo", "unclipped: r"]
+    assert [line.get_label().split(":")[0] for line in fig.axes[0].lines][:4] == ["dapo", "cispo", "sapo", "unclipped"]
     assert value_at(fig.axes[0].lines[1], 2.0) == pytest.approx(2.0)  # CISPO keeps the gradient past the clip
     assert value_at(fig.axes[0].lines[0], 2.0) == pytest.approx(0.0)
 
@@ -244,7 +244,7 @@ def test_normalization_figure(render):
     fig = render(w.plot_loss_normalization(lengths, max_completion_length=64), "normalization")
     assert len(fig.axes) == 2
     token_ax, sequence_ax = fig.axes
-    assert [line.get_label() for line in token_ax.lines] == ["grpo", "bnpo", "dr_grpo", "dapo"]
+    assert [line.get_label().split(":")[0] for line in token_ax.lines] == ["grpo", "bnpo", "dr_grpo", "dapo"]
     np.testing.assert_allclose(token_ax.lines[0].get_xdata(), [5, 20, 40])
     np.testing.assert_allclose(token_ax.lines[0].get_ydata(), [1 / 15, 1 / 60, 1 / 120])
     np.testing.assert_allclose(sequence_ax.lines[0].get_ydata(), [1 / 3] * 3)  # grpo: equal per completion
@@ -489,3 +489,26 @@ def test_explorer_labels_are_whole_and_slider_tracks_usable():
     clip = {c.description: c for c in _controls(explorers["clip"])}
     assert _px(clip["delta (0=off)"].style.description_width) > 80
     assert _px(clip["epsilon_high"].style.description_width) > 80
+
+
+def test_figures_label_bars_and_count_whole_steps(render):
+    fig = render(w.plot_advantages("1, 0, 0, 1", num_generations=2), "advantages_labels")
+    rewards_ax, adv_ax = fig.axes
+    # "P1:0" = prompt 1, completion 0: no tick reads as a decimal number
+    assert [t.get_text() for t in rewards_ax.get_xticklabels()] == ["P0:0", "P0:1", "P1:0", "P1:1"]
+    assert [t.get_text() for t in rewards_ax.texts] == ["1.00", "0.00", "0.00", "1.00"]
+    assert [t.get_text() for t in adv_ax.texts if t.get_text() != "no signal"] == ["0.71", "-0.71", "-0.71", "0.71"]
+
+    # 60 logged steps: a moving average over the faint raw points; the legend names ideas.
+    history = [{"step": s, "reward": float(s % 7), "eval/reward": 0.1 * s} for s in range(1, 61)]
+    fig = render(w.plot_training_history(history, keys=[("reward", "eval/reward")]), "dashboard_smoothed")
+    ax = fig.axes[0]
+    raw, smoothed = ax.lines[:2]
+    np.testing.assert_allclose(raw.get_ydata(), [s % 7 for s in range(1, 61)])
+    assert raw.get_alpha() < 0.5 and smoothed.get_ydata()[5] == pytest.approx(np.mean([s % 7 for s in range(1, 7)]))
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["training reward", "held-out reward"]
+    fig.canvas.draw()
+    ticks = [t.get_text() for t in ax.get_xticklabels() if t.get_text()]
+    assert ticks and all(float(t.replace("\u2212", "-")).is_integer() for t in ticks)
+    # a short run is not smoothed
+    assert len(w.plot_training_history(history[:8], keys=["reward"]).axes[0].lines) == 1
