@@ -168,7 +168,7 @@ for label, (kl, clip_fraction, _) in runs.items():
 ax_kl.set(title="How far one batch moves the policy", xlabel="gradient step on the same batch",
           ylabel="KL(pi_old || pi_theta)")
 ax_clip.set(title="Fraction of samples with the clip active", xlabel="gradient step on the same batch",
-            ylabel="policy/clipfrac_avg", ylim=(-0.05, 1.05))
+            ylabel="fraction of tokens clipped", ylim=(-0.05, 1.05))
 for ax in (ax_kl, ax_clip):
     ax.grid(alpha=0.3)
     ax.legend()

@@ -637,7 +637,8 @@ else:
 #    steps. Name two places in an RL step where fp16's range can run out.
 # 5. With LoRA, the reference model costs no extra memory. Why, and what changes when you
 #    train all weights instead?
-# 6. Generation dominates the step on a GPU. Which batch-schedule knobs of lesson 07 let you
+# 6. When generation dominates the step (long completions, few sequences per decoding step;
+#    section 1 measures where that happens), which batch-schedule knobs of lesson 07 let you
 #    reuse one expensive generation batch for several optimizer steps, and what does that
 #    reuse cost in "on-policyness"?
 
