@@ -47,7 +47,7 @@ def rloo_reward_with_kl(scores: torch.Tensor, logps: torch.Tensor, ref_logps: to
         ref_logps: `(B, T)` the same under the reference model.
         mask: `(B, T)` 1 for completion tokens, 0 for padding (padded positions may hold
             any value in `logps` and `ref_logps`).
-        kl_coef: the KL coefficient beta (`kl_coef`, default 0.05 in the seed's config).
+        kl_coef: the KL coefficient beta (`kl_coef`, default 0.05 in the RLOO notes' config).
 
     Example: `scores=[1.]`, `logps=[[-1., -2.]]`, `ref_logps=[[-1.5, -2.5]]`, mask all 1,
     `kl_coef=0.1`: KL sum = 1.0, non_score_reward = -0.1, rlhf_reward = 0.9.

@@ -101,7 +101,7 @@ def check_verifier_reward(fn) -> None:
     if calls[0] == ("4", "3"):
         raise Hint("you called verifier(target, answer); the verifier takes verifier(answer, target) "
                    "(a real verifier such as math_verify's is not symmetric).")
-    # Hand-worked cases of the seed's rubric (target "4").
+    # Hand-worked cases of the lesson's rubric (target "4").
     for answer, expected in (("4", 4.0), ("3", -2.0), ("cat", -4.0)):
         got = fn(answer, "4", verify_answer)
         if got == expected:

@@ -1,7 +1,7 @@
 """Checks for lesson 08 (RLOO): leave-one-out advantages, the KL in the reward, Reinforce++'s
 per-token rewards, and flagging an unhealthy `val/ratio`.
 
-Expected values are the seed's worked numbers (3 prompts x 4 completions, rewards 1..10),
+Expected values are the worked numbers of the RLOO notes (3 prompts x 4 completions, rewards 1..10),
 other hand-worked cases, `course_lib.algos.rloo.rloo_advantages`, and explicit loops
 written here; each typical mistake is reproduced to name it in the hint.
 """
@@ -19,7 +19,7 @@ def _tensor(values, dtype=torch.float64) -> torch.Tensor:
     return torch.tensor(values, dtype=dtype)
 
 
-# The seed's example: rewards listed generation-major (first completion of each of the three
+# The RLOO notes' example: rewards listed generation-major (first completion of each of the three
 # prompts, then the second completion of each, ...).
 SEED_GENERATION_MAJOR = [1.0, 2.0, 3.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0]
 
@@ -28,7 +28,7 @@ def _advantage_mistakes(rewards: torch.Tensor, k: int) -> dict[str, torch.Tensor
     grouped = rewards.view(-1, k)
     by_generation = rewards.view(k, -1)  # the generation-major misreading of a prompt-major tensor
     return {
-        "grouped the rewards generation-major (rewards.view(k, -1), as the seed's vectorized code does); "
+        "grouped the rewards generation-major (rewards.view(k, -1), as the RLOO notes' vectorized code does); "
         "here the layout is prompt-major: the k completions of a prompt are contiguous, use rewards.view(-1, k).":
             (by_generation - (by_generation.sum(0, keepdim=True) - by_generation) / (k - 1)).reshape(-1),
         "the baseline includes the completion's own reward (r_i - mean of the whole group); RLOO leaves it "
@@ -46,7 +46,7 @@ def _advantage_mistakes(rewards: torch.Tensor, k: int) -> dict[str, torch.Tensor
 
 
 def check_rloo_advantages(fn) -> None:
-    # The seed's numbers, translated to prompt-major: prompt 0 got rewards 1, 2, 5, 8.
+    # The RLOO notes' numbers, translated to prompt-major: prompt 0 got rewards 1, 2, 5, 8.
     prompt_major = generation_major_to_prompt_major(_tensor(SEED_GENERATION_MAJOR), 4)
     got = fn(prompt_major.clone(), 4)
     if isinstance(got, torch.Tensor) and got.dim() == 2:
@@ -54,9 +54,9 @@ def check_rloo_advantages(fn) -> None:
     expected = _tensor([1 - (2 + 5 + 8) / 3, 2 - (1 + 5 + 8) / 3, 5 - (1 + 2 + 8) / 3, 8 - (1 + 2 + 5) / 3,
                         2 - (3 + 6 + 9) / 3, 3 - (2 + 6 + 9) / 3, 6 - (3 + 2 + 9) / 3, 9 - (2 + 3 + 6) / 3,
                         3 - (4 + 7 + 10) / 3, 4 - (3 + 7 + 10) / 3, 7 - (3 + 4 + 10) / 3, 10 - (3 + 4 + 7) / 3])
-    assert_close(got, expected, name="the seed's example in prompt-major order (rewards 1, 2, 5, 8 | 2, 3, 6, 9 | ...)",
+    assert_close(got, expected, name="the RLOO notes' example in prompt-major order (rewards 1, 2, 5, 8 | 2, 3, 6, 9 | ...)",
                  hints=_advantage_mistakes(prompt_major, 4))
-    # The seed's two asserts: its advantage[0] and advantage[7] sit at prompt-major 0 and 6.
+    # The RLOO notes' two asserts: its advantage[0] and advantage[7] sit at prompt-major 0 and 6.
     assert_close(got[0], 1 - (2 + 5 + 8) / 3, name="first completion of the first prompt")
     assert_close(got[6], 6 - (3 + 2 + 9) / 3, name="third completion of the second prompt")
 

@@ -3,7 +3,7 @@ memory arithmetic of logits and KV cache, the truncated importance-sampling weig
 four correction modes of TRL 1.16 (`course_lib.ops.importance.importance_sampling_ratio`).
 
 Expected values: `course_lib.ops.logprobs.selective_log_softmax`, `course_lib.ops.kl.
-truncated_is_ratio`, the seed's memory figures (78.3 GB of logits, 2.5 GB of KV cache per
+truncated_is_ratio`, the memory figures of lesson 10's source notes (78.3 GB of logits, 2.5 GB of KV cache per
 sequence, 20 GB at batch 8, with GB = 2^30 bytes and 20K = 20,480 tokens) and hand-worked
 cases. The chunked exercise is also checked for what it is for: while it runs, a
 `TorchDispatchMode` records every tensor the computation's operators return, and the

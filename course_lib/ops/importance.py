@@ -72,7 +72,7 @@ def importance_sampling_ratio(
             NaN entries (the engine could not score a token) count as "no correction".
         mask: `(B, T)` 1 for completion tokens.
         mode: see above.
-        clip_max: upper bound C (the seed's `vllm_importance_sampling_cap`); `None` for
+        clip_max: upper bound C (TRL's deprecated `vllm_importance_sampling_cap`); `None` for
             no upper bound.
         clip_min: lower bound; `None` for none.
 
@@ -119,7 +119,7 @@ def truncated_is_ratio(
 ) -> Tensor:
     """Token-level truncated importance sampling weight `min(exp(old - sampling), cap)`.
 
-    The `vllm_importance_sampling_correction` of the seed documentation with
+    The `vllm_importance_sampling_correction` of TRL's GRPO trainer with
     `vllm_importance_sampling_cap = cap` (Yao et al. 2025). The result is what
     `policy_loss(..., sampling_ratio=...)` multiplies into the per-token loss; compute it
     once per generation batch, without gradient.

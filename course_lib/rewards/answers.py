@@ -125,7 +125,7 @@ def make_correctness_reward(
     Args:
         extractor: a key of ``ANSWER_EXTRACTORS`` or a callable ``text -> str | None``.
         answer_column: the dataset column holding the reference.
-        correct, incorrect: the two scores (the seed's example uses +3 / -3).
+        correct, incorrect: the two scores (the reward lesson's example uses +3 / -3).
         rel_tol: relative tolerance for numeric answers.
         name: the ``__name__`` shown in metrics.
     """

@@ -40,7 +40,7 @@ _ENTRIES: list[Callable] = [
     code_execution_reward,
 ]
 
-#: Name -> reward function. ``length_reward`` here is the seed's ideal length of 20 characters.
+#: Name -> reward function. ``length_reward`` here is the source notes' ideal length of 20 characters.
 REWARD_FUNCTIONS: dict[str, Callable] = {f.__name__: f for f in _ENTRIES}
 
 

@@ -1,6 +1,6 @@
 """Memory arithmetic and measurement for lesson 10 (why log-probs are computed in chunks).
 
-- `logits_memory_gb`: the full-logits bill of a GRPO step. The seed's example: 2 logits
+- `logits_memory_gb`: the full-logits bill of a GRPO step. The source notes' example: 2 logits
   tensors x 2 bytes x 8 generations x 20K context x 128,256 vocabulary = 78.3 GB.
   That number holds with "20K" = 20 x 1024 = 20,480 tokens and "GB" = 2^30 bytes
   (GiB); with 10^9 bytes it would read 84.1 GB, and with 20,000 tokens 76.4 GiB. The
@@ -48,7 +48,7 @@ def _to_unit(num_bytes: float, unit: str) -> float:
         return num_bytes / GIB
     if unit == "GB":
         return num_bytes / 1e9
-    raise ValueError(f"unit={unit!r} is unknown. Fix: use 'GiB' (2^30 bytes, the seed's GB) or 'GB' (10^9).")
+    raise ValueError(f"unit={unit!r} is unknown. Fix: use 'GiB' (2^30 bytes, the GB of lesson 10's source notes) or 'GB' (10^9).")
 
 
 def logits_memory_gb(batch: int, seq_len: int, vocab: int, bytes_per_value: int = 2, copies: int = 2,
@@ -64,7 +64,7 @@ def logits_memory_gb(batch: int, seq_len: int, vocab: int, bytes_per_value: int 
         vocab: vocabulary size.
         bytes_per_value: 2 for bf16/fp16, 4 for fp32.
         copies: logits tensors alive at once.
-        unit: `"GiB"` (2^30 bytes, what the seed calls GB) or `"GB"` (10^9 bytes).
+        unit: `"GiB"` (2^30 bytes, what lesson 10's source notes call GB) or `"GB"` (10^9 bytes).
     """
     return _to_unit(float(copies) * bytes_per_value * batch * seq_len * vocab, unit)
 

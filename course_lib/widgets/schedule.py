@@ -8,7 +8,7 @@ Thick red lines mark optimizer steps (every `gradient_accumulation_steps` micro-
 black lines the start of a new generation cycle. A side panel gives the batch
 arithmetic from the same module's formula helpers.
 
-`SCHEDULE_PRESETS` holds the parameters of the four example tables of the seed
+`SCHEDULE_PRESETS` holds the parameters of the four example tables of the batch-schedule notes
 documentation (GRPO batch examples); `schedule_table` reproduces them, except the
 third table's typo (its step 2 reads `[1,1,3]` where prompt 2 belongs, as the 12
 completions of 3 prompts with 4 generations each show).
@@ -37,7 +37,7 @@ from ._common import build_explorer, category_colors, new_figure
 
 __all__ = ["SCHEDULE_PRESETS", "plot_schedule", "schedule_explorer", "schedule_formulas", "schedule_grid"]
 
-#: The seed's four example tables, as `schedule_table` keyword arguments.
+#: The batch-schedule notes' four example tables, as `schedule_table` keyword arguments.
 SCHEDULE_PRESETS: dict[str, dict[str, int]] = {
     "Example 1": dict(per_device_train_batch_size=3, gradient_accumulation_steps=2, num_generations=3,
                       steps_per_generation=4),
@@ -172,7 +172,7 @@ def plot_schedule(rows: Sequence[ScheduleRow], parameters: Mapping[str, Any] | N
 
 
 def schedule_explorer(preset: str = "Example 1") -> object:
-    """Widget: the seed's presets and sliders for every batch parameter (`plot_schedule`)."""
+    """Widget: the four example presets and sliders for every batch parameter (`plot_schedule`)."""
     import ipywidgets as widgets
 
     def render(per_device_train_batch_size: int, gradient_accumulation_steps: int, num_generations: int,
