@@ -242,7 +242,7 @@ def test_fork_bomb_without_the_hook_is_capped_and_leaves_nothing_behind():
     assert not result.ok
     time.sleep(0.2)
     assert not _tasks_running(marker)  # the PID namespace died with the sandbox
-    assert run_python("print('still answers')").stdout == "still answers\n"
+    assert run_python("print('still answers')", timeout_s=10.0).stdout == "still answers\n"
 
 
 @both_layers
@@ -381,7 +381,7 @@ def test_the_user_namespace_mode_holds_too(monkeypatch, host_dir):
             print(type(error).__name__)
         print(sorted(os.listdir('/')))
     """)
-    result = run_python(code, audit_hook=False)
+    result = run_python(code, audit_hook=False, timeout_s=10.0)  # a loaded machine starts Python slowly
     assert result.stdout.splitlines()[0] == "65534 -1 -1", result.stdout + result.stderr
     assert not target.exists()
     assert "etc" not in result.stdout and "home" not in result.stdout
