@@ -102,10 +102,14 @@ class Trainer:
         needs_reference = config.beta != 0.0
         self.reference = ReferencePolicy(self.model) if needs_reference else None
         parameters = [p for p in self.model.parameters() if p.requires_grad]
+        groups = [{"params": parameters}]
         if self.value_head is not None:
-            parameters += list(self.value_head.parameters())
+            value_lr = getattr(config, "value_learning_rate", None)
+            groups.append({"params": list(self.value_head.parameters()),
+                           **({} if value_lr is None else {"lr": value_lr})})
+            parameters = parameters + groups[-1]["params"]
         # The fused kernel updates all parameters in one pass (TRL's default optimizer too).
-        self.optimizer = torch.optim.AdamW(parameters, lr=config.learning_rate, betas=(config.adam_beta1, config.adam_beta2),
+        self.optimizer = torch.optim.AdamW(groups, lr=config.learning_rate, betas=(config.adam_beta1, config.adam_beta2),
                                            eps=config.adam_epsilon, weight_decay=config.weight_decay,
                                            fused=all(p.dtype in (torch.float32, torch.float16, torch.bfloat16)
                                                      for p in parameters))
