@@ -1,19 +1,20 @@
 """``make demo``: GRPO on an embedded model, with a held-out before/after table that beats its noise.
 
 - ``smollm2-135m`` (default): SmolLM2-135M-Instruct with LoRA on every projection, trained
-  with GRPO on two-digit arithmetic with an ``<answer>`` tag (format + correctness
-  rewards). Rollouts and evaluation run in the vLLM CPU engine with bfloat16 weights (the
-  trainer keeps float32 and corrects the sampler mismatch with truncated importance
-  sampling); without vLLM, or on a CPU without native bfloat16, Hugging Face ``generate``
-  does the same work, slower.
-- ``tiny``: the embedded 0.9M-parameter model on plain two-digit addition; under a minute.
+  with GRPO on two-digit addition with an ``<answer>`` tag (format + correctness rewards),
+  2 prompts x 8 completions at temperature 1.0 per step, 30 steps
+  (:data:`course_lib.presets.MEASURED`). Rollouts and evaluation run in the vLLM CPU engine
+  with bfloat16 weights, and training runs in bfloat16, where the CPU has native bfloat16
+  (:func:`course_lib.presets.fast_engine_settings`); elsewhere Hugging Face ``generate``
+  and float32 do the same work, slower.
+- ``tiny``: the embedded 0.9M-parameter model on plain two-digit addition; about a minute.
 
-The demo measures greedy accuracy on the same held-out problems before and after
+The demo measures greedy accuracy on the same 200 held-out problems before and after
 training and prints a table: each accuracy with its 95% Wilson interval, and the lift
 with its paired 95% interval (:func:`course_lib.evaluation.lift_interval`). A lift whose
 interval excludes 0 is larger than the evaluation's noise. It also prints a few answers
-before and after, saves ``reward.png`` (reward curves) and ``results.json`` in the output
-folder.
+before and after, and saves ``reward.png`` (reward curves) and ``results.json`` in the
+output folder.
 """
 
 from __future__ import annotations
@@ -145,7 +146,8 @@ def run_demo(model: str = "smollm2-135m", output_dir: str = "outputs/demo", max_
               f"     before: {first.strip()!r}\n     after:  {last.strip()!r}")
 
     reward_keys = ["reward"] + [f"rewards/{name}/mean" for name in rewards]
-    figure = plot_training_history(history, keys=reward_keys, smooth=5, title=f"GRPO on {model}: reward per optimizer step")
+    figure = plot_training_history(history, keys=reward_keys, smooth=5,
+                                   title=f"GRPO on {model}: reward per optimizer step")
     output.mkdir(parents=True, exist_ok=True)
     figure.savefig(output / "reward.png", dpi=120)
     table, numbers = results_table(before, after)
