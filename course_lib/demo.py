@@ -54,14 +54,12 @@ def demo_settings(model: str, output_dir: str | os.PathLike, max_steps: int | No
     return settings
 
 
-def greedy_correct(engine, tokenizer, dataset, max_tokens: int) -> tuple[list[bool], list[str]]:
-    """Greedy completions of every row by ``engine`` and whether each is correct (``is_correct``)."""
+def greedy_correct(trainer, dataset) -> tuple[list[bool], list[str]]:
+    """Greedy completions of every row by the trainer's current policy, and whether each is correct."""
     from .evaluation import is_correct
-    from .rollout import SamplingConfig
 
-    rollout = engine.generate(list(dataset["prompt"]), n=1, sampling=SamplingConfig(temperature=0.0,
-                                                                                     max_tokens=max_tokens))
-    return [is_correct(text, answer) for text, answer in zip(rollout.texts, dataset["answer"])], rollout.texts
+    texts = trainer.generate(dataset["prompt"]).texts
+    return [is_correct(text, answer) for text, answer in zip(texts, dataset["answer"])], texts
 
 
 def results_table(before: list[bool], after: list[bool]) -> tuple[str, dict[str, Any]]:
@@ -133,8 +131,7 @@ def run_demo(model: str = "smollm2-135m", output_dir: str = "outputs/demo", max_
           f"rollouts and evaluation with {sampler}")
 
     def evaluate(label: str) -> tuple[list[bool], list[str]]:
-        trainer._sync_engine()  # the engine samples the weights the trainer has now
-        correct, texts = greedy_correct(trainer.engine, tokenizer, test, config.max_completion_length)
+        correct, texts = greedy_correct(trainer, test)
         print(f"\n{label}: {sum(correct)}/{len(correct)} held-out problems right (greedy)")
         return correct, texts
 

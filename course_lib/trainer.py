@@ -372,6 +372,24 @@ class Trainer:
                 "algorithm_state": getattr(self.algorithm, "state", dict)(),  # e.g. GRPO's adaptive entropy coef
                 "config": self.config.to_dict()}
 
+    @torch.no_grad()
+    def generate(self, prompts, n: int = 1, sampling: SamplingConfig | None = None):
+        """Completions of the *current* policy by the run's rollout engine (weights pushed first).
+
+        ``sampling`` defaults to greedy decoding of up to ``max_completion_length`` tokens, the
+        setting of a held-out evaluation. Returns the engine's ``RolloutBatch`` (``.texts``
+        holds the decoded completions, prompt-major).
+        """
+        self._sync_engine()
+        if sampling is None:
+            sampling = SamplingConfig(temperature=0.0, max_tokens=self.config.max_completion_length)
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            return self.engine.generate(list(prompts), n=n, sampling=sampling)
+        finally:
+            self.model.train(was_training)
+
     def save_checkpoint(self) -> Path:
         """``checkpoint-<step>``, written by the main process; every process must call it.
 

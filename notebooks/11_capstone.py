@@ -420,7 +420,6 @@ print(f"resumed from {checkpoint.name}: {len(continued_history)} rows of history
 
 # %%
 from course_lib.rewards import completion_text
-from course_lib.rollout import SamplingConfig
 
 ex = load_exercise("ex11_capstone")
 if feedback(ex11.check_verify_sorted, ex.verify_sorted) and feedback(ex11.check_sorting_reward, ex.sorting_reward):
@@ -450,11 +449,9 @@ sort_trainer = Trainer(sort_config, [sorting.sorting_reward, sorted_exactly], so
 
 
 def sorted_correct() -> list[bool]:
-    """Greedy answers of the current policy (sampled by the run's engine) checked by the verifier."""
-    sort_trainer._sync_engine()
-    rollout = sort_trainer.engine.generate(list(sort_test["prompt"]), n=1,
-                                           sampling=SamplingConfig(temperature=0.0, max_tokens=24))
-    return [sorting.verify_sorted(text, reference) for text, reference in zip(rollout.texts, sort_test["answer"])]
+    """Greedy answers of the current policy (by the run's engine) checked by the verifier."""
+    texts = sort_trainer.generate(sort_test["prompt"]).texts  # greedy, up to max_completion_length tokens
+    return [sorting.verify_sorted(text, reference) for text, reference in zip(texts, sort_test["answer"])]
 
 
 sort_before = sorted_correct()

@@ -321,3 +321,13 @@ def test_ppo_value_learning_rate_moves_the_head_at_its_own_rate(tmp_path):
     policy_step = max((p - b).abs().max().item() for p, b in zip(trainer.model.parameters(), policy_before))
     assert head_step == pytest.approx(1e-2, rel=0.05)
     assert policy_step == pytest.approx(1e-5, rel=0.05)
+
+
+def test_trainer_generate_is_greedy_decoding_of_the_current_policy(tmp_path):
+    from course_lib.evaluation import greedy_completions
+
+    trainer = _trainer(tmp_path, max_steps=1)
+    trainer.train()
+    prompts = get_task("arithmetic", split="test", n=6, seed=0)["prompt"]
+    expected = greedy_completions(trainer.model, trainer.tokenizer, prompts, max_new_tokens=6)
+    assert trainer.generate(prompts).texts == expected
