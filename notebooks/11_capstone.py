@@ -482,6 +482,7 @@ display(plot_training_history(sort_history, keys=["reward", "rewards/sorting_rew
 # | 1e-4 | 1.0, 1.0 | 0.40 → 0.74 | 27.0% [21.3, 33.5] → 15.0% [10.7, 20.6] | −12.0 points [−17.5, −6.5] |
 # | 3e-5 | 1.0, 1.0 | 0.44 → 0.54 | 27.0% [21.3, 33.5] → 24.5% [19.1, 30.9] | −2.5 points [−5.7, +0.7] |
 # | 1e-4 | 0.2, 1.0 | 0.22 → 0.29 | 27.0% [21.3, 33.5] → 14.0% [9.9, 19.5] | −13.0 points [−18.6, −7.4] |
+# | 1e-4, training lists never sorted already | 1.0, 1.0 | 0.31 → 0.71 | 27.0% [21.3, 33.5] → 27.5% [21.8, 34.1] | +0.5 points [−6.4, +7.4] |
 #
 # The training reward *rose* while the held-out accuracy *fell*: the reward was hacked.
 # After the first run, every one of the first 12 held-out answers was the input list
@@ -495,8 +496,12 @@ display(plot_training_history(sort_history, keys=["reward", "rewards/sorting_rew
 # right numbers above wrong ones, even with the verifier weighted five times more (third
 # row). This is question 3 below, answered by a measurement: a reward
 # can be hacked by a policy that exploits the *data* (here, lists that come sorted), not
-# only the partial credit. Ways out to try: give nothing to an answer identical to an
-# unsorted input, never show already-sorted lists, or start from a model whose sampled
+# only the partial credit. The last row removes that exploit: trained only on lists that
+# do not come sorted, the model no longer gets worse, and the share of exactly sorted
+# training samples (16 a step, so noisy) reaches 0.3 to 0.6 in some of the last steps
+# against 0 to 0.1 in the first ones; but 30 steps do not yet move the held-out accuracy
+# beyond its noise. Other ways to try: give nothing to an answer
+# identical to an unsorted input, train longer, or start from a model whose sampled
 # attempts beat copying. And judge every change by the held-out accuracy, never by the
 # training reward alone.
 
