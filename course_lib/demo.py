@@ -47,8 +47,9 @@ def demo_settings(model: str, output_dir: str | os.PathLike, max_steps: int | No
         settings.update(fast_engine_settings())
     if engine is not None:
         settings["engine"] = engine
-        if engine == "hf":
+        if engine == "hf":  # HF generate in float32, the set-up without vLLM
             settings.pop("vllm_dtype", None)
+            settings.pop("dtype", None)
     if max_steps is not None:
         settings["max_steps"] = max_steps
     return settings
