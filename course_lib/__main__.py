@@ -45,7 +45,9 @@ def _cmd_eval(args) -> int:
 def _cmd_demo(args) -> int:
     from .demo import run_demo
 
-    return run_demo(model=args.model, output_dir=args.output_dir, max_steps=args.max_steps)
+    run_demo(model=args.model, output_dir=args.output_dir, max_steps=args.max_steps, engine=args.engine,
+             eval_n=args.eval_n)
+    return 0
 
 
 def _cmd_make_stubs(args) -> int:
@@ -146,6 +148,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", default="smollm2-135m")
     p.add_argument("--output-dir", default="outputs/demo")
     p.add_argument("--max-steps", type=int, default=None, help="override the preset's number of steps")
+    p.add_argument("--engine", choices=["hf", "vllm"], default=None,
+                   help="rollout engine (default: vLLM with a bfloat16 sampler where this CPU runs it, else hf)")
+    p.add_argument("--eval-n", type=count_argument(2), default=None, help="held-out problems (default 200)")
     p.set_defaults(func=_cmd_demo)
 
     sub.add_parser("make-stubs", help="regenerate exercises/ from solutions/").set_defaults(func=_cmd_make_stubs)

@@ -43,6 +43,16 @@ TAGGED_EXAMPLE = (
     {"role": "assistant", "content": "12 + 7 = 19. <answer>19</answer>"},
 )
 
+#: The sorting task's instruction and worked example (lesson 11's task of your own).
+SORTING_SYSTEM_PROMPT = (
+    "Sort the numbers in ascending order. Give the sorted list, separated by commas, inside "
+    "<answer></answer> tags."
+)
+SORTING_EXAMPLE = (
+    {"role": "user", "content": "Sort: 42, 7, 19"},
+    {"role": "assistant", "content": "<answer>7, 19, 42</answer>"},
+)
+
 _OPERATORS: dict[str, Callable[[int, int], int]] = {
     "+": lambda a, b: a + b,
     "-": lambda a, b: a - b,
@@ -154,6 +164,41 @@ def word_problem_dataset(n: int | None = 1000, *, split: str = "train", seed: in
     return Dataset.from_dict({
         "prompt": [_messages(q, tagged) for q in questions],
         "answer": answers,
+        "question": questions,
+    })
+
+
+def sorting_dataset(n: int | None = 1000, *, split: str = "train", seed: int = 0, count: int = 3,
+                    high: int = 99) -> Dataset:
+    """Sort ``count`` distinct integers from 1 to ``high``: ``"Sort: 9, 3, 5"`` -> ``"3, 5, 9"``.
+
+    The prompt carries an instruction and one worked example that show the
+    ``<answer>a, b, c</answer>`` format (lesson 11's verifier ``verify_sorted`` and reward
+    ``sorting_reward`` read it). Which lists are held out depends only on the list itself.
+    Same columns as :func:`arithmetic_dataset`.
+    """
+    if not 2 <= count <= 8:
+        raise ValueError(f"count={count}: sort 2 to 8 numbers.")
+    if high < count + 1:
+        raise ValueError(f"high={high}: need more than count={count} values to draw from.")
+    if n is None:
+        raise ValueError("sorting_dataset draws lists at random: give n (a row count), not None.")
+    _check_size(n)
+    rng = random.Random(f"sorting-{split}-{seed}")
+    want_test, seen, rows = split == "test", set(), []
+    if split not in ("train", "test"):
+        raise ValueError(f"split={split!r} is not a split; use 'train' or 'test'.")
+    while len(rows) < n:
+        numbers = tuple(rng.sample(range(1, high + 1), count))
+        if numbers in seen or _is_test_problem("s" + ",".join(map(str, numbers)), 0.1) != want_test:
+            continue
+        seen.add(numbers)
+        rows.append(numbers)
+    questions = ["Sort: " + ", ".join(map(str, numbers)) for numbers in rows]
+    return Dataset.from_dict({
+        "prompt": [[{"role": "system", "content": SORTING_SYSTEM_PROMPT}, *SORTING_EXAMPLE,
+                    {"role": "user", "content": q}] for q in questions],
+        "answer": [", ".join(map(str, sorted(numbers))) for numbers in rows],
         "question": questions,
     })
 
@@ -290,6 +335,7 @@ TASKS: dict[str, Callable[..., Dataset]] = {
     "arithmetic-tagged": lambda **kw: arithmetic_dataset(tagged=True, **kw),
     "arithmetic-mixed": lambda **kw: arithmetic_dataset(operations=("+", "-", "*"), **kw),
     "word-problems": lambda **kw: word_problem_dataset(**kw),
+    "sorting": lambda **kw: sorting_dataset(**kw),
 }
 
 

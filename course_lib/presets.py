@@ -42,11 +42,40 @@ MEASURED: dict[tuple[str, str, str], dict[str, Any]] = {
     ("tiny", "arithmetic", "rloo"): {**_TINY_GRPO, "learning_rate": 6e-5, "max_steps": 300, "beta": 0.0,
                                       "num_iterations": 1},
     # LoRA on every projection; one worked example in the prompt makes the model emit the tags.
+    # Temperature 1.0 and 8 completions per prompt, as the source notes advise: fewer groups
+    # with identical rewards (no signal). Measured by `make demo` (vLLM bf16 sampler, bf16
+    # training, seed 0): greedy accuracy on 200 held-out problems 17.5% -> 51.0%, lift +33.5
+    # points [+26.0, +41.0]. A learning rate of 3e-4 instead collapsed it to 1.0% (every
+    # completion of a group alike, "26 + 80 = 12").
     ("smollm2-135m", "arithmetic-tagged", "grpo"): dict(
         use_lora=True, lora_r=16, lora_alpha=32, lora_dropout=0.0, learning_rate=1e-4,
-        per_device_train_batch_size=4, num_generations=4, max_completion_length=40, temperature=0.7,
-        max_steps=60, lr_scheduler_type="constant"),
+        per_device_train_batch_size=16, num_generations=8, max_completion_length=32, temperature=1.0,
+        max_steps=30, lr_scheduler_type="constant"),
 }
+
+
+def fast_engine_settings() -> dict[str, Any]:
+    """Rollouts in vLLM where this machine runs them fast, else ``{}`` (Hugging Face ``generate``).
+
+    On a GPU: ``engine="vllm"``. On a CPU, vLLM plus native bfloat16 (AVX512-BF16 or AMX)
+    gives ``engine="vllm"`` with a bfloat16 sampler *and* bfloat16 training: on SmolLM2-135M
+    the bf16 vLLM sampler measured about 4.5x faster than HF ``generate``, and a LoRA
+    forward + backward ran faster in bf16 than in fp32.
+    The trainer corrects what is left of the sampler mismatch with truncated importance
+    sampling.
+    """
+    import torch
+
+    from .distributed import cpu_supports_bfloat16
+    from .rollout import vllm_available
+
+    if not vllm_available():
+        return {}
+    if torch.cuda.is_available():
+        return {"engine": "vllm"}
+    if not cpu_supports_bfloat16():
+        return {}
+    return {"engine": "vllm", "vllm_dtype": "bfloat16", "dtype": "bfloat16"}
 
 
 def task_settings(task: str) -> dict[str, Any]:

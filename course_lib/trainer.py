@@ -102,10 +102,14 @@ class Trainer:
         needs_reference = config.beta != 0.0
         self.reference = ReferencePolicy(self.model) if needs_reference else None
         parameters = [p for p in self.model.parameters() if p.requires_grad]
+        groups = [{"params": parameters}]
         if self.value_head is not None:
-            parameters += list(self.value_head.parameters())
+            value_lr = getattr(config, "value_learning_rate", None)
+            groups.append({"params": list(self.value_head.parameters()),
+                           **({} if value_lr is None else {"lr": value_lr})})
+            parameters = parameters + groups[-1]["params"]
         # The fused kernel updates all parameters in one pass (TRL's default optimizer too).
-        self.optimizer = torch.optim.AdamW(parameters, lr=config.learning_rate, betas=(config.adam_beta1, config.adam_beta2),
+        self.optimizer = torch.optim.AdamW(groups, lr=config.learning_rate, betas=(config.adam_beta1, config.adam_beta2),
                                            eps=config.adam_epsilon, weight_decay=config.weight_decay,
                                            fused=all(p.dtype in (torch.float32, torch.float16, torch.bfloat16)
                                                      for p in parameters))
@@ -367,6 +371,24 @@ class Trainer:
                 "batch_position": self.batch_position, "sampler": self.sampler.state(), "algo": self.algorithm.name,
                 "algorithm_state": getattr(self.algorithm, "state", dict)(),  # e.g. GRPO's adaptive entropy coef
                 "config": self.config.to_dict()}
+
+    @torch.no_grad()
+    def generate(self, prompts, n: int = 1, sampling: SamplingConfig | None = None):
+        """Completions of the *current* policy by the run's rollout engine (weights pushed first).
+
+        ``sampling`` defaults to greedy decoding of up to ``max_completion_length`` tokens, the
+        setting of a held-out evaluation. Returns the engine's ``RolloutBatch`` (``.texts``
+        holds the decoded completions, prompt-major).
+        """
+        self._sync_engine()
+        if sampling is None:
+            sampling = SamplingConfig(temperature=0.0, max_tokens=self.config.max_completion_length)
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            return self.engine.generate(list(prompts), n=n, sampling=sampling)
+        finally:
+            self.model.train(was_training)
 
     def save_checkpoint(self) -> Path:
         """``checkpoint-<step>``, written by the main process; every process must call it.

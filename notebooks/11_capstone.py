@@ -20,9 +20,12 @@
 # 6. know what to **expect on real tasks**: how many steps, rows, and parameters.
 #
 # The run is one cell with two budgets. In fast mode (`COURSE_FAST=1`, how the tests run
-# this notebook on a CPU) it trains the tiny model for a dozen steps. Without it, the same
-# cell trains SmolLM2-135M-Instruct with LoRA for 300 steps (minutes on a GPU; 30 to 45
-# minutes on one CPU thread).
+# this notebook on a CPU) it trains the tiny model for 200 steps (25 to 100 s on our CPU,
+# depending on its load), enough for a held-out gain larger than its noise: 35.5% → 46.5%
+# on 200 problems, +11.0 points [+4.2, +17.8] in our run. Without it, the same cell
+# trains SmolLM2-135M-Instruct with LoRA for 300 steps (minutes on a GPU; on a CPU, roughly
+# 300 × 7 to 15 s with the vLLM bfloat16 sampler, depending on the machine). Section 8 then
+# trains SmolLM2 on a task of your own, sorting, with the reward you write.
 
 # %%
 # On Colab (or with COURSE_SETUP=1): clone the course, install what the runtime lacks, keep its torch.
@@ -83,7 +86,7 @@ from course_lib.models import load_policy
 
 TASK = scaled("arithmetic", "arithmetic-tagged")
 train_prompts = get_task(TASK, split="train", n=scaled(256, 2000), seed=0)
-test_prompts = get_task(TASK, split="test", n=scaled(32, 200), seed=0)
+test_prompts = get_task(TASK, split="test", n=200, seed=0)
 print(f"{TASK}: {len(train_prompts)} training rows, {len(test_prompts)} held-out rows; "
       f"columns {train_prompts.column_names}")
 print(train_prompts[0]["prompt"])
@@ -212,7 +215,12 @@ if feedback(ex11.check_sorting_reward, ex.sorting_reward):
 
 # %%
 from course_lib.algos import GRPOConfig
+from course_lib.presets import fast_engine_settings
 from course_lib.schedule import format_schedule, schedule_from_config
+
+# SmolLM2 samples in vLLM (bfloat16 on a CPU that has it); the tiny model's 8-character
+# answers are as fast with Hugging Face generate.
+sampler = fast_engine_settings() if MODEL != "tiny" else {}
 
 config = GRPOConfig(
     model_name_or_path=MODEL,
@@ -220,8 +228,8 @@ config = GRPOConfig(
     overwrite_output_dir=True,                  # re-running replaces the last run (else refused)
     seed=0,
     # --- the group and the batch (lessons 05, 07)
-    num_generations=scaled(8, 4),               # G completions per prompt; 4-16 is the usual range
-    per_device_train_batch_size=scaled(16, 4),  # fast: 2 prompts x 8 answers; full: 1 prompt x 4 answers
+    num_generations=8,                          # G completions per prompt; >= 8 so that groups differ
+    per_device_train_batch_size=scaled(32, 16), # fast: 4 prompts x 8 answers; full: 2 prompts x 8
     gradient_accumulation_steps=1,
     steps_per_generation=None,                  # = gradient_accumulation_steps: every batch is used once
     num_iterations=1,                           # mu: one pass per batch, so the ratio is 1 (on-policy)
@@ -235,22 +243,24 @@ config = GRPOConfig(
     mask_truncated_completions=False,           # keep truncated answers in the loss (and the KL finite)
     reward_weights=reward_weights,
     # --- sampling (lessons 05, 10)
-    temperature=scaled(1.0, 0.7),
+    temperature=1.0,                            # the source notes' advice: 0.7 leaves groups all alike
     max_completion_length=scaled(8, 48),
-    engine="hf",                                # "vllm" on a GPU: see section 7
+    engine=sampler.get("engine", "hf"),         # "vllm": see section 9 and lesson 10
+    vllm_dtype=sampler.get("vllm_dtype", "auto"),
+    dtype=sampler.get("dtype", "auto"),
     # --- optimisation (lessons 03, 10)
-    learning_rate=scaled(3e-4, 1e-4),           # tiny models take large steps; 1e-6 to 1e-5 for billions
+    learning_rate=scaled(3e-5, 1e-4),           # measured: 3e-4 made the tiny model worse; 1e-6 to 1e-5 for billions
     lr_scheduler_type="constant",
     max_grad_norm=1.0,
-    max_steps=scaled(12, 300),
+    max_steps=scaled(200, 300),
     use_lora=MODEL != "tiny",                   # LoRA on every projection for SmolLM2
     lora_r=16,
     lora_alpha=32,
     lora_dropout=0.0,
     # --- logging
-    logging_steps=scaled(6, 50),
+    logging_steps=scaled(100, 50),
     log_completions=True,
-    num_completions_to_print=4,
+    num_completions_to_print=scaled(2, 4),
     save_steps=0,
 )
 print(f"{config.unique_prompts_per_generation} prompts x {config.num_generations} completions per step, "
@@ -272,7 +282,8 @@ if feedback(ex11.check_config_warnings, ex.config_warnings):
     print("this run:", sorted(ex.config_warnings(config, len(train_prompts), count_parameters(policy) / 1e9)))
 
 # %% [markdown]
-# The fast run breaks most of the advice on purpose: it only shows the mechanics.
+# The fast run breaks some of the advice on purpose (a 1M-parameter model, 256 rows): it
+# is sized to finish in a minute or two on a CPU.
 
 # %% [markdown]
 # ## 4. Before training
@@ -280,13 +291,22 @@ if feedback(ex11.check_config_warnings, ex.config_warnings):
 # Greedy accuracy on held-out problems, and a few answers to compare with later.
 
 # %%
-from course_lib.evaluation import evaluate_accuracy, greedy_completions
+from course_lib.evaluation import format_accuracy, greedy_completions, is_correct, lift_interval
 
 max_tokens = config.max_completion_length
-accuracy_before = evaluate_accuracy(policy, tokenizer, test_prompts, max_new_tokens=max_tokens)
+
+
+def held_out_correct(the_model) -> list[bool]:
+    """Greedy answer to each held-out problem: right or wrong (the rule of `is_correct`)."""
+    completions = greedy_completions(the_model, tokenizer, test_prompts["prompt"], max_new_tokens=max_tokens)
+    return [is_correct(c, a) for c, a in zip(completions, test_prompts["answer"])]
+
+
+correct_before = held_out_correct(policy)
 shown = test_prompts.select(range(5))
 answers_before = greedy_completions(policy, tokenizer, shown["prompt"], max_new_tokens=max_tokens)
-print(f"greedy accuracy before training: {accuracy_before:.1%} on {len(test_prompts)} problems")
+print(f"greedy accuracy before training: {format_accuracy(sum(correct_before), len(correct_before))} "
+      "(95% Wilson interval)")
 
 # %% [markdown]
 # ## 5. Train, and watch
@@ -323,11 +343,16 @@ print(f"{len(history)} steps in {time.time() - started:.0f} s")
 # Every reward function is logged on its own next to the total, with no external tool
 # needed (`report_to="wandb"` or `"tensorboard"` mirrors the same rows). A function whose
 # panel is flat adds nothing to the advantages: here the tiny model always writes a short
-# number, so the rubric never varies. With two prompts a step (fast mode), every metric is
-# noisy: read trends over many steps, not single points.
+# number, so the rubric never varies. With four prompts a step (fast mode) and two (full
+# mode), every metric is noisy: read trends over many steps, not single points.
 #
-# Expect the reward to rise with the number of steps. A dozen steps (fast mode) only shows
-# the mechanics; the trend needs hundreds.
+# Expect the reward to rise slowly with the number of steps: on the tiny model the
+# training reward moves by a few hundredths over 200 steps (0.93 in the first quarter,
+# 0.98 in the last, in our fast-mode run), which is hard to see through the noise. The
+# held-out accuracy of section 7, measured on 200 problems with an interval, is the
+# clearer verdict. One setting we measured on purpose: a learning rate of 3e-4 (ten times
+# this one) took the same tiny model from 35.5% to 16.5% in a dozen steps: large, noisy
+# steps knock a small model off what it knew.
 
 # %%
 display(plot_training_history(history, smooth=scaled(1, 10), title=f"GRPO on {MODEL}"))
@@ -352,9 +377,13 @@ display(plot_training_history(history, keys=reward_keys, smooth=scaled(3, 20), c
 # The same held-out problems, greedy, with the trained policy.
 
 # %%
-accuracy_after = evaluate_accuracy(trainer.model, tokenizer, test_prompts, max_new_tokens=max_tokens)
+correct_after = held_out_correct(trainer.model)
 answers_after = greedy_completions(trainer.model, tokenizer, shown["prompt"], max_new_tokens=max_tokens)
-print(f"greedy accuracy: {accuracy_before:.1%} before -> {accuracy_after:.1%} after {len(history)} steps")
+lift, low, high = lift_interval(correct_before, correct_after)
+print(f"greedy accuracy on {len(test_prompts)} held-out problems (95% intervals), {len(history)} steps:")
+print(f"  before {format_accuracy(sum(correct_before), len(correct_before))}")
+print(f"  after  {format_accuracy(sum(correct_after), len(correct_after))}")
+print(f"  lift   {100 * lift:+.1f} points [{100 * low:+.1f}, {100 * high:+.1f}] (paired: same problems)")
 print(f"{'question':<22} {'reference':>9}   {'before':<28} {'after':<28}")
 for row, before, after in zip(shown, answers_before, answers_after):
     print(f"{row['question']:<22} {row['answer']:>9}   {before.strip()[:28]!r:<28} {after.strip()[:28]!r:<28}")
@@ -380,20 +409,128 @@ print(f"resumed from {checkpoint.name}: {len(continued_history)} rows of history
       f"(steps {new_rows[0]['step']}-{new_rows[-1]['step']}); last reward {new_rows[-1]['reward']:.3f}")
 
 # %% [markdown]
-# ## 8. The same run with TRL's `GRPOTrainer`
+# ## 8. Your own task: sorting, trained with your reward
+#
+# Exercises 1 and 2 built a verifier and a partial-credit reward for sorting. Here they
+# train a model. The task: `get_task("sorting")` lists three integers from 1 to 99 with an
+# instruction and one worked example of the `<answer>a, b, c</answer>` format. The rewards
+# are **yours**: `sorting_reward` (partial credit) plus your verifier `verify_sorted` as the
+# correctness reward (1 when exactly right), with equal weights. If your functions do not
+# pass their checks yet, the cell says so and trains with the course's reference solution,
+# so that you still see what a working reward does.
+#
+# The model is SmolLM2-135M-Instruct with LoRA (the tiny model has only ever seen
+# additions), with the settings the source notes advise: temperature 1.0 and 8 completions
+# per prompt, so that the completions of a group differ and GRPO has a signal. Before
+# training, greedy SmolLM2 sorts about a quarter of the lists (often it copies the input
+# order), and at temperature 1.0 no group of 8 came back with identical rewards in our
+# probe of 40 prompts: partial credit separates "right numbers, wrong order" from
+# "wrong numbers". Accuracy is measured by *your* verifier on held-out lists.
+
+# %%
+from course_lib.rewards import completion_text
+
+ex = load_exercise("ex11_capstone")
+if feedback(ex11.check_verify_sorted, ex.verify_sorted) and feedback(ex11.check_sorting_reward, ex.sorting_reward):
+    sorting = ex  # your functions
+else:
+    sorting = load_exercise("ex11_capstone", impl="solutions")
+    print("-> this run trains with the course's reference sorting_reward and verify_sorted; "
+          "finish exercises 1 and 2 and re-run the cell to train with yours.")
+
+
+def sorted_exactly(prompts=None, completions=(), answer=(), **kwargs):
+    """The verifier as a reward: 1.0 when the list is exactly the sorted reference, else 0.0."""
+    return [float(sorting.verify_sorted(completion_text(c), a)) for c, a in zip(completions, answer)]
+
+
+sort_train = get_task("sorting", split="train", n=2000, seed=0)
+sort_test = get_task("sorting", split="test", n=scaled(100, 200), seed=0)
+sort_policy, sort_tokenizer = load_policy("smollm2-135m")
+sort_config = GRPOConfig(
+    model_name_or_path="smollm2-135m", output_dir=str(OUTPUT / "11_capstone_sorting"), overwrite_output_dir=True,
+    seed=0, use_lora=True, lora_r=16, lora_alpha=32, lora_dropout=0.0, learning_rate=1e-4,
+    lr_scheduler_type="constant", per_device_train_batch_size=16, num_generations=8, temperature=1.0,
+    max_completion_length=24, max_steps=scaled(4, 30), reward_weights=[1.0, 1.0],
+    logging_steps=10, save_steps=0, **fast_engine_settings())
+sort_trainer = Trainer(sort_config, [sorting.sorting_reward, sorted_exactly], sort_train, sort_policy,
+                       sort_tokenizer, progress=not fast_mode())
+
+
+def sorted_correct() -> list[bool]:
+    """Greedy answers of the current policy (by the run's engine) checked by the verifier."""
+    texts = sort_trainer.generate(sort_test["prompt"]).texts  # greedy, up to max_completion_length tokens
+    return [sorting.verify_sorted(text, reference) for text, reference in zip(texts, sort_test["answer"])]
+
+
+sort_before = sorted_correct()
+started = time.time()
+sort_history = sort_trainer.train()
+sort_after = sorted_correct()
+lift, low, high = lift_interval(sort_before, sort_after)
+n_sort = len(sort_test)
+print(f"{len(sort_history)} steps in {time.time() - started:.0f} s; lists sorted exactly (greedy, "
+      f"{n_sort} held-out lists, 95% intervals):")
+print(f"  before {format_accuracy(sum(sort_before), n_sort)}")
+print(f"  after  {format_accuracy(sum(sort_after), n_sort)}")
+print(f"  lift   {100 * lift:+.1f} points [{100 * low:+.1f}, {100 * high:+.1f}]")
+zero_spread = sum(row["frac_reward_zero_std"] for row in sort_history) / len(sort_history)
+print(f"groups with identical rewards: {zero_spread:.0%} on average")
+display(plot_training_history(sort_history, keys=["reward", "rewards/sorting_reward/mean",
+                                                  "rewards/sorted_exactly/mean", "frac_reward_zero_std"],
+                              smooth=scaled(1, 5), columns=4, title="GRPO on sorting, with your reward"))
+
+# %% [markdown]
+# **What this run shows, and why.** Fast mode trains for only 4 steps (64 completions) and
+# evaluates 100 lists: far too little to move the accuracy beyond its noise (our fast run:
+# 25.0% → 27.0%, +2.0 points [−1.9, +5.9]); it shows the mechanics. In full mode (30 steps,
+# 200 held-out lists, the reference solution's functions, seed 0) we measured:
+#
+# | learning rate | weights (partial credit, verifier) | training reward, first → last quarter | exactly sorted, greedy, before → after | lift |
+# |---|---|---|---|---|
+# | 1e-4 | 1.0, 1.0 | 0.40 → 0.74 | 27.0% [21.3, 33.5] → 15.0% [10.7, 20.6] | −12.0 points [−17.5, −6.5] |
+# | 3e-5 | 1.0, 1.0 | 0.44 → 0.54 | 27.0% [21.3, 33.5] → 24.5% [19.1, 30.9] | −2.5 points [−5.7, +0.7] |
+# | 1e-4 | 0.2, 1.0 | 0.22 → 0.29 | 27.0% [21.3, 33.5] → 14.0% [9.9, 19.5] | −13.0 points [−18.6, −7.4] |
+# | 1e-4, training lists never sorted already | 1.0, 1.0 | 0.31 → 0.71 | 27.0% [21.3, 33.5] → 27.5% [21.8, 34.1] | +0.5 points [−6.4, +7.4] |
+#
+# The training reward *rose* while the held-out accuracy *fell*: the reward was hacked.
+# After the first run, every one of the first 12 held-out answers was the input list
+# copied in its original order (`Sort: 87, 22, 48` → `<answer>87, 22, 48</answer>`).
+# Copying is a safe policy here. It always earns partial credit for "the right numbers",
+# and it is *exactly right* whenever the input is already sorted: 1 list in 6, or 17%.
+# The model's own sorting attempts, sampled at temperature 1.0, were exactly right only
+# 10% of the time in our probe (greedy decoding does better, 27%). So copies are
+# reinforced twice: as exactly right answers on the lists that come sorted, and, on the
+# others, as better than the many failed attempts, since partial credit still ranks the
+# right numbers above wrong ones, even with the verifier weighted five times more (third
+# row). This is question 3 below, answered by a measurement: a reward
+# can be hacked by a policy that exploits the *data* (here, lists that come sorted), not
+# only the partial credit. The last row removes that exploit: trained only on lists that
+# do not come sorted, the model no longer gets worse, and the share of exactly sorted
+# training samples (16 a step, so noisy) reaches 0.3 to 0.6 in some of the last steps
+# against 0 to 0.1 in the first ones; but 30 steps do not yet move the held-out accuracy
+# beyond its noise. Other ways to try: give nothing to an answer
+# identical to an unsorted input, train longer, or start from a model whose sampled
+# attempts beat copying. And judge every change by the held-out accuracy, never by the
+# training reward alone.
+
+# %% [markdown]
+# ## 9. The same run with TRL's `GRPOTrainer`
 #
 # `course_lib` follows TRL's names and defaults, so the configuration converts
 # (`config.to_trl_grpo_config()`), the dataset is the same, the reward functions have the
 # same signature, and the model is a path (`resolve_model_path` gives the folder of an
-# embedded model). On a CPU, TRL must not use bf16: the conversion sets `bf16=False` there.
+# embedded model). On a CPU the cell turns off TRL's vLLM and bf16 (TRL's vLLM modes need a GPU).
 # The cell runs in full mode or on a GPU; in fast mode it only prints what it would do.
 
 # %%
 from course_lib.models import resolve_model_path
 
 RUN_TRL = not fast_mode() or torch.cuda.is_available()
+# TRL's vLLM needs a GPU (a server or colocated mode), so on a CPU TRL generates with HF, in float32.
+on_gpu = torch.cuda.is_available()
 trl_args = config.to_trl_grpo_config(output_dir=str(OUTPUT / "11_capstone_trl"), report_to="none",
-                                     log_completions=False)
+                                     log_completions=False, **({} if on_gpu else {"use_vllm": False, "bf16": False}))
 print(f"TRL GRPOConfig: num_generations={trl_args.num_generations}, loss_type={trl_args.loss_type}, "
       f"beta={trl_args.beta}, bf16={trl_args.bf16}, max_steps={trl_args.max_steps}")
 if RUN_TRL:
@@ -419,7 +556,7 @@ else:
     print("fast mode on a CPU: TRL's run is skipped (unset COURSE_FAST to run it).")
 
 # %% [markdown]
-# ## 9. On a GPU: Unsloth and vLLM
+# ## 10. On a GPU: Unsloth and vLLM
 #
 # Generation dominates the cost of GRPO (lesson 10), so on a GPU the rollouts go to vLLM.
 # Two ways, both guarded so that they only run where a CUDA GPU is present:
@@ -475,7 +612,7 @@ else:
     print("No CUDA GPU with vLLM here: the vLLM-on-GPU run is skipped (lesson 10 runs vLLM on the CPU).")
 
 # %% [markdown]
-# ## 10. What to expect on real tasks
+# ## 11. What to expect on real tasks
 #
 # The tiny model learns addition in minutes because it was trained for it. Real tasks on
 # real models are slower, and the advice from people who run them is consistent:

@@ -1,4 +1,4 @@
-"""What RLOO and PPO share: the on-policy config of their seed documents and KL in the reward.
+"""What RLOO and PPO share: the on-policy config of TRL's older trainers and KL in the reward.
 
 Both algorithms come from TRL's older "on-policy" trainers (RLOOTrainer, PPOTrainer) and
 differ from GRPO in one idea: the KL to the reference model is not a loss term but a
@@ -9,16 +9,16 @@ penalty folded into the reward (Ziegler et al. 2019; Stiennon et al. 2020),
 so the advantage estimator (leave-one-out for RLOO, GAE for PPO) sees it like any other
 reward. :func:`kl_penalized_rewards` builds those per-token rewards once for both.
 
-The seed documents name four existing concepts differently; here each is stored once and
-the seed's name is an alias, accepted by `make_config` / `apply_overrides` / `from_dict`
-and readable as a property:
+TRL's older on-policy trainers name four existing concepts differently; here each is stored
+once and the older name is an alias, accepted by `make_config` / `apply_overrides` /
+`from_dict` and readable as a property:
 
     kl_coef -> beta, num_ppo_epochs -> num_iterations, cliprange -> epsilon
     (and rloo_k -> num_generations for RLOO).
 
 `num_mini_batches` (optimizer steps per generation batch) is expressed through the
 shared batch arithmetic: it sets `steps_per_generation = num_mini_batches *
-gradient_accumulation_steps`. Defaults follow the seed documents (KL coefficient 0.05,
+gradient_accumulation_steps`. Defaults follow those older trainers (KL coefficient 0.05,
 4 PPO epochs, temperature 0.7); TRL 1.16's rewritten `RLOOConfig` differs (see lesson 08).
 """
 
@@ -50,7 +50,7 @@ class OnPolicyConfig(RLConfig):
     }
 
     beta: float = 0.05
-    """KL coefficient (`kl_coef` in the seed docs): subtracted from the reward as beta * KL(pi ||
+    """KL coefficient (`kl_coef` in TRL's PPOTrainer and older RLOOTrainer): subtracted from the reward as beta * KL(pi ||
     pi_ref) (Ziegler et al. 2019), not added to the loss as in GRPO."""
     num_iterations: int = 4
     """PPO epochs over each generation batch (`num_ppo_epochs`, default 4); 1 with one mini-batch
@@ -59,7 +59,7 @@ class OnPolicyConfig(RLConfig):
     """Sampling temperature (TRL's on-policy default 0.7)."""
     num_mini_batches: int | None = None
     """Optimizer steps per generation batch; sets steps_per_generation = num_mini_batches *
-    gradient_accumulation_steps. None means 1 (the seed's default)."""
+    gradient_accumulation_steps. None means 1 (the default of TRL's PPOConfig)."""
     whiten_rewards: bool = False
     """Whiten the per-token rewards over the batch before computing advantages, keeping their mean
     ("The N+ Implementation Details of RLHF with PPO", Huang et al. 2024)."""
@@ -67,9 +67,9 @@ class OnPolicyConfig(RLConfig):
     """The "EOS trick": subtract this from the score of completions that never emit EOS; None
     disables (Huang et al. 2024 use 1.0)."""
 
-    kl_coef = _alias("beta", "Seed name of `beta`.")
-    num_ppo_epochs = _alias("num_iterations", "Seed name of `num_iterations`.")
-    cliprange = _alias("epsilon", "Seed name of `epsilon`.")
+    kl_coef = _alias("beta", "TRL's PPOConfig name of `beta`.")
+    num_ppo_epochs = _alias("num_iterations", "TRL's PPOConfig name of `num_iterations`.")
+    cliprange = _alias("epsilon", "TRL's PPOConfig name of `epsilon`.")
 
     def _requested_steps_per_generation(self) -> int | None:
         if self.num_mini_batches is None:

@@ -69,9 +69,18 @@ class PPOConfig(OnPolicyConfig):
     """GAE lambda: 0 = one-step TD, 1 = Monte Carlo (Schulman et al. 2016)."""
     use_separate_value_model: bool = False
     """Train the value function as its own model instead of a head on the policy."""
+    value_learning_rate: float | None = None
+    """Learning rate of the value head (or separate value model); None = `learning_rate`. Adam
+    normalises each parameter's step, so `vf_coef` barely changes how fast a head that only the
+    value loss trains can move: at a policy learning rate of 1e-5 to 1e-6 a zero-initialised head
+    needs thousands of steps to reach the returns. A larger rate here lets the critic catch up
+    (not a field of TRL's PPOConfig, whose separate value model shares the policy's rate)."""
 
     def _check_ranges(self) -> None:
         super()._check_ranges()
+        if self.value_learning_rate is not None and self.value_learning_rate <= 0:
+            fail("value_learning_rate", self.value_learning_rate, "must be None or positive",
+                 "use None (the policy's learning_rate) or e.g. 1e-3")
         for name in ("vf_coef", "cliprange_value"):
             if getattr(self, name) < 0:
                 fail(name, getattr(self, name), "must be non-negative", f"set {name} >= 0")
@@ -190,6 +199,7 @@ def ppo_advantages(scores: Tensor, logps: Tensor, ref_logps: Tensor | None, valu
     advantages = masked_whiten(advantages, mask) * mask
     metrics = shaped.metrics(scores, logps, mask, is_eos)
     metrics["val/value_mean"] = masked_mean(values, mask).item()
+    metrics["val/return_mean"] = masked_mean(returns, mask).item()  # what value_mean should approach
     return advantages, returns, metrics
 
 

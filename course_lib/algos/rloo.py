@@ -57,7 +57,7 @@ class RLOOConfig(OnPolicyConfig):
     the other K - 1."""
     token_level_kl: bool = False
     """Reinforce++ (Hu 2025, eq. 1): KL penalty per token instead of summed per sequence. Default
-    False as in TRL's code signature; the seed's parameter list says True, which contradicts it."""
+    False as in TRL's code signature; its older parameter list says True, which contradicts it."""
     normalize_reward: bool = False
     """Reinforce++: standardise the scores over the batch, then clip them to +-reward_clip_range."""
     reward_clip_range: float = 10.0
@@ -66,12 +66,12 @@ class RLOOConfig(OnPolicyConfig):
     normalize_advantage: bool = False
     """Reinforce++: standardise the advantages over the batch to mean 0, std 1."""
 
-    rloo_k = _alias("num_generations", "Seed name of `num_generations`.")
+    rloo_k = _alias("num_generations", "The older RLOOConfig's name of `num_generations`.")
 
     def _check_ranges(self) -> None:
         super()._check_ranges()
         if not self.reward_clip_range > 0:
-            fail("reward_clip_range", self.reward_clip_range, "must be > 0", "use the seed's 10.0")
+            fail("reward_clip_range", self.reward_clip_range, "must be > 0", "use 10.0 (the older RLOOConfig's default)")
 
 
 # ---------------------------------------------------------------------------------------
@@ -104,7 +104,7 @@ def rloo_advantages(rewards: Tensor, num_generations: int) -> Tensor:
 
 def rloo_advantages_with_kl(scores: Tensor, logps: Tensor, ref_logps: Tensor | None, mask: Tensor,
                             is_eos: Tensor, config: RLOOConfig) -> tuple[Tensor, dict[str, float]]:
-    """RLOO with the KL in the reward, as the trainer computes it (the seed's RLOOTrainer).
+    """RLOO with the KL in the reward, as TRL's older RLOOTrainer computes it.
 
     The EOS penalty, then Reinforce++'s normalise-and-clip of the scores, then the KL
     penalty folded in (:func:`course_lib.algos.onpolicy.kl_penalized_rewards`), summed per

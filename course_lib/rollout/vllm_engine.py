@@ -198,6 +198,13 @@ class VLLMEngine:
         model_config = getattr(getattr(self.llm, "llm_engine", None), "model_config", None)
         self.max_model_len = getattr(model_config, "max_model_len", max_model_len)
         self._sampling_params_class = vllm.SamplingParams
+        scheduler = getattr(getattr(getattr(self.llm, "llm_engine", None), "vllm_config", None), "scheduler_config", None)
+        # On the CPU, a seeded request whose prompt is split across two scheduler steps (chunked
+        # prefill) makes vLLM 0.32 rewind a CPU random generator, which fails ("CPU Generator does
+        # not use offset"). generate() therefore submits the prompts in waves whose prefill fits
+        # one step's token budget.
+        self._prefill_budget = (None if torch.cuda.is_available()
+                                else getattr(scheduler, "max_num_batched_tokens", None))
         from vllm.inputs import TokensPrompt
         self._tokens_prompt_class = TokensPrompt
 
@@ -238,7 +245,9 @@ class VLLMEngine:
         params = [self._sampling_params(sampling, n, (base + i * n) % SEED_MODULUS, eos_ids)
                   for i in range(len(prompt_ids))]
         requests = [self._tokens_prompt_class(prompt_token_ids=ids) for ids in prompt_ids]
-        outputs = self.llm.generate(requests, params, use_tqdm=False)
+        outputs = []
+        for wave in _prefill_waves([len(ids) * n for ids in prompt_ids], self._prefill_budget):
+            outputs += self.llm.generate([requests[i] for i in wave], [params[i] for i in wave], use_tqdm=False)
 
         completions, logps = [], []
         for output in outputs:
@@ -275,6 +284,24 @@ class VLLMEngine:
             if engine_core is not None and hasattr(engine_core, "shutdown"):
                 engine_core.shutdown()
             self.llm = None
+
+
+def _prefill_waves(prefill_tokens: list[int], budget: int | None) -> list[list[int]]:
+    """Consecutive index groups whose summed ``prefill_tokens`` stay within ``budget`` (one group if None).
+
+    A single request larger than the budget gets a group of its own (vLLM then chunks it;
+    nothing smaller can avoid that).
+    """
+    if budget is None:
+        return [list(range(len(prefill_tokens)))]
+    waves, current, used = [], [], 0
+    for index, tokens in enumerate(prefill_tokens):
+        if current and used + tokens > budget:
+            waves.append(current)
+            current, used = [], 0
+        current.append(index)
+        used += tokens
+    return waves + [current] if current else waves
 
 
 def _generation_config(model_path: str):

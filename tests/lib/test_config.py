@@ -376,3 +376,10 @@ def test_the_deprecated_cap_sets_clip_max_with_a_warning():
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # the saved form no longer carries the alias
         assert config_from_dict(config.to_dict()) == config
+
+
+def test_ppo_value_learning_rate_defaults_to_the_policy_rate_and_refuses_non_positive():
+    assert make_config("ppo").value_learning_rate is None
+    assert make_config("ppo", value_learning_rate=1e-3).value_learning_rate == 1e-3
+    with pytest.raises(ValueError, match="value_learning_rate"):
+        make_config("ppo", value_learning_rate=0.0)

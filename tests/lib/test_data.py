@@ -69,3 +69,16 @@ def test_gsm8k_local_file_in_course_format():
     test = get_task(f"gsm8k:{GSM8K / 'train.jsonl'}", split="test", n=None)
     assert len(train) + len(test) == 7473 and 0.12 < len(test) / 7473 < 0.18
     assert not {p[-1]["content"] for p in train["prompt"]} & {p[-1]["content"] for p in test["prompt"]}
+
+
+def test_sorting_rows_hold_the_sorted_list_and_splits_are_disjoint():
+    train = get_task("sorting", split="train", n=300, seed=0)
+    test = get_task("sorting", split="test", n=50, seed=0)
+    for row in train:
+        numbers = [int(n) for n in row["question"].removeprefix("Sort: ").split(", ")]
+        assert len(numbers) == 3 and len(set(numbers)) == 3
+        assert row["answer"] == ", ".join(str(n) for n in sorted(numbers))
+        assert row["prompt"][-1] == {"role": "user", "content": row["question"]}
+        assert "<answer>" in row["prompt"][0]["content"]
+    assert not set(train["question"]) & set(test["question"])
+    assert get_task("sorting", split="test", n=50, seed=0)["question"] == test["question"]

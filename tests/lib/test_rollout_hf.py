@@ -239,3 +239,14 @@ def test_a_completion_does_not_depend_on_its_batch_neighbours(tiny, prompts):
     # and a different seed gives different samples
     other = engine.generate(prompts[:3], n=4, sampling=SamplingConfig(temperature=1.3, max_tokens=6, seed=12))
     assert other.texts != whole.texts
+
+
+def test_prefill_waves_group_prompts_within_the_token_budget():
+    # Pure helper of the vLLM engine (no vLLM needed): consecutive groups, each within the budget.
+    from course_lib.rollout.vllm_engine import _prefill_waves
+
+    assert _prefill_waves([30, 40, 50, 10], None) == [[0, 1, 2, 3]]
+    assert _prefill_waves([30, 40, 50, 10], 100) == [[0, 1], [2, 3]]   # 70 | 60
+    assert _prefill_waves([30, 40, 50, 10], 70) == [[0, 1], [2, 3]]    # 70 fits exactly
+    assert _prefill_waves([120, 10, 10], 100) == [[0], [1, 2]]         # an oversized prompt goes alone
+    assert _prefill_waves([], 100) == []

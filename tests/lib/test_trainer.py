@@ -305,3 +305,29 @@ def test_train_with_only_model_and_task_starts_from_the_measured_settings():
     config, _, _ = build_run(parser.parse_args(["--model", "tiny", "--task", "arithmetic", "--train-rows", "64",
                                                 "--max-steps", "7", "--set", "learning_rate=1e-3"]))
     assert (config.max_steps, config.learning_rate) == (7, 1e-3)
+
+
+def test_ppo_value_learning_rate_moves_the_head_at_its_own_rate(tmp_path):
+    # One update of a zero-initialised head: Adam's first step moves every weight by about its
+    # learning rate (m / sqrt(v) = +-1), so the head's largest change is ~ value_learning_rate,
+    # while the policy's largest change stays ~ learning_rate.
+    trainer = _trainer(tmp_path, algo="ppo", learning_rate=1e-5, value_learning_rate=1e-2, max_steps=1,
+                       lr_scheduler_type="constant", per_device_train_batch_size=8, weight_decay=0.0)
+    assert [group["lr"] for group in trainer.optimizer.param_groups] == [1e-5, 1e-2]
+    head_before = trainer.value_head.summary.weight.detach().clone()
+    policy_before = [p.detach().clone() for p in trainer.model.parameters()]
+    trainer.train()
+    head_step = (trainer.value_head.summary.weight - head_before).abs().max().item()
+    policy_step = max((p - b).abs().max().item() for p, b in zip(trainer.model.parameters(), policy_before))
+    assert head_step == pytest.approx(1e-2, rel=0.05)
+    assert policy_step == pytest.approx(1e-5, rel=0.05)
+
+
+def test_trainer_generate_is_greedy_decoding_of_the_current_policy(tmp_path):
+    from course_lib.evaluation import greedy_completions
+
+    trainer = _trainer(tmp_path, max_steps=1)
+    trainer.train()
+    prompts = get_task("arithmetic", split="test", n=6, seed=0)["prompt"]
+    expected = greedy_completions(trainer.model, trainer.tokenizer, prompts, max_new_tokens=6)
+    assert trainer.generate(prompts).texts == expected

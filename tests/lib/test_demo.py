@@ -1,0 +1,48 @@
+"""`make demo`'s report: the before/after table with Wilson intervals and the paired lift interval."""
+
+import json
+import math
+
+import pytest
+
+from course_lib.demo import results_table, run_demo
+
+
+def test_results_table_on_a_hand_worked_case():
+    # 10 problems: 2 right before; after, those 2 plus 4 more right and none broken.
+    before = [True, True] + [False] * 8
+    after = [True, True, True, True, True, True] + [False] * 4
+    table, numbers = results_table(before, after)
+    # Wilson 95% bounds of 2/10 and 6/10 from the closed form (z = 1.959964)
+    assert numbers["interval_before"] == pytest.approx((0.056682, 0.509834), abs=1e-5)
+    assert numbers["interval_after"] == pytest.approx((0.312673, 0.831820), abs=1e-5)
+    # differences: four 1s, six 0s -> mean 0.4, sample sd sqrt(0.4 * 0.6 * 10 / 9)
+    half = 1.959964 * math.sqrt(0.24 * 10 / 9) / math.sqrt(10)
+    assert numbers["lift"] == pytest.approx(0.4)
+    assert numbers["lift_interval"] == pytest.approx([0.4 - half, 0.4 + half], abs=1e-6)
+    assert "20.0% [5.7, 51.0] (2/10)" in table and "60.0% [31.3, 83.2] (6/10)" in table
+    assert "+40.0 points" in table and "excludes 0" in table
+    assert "problems fixed 4, broken 0" in table
+
+
+def test_results_table_says_when_the_lift_is_noise():
+    before = [True, False] * 10
+    after = [False, True] * 10  # as many fixed as broken: lift 0
+    table, numbers = results_table(before, after)
+    assert numbers["lift"] == 0.0 and numbers["lift_interval"][0] < 0 < numbers["lift_interval"][1]
+    assert "contains 0" in table
+
+
+@pytest.mark.slow
+def test_tiny_demo_prints_the_table_and_saves_its_numbers(tmp_path, capsys):
+    results = run_demo("tiny", output_dir=str(tmp_path), max_steps=4, eval_n=40)
+    printed = capsys.readouterr().out
+    assert "held-out greedy accuracy, 40 problems" in printed and "lift" in printed
+    saved = json.loads((tmp_path / "tiny" / "results.json").read_text())
+    assert saved["n"] == 40 and saved["steps"] == 4
+    for key in ("before", "after"):
+        low, high = saved[f"interval_{key}"]
+        assert low <= saved[f"accuracy_{key}"] <= high
+    assert saved["lift"] == pytest.approx(saved["accuracy_after"] - saved["accuracy_before"])
+    assert saved["lift_interval"][0] <= saved["lift"] <= saved["lift_interval"][1]
+    assert (tmp_path / "tiny" / "reward.png").exists()
