@@ -289,15 +289,18 @@ print("returns (value targets):\n", returns.round(decimals=3))
 # remaining reward minus its value (Monte Carlo: unbiased, noisier).
 
 # %%
+from matplotlib.ticker import MaxNLocator
+
 fig, axes = plt.subplots(1, 2, figsize=(9, 3), sharey=True)
 for row, ax in enumerate(axes):
     length = int(example_mask[row].sum())
     for lam, color in ((0.0, "tab:orange"), (0.95, "tab:blue"), (1.0, "tab:green")):
         raw, _ = gae(token_rewards[row:row + 1], example_values[row:row + 1], example_mask[row:row + 1],
                      gamma=1.0, lam=lam)
-        ax.plot(range(length), raw[0, :length], "o-", color=color, label=f"lambda = {lam}")
+        ax.plot(range(length), raw[0, :length], "o-", color=color, label=f"λ = {lam}")
     ax.axhline(0, color="0.3", linewidth=0.8)
     ax.set_xlabel("token t")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # tokens are whole positions
     ax.set_title(f"completion {row}: raw GAE advantages", fontsize=9)
 axes[0].set_ylabel("A_t (before whitening)")
 axes[0].legend(fontsize=8)
