@@ -63,6 +63,14 @@ def greedy_correct(trainer, dataset) -> tuple[list[bool], list[str]]:
     return [is_correct(text, answer) for text, answer in zip(texts, dataset["answer"])], texts
 
 
+def example_rows(before: list[bool], after: list[bool], fixed: int = 2, broken: int = 1) -> list[tuple[int, str]]:
+    """Which held-out problems to show: the first ``fixed`` that training fixed and the first
+    ``broken`` it broke (both kinds exist in a real run), else the first ones unchanged."""
+    rows = ([(i, "fixed") for i, (b, a) in enumerate(zip(before, after)) if a and not b][:fixed]
+            + [(i, "broken") for i, (b, a) in enumerate(zip(before, after)) if b and not a][:broken])
+    return rows or [(i, "unchanged") for i in range(min(3, len(before)))]
+
+
 def results_table(before: list[bool], after: list[bool]) -> tuple[str, dict[str, Any]]:
     """The before/after table (Wilson intervals, paired lift interval) as text, and its numbers.
 
@@ -139,9 +147,10 @@ def run_demo(model: str = "smollm2-135m", output_dir: str = "outputs/demo", max_
     before, texts_before = evaluate("Before GRPO")
     history = trainer.train()
     after, texts_after = evaluate("After GRPO")
-    for row, first, last in list(zip(test, texts_before, texts_after))[:3]:
-        print(f"  Q: {row['question']} (reference {row['answer']})\n"
-              f"     before: {first.strip()!r}\n     after:  {last.strip()!r}")
+    for index, verdict in example_rows(before, after):
+        row = test[index]
+        print(f"  {verdict}: {row['question']} (reference {row['answer']})\n"
+              f"     before: {texts_before[index].strip()!r}\n     after:  {texts_after[index].strip()!r}")
 
     reward_keys = ["reward"] + [f"rewards/{name}/mean" for name in rewards]
     figure = plot_training_history(history, keys=reward_keys, smooth=5,

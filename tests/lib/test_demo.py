@@ -46,3 +46,12 @@ def test_tiny_demo_prints_the_table_and_saves_its_numbers(tmp_path, capsys):
     assert saved["lift"] == pytest.approx(saved["accuracy_after"] - saved["accuracy_before"])
     assert saved["lift_interval"][0] <= saved["lift"] <= saved["lift_interval"][1]
     assert (tmp_path / "tiny" / "reward.png").exists()
+
+
+def test_the_examples_shown_are_fixed_and_broken_problems():
+    from course_lib.demo import example_rows
+
+    before = [True, False, False, True, False, True]
+    after = [True, True, False, False, True, True]
+    assert example_rows(before, after) == [(1, "fixed"), (4, "fixed"), (3, "broken")]
+    assert example_rows([True, False], [True, False]) == [(0, "unchanged"), (1, "unchanged")]
