@@ -492,6 +492,8 @@ display(plot_training_history(sort_history, keys=["reward", "rewards/sorting_rew
 # | 3e-5 | 1.0, 1.0 | 0.44 → 0.54 | 27.0% [21.3, 33.5] → 24.5% [19.1, 30.9] | −2.5 points [−5.7, +0.7] |
 # | 1e-4 | 0.2, 1.0 | 0.22 → 0.29 | 27.0% [21.3, 33.5] → 14.0% [9.9, 19.5] | −13.0 points [−18.6, −7.4] |
 # | 1e-4, training lists never sorted already | 1.0, 1.0 | 0.31 → 0.71 | 27.0% [21.3, 33.5] → 27.5% [21.8, 34.1] | +0.5 points [−6.4, +7.4] |
+# | 1e-4, training lists never sorted already | 0.0, 1.0 (verifier only) | 0.05 → 0.21 | 27.0% [21.3, 33.5] → 35.5% [29.2, 42.3] | **+8.5 points [+1.2, +15.8]** |
+# | the same, 60 steps | 0.0, 1.0 (verifier only) | 0.07 → 0.34 | 27.0% [21.3, 33.5] → 38.5% [32.0, 45.4] | **+11.5 points [+3.1, +19.9]** |
 #
 # The training reward *rose* while the held-out accuracy *fell*: the reward was hacked.
 # After the first run, every one of the first 12 held-out answers was the input list
@@ -509,10 +511,30 @@ display(plot_training_history(sort_history, keys=["reward", "rewards/sorting_rew
 # do not come sorted, the model no longer gets worse, and the share of exactly sorted
 # training samples (16 a step, so noisy) reaches 0.3 to 0.6 in some of the last steps
 # against 0 to 0.1 in the first ones; but 30 steps do not yet move the held-out accuracy
-# beyond its noise. Other ways to try: give nothing to an answer
-# identical to an unsorted input, train longer, or start from a model whose sampled
-# attempts beat copying. And judge every change by the held-out accuracy, never by the
-# training reward alone.
+# beyond its noise: the partial credit still pays the model for the right numbers in the
+# wrong order. Remove that second exploit too, weight 0 on the partial credit so that only
+# your verifier pays, and the held-out accuracy rises beyond its noise for the first time
+# (last two rows): the reward is sparser (45% of the groups have no spread, against none
+# with the partial credit on the same lists),
+# but what it pays for is exactly the task. The cell below runs that fix. Other ways to
+# try: give nothing to an answer identical to an unsorted input, train longer, or start
+# from a model whose sampled attempts beat copying. And judge every change by the held-out
+# accuracy, never by the training reward alone.
+
+# %%
+# The fix: training lists that do not come sorted, and only your verifier pays.
+unsorted_train = sort_train.filter(lambda row: row["question"].removeprefix("Sort: ") != row["answer"])
+print(f"{len(sort_train) - len(unsorted_train)} of {len(sort_train)} training lists came sorted; dropped")
+sort_policy, sort_tokenizer = load_policy("smollm2-135m")  # start again from the base model
+fixed_config = replace(sort_config, reward_weights=[0.0, 1.0], output_dir=str(OUTPUT / "11_capstone_sorting_fixed"))
+sort_trainer = Trainer(fixed_config, [sorting.sorting_reward, sorted_exactly], unsorted_train, sort_policy,
+                       sort_tokenizer, progress=not fast_mode())
+fixed_history = sort_trainer.train()
+fixed_after = sorted_correct()  # the same held-out lists, greedy, by the new trainer's policy
+lift, low, high = lift_interval(sort_before, fixed_after)
+print(f"before {format_accuracy(sum(sort_before), n_sort)}\nafter  {format_accuracy(sum(fixed_after), n_sort)}\n"
+      f"lift   {100 * lift:+.1f} points [{100 * low:+.1f}, {100 * high:+.1f}]"
+      + (" (fast mode: 4 steps, too few to move it; full mode measured +8.5 [+1.2, +15.8])" if fast_mode() else ""))
 
 # %% [markdown]
 # ## 9. The same run with TRL's `GRPOTrainer`
