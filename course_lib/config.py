@@ -176,6 +176,10 @@ class RLConfig(RunOptions):
     `epsilon`."""
     reward_weights: list[float] | None = None
     """Weight of each reward function in the weighted sum; None = all 1.0."""
+    reward_timeout_s: float | None = 600.0
+    """Seconds one reward function may take to score one batch; past it the run stops with an
+    error naming the function (a judge that never answers would otherwise hang it). None = no
+    limit."""
     mask_truncated_completions: bool = False
     """Exclude completions that never emitted EOS from the loss (overlong filtering, DAPO). The
     library's masked means return 0 when every completion is truncated, which avoids the NaN KL
@@ -333,6 +337,9 @@ class RLConfig(RunOptions):
                   "use 0.9 and 0.999")
         if self.reward_weights is not None and len(self.reward_weights) == 0:
             fail("reward_weights", self.reward_weights, "is empty", "use None for equal weights")
+        if self.reward_timeout_s is not None and not self.reward_timeout_s > 0:
+            fail("reward_timeout_s", self.reward_timeout_s, "must be a positive number of seconds",
+                 "use e.g. 600, or None for no limit")
 
     def _requested_steps_per_generation(self) -> int | None:
         """Steps per generation asked for by the user (RLOO/PPO may derive it)."""

@@ -53,6 +53,7 @@ RESUME_SAFE_FIELDS = {
     "gradient_checkpointing": "memory (recomputes the same values)",
     "vllm_gpu_memory_utilization": "sampler memory",
     "vllm_kv_cache_gib": "sampler memory",
+    "reward_timeout_s": "how long a reward function may take (a run that ends has the same rewards)",
 }
 _RUN_LENGTH = ("max_steps", "num_train_epochs")
 

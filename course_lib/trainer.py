@@ -183,7 +183,7 @@ class Trainer:
         conversational = isinstance(repeated_prompts[0], list)
         completions = [[{"role": "assistant", "content": t}] if conversational else t for t in rollout.texts]
         per_func, total = compute_rewards(self.reward_funcs, repeated_prompts, completions, repeated_columns,
-                                          self.reward_weights,
+                                          self.reward_weights, timeout_s=config.reward_timeout_s,
                                           completion_ids=[ids[m.bool()].tolist() for ids, m in
                                                           zip(rollout.completion_ids, rollout.completion_mask)])
         mask = rollout.completion_mask.clone()
