@@ -39,6 +39,7 @@ from typing import Iterator
 import numpy as np
 import torch
 
+from .divergence import check_finite_state
 from .state_io import StateFileError, load_rng, load_rollout, load_tensor_state, read_tensors, save_rng, save_rollout
 
 
@@ -245,7 +246,9 @@ class StopOnInterrupt:
 
 
 def restore_weights(folder: str | Path, model, value_head=None) -> None:
-    """Load the checkpoint's weights into ``model`` (full model or LoRA adapters) in place."""
+    """Load the checkpoint's weights into ``model`` (full model or LoRA adapters) in place.
+
+    Weights holding NaN or infinity are a ``CheckpointError`` (``divergence.check_finite_state``)."""
     from .models import is_peft_model
 
     def load_file(path: Path) -> dict:
@@ -268,6 +271,9 @@ def restore_weights(folder: str | Path, model, value_head=None) -> None:
                              f"unexpected {unexpected[:3]}")
     if value_head is not None:
         value_head.load_state_dict(_read_state(Path(folder), load_tensor_state, Path(folder) / "value_head.pt"))
+    check_finite_state(folder, model.named_parameters(), "model weights")
+    if value_head is not None:
+        check_finite_state(folder, value_head.named_parameters(), "value head weights (value_head.pt)")
 
 
 def _read_state(folder: Path, reader, *args):
@@ -284,12 +290,16 @@ def restore_training_state(folder: str | Path, optimizer, scheduler) -> dict | N
     """Load optimizer, scheduler and RNG states; return the saved rollout buffer (or None).
 
     Everything is read before anything is applied, so a damaged file leaves the trainer as it was.
+    An optimizer state holding NaN or infinity is a ``CheckpointError``.
     """
     folder = Path(folder)
     optimizer_state = _read_state(folder, load_tensor_state, folder / "optimizer.pt")
     scheduler_state = _read_state(folder, load_tensor_state, folder / "scheduler.pt")
     rng = _read_state(folder, load_rng, folder)
     rollout = _read_state(folder, load_rollout, folder)
+    check_finite_state(folder, ((f"{key} of parameter {index}", value) for index, entries in
+                                optimizer_state.get("state", {}).items() for key, value in entries.items()),
+                       "optimizer state (optimizer.pt)")
     optimizer.load_state_dict(optimizer_state)
     scheduler.load_state_dict(scheduler_state)
     set_rng_state(rng)

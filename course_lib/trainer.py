@@ -41,7 +41,7 @@ from .algos import get_algorithm
 from .algos.base import PolicyOutputs, ScoredBatch
 from .batches import GenerationBatch, PromptSampler, completion_metrics
 from .distributed import PolicyForward, Shards, make_accelerator
-from .divergence import check_finite_update
+from .divergence import check_finite_update, check_finite_weights, clip_gradients
 from .eval_loop import InLoopEvaluator
 from .history import MetricsLogger, format_samples, load_history, unique_prompt_samples
 from .model_options import apply_model_options, load_kwargs, mix_into_reference
@@ -278,10 +278,11 @@ class Trainer:
 
     def _optimizer_step(self) -> dict:
         parameters = [p for group in self.optimizer.param_groups for p in group["params"]]
-        grad_norm = torch.nn.utils.clip_grad_norm_(parameters, self.config.max_grad_norm)
+        grad_norm = clip_gradients(parameters, self.config.max_grad_norm)
         check_finite_update(grad_norm, self._window, step=self.step + 1, output_dir=self.output_dir)
         learning_rate = self.scheduler.get_last_lr()[0]
         self.optimizer.step()
+        check_finite_weights(self.model, self.value_head, step=self.step + 1, output_dir=self.output_dir)
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
         self._weights_dirty = True

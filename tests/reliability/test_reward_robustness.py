@@ -17,7 +17,7 @@ import pytest
 
 from course_lib.algos import make_config
 from course_lib.rewards import RewardFunctionError, compute_rewards
-from course_lib.rewards.combine import RewardOverflowWarning
+from course_lib.rewards import combine
 from course_lib.rewards.extract import extract_first_number, extract_last_number, normalize_number, numbers_equal
 from course_lib.rewards.registry import REWARD_FUNCTIONS
 
@@ -121,7 +121,7 @@ def test_a_reward_of_ten_to_the_400_is_nan_with_a_warning():
     def enormous(prompts, completions, **kwargs):
         return [10**400, 1.0, 1e39]
 
-    with pytest.warns(RewardOverflowWarning, match=r"'enormous' returned .* at sample index 0; treated as NaN"):
+    with pytest.warns(combine.RewardOverflowWarning, match=r"'enormous' returned .* at sample index 0; treated as NaN"):
         per_func, total = compute_rewards([enormous], ["p"] * 3, ["a", "b", "c"])
     assert per_func[:, 0].isnan().tolist() == [True, False, True]
     assert total[1].item() == 1.0
@@ -155,6 +155,6 @@ def test_a_weighted_total_that_overflows_is_nan_with_a_warning(weights, values):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         _, total = compute_rewards([first, second], ["p"], ["c"], weights=weights)
-    assert any(issubclass(w.category, RewardOverflowWarning) and "overflows float32" in str(w.message)
+    assert any(issubclass(w.category, combine.RewardOverflowWarning) and "overflows float32" in str(w.message)
                for w in caught), [str(w.message) for w in caught]
     assert total.isnan().all()
