@@ -175,6 +175,35 @@ def checkpoint_problem(folder: str | Path) -> str | None:
         return f"trainer_state.json does not parse ({error})"
     if not isinstance(state, dict) or not {"step", "algo", "sampler"} <= set(state):
         return "trainer_state.json lacks the step, algo or sampler entries"
+    return trainer_state_problem(state)
+
+
+_COUNTERS = ("step", "micro_step", "cycle", "tokens_seen", "batch_position")
+_SAMPLER_KEYS = ("epoch", "position")
+
+
+def _is_count(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def trainer_state_problem(state: dict) -> str | None:
+    """What is wrong with the counters and sampler state of a ``trainer_state.json``, or None.
+
+    Counters are whole numbers >= 0 (``step=-7`` would train from step -6, ``step='2'``
+    would fail deep in the loop); the sampler state holds only ``epoch`` and ``position``.
+    """
+    for key in _COUNTERS:
+        if key in state and not _is_count(state[key]):
+            return f"trainer_state.json has {key}={state[key]!r}, which is not a whole number >= 0"
+    sampler = state.get("sampler")
+    if not isinstance(sampler, dict):
+        return f"trainer_state.json has sampler={sampler!r}, which is not an object"
+    unknown = sorted(set(sampler) - set(_SAMPLER_KEYS))
+    if unknown:
+        return f"trainer_state.json's sampler holds unknown keys {unknown} (known: {', '.join(_SAMPLER_KEYS)})"
+    bad = [k for k in _SAMPLER_KEYS if k in sampler and not _is_count(sampler[k])]
+    if bad:
+        return f"trainer_state.json's sampler has {bad[0]}={sampler[bad[0]]!r}, which is not a whole number >= 0"
     return None
 
 

@@ -51,7 +51,7 @@ from .ops.stats import nanstd
 from .policy import ReferencePolicy, completion_forward, prepare_policy
 from .rewards import compute_rewards, reward_function_name
 from .rollout import SamplingConfig, make_engine
-from .run_folder import check_resume_config, claim_output_dir
+from .run_folder import check_resume_config, check_resume_run, claim_output_dir, run_identity
 
 
 class Trainer:
@@ -371,7 +371,10 @@ class Trainer:
         return {"step": self.step, "micro_step": self.micro_step, "cycle": self.cycle, "tokens_seen": self.tokens_seen,
                 "batch_position": self.batch_position, "sampler": self.sampler.state(), "algo": self.algorithm.name,
                 "algorithm_state": getattr(self.algorithm, "state", dict)(),  # e.g. GRPO's adaptive entropy coef
-                "config": self.config.to_dict()}
+                "config": self.config.to_dict(), "run": self._run_identity()}
+
+    def _run_identity(self) -> dict:  # the rows and rewards a resume must match (course_lib.run_folder)
+        return run_identity(self._columns, [reward_function_name(f) for f in self.reward_funcs])
 
     @torch.no_grad()
     def generate(self, prompts, n: int = 1, sampling: SamplingConfig | None = None):
@@ -434,6 +437,7 @@ class Trainer:
         if state["algo"] != self.algorithm.name:
             raise ValueError(f"checkpoint {folder} is a {state['algo']} run; this trainer is {self.algorithm.name}.")
         check_resume_config(state.get("config"), self.config.to_dict(), folder)
+        check_resume_run(state.get("run"), self._run_identity(), folder)
         ckpt.restore_weights(folder, self.model, self.value_head)
         saved = ckpt.restore_training_state(folder, self.optimizer, self.scheduler)
         self.step, self.micro_step, self.cycle = state["step"], state["micro_step"], state["cycle"]
