@@ -2,7 +2,7 @@
 
 The command starts torch's launcher, which starts two workers. SIGKILL cannot be handled
 by the process it hits, so the workers must learn of it from the kernel (the parent-death
-signal, ``course_lib.lifeline``): within seconds of the kill no process of the run is left,
+signal, ``course_lib.run.lifeline``): within seconds of the kill no process of the run is left,
 no checkpoint is written any more, and the next ``--resume-from latest`` may take the folder.
 """
 
@@ -19,8 +19,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from course_lib.checkpoint import list_checkpoints, resolve_resume
-from course_lib.run_folder import claim_output_dir
+from course_lib.run.checkpoint import list_checkpoints, resolve_resume
+from course_lib.run.folder import claim_output_dir
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the parent-death signal is Linux's")

@@ -20,8 +20,8 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from course_lib.algos import make_config
-from course_lib.checkpoint import CheckpointError
-from course_lib.divergence import NonFiniteTrainingError
+from course_lib.run.checkpoint import CheckpointError
+from course_lib.run.nonfinite import NonFiniteTrainingError
 
 from tiny_runs import tiny_trainer, tiny_weights
 

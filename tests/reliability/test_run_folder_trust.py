@@ -23,9 +23,9 @@ from pathlib import Path
 
 import pytest
 
-from course_lib import checkpoint as ckpt
+from course_lib.run import checkpoint as ckpt
 from course_lib.data import get_task
-from course_lib.run_folder import OutputDirError, claim_output_dir
+from course_lib.run.folder import OutputDirError, claim_output_dir
 
 from tiny_runs import tiny_trainer
 
@@ -217,7 +217,7 @@ def test_resuming_from_an_earlier_checkpoint_prunes_the_abandoned_branch(tmp_pat
     # The new branch ends at step 3: nothing of the old one may be picked later.
     assert [c.name for c in ckpt.list_checkpoints(run)] == [f"checkpoint-{s}" for s in (1, 2, 3)]
     assert ckpt.resolve_resume("latest", run).name == "checkpoint-3"
-    from course_lib.history import load_history
+    from course_lib.run.history import load_history
 
     assert [row["step"] for row in load_history(run)] == [1, 2, 3]
     assert [row["step"] for row in load_history(ckpt.resolve_resume("latest", run))] == [1, 2, 3]

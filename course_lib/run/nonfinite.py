@@ -10,8 +10,8 @@ those of the previous step when it raises.
 A finite gradient can still give non-finite weights (a huge learning rate or weight
 decay, a NaN in the optimizer's moments): ``check_finite_weights`` looks at the
 parameters after ``optimizer.step()`` and raises before anything is saved or sampled.
-``check_finite_state`` does the same for weights and optimizer state read from a
-checkpoint. ``clip_gradients`` is ``clip_grad_norm_`` where ``max_grad_norm=0`` means
+``checkpoint.check_finite_state`` does the same for weights and optimizer state read
+from a checkpoint. ``clip_gradients`` is ``clip_grad_norm_`` where ``max_grad_norm=0`` means
 "no clipping", as documented, instead of scaling every gradient to zero.
 """
 
@@ -22,8 +22,7 @@ from pathlib import Path
 
 import torch
 
-__all__ = ["NonFiniteTrainingError", "check_finite_state", "check_finite_update", "check_finite_weights",
-           "clip_gradients", "first_non_finite"]
+__all__ = ["NonFiniteTrainingError", "check_finite_update", "check_finite_weights", "clip_gradients"]
 
 
 class NonFiniteTrainingError(RuntimeError):
@@ -75,22 +74,6 @@ def clip_gradients(parameters: list[torch.nn.Parameter], max_grad_norm: float) -
     return torch.nn.utils.clip_grad_norm_(parameters, max_grad_norm if max_grad_norm > 0 else float("inf"))
 
 
-def first_non_finite(named_tensors) -> str | None:
-    """The name of the first tensor holding NaN or infinity in ``(name, tensor)`` pairs, else None.
-
-    One device synchronisation for all tensors: the largest magnitude of each (NaN
-    propagates through ``amax``), stacked and checked at once.
-    """
-    named = [(name, t) for name, t in named_tensors if torch.is_tensor(t) and t.is_floating_point() and t.numel()]
-    if not named:
-        return None
-    peaks = torch.stack([t.detach().abs().amax().float().cpu() for _, t in named])
-    finite = torch.isfinite(peaks)
-    if bool(finite.all()):
-        return None
-    return named[int((~finite).nonzero()[0, 0])][0]
-
-
 def check_finite_weights(model: torch.nn.Module, extra: torch.nn.Module | None = None, *, step: int,
                          output_dir: str | Path | None) -> None:
     """Raise ``NonFiniteTrainingError`` when a trainable parameter is NaN or infinite after an update.
@@ -101,25 +84,11 @@ def check_finite_weights(model: torch.nn.Module, extra: torch.nn.Module | None =
     named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
     if extra is not None:
         named += [(f"value_head.{n}", p) for n, p in extra.named_parameters()]
+    from .checkpoint import first_non_finite
+
     bad = first_non_finite(named)
     if bad is not None:
         raise NonFiniteTrainingError(
             f"training stopped at step {step}: the update made the weights non-finite (first: {bad}), although the "
             f"loss and the gradient norm were finite; nothing was saved from them. {_resume_hint(output_dir)}. Fix: "
             "lower learning_rate or weight_decay (the step itself overflowed), or resume from an earlier checkpoint.")
-
-
-def check_finite_state(folder: str | Path, named_tensors, where: str) -> None:
-    """Raise ``CheckpointError`` when tensors read from checkpoint ``folder`` hold NaN or infinity.
-
-    Args:
-        named_tensors: ``(name, tensor)`` pairs (a module's ``named_parameters()``, an
-            optimizer state's entries); ``where``: what they are, for the message.
-    """
-    from .checkpoint import CheckpointError
-
-    bad = first_non_finite(named_tensors)
-    if bad is not None:
-        raise CheckpointError(f"cannot resume from {folder}: its {where} hold NaN or infinity (first: {bad}); "
-                              "training from them would spread NaN to every weight. Fix: resume from an earlier "
-                              "checkpoint (one saved before the values diverged).")

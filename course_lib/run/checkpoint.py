@@ -18,7 +18,7 @@ name is therefore complete; leftovers of a killed save are hidden temporary fold
 removed by the next save. ``save_total_limit`` keeps the newest few checkpoints;
 ``resolve_resume("latest", output_dir)`` picks the newest complete one; a damaged folder
 (copied by hand, edited, or written by an older version) gets a ``CheckpointError`` that
-names it and the fix. Nothing in a checkpoint is unpickled as code (``course_lib.state_io``):
+names it and the fix. Nothing in a checkpoint is unpickled as code (``course_lib.run.state_io``):
 a crafted file gets a ``CheckpointError``, never an execution. ``StopOnInterrupt`` turns
 Ctrl-C into "save and stop" at the next optimizer step.
 """
@@ -39,7 +39,6 @@ from typing import Iterator
 import numpy as np
 import torch
 
-from .divergence import check_finite_state
 from .state_io import StateFileError, load_rng, load_rollout, load_tensor_state, read_tensors, save_rng, save_rollout
 
 
@@ -277,8 +276,8 @@ class StopOnInterrupt:
 def restore_weights(folder: str | Path, model, value_head=None) -> None:
     """Load the checkpoint's weights into ``model`` (full model or LoRA adapters) in place.
 
-    Weights holding NaN or infinity are a ``CheckpointError`` (``divergence.check_finite_state``)."""
-    from .models import is_peft_model
+    Weights holding NaN or infinity are a ``CheckpointError`` (``check_finite_state``)."""
+    from ..models import is_peft_model
 
     def load_file(path: Path) -> dict:
         return _read_state(Path(folder), read_tensors, path)
@@ -333,3 +332,33 @@ def restore_training_state(folder: str | Path, optimizer, scheduler) -> dict | N
     scheduler.load_state_dict(scheduler_state)
     set_rng_state(rng)
     return rollout
+
+
+def first_non_finite(named_tensors) -> str | None:
+    """The name of the first tensor holding NaN or infinity in ``(name, tensor)`` pairs, else None.
+
+    One device synchronisation for all tensors: the largest magnitude of each (NaN
+    propagates through ``amax``), stacked and checked at once.
+    """
+    named = [(name, t) for name, t in named_tensors if torch.is_tensor(t) and t.is_floating_point() and t.numel()]
+    if not named:
+        return None
+    peaks = torch.stack([t.detach().abs().amax().float().cpu() for _, t in named])
+    finite = torch.isfinite(peaks)
+    if bool(finite.all()):
+        return None
+    return named[int((~finite).nonzero()[0, 0])][0]
+
+
+def check_finite_state(folder: str | Path, named_tensors, where: str) -> None:
+    """Raise ``CheckpointError`` when tensors read from checkpoint ``folder`` hold NaN or infinity.
+
+    Args:
+        named_tensors: ``(name, tensor)`` pairs (a module's ``named_parameters()``, an
+            optimizer state's entries); ``where``: what they are, for the message.
+    """
+    bad = first_non_finite(named_tensors)
+    if bad is not None:
+        raise CheckpointError(f"cannot resume from {folder}: its {where} hold NaN or infinity (first: {bad}); "
+                              "training from them would spread NaN to every weight. Fix: resume from an earlier "
+                              "checkpoint (one saved before the values diverged).")
