@@ -345,6 +345,12 @@ class RLConfig(RunOptions):
                   "use 0.9 and 0.999")
         if self.reward_weights is not None and len(self.reward_weights) == 0:
             fail("reward_weights", self.reward_weights, "is empty", "use None for equal weights")
+        if "\0" in self.output_dir:
+            fail("output_dir", self.output_dir[:80], "holds a NUL character, which no path may hold",
+                 "pass a plain folder path")
+        if self.use_lora and not self.lora_target_modules:
+            fail("lora_target_modules", self.lora_target_modules, "is empty, so LoRA would adapt no layer",
+                 "name the projections to adapt, e.g. ['q_proj', 'v_proj'] (the default lists every projection)")
         if self.reward_timeout_s is not None and not self.reward_timeout_s > 0:
             fail("reward_timeout_s", self.reward_timeout_s, "must be a positive number of seconds",
                  "use e.g. 600, or None for no limit")

@@ -247,6 +247,17 @@ def load_policy(name: str | os.PathLike = "tiny", *, dtype: torch.dtype | str = 
         raise ModelNotAvailableError(
             f"Could not load {name!r} from {path}: {error}. Hub ids need a network (unset HF_HUB_OFFLINE); "
             "the embedded models 'tiny' and 'smollm2-135m' work offline.") from error
+    except RuntimeError as error:
+        if "size mismatch" not in str(error) and "shape" not in str(error):
+            raise
+        first = str(error).strip().splitlines()[-1].strip()[:300]
+        raise ModelNotAvailableError(f"The weights of {name!r} in {path} do not fit its config.json ({first}). "
+                                     "Fix: keep each weights file with the config.json it was saved with.") from None
+    bad = first_non_finite(model.named_parameters())
+    if bad is not None:
+        raise ModelNotAvailableError(f"The weights of {name!r} in {path} hold NaN or infinity (first: {bad}); "
+                                     "sampling from them fails and training cannot repair them. Fix: load the "
+                                     "model saved before its training diverged.")
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     tokenizer.padding_side = "left"
@@ -254,6 +265,22 @@ def load_policy(name: str | os.PathLike = "tiny", *, dtype: torch.dtype | str = 
         model.to(device)
     model.eval()
     return model, tokenizer
+
+
+def first_non_finite(named_tensors) -> str | None:
+    """The name of the first tensor holding NaN or infinity in ``(name, tensor)`` pairs, else None.
+
+    One device synchronisation for all tensors: the largest magnitude of each (NaN
+    propagates through ``amax``), stacked and checked at once.
+    """
+    named = [(name, t) for name, t in named_tensors if torch.is_tensor(t) and t.is_floating_point() and t.numel()]
+    if not named:
+        return None
+    peaks = torch.stack([t.detach().abs().amax().float().cpu() for _, t in named])
+    finite = torch.isfinite(peaks)
+    if bool(finite.all()):
+        return None
+    return named[int((~finite).nonzero()[0, 0])][0]
 
 
 def count_parameters(model, trainable_only: bool = False) -> int:

@@ -233,9 +233,17 @@ def claim_output_dir(output_dir: str | Path, *, resume_folder: str | Path | None
 
 def _lock_and_check(output_dir: Path, resume_folder: str | Path | None, overwrite: bool):
     """The lock file's open handle, locked, once the folder may be written; else ``OutputDirError``."""
-    if output_dir.exists() and not output_dir.is_dir():
-        raise OutputDirError(f"output_dir={str(output_dir)!r} is a file, not a folder. Fix: pass a folder path.")
-    output_dir.mkdir(parents=True, exist_ok=True)
+    shown = str(output_dir) if len(str(output_dir)) <= 120 else f"{str(output_dir)[:120]}... ({len(str(output_dir))} characters)"
+    if "\0" in str(output_dir):
+        raise OutputDirError(f"output_dir={shown!r} holds a NUL character, which no path may hold. Fix: pass a "
+                             "plain folder path.")
+    try:
+        if output_dir.exists() and not output_dir.is_dir():
+            raise OutputDirError(f"output_dir={shown!r} is a file, not a folder. Fix: pass a folder path.")
+        output_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise OutputDirError(f"cannot create output_dir={shown!r}: {error.strerror}. Fix: pass a shorter path "
+                             "(at most 255 characters per folder name) in a folder you may write to.") from None
     links = _symlinks(output_dir)
     if links and not overwrite:
         raise OutputDirError(f"output_dir={str(output_dir)!r} holds symbolic links where a run writes its files "
