@@ -248,11 +248,11 @@ def load_policy(name: str | os.PathLike = "tiny", *, dtype: torch.dtype | str = 
             f"Could not load {name!r} from {path}: {error}. Hub ids need a network (unset HF_HUB_OFFLINE); "
             "the embedded models 'tiny' and 'smollm2-135m' work offline.") from error
     except RuntimeError as error:
-        if "size mismatch" not in str(error) and "shape" not in str(error):
+        if not any(word in str(error) for word in ("size mismatch", "mismatched", "shape")):
             raise
-        first = str(error).strip().splitlines()[-1].strip()[:300]
-        raise ModelNotAvailableError(f"The weights of {name!r} in {path} do not fit its config.json ({first}). "
-                                     "Fix: keep each weights file with the config.json it was saved with.") from None
+        raise ModelNotAvailableError(f"The weights of {name!r} in {path} do not fit its config.json: some tensors "
+                                     "have other shapes than the config describes. Fix: keep each weights file "
+                                     "with the config.json it was saved with.") from None
     bad = first_non_finite(model.named_parameters())
     if bad is not None:
         raise ModelNotAvailableError(f"The weights of {name!r} in {path} hold NaN or infinity (first: {bad}); "

@@ -51,6 +51,7 @@ from .ops.stats import nanstd
 from .policy import ReferencePolicy, completion_forward, prepare_policy
 from .rewards import compute_rewards, reward_function_name
 from .rollout import SamplingConfig, make_engine
+from .run.validation import check_train_dataset
 from .run.folder import check_resume_config, check_resume_run, claim_output_dir, run_identity
 
 
@@ -70,8 +71,7 @@ class Trainer:
                  progress: bool = True, on_step: Callable[[dict], None] | None = None, eval_dataset=None):
         if not reward_funcs:
             raise ValueError("reward_funcs is empty: pass at least one reward function.")
-        if "prompt" not in train_dataset.column_names:
-            raise ValueError(f"train_dataset has no 'prompt' column (columns: {train_dataset.column_names}).")
+        check_train_dataset(train_dataset)  # a table with usable prompts (course_lib.run.validation)
         if len(train_dataset) < config.unique_prompts_per_generation:
             raise ValueError(f"train_dataset has {len(train_dataset)} rows but one generation batch needs "
                              f"{config.unique_prompts_per_generation} distinct prompts; add rows or lower "
