@@ -123,8 +123,8 @@ def _gsm8k_folder(tmp_path: Path, train_rows: list, test_rows: list | None = Non
     folder = tmp_path / "gsm8k"
     folder.mkdir(exist_ok=True)
     good = [{"question": f"What is {i} + 1?", "answer": f"{i} + 1 = {i + 1}\n#### {i + 1}"} for i in range(12)]
-    for split, rows in (("train", train_rows), ("test", test_rows if test_rows is not None else good[:4])):
-        lines = [r if isinstance(r, (str, bytes)) else json.dumps(r) for r in [*good[4:], *rows]]
+    for split, rows in (("train", [*good[4:], *train_rows]), ("test", test_rows if test_rows is not None else good[:4])):
+        lines = [r if isinstance(r, (str, bytes)) else json.dumps(r) for r in rows]
         (folder / f"{split}.jsonl").write_bytes(b"\n".join(l if isinstance(l, bytes) else l.encode() for l in lines))
     return folder
 
@@ -244,3 +244,14 @@ def test_a_gsm8k_test_file_sharing_some_questions_warns(tmp_path):
     with pytest.raises(DataError):
         (folder / "test.jsonl").write_text("\n".join(json.dumps(r) for r in rows[:2]))
         load_gsm8k(folder, split="test")
+
+
+def test_eval_refuses_what_the_model_cannot_read(tmp_path, capsys):
+    # The tiny model reads 128 positions.
+    _one_error_line(["eval", "--model", "tiny", "--n", "2", "--max-new-tokens", "100000"], capsys,
+                    r"needs 100\d\d\d positions, but the model reads at most 128")
+    long_question = {"question": "How many apples? " + "There are many apples in the basket. " * 40,
+                     "answer": "#### 3"}
+    folder = _gsm8k_folder(tmp_path, [], test_rows=[long_question])
+    _one_error_line(["eval", "--model", "tiny", "--task", f"gsm8k:{folder}", "--n", "1"], capsys,
+                    r"prompt 0 has \d+ tokens.*at most 128")

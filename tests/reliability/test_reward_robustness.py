@@ -158,3 +158,20 @@ def test_a_weighted_total_that_overflows_is_nan_with_a_warning(weights, values):
     assert any(issubclass(w.category, combine.RewardOverflowWarning) and "overflows float32" in str(w.message)
                for w in caught), [str(w.message) for w in caught]
     assert total.isnan().all()
+
+
+def test_a_training_run_stops_on_a_reward_that_never_returns(tmp_path):
+    from tiny_runs import tiny_trainer
+
+    release = threading.Event()
+
+    def never_answers(prompts, completions, **kwargs):
+        release.wait()
+        return [0.0] * len(completions)
+
+    trainer = tiny_trainer(tmp_path / "run", rewards=(never_answers,), reward_timeout_s=1.0, max_steps=1)
+    try:
+        with pytest.raises(RewardFunctionError, match=r"'never_answers' did not return within 1 s"):
+            trainer.train()
+    finally:
+        release.set()
