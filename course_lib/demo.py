@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from .presets import MEASURED, fast_engine_settings, task_settings
+from .progress import format_duration
 
 #: The demo's runs: a model, its task, and how many held-out problems measure it.
 DEMOS = {"smollm2-135m": {"task": "arithmetic-tagged", "eval_n": 200},
@@ -55,12 +56,58 @@ def demo_settings(model: str, output_dir: str | os.PathLike, max_steps: int | No
     return settings
 
 
-def greedy_correct(trainer, dataset) -> tuple[list[bool], list[str]]:
-    """Greedy completions of every row by the trainer's current policy, and whether each is correct."""
-    from .evaluation import is_correct
+# Held-out prompts per generate call during an evaluation: large enough for the engine to
+# batch well, small enough that the progress line moves every few seconds.
+EVAL_CHUNK = 25
 
-    texts = trainer.generate(dataset["prompt"]).texts
+
+def greedy_correct(trainer, dataset, desc: str = "eval") -> tuple[list[bool], list[str]]:
+    """Greedy completions of every row by the trainer's current policy, and whether each is correct.
+
+    Generated in chunks of ``EVAL_CHUNK`` prompts with a progress bar (periodic lines where
+    no bar can be drawn): a 200-problem evaluation takes minutes on a CPU.
+    """
+    from .evaluation import is_correct
+    from .progress import progress_bar
+
+    prompts = list(dataset["prompt"])
+    texts: list[str] = []
+    with progress_bar(total=len(prompts), desc=desc, unit="problem") as bar:
+        for start in range(0, len(prompts), EVAL_CHUNK):
+            chunk = trainer.generate(prompts[start:start + EVAL_CHUNK]).texts
+            texts += chunk
+            bar.update(len(chunk))
     return [is_correct(text, answer) for text, answer in zip(texts, dataset["answer"])], texts
+
+
+#: Seconds per held-out problem (one greedy evaluation) and per training step of the
+#: smollm2-135m demo on each path, measured on 2 shared cores of an Intel Xeon with AMX
+#: (README, "How long the demo takes"); the start-up (model load, engine) is ``start_s``.
+MEASURED_PACE = {
+    "vllm-bf16": {"eval_s": 0.16, "step_s": 4.5, "start_s": 40.0},
+    "hf-fp32": {"eval_s": 1.0, "step_s": 14.0, "start_s": 15.0},
+}
+
+
+def path_and_estimate(model: str, settings: dict[str, Any], eval_n: int) -> tuple[str, str, float | None]:
+    """Which path the demo takes on this machine, why, and about how many seconds it will run."""
+    from .distributed import cpu_supports_bfloat16
+
+    if settings.get("engine") == "vllm" and settings.get("vllm_dtype") == "bfloat16":
+        path, why = "vllm-bf16", ("vLLM CPU engine with a bfloat16 sampler, bfloat16 training "
+                                  "(this CPU has native bfloat16)")
+    elif settings.get("engine") == "vllm":
+        path, why = "vllm", "vLLM engine"
+    else:
+        reason = ("--engine hf" if settings.get("engine") == "hf" else
+                  "this CPU has no native bfloat16 (AVX512-BF16 or AMX)" if not cpu_supports_bfloat16() else
+                  "vLLM is not installed")
+        path, why = "hf-fp32", f"Hugging Face generate and float32 training ({reason})"
+    pace = MEASURED_PACE.get(path) if model == "smollm2-135m" else None
+    if pace is None:
+        return path, why, None
+    seconds = pace["start_s"] + 2 * eval_n * pace["eval_s"] + settings["max_steps"] * pace["step_s"]
+    return path, why, seconds
 
 
 def example_rows(before: list[bool], after: list[bool], fixed: int = 2, broken: int = 1) -> list[tuple[int, str]]:
@@ -138,9 +185,14 @@ def run_demo(model: str = "smollm2-135m", output_dir: str = "outputs/demo", max_
     print(f"GRPO demo: {model} on {demo['task']}, {config.max_steps} steps of "
           f"{config.unique_prompts_per_generation} prompts x {config.num_generations} completions; "
           f"rollouts and evaluation with {sampler}")
+    _, why, seconds = path_and_estimate(model, settings, len(test))
+    print(f"path: {why}")
+    if seconds is not None:
+        print(f"expect about {format_duration(seconds)} (min:s) from here on 2 quiet cores, longer on a busy "
+              f"or slower machine: evaluation of {len(test)} problems, {config.max_steps} steps, evaluation again")
 
     def evaluate(label: str) -> tuple[list[bool], list[str]]:
-        correct, texts = greedy_correct(trainer, test)
+        correct, texts = greedy_correct(trainer, test, desc=f"{label} (greedy, held-out)")
         print(f"\n{label}: {sum(correct)}/{len(correct)} held-out problems right (greedy)")
         return correct, texts
 

@@ -18,7 +18,10 @@ import pytest
 
 from course_lib.sandbox import run_python, run_tests, sandbox_guards
 
-pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the sandbox uses Linux rlimits")
+# Every test here runs code in the sandbox: where the machine has none, the fixture checks
+# the refusal and its message, then skips saying how to get one.
+pytestmark = [pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the sandbox uses Linux rlimits"),
+              pytest.mark.usefixtures("working_sandbox")]
 
 
 def _code(text: str) -> str:
