@@ -10,6 +10,7 @@ estimate come from a measurement. Shortened on purpose: the full demo is 30 step
 2 x 200 problems; the rates multiply out to it.
 
     python benchmarks/demo_paths.py --engine hf --steps 3 --eval-n 25
+    python benchmarks/demo_paths.py --float32 --steps 3 --eval-n 25   # vLLM in float32
 """
 
 from __future__ import annotations
@@ -25,6 +26,9 @@ import time
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--engine", choices=["hf", "vllm"], default=None, help="default: the demo's choice here")
+    parser.add_argument("--float32", action="store_true",
+                        help="vLLM with a float32 sampler and float32 training: what a CPU without bfloat16 "
+                             "would get from vLLM")
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--eval-n", type=int, default=25)
     args = parser.parse_args()
@@ -41,6 +45,8 @@ def main() -> None:
     task = DEMOS[model]["task"]
     with tempfile.TemporaryDirectory() as folder:
         settings = demo_settings(model, folder, max_steps=args.steps, engine=args.engine)
+        if args.float32:
+            settings.update(engine="vllm", vllm_dtype="float32", dtype="float32")
         path, why, _ = path_and_estimate(model, settings, args.eval_n)
         if settings.get("engine") == "vllm":
             _quiet_vllm()

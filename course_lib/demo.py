@@ -27,7 +27,6 @@ from pathlib import Path
 from typing import Any
 
 from .presets import MEASURED, fast_engine_settings, task_settings
-from .progress import format_duration
 
 #: The demo's runs: a model, its task, and how many held-out problems measure it.
 DEMOS = {"smollm2-135m": {"task": "arithmetic-tagged", "eval_n": 200},
@@ -81,11 +80,14 @@ def greedy_correct(trainer, dataset, desc: str = "eval") -> tuple[list[bool], li
 
 
 #: Seconds per held-out problem (one greedy evaluation) and per training step of the
-#: smollm2-135m demo on each path, measured on 2 shared cores of an Intel Xeon with AMX
-#: (README, "How long the demo takes"); the start-up (model load, engine) is ``start_s``.
+#: smollm2-135m demo on each path, and its start-up (model load, engine warm-up), measured
+#: with ``benchmarks/demo_paths.py`` (3 steps, 25 problems, the demo's real settings) on 2
+#: shared cores of an Intel Xeon with AVX-512 and AMX, under a load average of 7 to 16 (see
+#: the README). A quiet machine is faster: the whole bf16 demo took 4 min 9 s there.
 MEASURED_PACE = {
-    "vllm-bf16": {"eval_s": 0.16, "step_s": 4.5, "start_s": 40.0},
-    "hf-fp32": {"eval_s": 1.0, "step_s": 14.0, "start_s": 15.0},
+    "vllm-bf16": {"eval_s": 0.10, "step_s": 10.35, "start_s": 54.7},
+    "vllm-fp32": {"eval_s": 0.447, "step_s": 28.68, "start_s": 78.0},
+    "hf-fp32": {"eval_s": 2.163, "step_s": 45.88, "start_s": 23.0},
 }
 
 
@@ -97,7 +99,7 @@ def path_and_estimate(model: str, settings: dict[str, Any], eval_n: int) -> tupl
         path, why = "vllm-bf16", ("vLLM CPU engine with a bfloat16 sampler, bfloat16 training "
                                   "(this CPU has native bfloat16)")
     elif settings.get("engine") == "vllm":
-        path, why = "vllm", "vLLM engine"
+        path, why = "vllm-fp32", f"vLLM engine, {settings.get('vllm_dtype', 'auto')} sampler"
     else:
         reason = ("--engine hf" if settings.get("engine") == "hf" else
                   "this CPU has no native bfloat16 (AVX512-BF16 or AMX)" if not cpu_supports_bfloat16() else
@@ -188,8 +190,9 @@ def run_demo(model: str = "smollm2-135m", output_dir: str = "outputs/demo", max_
     _, why, seconds = path_and_estimate(model, settings, len(test))
     print(f"path: {why}")
     if seconds is not None:
-        print(f"expect about {format_duration(seconds)} (min:s) from here on 2 quiet cores, longer on a busy "
-              f"or slower machine: evaluation of {len(test)} problems, {config.max_steps} steps, evaluation again")
+        print(f"expect about {max(1, round(seconds / 60))} min for evaluation of {len(test)} problems, "
+              f"{config.max_steps} steps, evaluation again: the pace measured on 2 busy cores (load average "
+              f"about 8); a quiet or faster machine takes less")
 
     def evaluate(label: str) -> tuple[list[bool], list[str]]:
         correct, texts = greedy_correct(trainer, test, desc=f"{label} (greedy, held-out)")

@@ -107,11 +107,14 @@ def _make_preexec(limits: list[tuple[int, int]], isolate_network: bool,
 
     def preexec() -> None:  # runs in the forked child, before exec: keep it to syscalls
         if cgroup_procs is not None:  # enter the run's memory cgroup: all it starts is counted
-            fd = os.open(cgroup_procs, os.O_WRONLY)
             try:
-                os.write(fd, b"0")
-            finally:
-                os.close(fd)
+                fd = os.open(cgroup_procs, os.O_WRONLY)
+                try:
+                    os.write(fd, b"0")
+                finally:
+                    os.close(fd)
+            except OSError:
+                pass  # the kernel would not move us (v2 placement rules): the per-process caps still hold
         if libc is not None and libc.unshare(_CLONE_NEWNET) != 0:
             libc.unshare(_CLONE_NEWUSER | _CLONE_NEWNET)  # unprivileged fallback; may fail too
         for which, value in limits:
