@@ -74,7 +74,7 @@ FORGERIES = {
 @pytest.mark.parametrize("attack", list(FORGERIES), ids=list(FORGERIES))
 def test_a_wrong_solution_cannot_forge_a_pass(attack):
     needs_sandbox()
-    report = run_tests(FORGERIES[attack], TESTS)
+    report = run_tests(FORGERIES[attack], TESTS, timeout_s=10.0)  # a loaded machine starts Python slowly
     assert report.passed == [False, False], report.reasons
     completion = f"```python\n{FORGERIES[attack]}```"
     assert code_execution_reward(completions=[completion], tests=[TESTS]) == [0.0]
@@ -83,20 +83,21 @@ def test_a_wrong_solution_cannot_forge_a_pass(attack):
 def test_a_correct_solution_with_a_helper_named_check_still_passes():
     needs_sandbox()
     code = "def _check(n, *rest):\n    raise RuntimeError('my own helper')\ndef add(a, b):\n    return a + b\n"
-    assert run_tests(code, ["assert add(2, 3) == 5", "assert add(-1, 1) == 0"]).passed == [True, True]
+    report = run_tests(code, ["assert add(2, 3) == 5", "assert add(-1, 1) == 0"], timeout_s=10.0)
+    assert report.passed == [True, True], report.reasons
 
 
 def test_an_honest_solution_printing_without_a_newline_passes():
     needs_sandbox()
     code = "def add(a, b):\n    print('adding', end='', flush=True)\n    return a + b\n"
-    report = run_tests(code, ["assert add(2, 3) == 5", "print('x', end='')\nassert add(1, 1) == 2"])
+    report = run_tests(code, ["assert add(2, 3) == 5", "print('x', end='')\nassert add(1, 1) == 2"], timeout_s=10.0)
     assert report.passed == [True, True], report.reasons
 
 
 def test_every_assertion_must_report():
     needs_sandbox()
     code = "def add(a, b):\n    return a + b\n"
-    report = run_tests(code, ["if add(1, 1) == 3:\n    assert False\nassert add(1, 2) == 3"])
+    report = run_tests(code, ["if add(1, 1) == 3:\n    assert False\nassert add(1, 2) == 3"], timeout_s=10.0)
     assert report.passed == [False] and "never reported" in report.reasons[0]
 
 
