@@ -55,12 +55,61 @@ def demo_settings(model: str, output_dir: str | os.PathLike, max_steps: int | No
     return settings
 
 
-def greedy_correct(trainer, dataset) -> tuple[list[bool], list[str]]:
-    """Greedy completions of every row by the trainer's current policy, and whether each is correct."""
-    from .evaluation import is_correct
+# Held-out prompts per generate call during an evaluation: large enough for the engine to
+# batch well, small enough that the progress line moves every few seconds.
+EVAL_CHUNK = 25
 
-    texts = trainer.generate(dataset["prompt"]).texts
+
+def greedy_correct(trainer, dataset, desc: str = "eval") -> tuple[list[bool], list[str]]:
+    """Greedy completions of every row by the trainer's current policy, and whether each is correct.
+
+    Generated in chunks of ``EVAL_CHUNK`` prompts with a progress bar (periodic lines where
+    no bar can be drawn): a 200-problem evaluation takes minutes on a CPU.
+    """
+    from .evaluation import is_correct
+    from .progress import progress_bar
+
+    prompts = list(dataset["prompt"])
+    texts: list[str] = []
+    with progress_bar(total=len(prompts), desc=desc, unit="problem") as bar:
+        for start in range(0, len(prompts), EVAL_CHUNK):
+            chunk = trainer.generate(prompts[start:start + EVAL_CHUNK]).texts
+            texts += chunk
+            bar.update(len(chunk))
     return [is_correct(text, answer) for text, answer in zip(texts, dataset["answer"])], texts
+
+
+#: Seconds per held-out problem (one greedy evaluation) and per training step of the
+#: smollm2-135m demo on each path, and its start-up (model load, engine warm-up), measured
+#: with ``benchmarks/demo_paths.py`` (3 steps, 25 problems, the demo's real settings) on 2
+#: shared cores of an Intel Xeon with AVX-512 and AMX, under a load average of 7 to 16 (see
+#: the README). A quiet machine is faster: the whole bf16 demo took 4 min 9 s there.
+MEASURED_PACE = {
+    "vllm-bf16": {"eval_s": 0.10, "step_s": 10.35, "start_s": 54.7},
+    "vllm-fp32": {"eval_s": 0.447, "step_s": 28.68, "start_s": 78.0},
+    "hf-fp32": {"eval_s": 2.163, "step_s": 45.88, "start_s": 23.0},
+}
+
+
+def path_and_estimate(model: str, settings: dict[str, Any], eval_n: int) -> tuple[str, str, float | None]:
+    """Which path the demo takes on this machine, why, and about how many seconds it will run."""
+    from .run.distributed import cpu_supports_bfloat16
+
+    if settings.get("engine") == "vllm" and settings.get("vllm_dtype") == "bfloat16":
+        path, why = "vllm-bf16", ("vLLM CPU engine with a bfloat16 sampler, bfloat16 training "
+                                  "(this CPU has native bfloat16)")
+    elif settings.get("engine") == "vllm":
+        path, why = "vllm-fp32", f"vLLM engine, {settings.get('vllm_dtype', 'auto')} sampler"
+    else:
+        reason = ("--engine hf" if settings.get("engine") == "hf" else
+                  "this CPU has no native bfloat16 (AVX512-BF16 or AMX)" if not cpu_supports_bfloat16() else
+                  "vLLM is not installed")
+        path, why = "hf-fp32", f"Hugging Face generate and float32 training ({reason})"
+    pace = MEASURED_PACE.get(path) if model == "smollm2-135m" else None
+    if pace is None:
+        return path, why, None
+    seconds = pace["start_s"] + 2 * eval_n * pace["eval_s"] + settings["max_steps"] * pace["step_s"]
+    return path, why, seconds
 
 
 def example_rows(before: list[bool], after: list[bool], fixed: int = 2, broken: int = 1) -> list[tuple[int, str]]:
@@ -138,9 +187,15 @@ def run_demo(model: str = "smollm2-135m", output_dir: str = "outputs/demo", max_
     print(f"GRPO demo: {model} on {demo['task']}, {config.max_steps} steps of "
           f"{config.unique_prompts_per_generation} prompts x {config.num_generations} completions; "
           f"rollouts and evaluation with {sampler}")
+    _, why, seconds = path_and_estimate(model, settings, len(test))
+    print(f"path: {why}")
+    if seconds is not None:
+        print(f"expect about {max(1, round(seconds / 60))} min for evaluation of {len(test)} problems, "
+              f"{config.max_steps} steps, evaluation again: the pace measured on 2 busy cores (load average "
+              f"about 8); a quiet or faster machine takes less")
 
     def evaluate(label: str) -> tuple[list[bool], list[str]]:
-        correct, texts = greedy_correct(trainer, test)
+        correct, texts = greedy_correct(trainer, test, desc=f"{label} (greedy, held-out)")
         print(f"\n{label}: {sum(correct)}/{len(correct)} held-out problems right (greedy)")
         return correct, texts
 

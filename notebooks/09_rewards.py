@@ -425,13 +425,15 @@ display(plot_reward_breakdown(answers, get_reward_functions(["correctness_last_n
 # Python and libraries, a private size-capped working folder, no `/etc`, no home, no
 # project tree, no shell. On top come a **wall-clock kill**, **rlimits** (memory, CPU,
 # file size, processes), and the audit hook as a polite second layer. Where bubblewrap
-# cannot run, the sandbox *refuses* (`SandboxUnavailableError`, with the install command)
-# rather than run model code unprotected.
+# cannot run (macOS, Windows, a Linux without it or without user namespaces), the sandbox
+# *refuses* (`SandboxUnavailableError`, with the install command) rather than run model
+# code unprotected: the cell below then prints that refusal instead of the table.
 
 # %%
 from course_lib.sandbox import SandboxUnavailableError, detect_isolation, run_python
 
-print("isolation on this machine:", detect_isolation().mode or detect_isolation().reason)
+SANDBOX = detect_isolation()
+print("isolation on this machine:", SANDBOX.mode or "none")
 hostile = {
     "a fine program": "print(sum(range(10)))",
     "an infinite loop": "while True:\n    pass",
@@ -452,6 +454,8 @@ try:
         print(f"{label:<27} ok={result.ok!s:<5} stopped by={result.killed_reason!s:<8} "
               f"{result.stdout.strip()[:40]!r:42} {last_error}")
 except SandboxUnavailableError as error:
+    # No sandbox here: these programs are hostile on purpose, so none of them runs.
+    print("The sandbox refused, as designed; none of the programs above ran.\n")
     print(error)
 
 # %% [markdown]
@@ -462,19 +466,31 @@ except SandboxUnavailableError as error:
 
 # %% [markdown]
 # `code_execution_reward` turns this into a reward: the fraction of a row's tests that
-# the completion's last ```` ```python ```` block passes. Assertion tests print a random
-# marker only *after* the assertion, so `sys.exit(0)` cannot fake a pass. It returns `None`
+# the completion's last ```` ```python ```` block passes. Every assertion of a test must
+# report a value back after it ran, so `sys.exit(0)` cannot fake a pass. It returns `None`
 # for rows without tests — not applicable, as in section 8.
+#
+# **Without the sandbox** (the refusal above), the cell below still shows the verifier,
+# on the four programs written here for this lesson, with `isolation="process"`: each
+# runs as an ordinary child process of this kernel, with the time and memory limits and
+# the audit hook, but as *your* user, seeing *your* files. That is **not a security
+# boundary**, only acceptable because you can read these four programs; never use it for
+# text a model wrote.
 
 # %%
-from course_lib.rewards import code_execution_reward
+from course_lib.rewards import code_execution_reward, make_code_execution_reward
 
 programs = ["```python\ndef add(a, b):\n    return a + b\n```",
             "```python\ndef add(a, b):\n    return a - b\n```",
             "```python\nimport sys\nsys.exit(0)\n```",
             "I would write a function."]
 tests = [["assert add(2, 3) == 5", "assert add(-1, 1) == 0"]] * 4
-print(code_execution_reward(completions=programs, tests=tests))
+if SANDBOX.available:
+    print("in the sandbox:", code_execution_reward(completions=programs, tests=tests))
+else:
+    trusted_only = make_code_execution_reward(isolation="process")  # NOT a security boundary
+    print("process-level isolation, this lesson's own programs only (not a security boundary):",
+          trusted_only(completions=programs, tests=tests))
 
 # %% [markdown]
 # The verdict is computed *outside* the sandbox. For `assert add(2, 3) == 5` the child

@@ -55,3 +55,34 @@ def test_the_examples_shown_are_fixed_and_broken_problems():
     after = [True, True, False, False, True, True]
     assert example_rows(before, after) == [(1, "fixed"), (4, "fixed"), (3, "broken")]
     assert example_rows([True, False], [True, False]) == [(0, "unchanged"), (1, "unchanged")]
+
+
+def test_the_demo_names_its_path_and_estimates_its_time_from_the_measured_pace(monkeypatch):
+    from course_lib import demo
+    from course_lib.run import distributed
+
+    monkeypatch.setattr(distributed, "cpu_supports_bfloat16", lambda: False)
+    settings = {"max_steps": 30}  # what demo_settings gives on a CPU without bfloat16
+    path, why, seconds = demo.path_and_estimate("smollm2-135m", settings, 200)
+    pace = demo.MEASURED_PACE["hf-fp32"]
+    assert path == "hf-fp32" and "no native bfloat16" in why
+    assert seconds == pytest.approx(pace["start_s"] + 400 * pace["eval_s"] + 30 * pace["step_s"])
+    fast = {"max_steps": 30, "engine": "vllm", "vllm_dtype": "bfloat16", "dtype": "bfloat16"}
+    assert demo.path_and_estimate("smollm2-135m", fast, 200)[0] == "vllm-bf16"
+    assert demo.path_and_estimate("tiny", {"max_steps": 200}, 200)[2] is None  # no measured pace: no guess
+
+
+def test_the_demo_evaluation_reports_progress_in_chunks(capsys):
+    from course_lib import demo
+
+    class Engine:
+        calls = []
+
+        def generate(self, prompts):
+            self.calls.append(len(prompts))
+            return type("Batch", (), {"texts": ["<answer>1</answer>"] * len(prompts)})()
+
+    rows = {"prompt": [[{"role": "user", "content": str(i)}] for i in range(60)], "answer": ["1"] * 59 + ["2"]}
+    correct, _ = demo.greedy_correct(Engine(), rows, desc="Before GRPO")
+    assert Engine.calls == [25, 25, 10] and sum(correct) == 59
+    assert "Before GRPO: 60/60 (100%)" in capsys.readouterr().out
