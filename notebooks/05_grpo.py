@@ -201,6 +201,9 @@ ax.set(xlabel="num_generations G", ylabel="fraction of groups with no signal",
        title="Zero-std groups: formula (lines) vs simulation (dots)", xticks=group_sizes)
 ax.legend(fontsize=8)
 plt.show()
+for p in (0.05, 0.5):
+    print(f"p = {p}: silent fraction p^G + (1-p)^G = " + ", ".join(f"{p ** G + (1 - p) ** G:.2f} at G = {G}"
+                                                                  for G in (4, 8, 16)))
 
 # %% [markdown]
 # Hence the usual advice:
@@ -212,9 +215,10 @@ plt.show()
 #   (each prompt's G answers are all generated and scored). A common default is 8,
 #   raised to 16 when too many groups come back all-wrong.
 #
-# A hard prompt (p = 0.05) stays silent most of the time even with G = 16: no group size
-# rescues a model that (almost) never finds the answer. RL sharpens what the model does
-# *sometimes* (lesson 01).
+# A hard prompt (p = 0.05) is still silent 44% of the time with G = 16 (the printout), and
+# 81% of the time with G = 4: a larger group helps, slowly and at a price in generation,
+# and no group size rescues a model that (almost) never finds the answer. RL sharpens what
+# the model does *sometimes* (lesson 01).
 #
 # Diversity inside a group also comes from sampling. Keep the sampling `temperature`
 # relatively high — 1.0 is the default — so that the G completions of a prompt differ: at
@@ -235,9 +239,12 @@ plt.show()
 # | `repetition_penalty` | 1.0 | > 1 discourages tokens already in the prompt or completion, < 1 encourages repeats |
 #
 # Every filter removes diversity, and diversity is what gives a group a learning signal.
-# The cell below samples 8 answers to each of a few prompts from the tiny model under
-# several settings and counts how many distinct answers a group holds and how many groups
-# would be silent (all rewards equal).
+# The cell below samples 8 answers to each of 32 prompts from the tiny model under
+# several settings and counts how many distinct answers a group holds, how many groups
+# would be silent (all rewards equal), and the accuracy of the samples. Its last column
+# measures something else: how far the **sampler's** log-prob of each sampled token is
+# from the **trainer's** (a forward pass at the same temperature, with no filter, which is
+# what the loss computes).
 
 # %%
 from course_lib.data import get_task
@@ -246,7 +253,7 @@ from course_lib.rewards import compute_rewards, get_reward_functions
 from course_lib.rollout import SamplingConfig, make_engine
 
 sampling_model, sampling_tokenizer = load_policy("tiny")
-sampling_task = get_task("arithmetic", split="test", n=scaled(8, 32), seed=2)
+sampling_task = get_task("arithmetic", split="test", n=32, seed=2)
 engine = make_engine("hf", sampling_model, sampling_tokenizer)
 correct = get_reward_functions(["correctness_first_number_reward"])
 settings = {
@@ -257,7 +264,11 @@ settings = {
     "min_p=0.2": SamplingConfig(min_p=0.2),
     "repetition_penalty=1.5": SamplingConfig(repetition_penalty=1.5),
 }
-print(f"{'setting':<24} {'distinct answers / 8':>22} {'silent groups':>14} {'accuracy':>9}")
+from course_lib.ops.masking import masked_mean
+from course_lib.policy import completion_forward
+
+print(f"{'setting':<24} {'distinct answers / 8':>22} {'silent groups':>14} {'accuracy':>9} "
+      f"{'sampler - trainer log-prob':>27}")
 for label, sampling in settings.items():
     sampling.max_tokens, sampling.seed = 6, 0
     batch = engine.generate(list(sampling_task["prompt"]), n=8, sampling=sampling)
@@ -267,7 +278,33 @@ for label, sampling in settings.items():
     grouped = rewards.view(-1, 8)
     silent = (grouped.max(1).values == grouped.min(1).values).float().mean().item()
     distinct = sum(len(set(g)) for g in groups) / len(groups)
-    print(f"{label:<24} {distinct:>22.1f} {silent:>14.0%} {rewards.mean().item():>9.1%}")
+    with torch.no_grad():
+        trainer_logps, _, _ = completion_forward(sampling_model, batch.prompt_ids, batch.prompt_mask,
+                                                 batch.completion_ids, batch.completion_mask,
+                                                 temperature=sampling.temperature)  # (B, T)
+    gap = round(masked_mean(batch.sampling_logps - trainer_logps, batch.completion_mask).item(), 3) + 0.0  # no -0
+    print(f"{label:<24} {distinct:>22.1f} {silent:>14.0%} {rewards.mean().item():>9.1%} {gap:>+27.3f}")
+
+# %% [markdown]
+# Read the table row by row against the first, plain sampling at temperature 1.0:
+#
+# - `temperature=0.3`, `top_k=2` and `top_p=0.5` roughly halve the number of distinct
+#   answers per group and raise the accuracy of the samples: they drop the unlikely
+#   tokens, mostly wrong digits for this model. They also leave *more* groups silent:
+#   with fewer distinct answers, more groups are all right or all wrong. `min_p=0.2`
+#   removes less and changes less;
+# - `repetition_penalty=1.5` is not a filter (no token is removed; the logits of tokens
+#   already in the prompt or completion are rescaled). It keeps the groups diverse but
+#   lowers the accuracy, and more groups come back all wrong;
+# - the last column. At temperature 1.0 or 0.3 it is 0: the trainer computes its
+#   log-probs at the sampling temperature, so it scores the distribution that was sampled.
+#   With a filter the sampler drew from a **renormalised, truncated** distribution, so each
+#   token was more likely under the sampler than under the trainer's full softmax (a
+#   positive gap: minus the log of the probability mass the filter kept, averaged over
+#   tokens); the repetition penalty shifts it too. **Filtered sampling is itself a
+#   sampler/trainer mismatch**: the loss treats the samples as drawn from `pi_theta` when
+#   they came from a modified copy of it, the same kind of gap lesson 10 measures between
+#   vLLM and the trainer and corrects with importance sampling.
 
 # %% [markdown]
 # ## Exercise 1 — group advantages
@@ -407,7 +444,7 @@ import os
 from pathlib import Path
 
 from course_lib.data import get_task
-from course_lib.evaluation import evaluate_accuracy
+from course_lib.evaluation import format_accuracy, greedy_completions, is_correct, lift_interval
 from course_lib.models import load_policy
 from course_lib.rewards import completion_text, extract_first_number, same_answer
 from course_lib.trainer import Trainer
@@ -425,11 +462,20 @@ model, tokenizer = load_policy("tiny")
 train_prompts = get_task("arithmetic", split="train", n=scaled(64, 2000), seed=0)
 test_prompts = get_task("arithmetic", split="test", n=scaled(48, 200), seed=0)
 print(train_prompts[0])
-accuracy_before = evaluate_accuracy(model, tokenizer, test_prompts, max_new_tokens=6)
+
+
+def held_out_correct(the_model) -> list[bool]:
+    """Greedy answer to each held-out problem: right or wrong (the same problems before and after)."""
+    completions = greedy_completions(the_model, tokenizer, test_prompts["prompt"], max_new_tokens=6)
+    return [is_correct(c, a) for c, a in zip(completions, test_prompts["answer"])]
+
+
+correct_before = held_out_correct(model)
 
 config = GRPOConfig(
     output_dir=str(OUTPUT / "05_grpo"),
     overwrite_output_dir=True,       # re-running the cell replaces the last run (else refused)
+    loss_type="dapo",                # TRL 1.16's default, written out: not the "grpo" of Exercise 2 (below)
     num_generations=8,
     per_device_train_batch_size=32,  # 4 prompts x 8 completions per micro-step
     gradient_accumulation_steps=1,
@@ -445,9 +491,12 @@ config = GRPOConfig(
 )
 trainer = Trainer(config, [first_number_is_correct], train_prompts, model, tokenizer, progress=False)
 history = trainer.train()
-accuracy_after = evaluate_accuracy(model, tokenizer, test_prompts, max_new_tokens=6)
-print(f"greedy accuracy on {len(test_prompts)} held-out problems: {accuracy_before:.1%} -> {accuracy_after:.1%} "
-      f"after {config.max_steps} steps")
+correct_after = held_out_correct(model)
+lift, low, high = lift_interval(correct_before, correct_after)
+print(f"greedy accuracy on {len(test_prompts)} held-out problems after {config.max_steps} steps (95% intervals):")
+print(f"  before {format_accuracy(sum(correct_before), len(test_prompts))}")
+print(f"  after  {format_accuracy(sum(correct_after), len(test_prompts))}")
+print(f"  lift   {100 * lift:+.1f} points [{100 * low:+.1f}, {100 * high:+.1f}] (paired: the same problems)")
 for row in history[-3:]:
     print({key: round(row[key], 3) for key in ("step", "reward", "reward_std", "frac_reward_zero_std", "kl")})
 

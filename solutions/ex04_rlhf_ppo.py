@@ -65,7 +65,7 @@ def whiten(x: torch.Tensor, mask: torch.Tensor, shift_mean: bool = True) -> torc
     together, unbiased variance: divide by the count minus 1):
 
         whitened = (x - mean) / sqrt(var + 1e-8)
-        if not shift_mean: whitened = whitened + mean   (keeps the sign of rewards)
+        if not shift_mean: whitened = whitened + mean   (keeps the batch mean, not each sign)
 
     and 0 at padded positions. PPO for RLHF whitens the advantages (`shift_mean=True`)
     and optionally the per-token rewards (`whiten_rewards`, `shift_mean=False`).
