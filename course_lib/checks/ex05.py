@@ -30,6 +30,9 @@ def _advantage_mistakes(rewards: torch.Tensor, num_generations: int) -> dict[str
         "forgot the + 1e-4 in the denominator: a group whose rewards are all equal gives 0 / 0 = NaN.":
             ((grouped - mean) / std).view(-1),
         "did not subtract the group mean.": (grouped / (std + 1e-4)).view(-1),
+        "subtracted the group mean but did not divide by the group's std: that is scale_rewards='none' "
+        "(Dr. GRPO, lesson 06), a valid choice but not GRPO's z-score; divide by std + 1e-4.":
+            (grouped - mean).view(-1),
         "grouped the rewards generation-major (rewards.view(num_generations, -1)); the layout is "
         "prompt-major: the G completions of a prompt are contiguous, use rewards.view(-1, G).":
             ((by_generation - by_generation.mean(0)) / (by_generation.std(0) + 1e-4)).view(-1),
@@ -89,6 +92,7 @@ def _loss_mistakes(logps, old_logps, advantages, mask, epsilon) -> dict[str, tor
     clipped_only = -(torch.clamp(ratio, 1 - epsilon, 1 + epsilon) * adv)
     per_token = -torch.min(ratio * adv, torch.clamp(ratio, 1 - epsilon, 1 + epsilon) * adv)
     optimistic = -torch.max(ratio * adv, torch.clamp(ratio, 1 - epsilon, 1 + epsilon) * adv)
+    product_clamped = -torch.min(ratio * adv, torch.clamp(ratio * adv, 1 - epsilon, 1 + epsilon))
     log_ratio = logps - old_logps
     no_exp = -torch.min(log_ratio * adv, torch.clamp(log_ratio, 1 - epsilon, 1 + epsilon) * adv)
     seq_mean = lambda x: ((x * mask).sum(1) / mask.sum(1)).mean()  # noqa: E731
@@ -101,6 +105,9 @@ def _loss_mistakes(logps, old_logps, advantages, mask, epsilon) -> dict[str, tor
         "averages each sequence over its own tokens, then averages the sequences.": library(loss_type="bnpo"),
         "the sign is flipped: return the *loss*, minus the clipped objective.": -library(),
         "no clipping: take min(r * A, clip(r, 1 - eps, 1 + eps) * A).": seq_mean(unclipped),
+        "clamped the product r * A to [1 - eps, 1 + eps]; clip the RATIO, then multiply: "
+        "clip(r, 1 - eps, 1 + eps) * A (the range is about r, whatever the size or sign of A).":
+            seq_mean(product_clamped),
         "used only the clipped term; the min with the unclipped term r * A is what makes the bound "
         "pessimistic.": seq_mean(clipped_only),
         "ignored the mask: padded tokens must not count (divide by each row's number of valid tokens).":

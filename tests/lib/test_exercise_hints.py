@@ -228,11 +228,28 @@ def grpo_loss_old_logps_not_detached(logps, old_logps, advantages, mask, epsilon
     return ((per_token * mask).sum(1) / mask.sum(1)).mean()
 
 
+def group_advantages_without_std(rewards, num_generations):
+    """Centred on the group mean but never divided by the group's std (scale_rewards='none')."""
+    grouped = rewards.view(-1, num_generations)
+    return (grouped - grouped.mean(1, keepdim=True)).view(-1)
+
+
+def grpo_loss_product_clamped(logps, old_logps, advantages, mask, epsilon=0.2):
+    """Clamps r * A to [1 - eps, 1 + eps] instead of clipping r and multiplying by A."""
+    old = logps.detach() if old_logps is None else old_logps.detach()
+    ratio = torch.exp(logps - old)
+    adv = advantages.unsqueeze(1)
+    per_token = -torch.min(ratio * adv, torch.clamp(ratio * adv, 1 - epsilon, 1 + epsilon))
+    return ((per_token * mask).sum(1) / mask.sum(1)).mean()
+
+
 MORE_CASES = [
     (ex08.check_token_level_rewards, token_level_rewards_kl_flipped, "the KL sign is flipped"),
     (ex10.check_correction_weight, correction_weight_ignores_clip_min, "clip_min=0.5 was ignored"),
     (ex06.check_cispo_per_token_loss, cispo_weight_not_detached, "not detached"),
     (ex05.check_grpo_clipped_loss, grpo_loss_old_logps_not_detached, "detach the old log-probs"),
+    (ex05.check_group_advantages, group_advantages_without_std, "scale_rewards='none'"),
+    (ex05.check_grpo_clipped_loss, grpo_loss_product_clamped, "clip the RATIO"),
 ]
 
 
