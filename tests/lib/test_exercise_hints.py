@@ -243,6 +243,15 @@ def grpo_loss_product_clamped(logps, old_logps, advantages, mask, epsilon=0.2):
     return ((per_token * mask).sum(1) / mask.sum(1)).mean()
 
 
+def bradley_terry_swapped(chosen_scores, rejected_scores):
+    return -torch.nn.functional.logsigmoid(rejected_scores - chosen_scores).mean()
+
+
+def bradley_terry_log_of_sigmoid(chosen_scores, rejected_scores):
+    """Right on moderate gaps, infinite on a gap of -2000: log(sigmoid(x)) underflows."""
+    return -torch.log(torch.sigmoid(chosen_scores - rejected_scores)).mean()
+
+
 MORE_CASES = [
     (ex08.check_token_level_rewards, token_level_rewards_kl_flipped, "the KL sign is flipped"),
     (ex10.check_correction_weight, correction_weight_ignores_clip_min, "clip_min=0.5 was ignored"),
@@ -250,6 +259,8 @@ MORE_CASES = [
     (ex05.check_grpo_clipped_loss, grpo_loss_old_logps_not_detached, "detach the old log-probs"),
     (ex05.check_group_advantages, group_advantages_without_std, "scale_rewards='none'"),
     (ex05.check_grpo_clipped_loss, grpo_loss_product_clamped, "clip the RATIO"),
+    (ex04.check_bradley_terry_loss, bradley_terry_swapped, "swapped"),
+    (ex04.check_bradley_terry_loss, bradley_terry_log_of_sigmoid, "logsigmoid"),
 ]
 
 
