@@ -618,6 +618,65 @@ fig.tight_layout()
 plt.show()
 
 # %% [markdown]
+# ## 10. The "H": a reward model learned from preferences
+#
+# The reward model of section 2 is where the humans come in. People are bad at
+# giving absolute scores ("is this answer a 6 or a 7?") and good at comparisons ("A is
+# better than B"), so RLHF collects **preference pairs**: a prompt, two completions, and
+# which one the labeller preferred. The **Bradley-Terry** model (Bradley and Terry 1952)
+# explains such choices with a hidden score `s` per completion:
+#
+# $$P(\text{chosen} \succ \text{rejected}) = \sigma\big(s(\text{chosen}) - s(\text{rejected})\big).$$
+#
+# A reward model is a network that outputs `s`: a language model whose vocabulary head
+# is replaced by a scalar head, read at the last token. It is trained by maximising the
+# likelihood of the observed choices (InstructGPT, Ouyang et al. 2022, eq. 1; TRL's
+# `RewardTrainer`):
+#
+# $$L = -\operatorname{mean}_{\text{pairs}} \log \sigma\big(s(\text{chosen}) - s(\text{rejected})\big).$$
+#
+# Only the *difference* of two scores enters, so a reward model's scores have an
+# arbitrary offset (and PPO's whitening, section 5, removes their scale as well).
+# `course_lib.reward_model` has the whole piece: `bradley_terry_loss`, `RewardModel`
+# (a copy of a policy's body plus a scalar head), `simulated_preferences` (a labeller
+# that follows Bradley-Terry from a hidden true score), `train_reward_model`, and
+# `reward_model_function`, which turns a trained model into a reward function with TRL's
+# signature, ready for `Trainer`.
+#
+# ### Exercise 4 — `bradley_terry_loss(chosen_scores, rejected_scores)`
+
+# %%
+ex = load_exercise("ex04_rlhf_ppo")
+feedback(ex04.check_bradley_terry_loss, ex.bradley_terry_loss);
+
+# %% [markdown]
+# A labeller is noisy. `simulated_preferences` labels a pair the way the Bradley-Terry
+# model says a person with a hidden true score would: a clear difference is labelled
+# right almost always, a small one is close to a coin flip. The cell measures it on
+# 2,000 pairs per gap, against the formula.
+
+# %%
+import math
+
+from course_lib.reward_model import simulated_preferences
+
+print(f"{'true score gap':>15} {'labelled right':>15} {'sigmoid(gap / T)':>17}")
+for gap in (0.05, 0.25, 1.0):
+    labelled = simulated_preferences(["q"] * 2000, ["better"] * 2000, ["worse"] * 2000, [gap] * 2000, [0.0] * 2000,
+                                     temperature=0.25, seed=0)
+    share = sum(c == "better" for c in labelled.chosen) / len(labelled)
+    print(f"{gap:>15} {share:>15.1%} {1 / (1 + math.exp(-gap / 0.25)):>17.1%}")
+
+# %% [markdown]
+# With the labeller's temperature `T = 0.25`, two answers whose true scores differ by
+# 0.05 are ordered right only slightly more often than by chance: most of the information
+# in preference data is about *large* differences. A reward model learns the ordering its
+# labellers could see, and nothing tells it what they could not: that gap between the
+# learned reward and the true one is what PPO can exploit (**reward over-optimisation**,
+# Gao et al. 2022: the learned reward keeps rising while the true quality peaks and
+# falls). The KL penalty of section 3 is the classic guard.
+
+# %% [markdown]
 # ## Questions
 #
 # 1. The score is placed on the last token and every other token only pays the KL price.
