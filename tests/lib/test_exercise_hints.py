@@ -252,6 +252,24 @@ def bradley_terry_log_of_sigmoid(chosen_scores, rejected_scores):
     return -torch.log(torch.sigmoid(chosen_scores - rejected_scores)).mean()
 
 
+def logps_without_shift(logits, input_ids, prompt_length, completion_mask, temperature=1.0):
+    log_probs = torch.log_softmax(logits[:, prompt_length:, :] / temperature, dim=-1)
+    logps = log_probs.gather(-1, input_ids[:, prompt_length:].unsqueeze(-1)).squeeze(-1)
+    return logps * completion_mask, -(log_probs.exp() * log_probs).sum(-1) * completion_mask
+
+
+def logps_temperature_after_log_softmax(logits, input_ids, prompt_length, completion_mask, temperature=1.0):
+    log_probs = torch.log_softmax(logits[:, prompt_length - 1:-1, :], dim=-1) / temperature
+    logps = log_probs.gather(-1, input_ids[:, prompt_length:].unsqueeze(-1)).squeeze(-1)
+    return logps * completion_mask, -(log_probs.exp() * log_probs).sum(-1) * completion_mask
+
+
+def logps_unmasked(logits, input_ids, prompt_length, completion_mask, temperature=1.0):
+    log_probs = torch.log_softmax(logits[:, prompt_length - 1:-1, :] / temperature, dim=-1)
+    logps = log_probs.gather(-1, input_ids[:, prompt_length:].unsqueeze(-1)).squeeze(-1)
+    return logps, -(log_probs.exp() * log_probs).sum(-1)
+
+
 MORE_CASES = [
     (ex08.check_token_level_rewards, token_level_rewards_kl_flipped, "the KL sign is flipped"),
     (ex10.check_correction_weight, correction_weight_ignores_clip_min, "clip_min=0.5 was ignored"),
@@ -261,6 +279,9 @@ MORE_CASES = [
     (ex05.check_grpo_clipped_loss, grpo_loss_product_clamped, "clip the RATIO"),
     (ex04.check_bradley_terry_loss, bradley_terry_swapped, "swapped"),
     (ex04.check_bradley_terry_loss, bradley_terry_log_of_sigmoid, "logsigmoid"),
+    (ex05.check_completion_logps_and_entropy, logps_without_shift, "no shift"),
+    (ex05.check_completion_logps_and_entropy, logps_temperature_after_log_softmax, "divide the LOGITS"),
+    (ex05.check_completion_logps_and_entropy, logps_unmasked, "multiply by completion_mask"),
 ]
 
 
