@@ -528,7 +528,127 @@ from course_lib.widgets import plot_training_history
 display(plot_training_history(history, keys=["reward", "reward_std", "frac_reward_zero_std", "kl"]))
 
 # %% [markdown]
-# ## 7. What to watch
+# ## 7. GRPO in forty lines: a loop you write
+#
+# `Trainer` hides the loop. Here it is in the open, on the same tiny model: generate a
+# group per prompt, score it, turn rewards into group advantages (Exercise 1), compute
+# per-token log-probs (Exercise 3 below shows what that step does inside), take the
+# clipped loss (Exercise 2) and an optimizer step. It is on-policy (one optimizer step
+# per generation batch), with `beta = 0` and `loss_type="grpo"`, and it reuses the
+# trainer's seeds (`PromptSampler` for the prompts, the sampling seed of each step), so
+# that it can be checked against `Trainer` run with the same settings.
+#
+# ### Exercise 3 — per-token log-probs and entropy
+#
+# First the step that every policy-gradient loss stands on. Implement
+# `completion_logps_and_entropy(logits, input_ids, prompt_length, completion_mask, temperature)`
+# in `exercises/ex05_grpo.py`: shift by one (the logits at position i predict token
+# i + 1), divide by the sampling temperature, log-softmax, gather the sampled tokens,
+# compute each position's entropy, and zero the padding.
+
+# %%
+ex = load_exercise("ex05_grpo")
+feedback(ex05.check_completion_logps_and_entropy, ex.completion_logps_and_entropy);
+
+# %% [markdown]
+# `course_lib.policy.completion_forward` computes the same numbers without ever
+# materialising the `(B, L, V)` logits (lesson 10). The two agree on the tiny model
+# (checked here with the reference solution, so the cell runs before you finish yours):
+
+# %%
+from course_lib.grading import load_exercise as load_reference
+from course_lib.policy import completion_forward
+from course_lib.rollout import HFEngine
+
+reference_solution = load_reference("ex05_grpo", impl="solutions")
+check_model, check_tokenizer = load_policy("tiny")
+check_batch = HFEngine(check_model, check_tokenizer).generate(list(test_prompts["prompt"][:4]), n=2,
+                                                              sampling=SamplingConfig(max_tokens=6, seed=0))
+input_ids = torch.cat([check_batch.prompt_ids, check_batch.completion_ids], dim=1)
+attention = torch.cat([check_batch.prompt_mask, check_batch.completion_mask], dim=1)
+with torch.no_grad():
+    position_ids = (attention.cumsum(1) - 1).clamp(min=0)  # left-padded prompts: positions count real tokens
+    full_logits = check_model(input_ids=input_ids, attention_mask=attention, position_ids=position_ids).logits
+    mine_logps, mine_entropy = reference_solution.completion_logps_and_entropy(
+        full_logits, input_ids, check_batch.prompt_ids.shape[1], check_batch.completion_mask, 0.7)
+    library_logps, _, library_entropy = completion_forward(
+        check_model, check_batch.prompt_ids, check_batch.prompt_mask, check_batch.completion_ids,
+        check_batch.completion_mask, temperature=0.7, with_entropy=True)
+valid = check_batch.completion_mask.bool()
+print(f"largest difference: log-probs {(mine_logps - library_logps)[valid].abs().max():.1e}, "
+      f"entropies {(mine_entropy - library_entropy)[valid].abs().max():.1e}")
+
+# %% [markdown]
+# ### The loop
+
+# %%
+from course_lib.batches import PromptSampler
+
+
+def my_grpo(model, tokenizer, dataset, reward_fn, steps, prompts_per_step=4, G=8, lr=3e-5, epsilon=0.2,
+            max_tokens=6, seed=0):
+    """On-policy GRPO (beta = 0, loss_type="grpo"): generate, score, advantages, log-probs, loss, step."""
+    torch.manual_seed(seed)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
+    engine, sampler, log = HFEngine(model, tokenizer), PromptSampler(len(dataset), seed), []
+    for step in range(steps):
+        # 1. generate: G completions per prompt, prompt-major
+        rows = [row for row in sampler.take(prompts_per_step) for _ in range(G)]
+        model.eval()  # no dropout while sampling
+        batch = engine.generate([dataset[r]["prompt"] for r in rows], n=1, sampling=SamplingConfig(
+            temperature=1.0, max_tokens=max_tokens, seed=seed * 2**40 + step * len(rows)))
+        model.train()
+        # 2. score
+        rewards = torch.tensor(reward_fn(batch.texts, [dataset[r]["answer"] for r in rows]))  # (B,)
+        # 3. group advantages (Exercise 1)
+        grouped = rewards.view(-1, G)  # (prompts, G)
+        advantages = ((grouped - grouped.mean(1, keepdim=True)) / (grouped.std(1, keepdim=True) + 1e-4)).view(-1)
+        # 4. per-token log-probs (Exercise 3)
+        logps, _, _ = completion_forward(model, batch.prompt_ids, batch.prompt_mask, batch.completion_ids,
+                                         batch.completion_mask)  # (B, T)
+        # 5. the clipped loss (Exercise 2); on-policy the old log-probs are logps.detach()
+        ratio = torch.exp(logps - logps.detach())  # (B, T): 1, carrying the gradient of log pi
+        adv = advantages.unsqueeze(1)  # (B, 1)
+        per_token = -torch.min(ratio * adv, torch.clamp(ratio, 1 - epsilon, 1 + epsilon) * adv)
+        mask = batch.completion_mask.float()
+        loss = ((per_token * mask).sum(1) / mask.sum(1).clamp(min=1)).mean()  # per sequence, then batch
+        # 6. step
+        optimizer.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)  # TRL's max_grad_norm
+        optimizer.step()
+        log.append({"step": step + 1, "reward": rewards.mean().item(), "loss": loss.item()})
+    return log
+
+
+loop_model, _ = load_policy("tiny")
+loop_log = my_grpo(loop_model, tokenizer, train_prompts, first_number_is_correct, steps=3)
+
+trainer_model, _ = load_policy("tiny")
+same_settings = GRPOConfig(output_dir=str(OUTPUT / "05_grpo_loop_check"), overwrite_output_dir=True,
+                           loss_type="grpo", beta=0.0, num_generations=8, per_device_train_batch_size=32,
+                           gradient_accumulation_steps=1, learning_rate=3e-5, lr_scheduler_type="constant",
+                           max_completion_length=6, temperature=1.0, max_steps=3, logging_steps=1, save_steps=0, seed=0)
+trainer_log = Trainer(same_settings, [first_number_is_correct], train_prompts, trainer_model, tokenizer,
+                      progress=False).train()
+for mine, theirs in zip(loop_log, trainer_log):
+    print(f"step {mine['step']}: reward {mine['reward']:.4f} (Trainer {theirs['reward']:.4f})")
+gap = max((p - q).abs().max().item() for p, q in zip(loop_model.parameters(), trainer_model.parameters()))
+moved = max((p - q).abs().max().item() for p, q in zip(loop_model.parameters(), load_policy("tiny")[0].parameters()))
+print(f"after 3 steps: largest weight difference loop vs Trainer {gap:.1e}; largest change of a weight "
+      f"since the start {moved:.1e}")
+
+# %% [markdown]
+# The loop and `Trainer` sample the same completions, see the same rewards, and end with
+# the same weights up to float rounding, while the weights themselves moved by orders of
+# magnitude more: the forty lines above are GRPO as `Trainer` runs it in this setting.
+# Everything else in `Trainer` is schedule and bookkeeping: several micro-batches per
+# step (lesson 07), reusing a batch (`num_iterations`, where the stored old log-probs
+# and the clip start to matter), the reference model and its KL term, other loss types
+# (lesson 06), the sampler/trainer correction (lesson 10), logging and checkpoints.
+
+# %% [markdown]
+# ## 8. What to watch
 #
 # - **`reward`** should trend upward. It is noisy: each step sees only a few prompts.
 # - **`reward_std`**, the mean spread inside groups, is what the advantages are made of.
