@@ -523,7 +523,7 @@ display(plot_training_history(history, keys=PPO_PANELS, columns=4, smooth=10, ti
 #   is what to watch.
 # - `val/ratio` is exactly 1 on the first epoch of each batch (on-policy) and stays near 1
 #   on the others. `policy/clipfrac_avg` (mean and peak printed under the run) averages
-#   under 1%, with rare steps near 10%: the learning rate of 3e-5 moves the policy
+#   under 1%, with rare steps near 11%: the learning rate of 3e-5 moves the policy
 #   gently, and a few tokens of a small batch move far enough to be clipped.
 # - **The critic barely learns here.** `val/value_mean` (the critic's prediction, at
 #   rollout time) crawls from 0 to about 0.14 in 200 steps while `val/return_mean`, the

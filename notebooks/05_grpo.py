@@ -582,7 +582,7 @@ print(f"largest difference: log-probs {(mine_logps - library_logps)[valid].abs()
 # ### The loop
 
 # %%
-from course_lib.batches import PromptSampler
+from course_lib.run.batches import PromptSampler
 
 
 def my_grpo(model, tokenizer, dataset, reward_fn, steps, prompts_per_step=4, G=8, lr=3e-5, epsilon=0.2,
