@@ -228,11 +228,60 @@ def grpo_loss_old_logps_not_detached(logps, old_logps, advantages, mask, epsilon
     return ((per_token * mask).sum(1) / mask.sum(1)).mean()
 
 
+def group_advantages_without_std(rewards, num_generations):
+    """Centred on the group mean but never divided by the group's std (scale_rewards='none')."""
+    grouped = rewards.view(-1, num_generations)
+    return (grouped - grouped.mean(1, keepdim=True)).view(-1)
+
+
+def grpo_loss_product_clamped(logps, old_logps, advantages, mask, epsilon=0.2):
+    """Clamps r * A to [1 - eps, 1 + eps] instead of clipping r and multiplying by A."""
+    old = logps.detach() if old_logps is None else old_logps.detach()
+    ratio = torch.exp(logps - old)
+    adv = advantages.unsqueeze(1)
+    per_token = -torch.min(ratio * adv, torch.clamp(ratio * adv, 1 - epsilon, 1 + epsilon))
+    return ((per_token * mask).sum(1) / mask.sum(1)).mean()
+
+
+def bradley_terry_swapped(chosen_scores, rejected_scores):
+    return -torch.nn.functional.logsigmoid(rejected_scores - chosen_scores).mean()
+
+
+def bradley_terry_log_of_sigmoid(chosen_scores, rejected_scores):
+    """Right on moderate gaps, infinite on a gap of -2000: log(sigmoid(x)) underflows."""
+    return -torch.log(torch.sigmoid(chosen_scores - rejected_scores)).mean()
+
+
+def logps_without_shift(logits, input_ids, prompt_length, completion_mask, temperature=1.0):
+    log_probs = torch.log_softmax(logits[:, prompt_length:, :] / temperature, dim=-1)
+    logps = log_probs.gather(-1, input_ids[:, prompt_length:].unsqueeze(-1)).squeeze(-1)
+    return logps * completion_mask, -(log_probs.exp() * log_probs).sum(-1) * completion_mask
+
+
+def logps_temperature_after_log_softmax(logits, input_ids, prompt_length, completion_mask, temperature=1.0):
+    log_probs = torch.log_softmax(logits[:, prompt_length - 1:-1, :], dim=-1) / temperature
+    logps = log_probs.gather(-1, input_ids[:, prompt_length:].unsqueeze(-1)).squeeze(-1)
+    return logps * completion_mask, -(log_probs.exp() * log_probs).sum(-1) * completion_mask
+
+
+def logps_unmasked(logits, input_ids, prompt_length, completion_mask, temperature=1.0):
+    log_probs = torch.log_softmax(logits[:, prompt_length - 1:-1, :] / temperature, dim=-1)
+    logps = log_probs.gather(-1, input_ids[:, prompt_length:].unsqueeze(-1)).squeeze(-1)
+    return logps, -(log_probs.exp() * log_probs).sum(-1)
+
+
 MORE_CASES = [
     (ex08.check_token_level_rewards, token_level_rewards_kl_flipped, "the KL sign is flipped"),
     (ex10.check_correction_weight, correction_weight_ignores_clip_min, "clip_min=0.5 was ignored"),
     (ex06.check_cispo_per_token_loss, cispo_weight_not_detached, "not detached"),
     (ex05.check_grpo_clipped_loss, grpo_loss_old_logps_not_detached, "detach the old log-probs"),
+    (ex05.check_group_advantages, group_advantages_without_std, "scale_rewards='none'"),
+    (ex05.check_grpo_clipped_loss, grpo_loss_product_clamped, "clip the RATIO"),
+    (ex04.check_bradley_terry_loss, bradley_terry_swapped, "swapped"),
+    (ex04.check_bradley_terry_loss, bradley_terry_log_of_sigmoid, "logsigmoid"),
+    (ex05.check_completion_logps_and_entropy, logps_without_shift, "no shift"),
+    (ex05.check_completion_logps_and_entropy, logps_temperature_after_log_softmax, "divide the LOGITS"),
+    (ex05.check_completion_logps_and_entropy, logps_unmasked, "multiply by completion_mask"),
 ]
 
 
