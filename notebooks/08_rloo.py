@@ -639,8 +639,9 @@ else:
 #    And with K = 2, what is each advantage?
 # 2. RLOO gives every token of a completion the same advantage; PPO gives each token its
 #    own. When would per-token credit help, and what does PPO pay for it?
-# 3. Sequence-level and token-level KL give the same RLOO advantages. Construct a case where
-#    their reward-to-go differs at the first token, and say which token the token-level
+# 3. Sequence-level and token-level KL give the same RLOO advantages, and with the
+#    lesson's γ = 1 the same reward-to-go at the first token (why?). Construct a case where
+#    their reward-to-go differs at a later token, and say which token the token-level
 #    version "blames" for the drift.
 # 4. In the lr 3e-3 run, `val/ratio` left the band [0.8, 1.2] although the loss clips
 #    there. How can the mean ratio leave the clip band? (Hint: for which samples does the
