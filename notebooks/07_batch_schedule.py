@@ -71,6 +71,7 @@ import trl
 
 from course_lib.algos import GRPOConfig
 
+messages = {}
 for per_device, accumulation in ((1, 8), (1, 1), (8, 1)):
     setting = f"per_device={per_device}, accumulation={accumulation}, G=8"
     answers = []
@@ -86,9 +87,10 @@ for per_device, accumulation in ((1, 8), (1, 1), (8, 1)):
             answers.append(f"{name} accepts")
         except ValueError as error:
             answers.append(f"{name} refuses")
-            message = str(error)
+            messages[name] = str(error)
     print(f"{setting:<34}: generation batch {per_device * accumulation:>2} -> {', '.join(answers)}")
-print("course_lib's message:", message)
+for name, message in messages.items():
+    print(f"{name}'s message: {message}")
 
 # %% [markdown]
 # ## 2. The formulas

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from course_lib.checks import ex01, ex02, ex03, ex04, ex05, ex06, ex08, ex10
+from course_lib.checks import ex01, ex02, ex03, ex04, ex05, ex06, ex06b, ex08, ex10
 from course_lib.testing import Hint
 
 
@@ -220,6 +220,21 @@ def cispo_weight_not_detached(logps, old_logps, advantages, epsilon_max=5.0):
     return -weight * advantages.unsqueeze(1) * logps
 
 
+def entropy_mask_over_padding(entropies, mask, quantile):
+    cut = torch.quantile(entropies.float().flatten(), 1.0 - quantile)
+    return (entropies >= cut) & mask.bool()
+
+
+def entropy_mask_drops_ties(entropies, mask, quantile):
+    cut = torch.quantile(entropies[mask.bool()].float(), 1.0 - quantile)
+    return (entropies > cut) & mask.bool()
+
+
+def entropy_mask_wrong_quantile(entropies, mask, quantile):
+    cut = torch.quantile(entropies[mask.bool()].float(), quantile)
+    return (entropies >= cut) & mask.bool()
+
+
 def grpo_loss_old_logps_not_detached(logps, old_logps, advantages, mask, epsilon=0.2):
     old = logps if old_logps is None else old_logps
     ratio = torch.exp(logps - old)
@@ -231,7 +246,10 @@ def grpo_loss_old_logps_not_detached(logps, old_logps, advantages, mask, epsilon
 MORE_CASES = [
     (ex08.check_token_level_rewards, token_level_rewards_kl_flipped, "the KL sign is flipped"),
     (ex10.check_correction_weight, correction_weight_ignores_clip_min, "clip_min=0.5 was ignored"),
-    (ex06.check_cispo_per_token_loss, cispo_weight_not_detached, "not detached"),
+    (ex06b.check_cispo_per_token_loss, cispo_weight_not_detached, "not detached"),
+    (ex06b.check_high_entropy_token_mask, entropy_mask_over_padding, "padding included"),
+    (ex06b.check_high_entropy_token_mask, entropy_mask_drops_ties, "ties at the cut"),
+    (ex06b.check_high_entropy_token_mask, entropy_mask_wrong_quantile, "1 - quantile"),
     (ex05.check_grpo_clipped_loss, grpo_loss_old_logps_not_detached, "detach the old log-probs"),
 ]
 
