@@ -235,6 +235,18 @@ def entropy_mask_wrong_quantile(entropies, mask, quantile):
     return (entropies >= cut) & mask.bool()
 
 
+def rloo_loss_clipped_per_token(logps, old_logps, advantages, mask, cliprange=0.2):
+    ratio = torch.exp(torch.where(mask != 0, logps - old_logps, torch.zeros_like(logps)))
+    adv = advantages.unsqueeze(1)
+    per_token = torch.max(-adv * ratio, -adv * ratio.clamp(1 - cliprange, 1 + cliprange))
+    return ((per_token * mask).sum(1) / mask.sum(1)).mean()
+
+
+def rloo_loss_padding_summed(logps, old_logps, advantages, mask, cliprange=0.2):
+    ratio = torch.exp((logps - old_logps).sum(1))
+    return torch.max(-advantages * ratio, -advantages * ratio.clamp(1 - cliprange, 1 + cliprange)).mean()
+
+
 def grpo_loss_old_logps_not_detached(logps, old_logps, advantages, mask, epsilon=0.2):
     old = logps if old_logps is None else old_logps
     ratio = torch.exp(logps - old)
@@ -247,6 +259,8 @@ MORE_CASES = [
     (ex08.check_token_level_rewards, token_level_rewards_kl_flipped, "the KL sign is flipped"),
     (ex10.check_correction_weight, correction_weight_ignores_clip_min, "clip_min=0.5 was ignored"),
     (ex06b.check_cispo_per_token_loss, cispo_weight_not_detached, "not detached"),
+    (ex08.check_rloo_sequence_clipped_loss, rloo_loss_clipped_per_token, "clipped per token"),
+    (ex08.check_rloo_sequence_clipped_loss, rloo_loss_padding_summed, "padded positions"),
     (ex06b.check_high_entropy_token_mask, entropy_mask_over_padding, "padding included"),
     (ex06b.check_high_entropy_token_mask, entropy_mask_drops_ties, "ties at the cut"),
     (ex06b.check_high_entropy_token_mask, entropy_mask_wrong_quantile, "1 - quantile"),
