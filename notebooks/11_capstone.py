@@ -463,15 +463,16 @@ plt.show()
 # How to read it (the numbers are the cell's, so re-running changes them a little):
 #
 # - **Sampled vs greedy.** pass@1 at temperature 1.0 sits below the greedy accuracy:
-#   sampling spends probability on wrong digits that greedy decoding never picks.
-#   Training raises both, and the gap between them shrinks as the policy grows more
-#   certain.
+#   sampling spends probability on wrong digits that greedy decoding never picks. Training
+#   raised both here; a policy that grows more certain also brings the two closer, which
+#   on this short run has not happened yet.
 # - **maj@k** climbs above pass@1 once the right answer is the most frequent one, and
 #   stays flat where the model's favourite answer is wrong: voting cannot fix a
 #   systematic error.
 # - **k = 1 against k = 64.** On two-digit additions the answer space is small, so
 #   64 samples at temperature 1.0 stumble on the right number for almost every problem,
-#   trained or not: pass@64 is close to 1 before training and has nowhere to go. That is
+#   trained or not: pass@64 is close to 1 before training and has nowhere to go, and from
+#   k = 16 on the trained model is no better than the base one. That is
 #   the "sharpens" picture of Yue et al. in its smallest form: RL moved probability onto
 #   answers the base model could already sample. On such tasks a large-k pass@k says
 #   little about what the model *knows*; report pass@1 (or greedy) with an interval, and
