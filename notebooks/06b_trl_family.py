@@ -105,7 +105,7 @@ for advantage, tau_name in ((1.0, "sapo_temperature_pos = 1.0"), (-1.0, "sapo_te
 # %%
 from course_lib.checks import ex06b
 from course_lib.grading import load_exercise
-from course_lib.testing import feedback
+from course_lib.feedback import feedback
 
 ex = load_exercise("ex06b_trl_family")
 feedback(ex06b.check_cispo_per_token_loss, ex.cispo_per_token_loss);
@@ -323,6 +323,6 @@ print({name: getattr(GRPOConfig(**recipe), name) for name in recipe})
 # `notebooks/answers/06b_trl_family.md`.
 
 # %%
-from course_lib.answers import show_answer
+from course_lib.lesson_answers import show_answer
 
 # show_answer("06b", 1)

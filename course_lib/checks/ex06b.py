@@ -11,7 +11,7 @@ import numpy as np
 import torch
 
 from ..algos.grpo import policy_loss
-from ..testing import Hint, assert_close
+from ..feedback import Hint, assert_close
 
 F64 = torch.float64
 
