@@ -181,4 +181,5 @@ def _evaluate(trainer, args) -> float:
     from ..evaluation import evaluate_accuracy
 
     test = get_task(args.task, split="test", n=args.eval_n, seed=0)
-    return evaluate_accuracy(trainer.model, trainer.tokenizer, test, max_new_tokens=trainer.config.max_completion_length)
+    return evaluate_accuracy(trainer.model, trainer.tokenizer, test, max_new_tokens=trainer.config.max_completion_length,
+                             progress=True)
