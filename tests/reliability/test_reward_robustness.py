@@ -175,3 +175,10 @@ def test_a_training_run_stops_on_a_reward_that_never_returns(tmp_path):
             trainer.train()
     finally:
         release.set()
+
+
+def test_a_reference_answer_of_nan_is_refused_naming_the_column():
+    for name in ("correctness_reward", "proximity_reward", "correctness_first_number_reward"):
+        with pytest.raises(RewardFunctionError, match=r"column 'answer' holds nan at row 1"):
+            compute_rewards([REWARD_FUNCTIONS[name]], ["p", "p"], ["<answer>1</answer>", "1"],
+                            {"answer": ["1", float("nan")]})
