@@ -318,7 +318,8 @@ class RLConfig(RunOptions):
                   "set epsilon_high >= 0 (DAPO uses 0.28) or None to reuse epsilon")
         if not self.temperature >= 1e-3:
             fail("temperature", self.temperature, "must be at least 1e-3 (the logits are divided by it: logits of "
-                 "100 over a smaller temperature exceed float16's range, 65504)", "use e.g. 1.0 (0.7 for lower diversity)")
+                 "100 over a smaller temperature exceed float16's range, 65504)",
+                 "use e.g. 1.0 (0.7 for lower diversity)")
         if not self.adam_epsilon > 0:
             fail("adam_epsilon", self.adam_epsilon, "must be > 0 (Adam divides by sqrt(v) + adam_epsilon, and v is 0 "
                  "for a parameter whose gradient has been 0: 0/0 is NaN)", "use 1e-8, the default")

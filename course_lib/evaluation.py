@@ -89,7 +89,8 @@ def _check_positions(model, tokenizer, texts: list[str], max_new_tokens: int) ->
     lengths = [len(ids) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]]
     longest = max(range(len(lengths)), key=lengths.__getitem__)
     if lengths[longest] + max_new_tokens > limit:
-        raise ContextLengthError(f"prompt {longest} has {lengths[longest]} tokens; with max_new_tokens={max_new_tokens} "
+        raise ContextLengthError(f"prompt {longest} has {lengths[longest]} tokens; with "
+                                 f"max_new_tokens={max_new_tokens} "
                                  f"it needs {lengths[longest] + max_new_tokens} positions, but the model reads at most "
                                  f"{limit}. Fix: lower --max-new-tokens (max_new_tokens), or evaluate shorter "
                                  "prompts.")

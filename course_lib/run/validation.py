@@ -18,7 +18,8 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["MAX_MAGNITUDE", "check_train_dataset", "check_field_types", "check_finite_fields", "check_magnitudes", "non_finite"]
+__all__ = ["MAX_MAGNITUDE", "check_train_dataset", "check_field_types", "check_finite_fields", "check_magnitudes",
+           "non_finite"]
 
 #: Largest magnitude a float setting may have, and the reciprocal is the smallest non-zero one.
 #: Every setting multiplies or divides float32 tensors (whose range ends at 3.4e38): a

@@ -123,7 +123,8 @@ def _gsm8k_folder(tmp_path: Path, train_rows: list, test_rows: list | None = Non
     folder = tmp_path / "gsm8k"
     folder.mkdir(exist_ok=True)
     good = [{"question": f"What is {i} + 1?", "answer": f"{i} + 1 = {i + 1}\n#### {i + 1}"} for i in range(12)]
-    for split, rows in (("train", [*good[4:], *train_rows]), ("test", test_rows if test_rows is not None else good[:4])):
+    test_rows = test_rows if test_rows is not None else good[:4]
+    for split, rows in (("train", [*good[4:], *train_rows]), ("test", test_rows)):
         lines = [r if isinstance(r, (str, bytes)) else json.dumps(r) for r in rows]
         (folder / f"{split}.jsonl").write_bytes(b"\n".join(l if isinstance(l, bytes) else l.encode() for l in lines))
     return folder
