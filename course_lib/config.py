@@ -22,6 +22,7 @@ arithmetic can be shown for any number of GPUs on one machine.
 
 from __future__ import annotations
 
+import importlib.util
 import math
 import sys
 import warnings
@@ -282,6 +283,9 @@ class RLConfig(RunOptions):
             value = getattr(self, name)
             if value not in allowed:
                 fail(name, value, "is not a known choice", f"use one of {', '.join(allowed)}")
+        if self.report_to != "none" and importlib.util.find_spec(self.report_to) is None:
+            fail("report_to", self.report_to, f"needs the {self.report_to} package, which is not installed",
+                 f"pip install {self.report_to}, or report_to='none' (history.jsonl is written either way)")
 
     def _check_ranges(self) -> None:
         super()._check_ranges()

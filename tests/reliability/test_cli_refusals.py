@@ -256,3 +256,13 @@ def test_eval_refuses_what_the_model_cannot_read(tmp_path, capsys):
     folder = _gsm8k_folder(tmp_path, [], test_rows=[long_question])
     _one_error_line(["eval", "--model", "tiny", "--task", f"gsm8k:{folder}", "--n", "1"], capsys,
                     r"prompt 0 has \d+ tokens.*at most 128")
+
+
+@pytest.mark.parametrize("package", ["wandb", "tensorboard"])
+def test_report_to_without_its_package(tmp_path, capsys, monkeypatch, package):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == package else real(name, *a))
+    _one_error_line([*TRAIN, "--set", f"report_to={package}", "--output-dir", str(tmp_path / "run")], capsys,
+                    rf"report_to='{package}' needs the {package} package, which is not installed")
