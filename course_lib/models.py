@@ -273,14 +273,16 @@ def load_policy(name: str | os.PathLike = "tiny", *, dtype: torch.dtype | str = 
 def first_non_finite(named_tensors) -> str | None:
     """The name of the first tensor holding NaN or infinity in ``(name, tensor)`` pairs, else None.
 
-    One device synchronisation for all tensors: the largest magnitude of each (NaN
-    propagates through ``amax``), stacked and checked at once.
+    One device synchronisation for all tensors: the largest and smallest value of each
+    (NaN propagates through both; +inf and -inf show in one of them, and neither needs a
+    copy of the tensor), stacked and checked at once.
     """
     named = [(name, t) for name, t in named_tensors if torch.is_tensor(t) and t.is_floating_point() and t.numel()]
     if not named:
         return None
-    peaks = torch.stack([t.detach().abs().amax().float().cpu() for _, t in named])
-    finite = torch.isfinite(peaks)
+    device = named[0][1].device
+    peaks = torch.stack([torch.stack([t.detach().amax(), t.detach().amin()]).float().to(device) for _, t in named])
+    finite = torch.isfinite(peaks).all(dim=1).cpu()
     if bool(finite.all()):
         return None
     return named[int((~finite).nonzero()[0, 0])][0]
