@@ -332,8 +332,9 @@ feedback(ex05.check_group_advantages, ex.group_advantages);
 #
 # the per-token loss is $-\min(r_{i,t} A_i,\ \operatorname{clip}(r_{i,t}, 1-\varepsilon, 1+\varepsilon) A_i)$,
 # plus $\beta \cdot \mathrm{KL}_{i,t}$ when β > 0 (the k3 estimator of lesson 03 against the
-# reference model; as lesson 03 showed, its gradient as a loss term is that of
-# KL(π_ref ‖ π_θ), which matches the stated KL(π_θ ‖ π_ref) only near the reference). The original GRPO averages the tokens of each completion, then the
+# reference model; as lesson 03 showed, its gradient as a loss term is that of the
+# forward KL(π_ref ‖ π_θ), which matches the reverse KL(π_θ ‖ π_ref) the objective states
+# only near the reference). The original GRPO averages the tokens of each completion, then the
 # completions: $\frac{1}{G}\sum_i \frac{1}{|o_i|}\sum_t \ell_{i,t}$. TRL calls that
 # `loss_type="grpo"`; lesson 06 shows why newer defaults aggregate differently.
 #
