@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from course_lib.checks import ex01, ex02, ex03, ex04, ex05, ex06, ex08, ex10
+from course_lib.checks import ex01, ex02, ex03, ex04, ex05, ex06, ex06b, ex08, ex10
 from course_lib.feedback import Hint
 
 
@@ -220,6 +220,33 @@ def cispo_weight_not_detached(logps, old_logps, advantages, epsilon_max=5.0):
     return -weight * advantages.unsqueeze(1) * logps
 
 
+def entropy_mask_over_padding(entropies, mask, quantile):
+    cut = torch.quantile(entropies.float().flatten(), 1.0 - quantile)
+    return (entropies >= cut) & mask.bool()
+
+
+def entropy_mask_drops_ties(entropies, mask, quantile):
+    cut = torch.quantile(entropies[mask.bool()].float(), 1.0 - quantile)
+    return (entropies > cut) & mask.bool()
+
+
+def entropy_mask_wrong_quantile(entropies, mask, quantile):
+    cut = torch.quantile(entropies[mask.bool()].float(), quantile)
+    return (entropies >= cut) & mask.bool()
+
+
+def rloo_loss_clipped_per_token(logps, old_logps, advantages, mask, cliprange=0.2):
+    ratio = torch.exp(torch.where(mask != 0, logps - old_logps, torch.zeros_like(logps)))
+    adv = advantages.unsqueeze(1)
+    per_token = torch.max(-adv * ratio, -adv * ratio.clamp(1 - cliprange, 1 + cliprange))
+    return ((per_token * mask).sum(1) / mask.sum(1)).mean()
+
+
+def rloo_loss_padding_summed(logps, old_logps, advantages, mask, cliprange=0.2):
+    ratio = torch.exp((logps - old_logps).sum(1))
+    return torch.max(-advantages * ratio, -advantages * ratio.clamp(1 - cliprange, 1 + cliprange)).mean()
+
+
 def grpo_loss_old_logps_not_detached(logps, old_logps, advantages, mask, epsilon=0.2):
     old = logps if old_logps is None else old_logps
     ratio = torch.exp(logps - old)
@@ -287,7 +314,12 @@ def grpo_loop_fresh_sampler_each_step(model, tokenizer, dataset, reward_fn, step
 MORE_CASES = [
     (ex08.check_token_level_rewards, token_level_rewards_kl_flipped, "the KL sign is flipped"),
     (ex10.check_correction_weight, correction_weight_ignores_clip_min, "clip_min=0.5 was ignored"),
-    (ex06.check_cispo_per_token_loss, cispo_weight_not_detached, "not detached"),
+    (ex06b.check_cispo_per_token_loss, cispo_weight_not_detached, "not detached"),
+    (ex08.check_rloo_sequence_clipped_loss, rloo_loss_clipped_per_token, "clipped per token"),
+    (ex08.check_rloo_sequence_clipped_loss, rloo_loss_padding_summed, "padded positions"),
+    (ex06b.check_high_entropy_token_mask, entropy_mask_over_padding, "padding included"),
+    (ex06b.check_high_entropy_token_mask, entropy_mask_drops_ties, "ties at the cut"),
+    (ex06b.check_high_entropy_token_mask, entropy_mask_wrong_quantile, "1 - quantile"),
     (ex05.check_grpo_clipped_loss, grpo_loss_old_logps_not_detached, "detach the old log-probs"),
     (ex05.check_group_advantages, group_advantages_without_std, "scale_rewards='none'"),
     (ex05.check_grpo_clipped_loss, grpo_loss_product_clamped, "clip the RATIO"),
