@@ -12,7 +12,10 @@
 The demo measures greedy accuracy on the same 200 held-out problems before and after
 training and prints a table: each accuracy with its 95% Wilson interval, and the lift
 with its paired 95% interval (:func:`course_lib.evaluation.lift_interval`). A lift whose
-interval excludes 0 is larger than the evaluation's noise. It also prints a few answers
+interval excludes 0 is larger than the evaluation's noise. Beyond greedy accuracy it
+samples :data:`PASS_AT_K` ``n`` answers per problem on the first held-out problems, at the
+run's temperature, and reports pass@1 and pass@n (Chen et al. 2021's unbiased estimator)
+before and after. It also prints a few answers
 before and after, and saves ``reward.png`` (reward curves) and ``results.json`` in the
 output folder.
 """
@@ -31,6 +34,8 @@ from .presets import MEASURED, fast_engine_settings, task_settings
 #: The demo's runs: a model, its task, and how many held-out problems measure it.
 DEMOS = {"smollm2-135m": {"task": "arithmetic-tagged", "eval_n": 200},
          "tiny": {"task": "arithmetic", "eval_n": 200}}
+#: Sampled evaluation: n answers per problem on the first `problems` held-out problems.
+PASS_AT_K = {"n": 8, "problems": 50}
 # What the demo prints along the way.
 _LOGGING = {"smollm2-135m": dict(logging_steps=10, log_completions=True, num_completions_to_print=2),
             "tiny": dict(logging_steps=50)}
@@ -146,6 +151,27 @@ def results_table(before: list[bool], after: list[bool]) -> tuple[str, dict[str,
     return "\n".join(lines), numbers
 
 
+def pass_at_k_table(before, after) -> tuple[str, dict[str, Any]]:
+    """pass@1 and pass@n before and after (paired intervals over problems), as text and numbers.
+
+    Args:
+        before, after: :class:`course_lib.evaluation.SampledEvaluation` of the same problems
+            with the same ``n``.
+    """
+    from .evaluation import lift_interval
+
+    n, problems = before.n, len(before.correct_counts)
+    lines = [f"held-out sampled accuracy, {problems} problems x {n} samples at temperature {before.temperature:g}"]
+    numbers: dict[str, Any] = {"pass_at_k_problems": problems, "pass_at_k_samples": n}
+    for k in sorted({1, n}):
+        lift, low, high = lift_interval(before.per_problem_pass_at(k), after.per_problem_pass_at(k))
+        lines.append(f"  pass@{k:<3} before {100 * before.pass_at[k]:5.1f}%, after {100 * after.pass_at[k]:5.1f}%, "
+                     f"lift {100 * lift:+.1f} [{100 * low:+.1f}, {100 * high:+.1f}]")
+        numbers[f"pass@{k}_before"], numbers[f"pass@{k}_after"] = before.pass_at[k], after.pass_at[k]
+        numbers[f"pass@{k}_lift_interval"] = [low, high]
+    return "\n".join(lines), numbers
+
+
 def _quiet_vllm() -> None:
     # vLLM logs one warning per weight tensor at every weight sync (a float32 tensor loaded
     # into a bfloat16 engine, which is the point): keep the demo's output readable.
@@ -202,9 +228,19 @@ def run_demo(model: str = "smollm2-135m", output_dir: str = "outputs/demo", max_
         print(f"\n{label}: {sum(correct)}/{len(correct)} held-out problems right (greedy)")
         return correct, texts
 
+    from .evaluation import evaluate_sampled
+
+    pass_rows = test.select(range(min(PASS_AT_K["problems"], len(test))))
+
+    def sample(model) -> Any:
+        return evaluate_sampled(model, tokenizer, pass_rows, n=PASS_AT_K["n"], ks=(1, PASS_AT_K["n"]),
+                                temperature=config.temperature, max_new_tokens=config.max_completion_length, seed=0)
+
     before, texts_before = evaluate("Before GRPO")
+    sampled_before = sample(trainer.model)
     history = trainer.train()
     after, texts_after = evaluate("After GRPO")
+    sampled_after = sample(trainer.model)
     for index, verdict in example_rows(before, after):
         row = test[index]
         print(f"  {verdict}: {row['question']} (reference {row['answer']})\n"
@@ -216,6 +252,8 @@ def run_demo(model: str = "smollm2-135m", output_dir: str = "outputs/demo", max_
     output.mkdir(parents=True, exist_ok=True)
     figure.savefig(output / "reward.png", dpi=120)
     table, numbers = results_table(before, after)
+    pass_table, pass_numbers = pass_at_k_table(sampled_before, sampled_after)
+    table, numbers = f"{table}\n{pass_table}", {**numbers, **pass_numbers}
     first, last = history[: max(1, len(history) // 5)], history[-max(1, len(history) // 5):]
     mean = lambda rows, key: sum(r[key] for r in rows) / len(rows)  # noqa: E731
     results = {"model": model, "task": demo["task"], "engine": sampler, "steps": len(history),

@@ -14,9 +14,19 @@ from collections.abc import Sequence
 import torch
 from .progress import progress_bar
 from .rewards.answers import is_correct
+from .sampled_evaluation import (  # pass@k, maj@k and sampled accuracy live beside greedy evaluation
+    SampledEvaluation,
+    evaluate_sampled,
+    maj_at_k,
+    majority_answer,
+    mean_pass_at_k,
+    pass_at_k,
+    sampled_completions,
+)
 
 __all__ = ["evaluate_accuracy", "greedy_completions", "is_correct", "lift_interval", "wilson_interval",
-           "format_accuracy"]
+           "format_accuracy", "pass_at_k", "mean_pass_at_k", "majority_answer", "maj_at_k", "sampled_completions",
+           "SampledEvaluation", "evaluate_sampled"]
 
 # Two-sided 95% normal quantile.
 Z95 = 1.959963984540054

@@ -340,6 +340,44 @@ for reply, score in zip(replies, email_rubric(completions=replies)):
 # `rewards/<name>/mean` and weighs them with **`reward_weights`** (one weight per
 # function, default all 1.0). The trainer's total is `Σ_f weight_f · reward_f`.
 #
+# ### Sum, then normalize, or normalize, then sum?
+#
+# By default (`multi_objective_aggregation="sum_then_normalize"`, TRL's and the course's)
+# GRPO sums the weighted rewards first and then centres and scales the *total* within each
+# group. A reward with a large spread then decides the advantages on its own, whatever
+# the weights: a 0-to-100 style score drowns a 0/1 correctness check. GDPO (arXiv
+# 2601.05242) proposes the other order, TRL 1.16's `"normalize_then_sum"`: centre and
+# scale **each** function within the group, sum the normalized rewards with the weights,
+# and normalize that sum once more over the batch. Each function then contributes on the
+# same scale, and `reward_weights` mean what they say. The cell builds one group of four
+# completions scored by correctness (0/1) and a style score (0 to 100) that disagrees with
+# it, and computes both.
+
+# %%
+import torch
+
+from course_lib.algos.grpo import group_advantages, multi_objective_advantages
+
+correctness = torch.tensor([1.0, 1.0, 0.0, 0.0])
+style = torch.tensor([20.0, 40.0, 90.0, 60.0])  # rewards the wrong answers' prose
+weights = torch.tensor([1.0, 1.0])
+summed_first = group_advantages(correctness + style, 4)
+normalized_first, _ = multi_objective_advantages(torch.stack([correctness, style], 1), weights, 4)
+print("completion:               1 (right)  2 (right)  3 (wrong)  4 (wrong)")
+print("sum_then_normalize:      ", "  ".join(f"{a:+9.3f}" for a in summed_first.tolist()))
+print("normalize_then_sum:      ", "  ".join(f"{a:+9.3f}" for a in normalized_first.tolist()))
+print(f"mean advantage of the right answers: sum first {summed_first[:2].mean():+.3f}, "
+      f"normalize first {normalized_first[:2].mean():+.3f}")
+
+# %% [markdown]
+# Summed first, the style score's spread (tens of points) swamps correctness (one
+# point): both right answers get negative advantages. Normalized first, each function
+# counts as one unit of spread: with equal weights correctness weighs as much as style,
+# the right answers' mean advantage turns positive (the last line), and the ranking mixes
+# both signals. Choose `normalize_then_sum` when your functions live on
+# different scales and you want the weights to decide; keep the default when the total
+# itself is what you mean to rank by.
+#
 # ## 8. `None`, NaN and the total: TRL's rules
 #
 # A reward function returns **`None`** for a completion it does not apply to — a code
