@@ -31,7 +31,9 @@ from torch import nn
 
 from course_lib.algos.base import (
     Advantages,
+    Algorithm,
     LossOutput,
+    MicroBatch,
     PolicyOutputs,
     ScoredBatch,
     advantage_column,
@@ -324,7 +326,7 @@ def value_loss(
 # ---------------------------------------------------------------------------------------
 # 5. The algorithm, as the trainer calls it
 # ---------------------------------------------------------------------------------------
-class PPO:
+class PPO(Algorithm):
     """PPO for the trainer: KL-shaped token rewards, GAE, clipped policy + value losses."""
 
     name = "ppo"
@@ -343,16 +345,16 @@ class PPO:
                        reward_std=nanstd(scored.rewards).nan_to_num(0.0).item())
         return Advantages(advantages=advantages, metrics=metrics, returns=returns)
 
-    def loss(self, micro_batch: dict, outputs: PolicyOutputs, config: PPOConfig,
+    def loss(self, micro_batch: MicroBatch, outputs: PolicyOutputs, config: PPOConfig,
              num_items_in_batch: int) -> LossOutput:
-        mask = micro_batch["completion_mask"]
+        mask = micro_batch.completion_mask
         # The mean over this micro-step's tokens on every process (one process: a masked mean).
-        num_tokens = micro_batch.get("num_tokens_all_processes")
+        num_tokens = micro_batch.num_tokens_all_processes
         num_tokens = None if num_tokens is None else num_tokens / config.num_processes
-        pg = ppo_policy_loss(outputs.logps, micro_batch["old_logps"], micro_batch["advantages"], mask,
-                             cliprange=config.epsilon, sampling_ratio=micro_batch["sampling_ratio"],
+        pg = ppo_policy_loss(outputs.logps, micro_batch.old_logps, micro_batch.advantages, mask,
+                             cliprange=config.epsilon, sampling_ratio=micro_batch.sampling_ratio,
                              num_tokens=num_tokens)
-        vf = value_loss(outputs.values, micro_batch["old_values"], micro_batch["returns"], mask,
+        vf = value_loss(outputs.values, micro_batch.old_values, micro_batch.returns, mask,
                         cliprange_value=config.cliprange_value, num_tokens=num_tokens)
         loss = (pg.loss + config.vf_coef * vf.loss) / config.gradient_accumulation_steps
         metrics = {**pg.metrics, **vf.metrics,
