@@ -50,11 +50,11 @@ from .rollout.base import RolloutBatch
 from .run import checkpoint as ckpt
 from .run.batches import GenerationBatch, PromptSampler, completion_metrics
 from .run.distributed import Shards, make_accelerator
-from .run.folder import claim_output_dir
+from .run.folder import claim_output_dir, run_identity
 from .run.history import MetricsLogger, format_samples, unique_prompt_samples
 from .run.in_loop_eval import InLoopEvaluator
 from .run.model_options import apply_model_options, load_kwargs, mix_into_reference
-from .run.nonfinite import check_finite_update
+from .run.nonfinite import check_finite_update, check_finite_weights, clip_gradients
 from .run.trainer_state import resume_trainer, save_final_model, save_trainer_checkpoint
 
 
@@ -246,7 +246,8 @@ class Trainer:
         completions = [[{"role": "assistant", "content": t}] if conversational else t for t in rollout.texts]
         completion_ids = [ids[m.bool()].tolist() for ids, m in zip(rollout.completion_ids, rollout.completion_mask)]
         return compute_rewards(self.reward_funcs, generated.prompts, completions, generated.columns,
-                               self.reward_weights, completion_ids=completion_ids)
+                               self.reward_weights, timeout_s=self.config.reward_timeout_s,
+                               completion_ids=completion_ids)
 
     def _rollout_metrics(self, rollout, per_func: torch.Tensor) -> dict:
         """TRL's completion-length and per-reward-function metrics over the whole generation batch."""
@@ -318,10 +319,11 @@ class Trainer:
     def _optimizer_step(self) -> dict:
         """Step 4: clip, check for NaN/inf, apply the accumulated gradients; the reference follows if asked."""
         parameters = [p for group in self.optimizer.param_groups for p in group["params"]]
-        grad_norm = torch.nn.utils.clip_grad_norm_(parameters, self.config.max_grad_norm)
+        grad_norm = clip_gradients(parameters, self.config.max_grad_norm)
         check_finite_update(grad_norm, self._window, step=self.step + 1, output_dir=self.output_dir)
         learning_rate = self.scheduler.get_last_lr()[0]
         self.optimizer.step()
+        check_finite_weights(self.model, self.value_head, step=self.step + 1, output_dir=self.output_dir)
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
         self._weights_dirty = True
@@ -407,6 +409,10 @@ class Trainer:
             if config.log_unique_prompts:
                 samples = unique_prompt_samples(*samples)
             tqdm.write(f"step {self.step}\n" + format_samples(*samples, limit=limit))
+
+    def _run_identity(self) -> dict:
+        """The rows and rewards a resume must match (``course_lib.run.folder``)."""
+        return run_identity(self._columns, [reward_function_name(f) for f in self.reward_funcs])
 
     # ------------------------------------------------------------------ use and persistence
     @torch.no_grad()

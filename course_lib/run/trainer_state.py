@@ -20,7 +20,7 @@ import torch
 
 from . import checkpoint as ckpt
 from .batches import PromptSampler
-from .folder import check_resume_config
+from .folder import check_resume_config, check_resume_run
 from .history import load_history
 
 
@@ -30,7 +30,7 @@ def trainer_state(trainer) -> dict:
             "tokens_seen": trainer.tokens_seen, "batch_position": trainer.batch_position,
             "sampler": trainer.sampler.state(), "algo": trainer.algorithm.name,
             "algorithm_state": trainer.algorithm.state(),  # e.g. GRPO's adaptive entropy coefficient
-            "config": trainer.config.to_dict()}
+            "config": trainer.config.to_dict(), "run": trainer._run_identity()}
 
 
 def save_trainer_checkpoint(trainer) -> Path:
@@ -80,6 +80,7 @@ def resume_trainer(trainer, folder: str | Path) -> list[dict]:
         raise ValueError(f"checkpoint {folder} is a {state['algo']} run; this trainer is {trainer.algorithm.name}.")
     config = trainer.config
     check_resume_config(state.get("config"), config.to_dict(), folder)
+    check_resume_run(state.get("run"), trainer._run_identity(), folder)
     ckpt.restore_weights(folder, trainer.model, trainer.value_head)
     saved = ckpt.restore_training_state(folder, trainer.optimizer, trainer.scheduler)
     trainer.step, trainer.micro_step, trainer.cycle = state["step"], state["micro_step"], state["cycle"]
