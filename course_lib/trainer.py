@@ -404,7 +404,7 @@ class Trainer:
         self._bar.update(1)
         self._bar.set_postfix(reward=f"{row.get('reward', float('nan')):.3f}", loss=f"{row['loss']:.4f}")
         if config.log_completions and self.step % config.logging_steps == 0 and self.shards.is_main:
-            limit = config.num_completions_to_print or 4
+            limit = config.num_completions_to_print  # None: every row
             samples = self._last_samples
             if config.log_unique_prompts:
                 samples = unique_prompt_samples(*samples)

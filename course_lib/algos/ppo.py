@@ -80,6 +80,9 @@ class PPOConfig(OnPolicyConfig):
 
     def _check_ranges(self) -> None:
         super()._check_ranges()
+        if self.epsilon_high is not None:  # accepted and ignored would be worse than refused
+            fail("epsilon_high", self.epsilon_high, "has no effect on PPO, whose loss clips the ratio to "
+                 "[1 - epsilon, 1 + epsilon]", "leave epsilon_high unset (clip-higher is GRPO's and RLOO's)")
         if self.value_learning_rate is not None and self.value_learning_rate <= 0:
             fail("value_learning_rate", self.value_learning_rate, "must be None or positive",
                  "use None (the policy's learning_rate) or e.g. 1e-3")

@@ -413,3 +413,17 @@ def test_the_grpo_loss_types_are_the_config_annotation():
     from course_lib.run.validation import literal_choices
 
     assert literal_choices(typing.get_type_hints(GRPOConfig)["loss_type"]) == LOSS_TYPES
+
+
+def test_ppo_refuses_epsilon_high_which_its_symmetric_clip_would_ignore():
+    with pytest.raises(ValueError, match=r"^epsilon_high=0\.28 has no effect on PPO.*Fix: leave epsilon_high unset"):
+        make_config("ppo", epsilon_high=0.28)
+    assert make_config("rloo", epsilon_high=0.28).epsilon_high == 0.28  # RLOO's sequence clip reads it
+
+
+def test_num_completions_to_print_none_prints_every_row():
+    from course_lib.run.history import format_samples
+
+    rows = [f"p{i}" for i in range(6)], [f"c{i}" for i in range(6)], [1.0] * 6, [0.5] * 6
+    assert len(format_samples(*rows, limit=None).splitlines()) == 1 + 6  # header + every row
+    assert len(format_samples(*rows, limit=2).splitlines()) == 1 + 2
