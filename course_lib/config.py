@@ -32,16 +32,11 @@ from typing import Any, ClassVar, Literal
 
 from course_lib.config_options import RunOptions, fail
 from course_lib.run.config_tools import ConfigWarning, apply_overrides, field_docs, from_dict, to_dict
-from course_lib.models import TORCH_DTYPES
 from course_lib.ops.importance import check_is_settings
-from course_lib.rollout import ENGINES
-from course_lib.run.validation import check_field_types, check_finite_fields, check_magnitudes
+from course_lib.run.validation import check_choices, check_field_types, check_finite_fields, check_magnitudes
 
 __all__ = ["ConfigWarning", "RLConfig", "apply_overrides", "field_docs", "fail", "warn"]
 
-DTYPES = ("auto", *TORCH_DTYPES)
-LR_SCHEDULERS = ("constant", "linear", "cosine")
-REPORT_TO = ("none", "wandb", "tensorboard")
 _ALL_PROJECTIONS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
 
@@ -247,7 +242,7 @@ class RLConfig(RunOptions):
         check_finite_fields(self)
         check_magnitudes(self)
         self._normalize()
-        self._check_choices()
+        check_choices(self)  # every Literal field: its annotation lists the allowed values
         self._check_ranges()
         self._derive_batches()
         self._derive_rest()
@@ -269,23 +264,6 @@ class RLConfig(RunOptions):
             self._set("vllm_importance_sampling_clip_max", self.vllm_importance_sampling_cap)
             self._set("vllm_importance_sampling_cap", None)  # moved: saved configs carry clip_max only
         self._set("lora_target_modules", list(self.lora_target_modules))
-
-    def _check_choices(self) -> None:
-        choices = {
-            "engine": ENGINES,
-            "device": ("auto", "cpu", "cuda"),
-            "dtype": DTYPES,
-            "vllm_dtype": DTYPES,
-            "lr_scheduler_type": LR_SCHEDULERS,
-            "report_to": REPORT_TO,
-        }
-        for name, allowed in choices.items():
-            value = getattr(self, name)
-            if value not in allowed:
-                fail(name, value, "is not a known choice", f"use one of {', '.join(allowed)}")
-        if self.report_to != "none" and importlib.util.find_spec(self.report_to) is None:
-            fail("report_to", self.report_to, f"needs the {self.report_to} package, which is not installed",
-                 f"pip install {self.report_to}, or report_to='none' (history.jsonl is written either way)")
 
     def _check_ranges(self) -> None:
         super()._check_ranges()
@@ -359,6 +337,9 @@ class RLConfig(RunOptions):
         if self.reward_timeout_s is not None and not self.reward_timeout_s > 0:
             fail("reward_timeout_s", self.reward_timeout_s, "must be a positive number of seconds",
                  "use e.g. 600, or None for no limit")
+        if self.report_to != "none" and importlib.util.find_spec(self.report_to) is None:
+            fail("report_to", self.report_to, f"needs the {self.report_to} package, which is not installed",
+                 f"pip install {self.report_to}, or report_to='none' (history.jsonl is written either way)")
 
     def _requested_steps_per_generation(self) -> int | None:
         """Steps per generation asked for by the user (RLOO/PPO may derive it)."""

@@ -18,8 +18,8 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["MAX_MAGNITUDE", "check_train_dataset", "check_field_types", "check_finite_fields", "check_magnitudes",
-           "non_finite"]
+__all__ = ["MAX_MAGNITUDE", "check_choices", "check_field_types", "check_finite_fields", "check_magnitudes",
+           "check_train_dataset", "literal_choices", "non_finite"]
 
 #: Largest magnitude a float setting may have, and the reciprocal is the smallest non-zero one.
 #: Every setting multiplies or divides float32 tensors (whose range ends at 3.4e38): a
@@ -182,3 +182,29 @@ def _prompt_problem(prompt: Any) -> str | None:
         if not isinstance(message.get("content"), str):
             return f"message {index} has content={message.get('content')!r}, not a string"
     return None
+
+
+def literal_choices(hint: Any) -> tuple | None:
+    """The strings a ``Literal[...]`` in ``hint`` allows (``Literal[...] | bool`` and ``| None`` included), or None."""
+    if typing.get_origin(hint) is typing.Literal:
+        return typing.get_args(hint)
+    for arg in typing.get_args(hint):
+        if typing.get_origin(arg) is typing.Literal:
+            return typing.get_args(arg)
+    return None
+
+
+def check_choices(config: Any) -> None:
+    """Raise ``ValueError`` naming the first string field whose value its ``Literal`` annotation does not allow.
+
+    The annotation is the one list of allowed values: the command line's help, this check
+    and the widgets read it, so a new choice is added in one place.
+    """
+    hints = _hints(type(config))
+    for spec in dataclasses.fields(config):
+        allowed = literal_choices(hints.get(spec.name)) if spec.init else None
+        if allowed is None:
+            continue
+        value = getattr(config, spec.name)
+        if isinstance(value, str) and value not in allowed:
+            raise ValueError(f"{spec.name}={value!r} is not a known choice. Fix: use one of {', '.join(allowed)}.")
