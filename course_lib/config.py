@@ -22,6 +22,7 @@ arithmetic can be shown for any number of GPUs on one machine.
 
 from __future__ import annotations
 
+import importlib.util
 import math
 import sys
 import warnings
@@ -299,7 +300,8 @@ class RLConfig(RunOptions):
                   "set epsilon_high >= 0 (DAPO uses 0.28) or None to reuse epsilon")
         if not self.temperature >= 1e-3:
             fail("temperature", self.temperature, "must be at least 1e-3 (the logits are divided by it: logits of "
-                 "100 over a smaller temperature exceed float16's range, 65504)", "use e.g. 1.0 (0.7 for lower diversity)")
+                 "100 over a smaller temperature exceed float16's range, 65504)",
+                 "use e.g. 1.0 (0.7 for lower diversity)")
         if not self.adam_epsilon > 0:
             fail("adam_epsilon", self.adam_epsilon, "must be > 0 (Adam divides by sqrt(v) + adam_epsilon, and v is 0 "
                  "for a parameter whose gradient has been 0: 0/0 is NaN)", "use 1e-8, the default")
@@ -326,9 +328,18 @@ class RLConfig(RunOptions):
                   "use 0.9 and 0.999")
         if self.reward_weights is not None and len(self.reward_weights) == 0:
             fail("reward_weights", self.reward_weights, "is empty", "use None for equal weights")
+        if "\0" in self.output_dir:
+            fail("output_dir", self.output_dir[:80], "holds a NUL character, which no path may hold",
+                 "pass a plain folder path")
+        if self.use_lora and not self.lora_target_modules:
+            fail("lora_target_modules", self.lora_target_modules, "is empty, so LoRA would adapt no layer",
+                 "name the projections to adapt, e.g. ['q_proj', 'v_proj'] (the default lists every projection)")
         if self.reward_timeout_s is not None and not self.reward_timeout_s > 0:
             fail("reward_timeout_s", self.reward_timeout_s, "must be a positive number of seconds",
                  "use e.g. 600, or None for no limit")
+        if self.report_to != "none" and importlib.util.find_spec(self.report_to) is None:
+            fail("report_to", self.report_to, f"needs the {self.report_to} package, which is not installed",
+                 f"pip install {self.report_to}, or report_to='none' (history.jsonl is written either way)")
 
     def _requested_steps_per_generation(self) -> int | None:
         """Steps per generation asked for by the user (RLOO/PPO may derive it)."""

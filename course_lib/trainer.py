@@ -56,6 +56,7 @@ from .run.in_loop_eval import InLoopEvaluator
 from .run.model_options import apply_model_options, load_kwargs, mix_into_reference
 from .run.nonfinite import check_finite_update, check_finite_weights, clip_gradients
 from .run.trainer_state import resume_trainer, save_final_model, save_trainer_checkpoint
+from .run.validation import check_train_dataset
 
 
 @dataclass
@@ -84,8 +85,7 @@ class Trainer:
                  progress: bool = True, on_step: Callable[[dict], None] | None = None, eval_dataset=None):
         if not reward_funcs:
             raise ValueError("reward_funcs is empty: pass at least one reward function.")
-        if "prompt" not in train_dataset.column_names:
-            raise ValueError(f"train_dataset has no 'prompt' column (columns: {train_dataset.column_names}).")
+        check_train_dataset(train_dataset)  # a table with usable prompts (course_lib.run.validation)
         if len(train_dataset) < config.unique_prompts_per_generation:
             raise ValueError(f"train_dataset has {len(train_dataset)} rows but one generation batch needs "
                              f"{config.unique_prompts_per_generation} distinct prompts; add rows or lower "
