@@ -93,7 +93,6 @@ def zero_spread_groups(rows, config):
     if len(frac) < 3 or mean(frac) <= 0.5:
         return None
     reward = mean(_recent(rows, "reward"))
-    G = config.get("num_generations")
     advice = ""
     if 0.0 < reward < 1.0:  # a 0/1 reward: a group is all-equal with probability p^G + (1-p)^G
         needed = _generations_for(reward)
@@ -103,7 +102,7 @@ def zero_spread_groups(rows, config):
                   + (f", which falls to 25% at num_generations={needed}." if needed else "."))
     return Diagnosis(
         f"{mean(frac):.0%} of the groups have rewards that are all equal, so their advantages are 0.{advice} "
-        f"Fixes: more generations ({_field(config, 'num_generations', str(G))}), a higher temperature "
+        f"Fixes: more generations ({_field(config, 'num_generations')}), a higher temperature "
         f"({_field(config, 'temperature')}; 1.0 is the usual), data matched to the model (harder if it "
         "solves everything, easier if it solves nothing), or dynamic sampling (drop the equal groups and "
         "generate more, DAPO).", {"frac_reward_zero_std": mean(frac), "reward": reward})

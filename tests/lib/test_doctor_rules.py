@@ -112,7 +112,7 @@ def test_reward_hacking_from_held_out_accuracy_and_from_length():
 def test_entropy_collapse_and_explosion():
     collapse = fired(rows(**{**HEALTHY, "entropy": lambda i: 0.6 * 0.9 ** i}))
     assert "entropy_collapse" in collapse and "entropy_explosion" not in collapse
-    greedy = fired(rows(**{**HEALTHY, "entropy": 0.005}), {"temperature": 0.05})
+    greedy = fired(rows(**{**HEALTHY, "entropy": 0.06}), {"temperature": 0.05})
     assert "temperature=0.05" in greedy["entropy_collapse"].message
     explosion = fired(rows(**{**HEALTHY, "entropy": lambda i: 0.6 + 0.1 * i}))
     assert explosion["entropy_explosion"].severity == "error"
@@ -126,11 +126,15 @@ def test_policy_moving_too_fast(key, value, quiet):
     assert "policy_moves_too_fast" not in fired(rows(**{**HEALTHY, key: quiet}))
 
 
-def test_nothing_moves_needs_every_signal_still():
-    still = dict(HEALTHY, reward=lambda i: 0.3 + 0.05 * (-1) ** i, entropy=0.6, learning_rate=1e-9)
+def test_nothing_moves_needs_a_tiny_learning_rate_and_flat_curves():
+    still = dict(HEALTHY, reward=lambda i: 0.3 + 0.05 * (-1) ** i, entropy=lambda i: 0.6 + 0.01 * (-1) ** i,
+                 learning_rate=1e-9)
     found = fired(rows(**still), {"use_lora": True})
     assert "lora_target_modules" in found["nothing_moves"].message
-    assert "nothing_moves" not in fired(rows(**{**still, "entropy": lambda i: 0.6 - 0.002 * i}))
+    # 40 steps x 1e-9 = 4e-8: the bound in the message.
+    assert found["nothing_moves"].evidence["total_learning_rate"] == pytest.approx(4e-8)
+    assert "nothing_moves" not in fired(rows(**{**still, "learning_rate": 3e-5}))  # 40 x 3e-5 = 1.2e-3
+    assert "nothing_moves" not in fired(rows(**{**still, "reward": lambda i: 0.3 + 0.01 * i}))
     assert "nothing_moves" not in fired(rows(n=20, **still))
 
 
