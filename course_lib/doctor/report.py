@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ..history import load_history
+from ..run.history import load_history
 from .core import Finding, format_report, metric_rows
 
 __all__ = ["load_run", "doctor_run", "plot_findings"]
@@ -52,7 +52,7 @@ def load_run(path: str | Path) -> tuple[list[dict], dict, str]:
         raise FileNotFoundError(f"{path} does not exist. Fix: pass a run folder (with history.jsonl) or a "
                                 "TRL trainer_state.json.")
     if path.is_dir() and (path / "history.jsonl").is_file():
-        from ..checkpoint import latest_checkpoint, load_trainer_state
+        from ..run.checkpoint import latest_checkpoint, load_trainer_state
 
         last = latest_checkpoint(path)
         config = load_trainer_state(last).get("config", {}) if last is not None else {}
