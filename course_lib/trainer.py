@@ -11,7 +11,8 @@ Read it top to bottom, as in CleanRL: ``train()`` repeats
    times; one optimizer step every ``gradient_accumulation_steps`` micro-batches
    (``course_lib.schedule`` gives the same table);
 4. **log** TRL-named metrics per optimizer step to ``history.jsonl``, a progress bar, a
-   periodic sample table; **checkpoint** every ``save_steps``.
+   periodic sample table; the run **doctor** (``course_lib.doctor``, ``config.doctor``) reads the
+   history every ``logging_steps`` and reports each finding once; **checkpoint** every ``save_steps``.
 
 What differs between GRPO, RLOO and PPO is two calls on the algorithm object
 (``course_lib/algos``): ``advantages(...)`` after scoring and ``loss(...)`` in each
@@ -41,7 +42,8 @@ from .algos import get_algorithm
 from .algos.base import PolicyOutputs, ScoredBatch
 from .run.batches import GenerationBatch, PromptSampler, completion_metrics
 from .run.distributed import PolicyForward, Shards, make_accelerator
-from .run.nonfinite import check_finite_update
+from .doctor.live import LiveDoctor
+from .run.nonfinite import NonFiniteTrainingError, check_finite_update
 from .run.in_loop_eval import InLoopEvaluator
 from .run.history import MetricsLogger, format_samples, load_history, unique_prompt_samples
 from .run.model_options import apply_model_options, load_kwargs, mix_into_reference
@@ -130,6 +132,8 @@ class Trainer:
         self.batch_position = 0  # micro-batches of self.batch consumed
         self._weights_dirty = False
         self._window: list[dict] = []
+        self.doctor = LiveDoctor(config)
+        self._generation_s = 0.0  # seconds in engine.generate since the last logged row
 
     def _engine_options(self) -> dict:
         config = self.config
@@ -178,7 +182,9 @@ class Trainer:
                                   generation_kwargs=config.sampling_extras, chat_template_kwargs=config.chat_template_kwargs)
         was_training = self.model.training
         self.model.eval()
+        generation_started = time.perf_counter()
         rollout = self.engine.generate(list(repeated_prompts), n=1, sampling=sampling)
+        self._generation_s += time.perf_counter() - generation_started
         self.model.train(was_training)
         conversational = isinstance(repeated_prompts[0], list)
         completions = [[{"role": "assistant", "content": t}] if conversational else t for t in rollout.texts]
@@ -279,7 +285,11 @@ class Trainer:
     def _optimizer_step(self) -> dict:
         parameters = [p for group in self.optimizer.param_groups for p in group["params"]]
         grad_norm = torch.nn.utils.clip_grad_norm_(parameters, self.config.max_grad_norm)
-        check_finite_update(grad_norm, self._window, step=self.step + 1, output_dir=self.output_dir)
+        try:
+            check_finite_update(grad_norm, self._window, step=self.step + 1, output_dir=self.output_dir)
+        except NonFiniteTrainingError as error:
+            self.doctor.report_non_finite(self.step + 1, error, self.logger, self.shards.is_main)
+            raise
         learning_rate = self.scheduler.get_last_lr()[0]
         self.optimizer.step()
         self.scheduler.step()
@@ -320,6 +330,7 @@ class Trainer:
                    disable=not (self.progress and self.shards.is_main))
         self.model.train()
         started, tokens_at_start = time.time(), self.tokens_seen
+        self._last_row_time = time.perf_counter()
         while self.step < self.max_steps:
             if self.batch is None or self.batch_position >= micro_per_cycle:
                 self.batch, self.batch_position = self._generate_and_score(), 0
@@ -341,7 +352,11 @@ class Trainer:
             if self.evaluator is not None and self.evaluator.due(self.step, self.max_steps):
                 self._sync_engine()
                 row.update(self.evaluator.run(self.engine, self.model, self.step))
+            now = time.perf_counter()  # wall time and generation time since the last row
+            row.update({"timing/step_s": now - self._last_row_time, "timing/generation_s": self._generation_s})
+            self._last_row_time, self._generation_s = now, 0.0
             self.logger.log(row)
+            doctor_stop = self.doctor.after_step(self.step, self.logger, self.shards.is_main)
             if self.on_step is not None:
                 self.on_step(row)
             bar.update(1)
@@ -352,7 +367,8 @@ class Trainer:
                 if config.log_unique_prompts:
                     samples = unique_prompt_samples(*samples)
                 tqdm.write(f"step {self.step}\n" + format_samples(*samples, limit=limit))
-            stop = self.shards.sum(float(interrupt.requested)) > 0  # Ctrl-C on any process stops them all
+            # Ctrl-C on any process stops them all, as does an error finding under doctor="stop"
+            stop = self.shards.sum(float(interrupt.requested or doctor_stop)) > 0
             if config.save_steps > 0 and self.step % config.save_steps == 0 or stop:
                 self.save_checkpoint()
             if stop:
@@ -410,7 +426,7 @@ class Trainer:
             return folder
         saved = ckpt.save_checkpoint(folder, model=self.model, tokenizer=self.tokenizer, optimizer=self.optimizer,
                                     scheduler=self.scheduler, trainer_state=self._state(), rollout=rollout,
-                                    value_head=self.value_head, history=self.logger.rows,
+                                    value_head=self.value_head, history=self.logger.entries,
                                     save_total_limit=self.config.save_total_limit)
         self.accelerator.wait_for_everyone()
         return saved
