@@ -100,12 +100,14 @@ def zero_spread_groups(rows, config):
         advice = (f" With a mean reward of {reward:.2f} the task looks {side} for this model: a group of G "
                   f"0/1 rewards is all-equal with probability p^G + (1-p)^G"
                   + (f", which falls to 25% at num_generations={needed}." if needed else "."))
+    hotter = ("" if config.get("temperature", 0.0) >= 1.0 else
+              f" a higher temperature ({_field(config, 'temperature')}; 1.0 is the usual),")
     return Diagnosis(
         f"{mean(frac):.0%} of the groups have rewards that are all equal, so their advantages are 0.{advice} "
-        f"Fixes: more generations ({_field(config, 'num_generations')}), a higher temperature "
-        f"({_field(config, 'temperature')}; 1.0 is the usual), data matched to the model (harder if it "
-        "solves everything, easier if it solves nothing), or dynamic sampling (drop the equal groups and "
-        "generate more, DAPO).", {"frac_reward_zero_std": mean(frac), "reward": reward})
+        f"Fixes: more generations ({_field(config, 'num_generations')}),{hotter} data matched to the model "
+        "(harder if it solves everything, easier if it solves nothing), or dynamic sampling "
+        "(dynamic_sampling=True: drop the equal groups and generate more, DAPO).",
+        {"frac_reward_zero_std": mean(frac), "reward": reward})
 
 
 @rule("completions_truncated", "warning", ("completions/clipped_ratio", "completions/mean_length"),
