@@ -42,6 +42,7 @@ from .algos import get_algorithm
 from .algos.base import PolicyOutputs, ScoredBatch
 from .run.batches import GenerationBatch, PromptSampler, completion_metrics
 from .run.distributed import PolicyForward, Shards, make_accelerator
+from .run.dynamic_sampling import Sampled, fill_groups
 from .doctor.live import LiveDoctor
 from .run.nonfinite import NonFiniteTrainingError, check_finite_update
 from .run.in_loop_eval import InLoopEvaluator
@@ -166,18 +167,17 @@ class Trainer:
             values.append(v.float() if v is not None else None)
         return torch.cat(logps), (torch.cat(values) if with_values else None)
 
-    def _generate_and_score(self) -> GenerationBatch:
+    def _sample(self, round_index: int = 0) -> Sampled:
+        """Draw the next prompts, sample their completions, score them (one generation round)."""
         config, G = self.config, self.config.num_generations
-        self._sync_engine()
-        # Every process draws the same prompts; it owns rows `self.shards.rows` of the U x G
-        # completions (prompt-major) and samples them with their global indices as seeds.
         prompt_rows = self.sampler.take(config.unique_prompts_per_generation)
         rows = [row for row in prompt_rows for _ in range(G)][self.shards.rows]
         repeated_prompts, repeated_columns = self._prompts_and_columns(rows)
         sampling = SamplingConfig(temperature=config.temperature, top_p=config.top_p, top_k=config.top_k,
                                   min_p=config.min_p, repetition_penalty=config.repetition_penalty,
                                   max_tokens=config.max_completion_length,
-                                  seed=config.seed * 2**40 + self.cycle * config.effective_generation_batch_size,
+                                  seed=config.seed * 2**40 + self.cycle * config.effective_generation_batch_size
+                                  + round_index * 2**36,  # dynamic sampling's refill rounds
                                   max_prompt_length=config.max_prompt_length, first_row=self.shards.rows.start,
                                   generation_kwargs=config.sampling_extras, chat_template_kwargs=config.chat_template_kwargs)
         was_training = self.model.training
@@ -192,6 +192,22 @@ class Trainer:
                                           self.reward_weights,
                                           completion_ids=[ids[m.bool()].tolist() for ids, m in
                                                           zip(rollout.completion_ids, rollout.completion_mask)])
+        return Sampled(rows, repeated_prompts, repeated_columns, rollout, per_func, total)
+
+    def _generate_and_score(self) -> GenerationBatch:
+        config, G = self.config, self.config.num_generations
+        self._sync_engine()
+        was_training = self.model.training
+        # Every process draws the same prompts; it owns rows `self.shards.rows` of the U x G
+        # completions (prompt-major) and samples them with their global indices as seeds.
+        if config.dynamic_sampling:  # DAPO: refill the groups whose rewards are all equal
+            sampled, filter_metrics, round_tokens = fill_groups(
+                self._sample, config.unique_prompts_per_generation, G, config.max_num_gen_batches,
+                self.tokenizer.pad_token_id)
+        else:
+            sampled, filter_metrics, round_tokens = self._sample(), {}, None
+        rows, repeated_prompts, rollout = sampled.rows, sampled.prompts, sampled.rollout
+        per_func, total = sampled.per_func, sampled.total
         mask = rollout.completion_mask.clone()
         if config.mask_truncated_completions:  # DAPO: truncated answers carry no signal
             mask = mask * rollout.is_eos.unsqueeze(1).to(mask.dtype)
@@ -202,6 +218,7 @@ class Trainer:
         all_is_eos = shards.gather_rows(rollout.is_eos.to(self.accelerator.device)).cpu()
         metrics = completion_metrics(shards.gather_rows(rollout.completion_mask.to(self.accelerator.device)).cpu(),
                                      all_is_eos)
+        metrics.update(filter_metrics)
         for f, function in enumerate(self.reward_funcs):
             name = reward_function_name(function)
             metrics[f"rewards/{name}/mean"] = torch.nanmean(all_per_func[:, f]).item()
@@ -233,7 +250,8 @@ class Trainer:
         advantages, returns = shards.local_rows(result.advantages, width), shards.local_rows(result.returns, width)
         metrics.update(shards.mean_metrics({k: v for k, v in metrics.items() if k.startswith("sampling/")}))
         metrics.update(result.metrics)
-        self.tokens_seen += int(shards.sum(int(rollout.completion_mask.sum() + rollout.prompt_mask.sum())))
+        self.tokens_seen += (int(shards.sum(int(rollout.completion_mask.sum() + rollout.prompt_mask.sum())))
+                             if round_tokens is None else round_tokens)  # every round's tokens
         self.cycle += 1
         batch = GenerationBatch(prompt_ids=rollout.prompt_ids, prompt_mask=rollout.prompt_mask,
                                 completion_ids=rollout.completion_ids, completion_mask=mask, advantages=advantages,
