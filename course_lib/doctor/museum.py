@@ -108,8 +108,10 @@ EXHIBITS: dict[str, Exhibit] = {e.name: e for e in [
 ]}
 
 
-def run_exhibit(name: str, output_dir: str | Path, seed: int = 0) -> tuple[list[dict], Any]:
-    """Train exhibit ``name`` into ``output_dir``; return ``(history rows, config)``."""
+def run_exhibit(name: str, output_dir: str | Path, seed: int = 0, **fix: Any) -> tuple[list[dict], Any]:
+    """Train exhibit ``name`` into ``output_dir``; return ``(history rows, config)``.
+
+    ``fix``: config values applied last, e.g. the doctor's fix (``max_completion_length=8``)."""
     from ..algos import make_config
     from ..data import get_task
     from ..models import load_policy
@@ -123,6 +125,7 @@ def run_exhibit(name: str, output_dir: str | Path, seed: int = 0) -> tuple[list[
                     output_dir=str(output_dir), seed=seed, save_steps=0, logging_steps=1,
                     overwrite_output_dir=True)
     settings.update(exhibit.overrides)
+    settings.update(fix)
     config = make_config(exhibit.algo, **settings)
     rewards = [get_reward_functions([r])[0] if isinstance(r, str) else r for r in exhibit.rewards]
     model, tokenizer = load_policy("tiny")
