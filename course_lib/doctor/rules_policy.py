@@ -63,9 +63,14 @@ def entropy_collapse(rows, config):
         return None
     start, now = mean(entropy[:WINDOW]), mean(entropy[-WINDOW:])
     if now < 0.1 and start < 0.1:
-        cause = (f"the sampling temperature is low ({_field(config, 'temperature')}). Fix: temperature=1.0."
-                 if config.get("temperature", 0.0) < 0.7 else
-                 "the model is already near-deterministic on this data. Fix: a higher temperature or harder data.")
+        temperature = config.get("temperature")
+        if temperature is None:
+            cause = "the sampling temperature is low, or the model is near-deterministic on this data. Fix: " \
+                    "temperature=1.0, or harder data."
+        elif temperature < 0.7:
+            cause = f"the sampling temperature is low (temperature={temperature!r}). Fix: temperature=1.0."
+        else:
+            cause = "the model is already near-deterministic on this data. Fix: a higher temperature or harder data."
         return Diagnosis(
             f"token entropy is {now:.3f} nats from the start: sampling is almost greedy, so the completions of a "
             f"group are alike and carry no signal; {cause}", {"entropy_start": start, "entropy_now": now})
