@@ -40,13 +40,13 @@ from tqdm.auto import tqdm
 from .run import checkpoint as ckpt
 from .algos import get_algorithm
 from .algos.base import PolicyOutputs, ScoredBatch
-from .run.batches import GenerationBatch, PromptSampler, completion_metrics
+from .run.batches import GenerationBatch, PromptSampler, completion_metrics, mean_rows, prompt_text
 from .run.distributed import PolicyForward, Shards, make_accelerator
-from .run.dynamic_sampling import Sampled, fill_groups
+from .run.dynamic_sampling import Sampled, draw_batch
 from .doctor.live import LiveDoctor
-from .run.nonfinite import NonFiniteTrainingError, check_finite_update, check_finite_weights, clip_gradients
+from .run.nonfinite import check_finite_update, check_finite_weights, clip_gradients
 from .run.in_loop_eval import InLoopEvaluator
-from .run.history import MetricsLogger, format_samples, load_history, unique_prompt_samples
+from .run.history import MetricsLogger, StepClock, format_samples, load_history, unique_prompt_samples
 from .run.model_options import apply_model_options, load_kwargs, mix_into_reference
 from .models import resolve_dtype, unwrap_peft
 from .ops.importance import sampling_correction
@@ -134,7 +134,7 @@ class Trainer:
         self._weights_dirty = False
         self._window: list[dict] = []
         self.doctor = LiveDoctor(config)
-        self._generation_s = 0.0  # seconds in engine.generate since the last logged row
+        self.clock = StepClock()  # timing/* metrics: wall and generation seconds between rows
 
     def _engine_options(self) -> dict:
         config = self.config
@@ -182,9 +182,8 @@ class Trainer:
                                   generation_kwargs=config.sampling_extras, chat_template_kwargs=config.chat_template_kwargs)
         was_training = self.model.training
         self.model.eval()
-        generation_started = time.perf_counter()
-        rollout = self.engine.generate(list(repeated_prompts), n=1, sampling=sampling)
-        self._generation_s += time.perf_counter() - generation_started
+        with self.clock.generating():
+            rollout = self.engine.generate(list(repeated_prompts), n=1, sampling=sampling)
         self.model.train(was_training)
         conversational = isinstance(repeated_prompts[0], list)
         completions = [[{"role": "assistant", "content": t}] if conversational else t for t in rollout.texts]
@@ -200,14 +199,9 @@ class Trainer:
         was_training = self.model.training
         # Every process draws the same prompts; it owns rows `self.shards.rows` of the U x G
         # completions (prompt-major) and samples them with their global indices as seeds.
-        if config.dynamic_sampling:  # DAPO: refill the groups whose rewards are all equal
-            sampled, filter_metrics, round_tokens = fill_groups(
-                self._sample, config.unique_prompts_per_generation, G, config.max_num_gen_batches,
-                self.tokenizer.pad_token_id)
-        else:
-            sampled, filter_metrics, round_tokens = self._sample(), {}, None
-        rows, repeated_prompts, rollout = sampled.rows, sampled.prompts, sampled.rollout
-        per_func, total = sampled.per_func, sampled.total
+        sampled, filter_metrics, round_tokens = draw_batch(self._sample, config, self.tokenizer.pad_token_id)  # DAPO
+        rows, repeated_prompts, rollout, per_func, total = sampled.rows, sampled.prompts, sampled.rollout, \
+            sampled.per_func, sampled.total
         mask = rollout.completion_mask.clone()
         if config.mask_truncated_completions:  # DAPO: truncated answers carry no signal
             mask = mask * rollout.is_eos.unsqueeze(1).to(mask.dtype)
@@ -261,7 +255,7 @@ class Trainer:
                                 sampling_logps=rollout.sampling_logps if rollout.sampling_logps is None
                                 else rollout.sampling_logps.float(),
                                 returns=returns, metrics=metrics)
-        self._last_samples = ([_prompt_text(p) for p in repeated_prompts], rollout.texts,
+        self._last_samples = ([prompt_text(p) for p in repeated_prompts], rollout.texts,
                               torch.nan_to_num(total).tolist(), advantages.float().reshape(len(rows), -1)[:, 0].tolist())
         return batch
 
@@ -304,13 +298,10 @@ class Trainer:
         parameters = [p for group in self.optimizer.param_groups for p in group["params"]]
         grad_norm = clip_gradients(parameters, self.config.max_grad_norm)
         learning_rate = self.scheduler.get_last_lr()[0]
-        try:  # a refused update is reported through the doctor too
+        with self.doctor.reporting_non_finite(self.step + 1, self.logger, self.shards.is_main):
             check_finite_update(grad_norm, self._window, step=self.step + 1, output_dir=self.output_dir)
             self.optimizer.step()
             check_finite_weights(self.model, self.value_head, step=self.step + 1, output_dir=self.output_dir)
-        except NonFiniteTrainingError as error:
-            self.doctor.report_non_finite(self.step + 1, error, self.logger, self.shards.is_main)
-            raise
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
         self._weights_dirty = True
@@ -349,7 +340,7 @@ class Trainer:
                    disable=not (self.progress and self.shards.is_main))
         self.model.train()
         started, tokens_at_start = time.time(), self.tokens_seen
-        self._last_row_time = time.perf_counter()
+        self.clock.restart()
         while self.step < self.max_steps:
             if self.batch is None or self.batch_position >= micro_per_cycle:
                 self.batch, self.batch_position = self._generate_and_score(), 0
@@ -360,7 +351,7 @@ class Trainer:
             self.micro_step += 1
             if self.micro_step % config.gradient_accumulation_steps:
                 continue
-            window = self.shards.mean_metrics(_mean_rows(self._window))  # averaged over processes
+            window = self.shards.mean_metrics(mean_rows(self._window))  # averaged over processes
             row = {"step": self.step + 1, **self._optimizer_step(), **window, **self.batch.metrics}
             self._window = []
             elapsed = max(time.time() - started, 1e-9)
@@ -371,9 +362,7 @@ class Trainer:
             if self.evaluator is not None and self.evaluator.due(self.step, self.max_steps):
                 self._sync_engine()
                 row.update(self.evaluator.run(self.engine, self.model, self.step))
-            now = time.perf_counter()  # wall time and generation time since the last row
-            row.update({"timing/step_s": now - self._last_row_time, "timing/generation_s": self._generation_s})
-            self._last_row_time, self._generation_s = now, 0.0
+            row.update(self.clock.lap())
             self.logger.log(row)
             doctor_stop = self.doctor.after_step(self.step, self.logger, self.shards.is_main)
             if self.on_step is not None:
@@ -386,8 +375,7 @@ class Trainer:
                 if config.log_unique_prompts:
                     samples = unique_prompt_samples(*samples)
                 tqdm.write(f"step {self.step}\n" + format_samples(*samples, limit=limit))
-            # Ctrl-C on any process stops them all, as does an error finding under doctor="stop"
-            stop = self.shards.sum(float(interrupt.requested or doctor_stop)) > 0
+            stop = self.shards.sum(float(interrupt.requested or doctor_stop)) > 0  # Ctrl-C on any process; doctor="stop"
             if config.save_steps > 0 and self.step % config.save_steps == 0 or stop:
                 self.save_checkpoint()
             if stop:
@@ -490,12 +478,3 @@ class Trainer:
             self.batch, self._last_samples = saved["batch"], saved["samples"]
         self._weights_dirty = True
         return [row for row in load_history(folder) if row["step"] <= self.step]
-
-
-def _mean_rows(rows: list[dict]) -> dict:
-    keys = {k for r in rows for k in r}
-    return {k: sum(r[k] for r in rows if k in r) / sum(1 for r in rows if k in r) for k in keys}
-
-
-def _prompt_text(prompt) -> str:
-    return prompt[-1]["content"] if isinstance(prompt, list) else str(prompt)

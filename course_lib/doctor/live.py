@@ -9,6 +9,8 @@ through the doctor too (rule ``non_finite_values``) before the error propagates.
 
 from __future__ import annotations
 
+import contextlib
+
 from tqdm.auto import tqdm
 
 from .core import RULES, Doctor, Finding
@@ -50,6 +52,17 @@ class LiveDoctor:
             if self.mode == "stop" and finding.severity == "error" and self.stopped_by is None:
                 self.stopped_by, stop = finding, True
         return stop
+
+    @contextlib.contextmanager
+    def reporting_non_finite(self, step: int, logger, is_main: bool = True):
+        """Report a ``NonFiniteTrainingError`` raised inside the block as a finding, then re-raise it."""
+        from ..run.nonfinite import NonFiniteTrainingError
+
+        try:
+            yield
+        except NonFiniteTrainingError as error:
+            self.report_non_finite(step, error, logger, is_main)
+            raise
 
     def report_non_finite(self, step: int, error: Exception, logger, is_main: bool = True) -> None:
         """The trainer's refusal of a non-finite update, as a doctor finding."""

@@ -83,3 +83,14 @@ def completion_metrics(completion_mask: torch.Tensor, is_eos: torch.Tensor) -> d
         "completions/clipped_ratio": (~is_eos).float().mean().item(),
         "completions/mean_terminated_length": terminated.mean().item() if len(terminated) else 0.0,
     }
+
+
+def mean_rows(rows: list[dict]) -> dict:
+    """Each key's mean over the rows that hold it (the micro-batches of one optimizer step)."""
+    keys = {k for r in rows for k in r}
+    return {k: sum(r[k] for r in rows if k in r) / sum(1 for r in rows if k in r) for k in keys}
+
+
+def prompt_text(prompt) -> str:
+    """The last message of a conversational prompt, or the prompt itself."""
+    return prompt[-1]["content"] if isinstance(prompt, list) else str(prompt)

@@ -122,3 +122,12 @@ def fill_groups(sample: Callable[[int], Sampled], groups: int, num_generations: 
         parts.append(_select(s, g[:filler], G)[1])
         filler -= len(g[:filler])
     return concat_sampled(parts, pad_id), metrics, tokens
+
+
+def draw_batch(sample: Callable[[int], Sampled], config, pad_id: int) -> tuple[Sampled, dict[str, float], int | None]:
+    """One generation batch: ``sample(0)`` as it is when ``config.dynamic_sampling`` is off (no
+    metrics, ``None`` tokens: the caller counts them), else :func:`fill_groups`."""
+    if not config.dynamic_sampling:
+        return sample(0), {}, None
+    return fill_groups(sample, config.unique_prompts_per_generation, config.num_generations,
+                       config.max_num_gen_batches, pad_id)

@@ -7,13 +7,40 @@ TensorBoard (``report_to``), imported only when asked for.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
+import time
 from pathlib import Path
 
 
 #: Metrics that measure the machine's speed, not the run: they differ between identical runs.
 WALL_CLOCK_KEYS = ("tokens/s", "eps", "timing/step_s", "timing/generation_s")
+
+
+class StepClock:
+    """``timing/step_s`` (wall seconds between logged rows) and ``timing/generation_s`` (seconds
+    spent in the rollout engine in that time): the run doctor's generation-share signal."""
+
+    def __init__(self):
+        self.restart()
+
+    def restart(self) -> None:
+        self.last, self.generation_s = time.perf_counter(), 0.0
+
+    @contextlib.contextmanager
+    def generating(self):
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.generation_s += time.perf_counter() - started
+
+    def lap(self) -> dict[str, float]:
+        now = time.perf_counter()
+        row = {"timing/step_s": now - self.last, "timing/generation_s": self.generation_s}
+        self.last, self.generation_s = now, 0.0
+        return row
 
 
 class MetricsLogger:
