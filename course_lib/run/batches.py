@@ -3,15 +3,18 @@
 - :class:`PromptSampler`: dataset rows in a fresh seeded permutation each epoch (as TRL's
   sampler does), resumable from ``(epoch, position)``.
 - :class:`GenerationBatch`: one generation cycle after scoring: tensors the loss reads,
-  sliced into micro-batches in order (prompt-major rows).
+  sliced in order into micro-batches (:class:`~course_lib.algos.base.MicroBatch`, prompt-major rows).
 - :func:`completion_metrics`: TRL's completion-length metrics of a generation batch.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 import torch
+
+from ..algos.base import MicroBatch
 
 
 class PromptSampler:
@@ -61,15 +64,15 @@ class GenerationBatch:
     returns: torch.Tensor | None = None      # (B, T) PPO
     metrics: dict = field(default_factory=dict)
 
-    def micro_batch(self, index: int, size: int) -> dict:
+    def micro_batch(self, index: int, size: int) -> MicroBatch:
+        """Rows ``[index * size, (index + 1) * size)``: the ``index``-th micro-batch, in order."""
         sl = slice(index * size, (index + 1) * size)
-        out = {}
-        for name in ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask", "advantages", "old_logps",
-                     "ref_logps", "sampling_ratio", "sampling_logps", "old_values", "returns"):
-            value = getattr(self, name, None)  # None too for fields newer than a saved batch
-            out[name] = value[sl] if value is not None else None
-        out["rows"] = self.rows[sl]
-        return out
+        tensors = {}
+        for spec in dataclasses.fields(MicroBatch):
+            value = getattr(self, spec.name, None)  # None too for fields newer than a saved batch
+            if isinstance(value, torch.Tensor):
+                tensors[spec.name] = value[sl]
+        return MicroBatch(**tensors, rows=self.rows[sl])
 
 
 def completion_metrics(completion_mask: torch.Tensor, is_eos: torch.Tensor) -> dict:
@@ -83,14 +86,3 @@ def completion_metrics(completion_mask: torch.Tensor, is_eos: torch.Tensor) -> d
         "completions/clipped_ratio": (~is_eos).float().mean().item(),
         "completions/mean_terminated_length": terminated.mean().item() if len(terminated) else 0.0,
     }
-
-
-def mean_rows(rows: list[dict]) -> dict:
-    """Each key's mean over the rows that hold it (the micro-batches of one optimizer step)."""
-    keys = {k for r in rows for k in r}
-    return {k: sum(r[k] for r in rows if k in r) / sum(1 for r in rows if k in r) for k in keys}
-
-
-def prompt_text(prompt) -> str:
-    """The last message of a conversational prompt, or the prompt itself."""
-    return prompt[-1]["content"] if isinstance(prompt, list) else str(prompt)

@@ -19,6 +19,7 @@ round itself, unchanged; with ``dynamic_sampling=False`` the trainer never calls
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -29,7 +30,10 @@ from ..rollout.base import RolloutBatch
 
 @dataclass
 class Sampled:
-    """One round: dataset rows, prompts and columns (repeated G times), completions, rewards."""
+    """One round: dataset rows, prompts and columns (repeated G times), completions, rewards.
+
+    The functions below read these fields and build their results with ``dataclasses.replace``,
+    so any dataclass with them works (the trainer's ``Generated``)."""
 
     rows: list[int]                # (B,) dataset row of each completion, prompt-major
     prompts: list[Any]             # (B,)
@@ -63,9 +67,9 @@ def _select(s: Sampled, groups: list[int], G: int) -> tuple[list[int], Sampled]:
                            completion_ids=r.completion_ids[index], completion_mask=r.completion_mask[index],
                            is_eos=r.is_eos[index], texts=[r.texts[i] for i in idx],
                            sampling_logps=None if r.sampling_logps is None else r.sampling_logps[index])
-    return idx, Sampled([s.rows[i] for i in idx], [s.prompts[i] for i in idx],
-                        {k: [v[i] for i in idx] for k, v in s.columns.items()}, rollout, s.per_func[index],
-                        s.total[index])
+    return idx, dataclasses.replace(s, rows=[s.rows[i] for i in idx], prompts=[s.prompts[i] for i in idx],
+                                    columns={k: [v[i] for i in idx] for k, v in s.columns.items()}, rollout=rollout,
+                                    per_func=s.per_func[index], total=s.total[index])
 
 
 def concat_sampled(parts: list[Sampled], pad_id: int) -> Sampled:
@@ -81,9 +85,11 @@ def concat_sampled(parts: list[Sampled], pad_id: int) -> Sampled:
                            completion_mask=torch.cat([_pad_to(r.completion_mask, T, 0, False) for r in rs]),
                            is_eos=torch.cat([r.is_eos for r in rs]), texts=[t for r in rs for t in r.texts],
                            sampling_logps=logps)
-    return Sampled([x for p in parts for x in p.rows], [x for p in parts for x in p.prompts],
-                   {k: [x for p in parts for x in p.columns[k]] for k in parts[0].columns}, rollout,
-                   torch.cat([p.per_func for p in parts]), torch.cat([p.total for p in parts]))
+    return dataclasses.replace(parts[0], rows=[x for p in parts for x in p.rows],
+                               prompts=[x for p in parts for x in p.prompts],
+                               columns={k: [x for p in parts for x in p.columns[k]] for k in parts[0].columns},
+                               rollout=rollout, per_func=torch.cat([p.per_func for p in parts]),
+                               total=torch.cat([p.total for p in parts]))
 
 
 def fill_groups(sample: Callable[[int], Sampled], groups: int, num_generations: int, max_rounds: int,
@@ -126,7 +132,7 @@ def fill_groups(sample: Callable[[int], Sampled], groups: int, num_generations: 
 
 def draw_batch(sample: Callable[[int], Sampled], config, pad_id: int) -> tuple[Sampled, dict[str, float], int | None]:
     """One generation batch: ``sample(0)`` as it is when ``config.dynamic_sampling`` is off (no
-    metrics, ``None`` tokens: the caller counts them), else :func:`fill_groups`."""
+    metrics, ``None`` tokens), else :func:`fill_groups`."""
     if not config.dynamic_sampling:
         return sample(0), {}, None
     return fill_groups(sample, config.unique_prompts_per_generation, config.num_generations,
