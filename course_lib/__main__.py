@@ -107,6 +107,14 @@ def _cmd_check_fail_on_stubs(args) -> int:
     return 0
 
 
+def _cmd_doctor(args) -> int:
+    from .doctor.report import doctor_run
+
+    findings, text, _ = doctor_run(args.run_dir, figure=args.figure)
+    print(text)
+    return 1 if any(f.severity == "error" for f in findings) else 0
+
+
 def _cmd_train(args) -> int:
     from .run.cli_train import run_train
 
@@ -171,6 +179,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_train_arguments(p)
     p.set_defaults(func=_cmd_train)
+
+    p = sub.add_parser("doctor", help="diagnose a run folder or a TRL trainer_state.json: each failure and its fix")
+    p.add_argument("run_dir", help="the run's output_dir, or a TRL trainer_state.json (or its folder)")
+    p.add_argument("--figure", default=None, help="where to save the signals' figure (default: RUN_DIR/doctor.png)")
+    p.set_defaults(func=_cmd_doctor)
 
     p = sub.add_parser("export-trl", help="write a TRL config, reward module and command for the same GRPO run")
     add_train_arguments(p)

@@ -231,6 +231,10 @@ class RLConfig(RunOptions):
     """Rows printed when `log_completions` is on; None prints all."""
     report_to: Literal["none", "wandb", "tensorboard"] = "none"
     """Where metrics go besides the console."""
+    doctor: Literal["warn", "stop", "off"] = "warn"
+    """The run doctor (`course_lib.doctor`) every `logging_steps`: "warn" prints each finding once
+    and writes it to history.jsonl; "stop" also ends the run (checkpoint saved) on an error-level
+    finding; "off" skips it. `python -m course_lib doctor OUTPUT_DIR` reads the same rules."""
 
     # --- derived in __post_init__ (not arguments, not saved) --------------------
     effective_steps_per_generation: int = field(init=False, repr=False)

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
@@ -51,7 +51,9 @@ from .run import checkpoint as ckpt
 from .run.batches import GenerationBatch, PromptSampler, completion_metrics
 from .run.distributed import Shards, make_accelerator
 from .run.folder import claim_output_dir, run_identity
-from .run.history import MetricsLogger, format_samples, unique_prompt_samples
+from .doctor.live import LiveDoctor
+from .run.dynamic_sampling import draw_batch
+from .run.history import MetricsLogger, StepClock, format_samples, unique_prompt_samples
 from .run.in_loop_eval import InLoopEvaluator
 from .run.model_options import apply_model_options, load_kwargs, mix_into_reference
 from .run.nonfinite import check_finite_update, check_finite_weights, clip_gradients
@@ -61,12 +63,16 @@ from .run.validation import check_train_dataset
 
 @dataclass
 class Generated:
-    """Step 1's output on this process: the dataset rows, their prompts and columns, the engine's completions."""
+    """Step 1's output on this process: the dataset rows, their prompts and columns, the engine's completions,
+    and their rewards (scored as they were sampled: dynamic sampling filters on them)."""
 
     rows: list[int]
     prompts: list
     columns: dict[str, list]
     rollout: RolloutBatch
+    per_func: torch.Tensor | None = None   # (B, K) each reward function's score
+    total: torch.Tensor | None = None      # (B,) their weighted sum
+    metrics: dict = field(default_factory=dict)  # dynamic_sampling/* when on
 
 
 class Trainer:
@@ -150,6 +156,8 @@ class Trainer:
         self.interrupted = False  # True when Ctrl-C stopped train() early (no final/ then)
         self._bar: tqdm | None = None
         self._clock = (time.time(), 0)  # (start of train(), tokens_seen then): throughput
+        self.step_clock = StepClock()  # timing/*: wall and generation seconds between logged rows
+        self.doctor = LiveDoctor(config)  # course_lib.doctor, every logging_steps
 
     def _engine_options(self) -> dict:
         config = self.config
@@ -183,9 +191,15 @@ class Trainer:
         return torch.cat(logps), (torch.cat(values) if with_values else None)
 
     def _generate(self) -> Generated:
-        """Step 1: ``unique prompts x G`` completions of this process's rows, prompt-major."""
-        config, G = self.config, self.config.num_generations
+        """Step 1: ``unique prompts x G`` completions of this process's rows, prompt-major, scored;
+        with ``dynamic_sampling``, rounds until the groups' rewards differ (DAPO)."""
         self._sync_engine()
+        generated, generated.metrics, _ = draw_batch(self._generate_round, self.config, self.tokenizer.pad_token_id)
+        self.cycle += 1
+        return generated
+
+    def _generate_round(self, round_index: int = 0) -> Generated:
+        config, G = self.config, self.config.num_generations
         # Every process draws the same prompts; it owns rows `self.shards.rows` of the U x G
         # completions (prompt-major) and samples them with their global indices as seeds.
         prompt_rows = self.sampler.take(config.unique_prompts_per_generation)
@@ -194,25 +208,28 @@ class Trainer:
         sampling = SamplingConfig(temperature=config.temperature, top_p=config.top_p, top_k=config.top_k,
                                   min_p=config.min_p, repetition_penalty=config.repetition_penalty,
                                   max_tokens=config.max_completion_length,
-                                  seed=config.seed * 2**40 + self.cycle * config.effective_generation_batch_size,
+                                  seed=config.seed * 2**40 + self.cycle * config.effective_generation_batch_size
+                                  + round_index * 2**36,  # dynamic sampling's refill rounds
                                   max_prompt_length=config.max_prompt_length, first_row=self.shards.rows.start,
                                   generation_kwargs=config.sampling_extras, chat_template_kwargs=config.chat_template_kwargs)
         was_training = self.model.training
         self.model.eval()
-        rollout = self.engine.generate(list(prompts), n=1, sampling=sampling)
+        with self.step_clock.generating():
+            rollout = self.engine.generate(list(prompts), n=1, sampling=sampling)
         self.model.train(was_training)
         self.tokens_seen += int(self.shards.sum(int(rollout.completion_mask.sum() + rollout.prompt_mask.sum())))
-        self.cycle += 1
-        return Generated(rows=rows, prompts=prompts, columns=columns, rollout=rollout)
+        generated = Generated(rows=rows, prompts=prompts, columns=columns, rollout=rollout)
+        generated.per_func, generated.total = self._rewards(generated)
+        return generated
 
     def _score(self, generated: Generated) -> GenerationBatch:
         """Step 2: rewards, log-probs before learning, sampler correction, then the algorithm's advantages."""
         config, shards, rollout = self.config, self.shards, generated.rollout
-        per_func, total = self._rewards(generated)
+        per_func, total = generated.per_func, generated.total
         mask = rollout.completion_mask.clone()
         if config.mask_truncated_completions:  # DAPO: truncated answers carry no signal
             mask = mask * rollout.is_eos.unsqueeze(1).to(mask.dtype)
-        metrics = self._rollout_metrics(rollout, per_func)
+        metrics = {**self._rollout_metrics(rollout, per_func), **generated.metrics}
         old_logps, old_values, ref_logps = self._logps_before_learning(rollout)
         sampling_ratio = None
         if config.effective_vllm_importance_sampling_correction and rollout.sampling_logps is not None:
@@ -320,10 +337,11 @@ class Trainer:
         """Step 4: clip, check for NaN/inf, apply the accumulated gradients; the reference follows if asked."""
         parameters = [p for group in self.optimizer.param_groups for p in group["params"]]
         grad_norm = clip_gradients(parameters, self.config.max_grad_norm)
-        check_finite_update(grad_norm, self._window, step=self.step + 1, output_dir=self.output_dir)
         learning_rate = self.scheduler.get_last_lr()[0]
-        self.optimizer.step()
-        check_finite_weights(self.model, self.value_head, step=self.step + 1, output_dir=self.output_dir)
+        with self.doctor.reporting_non_finite(self.step + 1, self.logger, self.shards.is_main):  # then re-raised
+            check_finite_update(grad_norm, self._window, step=self.step + 1, output_dir=self.output_dir)
+            self.optimizer.step()
+            check_finite_weights(self.model, self.value_head, step=self.step + 1, output_dir=self.output_dir)
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
         self._weights_dirty = True
@@ -360,6 +378,7 @@ class Trainer:
         self._bar = tqdm(total=self.max_steps, initial=self.step, desc=self.algorithm.name.upper(),
                          disable=not (self.progress and self.shards.is_main))
         self._clock = (time.time(), self.tokens_seen)
+        self.step_clock.restart()
         self.model.train()
         while self.step < self.max_steps:
             if self.batch is None or self.batch_position >= micro_per_cycle:
@@ -373,8 +392,9 @@ class Trainer:
             window = self.shards.mean_metrics(_mean_rows(self._window))  # averaged over processes
             row = {"step": self.step + 1, **self._optimizer_step(), **window, **self.batch.metrics}
             self._window = []
-            self._log_step(row)
-            stop = self.shards.sum(float(interrupt.requested)) > 0  # Ctrl-C on any process stops them all
+            doctor_stop = self._log_step(row)
+            # Ctrl-C on any process stops them all, as does an error finding under doctor="stop"
+            stop = self.shards.sum(float(interrupt.requested or doctor_stop)) > 0
             if config.save_steps > 0 and self.step % config.save_steps == 0 or stop:
                 self.save_checkpoint()
             if stop:
@@ -387,8 +407,9 @@ class Trainer:
         self.logger.close()
         return self.logger.rows
 
-    def _log_step(self, row: dict) -> None:
-        """Step 5: throughput, in-loop evaluation when due, ``history.jsonl``, progress bar, sample table."""
+    def _log_step(self, row: dict) -> bool:
+        """Step 5: throughput, in-loop evaluation when due, ``history.jsonl``, the run doctor, progress bar,
+        sample table. True when the doctor asks the run to stop (``doctor="stop"``)."""
         config, (started, tokens_at_start) = self.config, self._clock
         elapsed = max(time.time() - started, 1e-9)
         episodes = self.cycle * config.effective_generation_batch_size
@@ -398,7 +419,9 @@ class Trainer:
         if self.evaluator is not None and self.evaluator.due(self.step, self.max_steps):
             self._sync_engine()
             row.update(self.evaluator.run(self.engine, self.model, self.step))
+        row.update(self.step_clock.lap())
         self.logger.log(row)
+        doctor_stop = self.doctor.after_step(self.step, self.logger, self.shards.is_main)
         if self.on_step is not None:
             self.on_step(row)
         self._bar.update(1)
@@ -409,6 +432,7 @@ class Trainer:
             if config.log_unique_prompts:
                 samples = unique_prompt_samples(*samples)
             tqdm.write(f"step {self.step}\n" + format_samples(*samples, limit=limit))
+        return doctor_stop
 
     def _run_identity(self) -> dict:
         """The rows and rewards a resume must match (``course_lib.run.folder``)."""

@@ -63,6 +63,7 @@ RESUME_SAFE_FIELDS = {
     "log_completions": "logging",
     "num_completions_to_print": "logging",
     "report_to": "logging",
+    "doctor": "logging",
     "save_steps": "checkpointing",
     "save_total_limit": "checkpointing",
     "gradient_checkpointing": "memory (recomputes the same values)",
