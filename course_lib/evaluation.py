@@ -17,16 +17,18 @@ from .rewards.answers import is_correct
 from .sampled_evaluation import (  # pass@k, maj@k and sampled accuracy live beside greedy evaluation
     SampledEvaluation,
     evaluate_sampled,
+    group_texts,
     maj_at_k,
     majority_answer,
     mean_pass_at_k,
     pass_at_k,
     sampled_completions,
+    score_samples,
 )
 
 __all__ = ["evaluate_accuracy", "greedy_completions", "is_correct", "lift_interval", "wilson_interval",
            "format_accuracy", "pass_at_k", "mean_pass_at_k", "majority_answer", "maj_at_k", "sampled_completions",
-           "SampledEvaluation", "evaluate_sampled"]
+           "SampledEvaluation", "score_samples", "group_texts", "evaluate_sampled"]
 
 # Two-sided 95% normal quantile.
 Z95 = 1.959963984540054
