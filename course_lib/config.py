@@ -4,8 +4,9 @@
 defaults of TRL 1.16's `GRPOConfig`. Each field carries a docstring right below it,
 CleanRL style; `field_docs(cls)` reads those strings from the source so that the
 command line can print them as help. Each algorithm's own config (`GRPOConfig` in
-`course_lib/algos/grpo.py`, `RLOOConfig` and `PPOConfig` beside it) adds only the fields
-that algorithm reads, so a knob that would be ignored cannot be set.
+`course_lib/algos/grpo_config.py`, `RLOOConfig` in `rloo.py`, `PPOConfig` in `ppo.py`) adds
+only the fields that algorithm reads; a shared field an algorithm would ignore is refused
+there (PPO's `epsilon_high`). The allowed values of a choice are its field's `Literal`.
 
 A config is checked once, when it is built: a bad value raises `ValueError` naming the
 field, the value and the fix, and a legal but risky setting emits a `ConfigWarning`.
@@ -15,8 +16,8 @@ computed in `__post_init__` and never mutated afterwards: configs are frozen;
 `apply_overrides` and `dataclasses.replace` build a new, re-validated one. Build a
 config by algorithm name with `course_lib.algos.make_config`.
 
-Simplifications compared to TRL: no Hub, DeepSpeed, FSDP or evaluation-loop options;
-`num_processes` is a field (TRL reads it from the launcher) so that the batch
+Simplifications compared to TRL: no Hub, DeepSpeed or FSDP options, and in-loop
+evaluation limited to `eval_strategy` "no" / "steps"; `num_processes` is a field (TRL reads it from the launcher) so that the batch
 arithmetic can be shown for any number of GPUs on one machine.
 """
 

@@ -22,8 +22,9 @@ vocabulary that is tens of gigabytes, while the answer is `N` numbers.
   for turning a model's final hidden states into logits: its output embedding, bias, logit
   scale and soft cap (Gemma-2), read from its config.
 
-Simplifications: no Triton kernel here; a model whose config transforms its logits in a
-way `LMHead` does not model is scored through its own forward pass (full logits).
+The Triton kernels live in :mod:`course_lib.ops.triton_logprobs`; `head_logprobs` picks them
+on CUDA. A model whose config transforms its logits in a way `LMHead` does not model is
+scored through its own forward pass (full logits).
 """
 
 from __future__ import annotations
