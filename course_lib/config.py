@@ -198,11 +198,13 @@ class RLConfig(RunOptions):
     sets clip_max and warns."""
 
     # --- memory-efficient log-probs ---------------------------------------------
-    use_fused_logprobs: bool = True
-    """Compute token log-probs from hidden states chunk by chunk, never holding the (B, T, V) logits
-    at once."""
+    logprob_kernel: Literal["auto", "triton", "chunked", "full"] = "auto"
+    """How token log-probs are computed from the hidden states: "triton" (fused kernels, never the
+    (B, T, V) logits), "chunked" (the same in PyTorch, chunk by chunk), "full" (the whole logits at
+    once, the textbook way), or "auto" (Triton on CUDA, chunked elsewhere)."""
     logprob_chunk_size: int = 1024
-    """Tokens per chunk of the fused log-prob path."""
+    """Tokens per chunk of the chunked path (read by "chunked", and by "auto" off CUDA; the Triton
+    kernels tile by themselves)."""
 
     # --- LoRA (Hu et al. 2021) ------------------------------------------------------
     use_lora: bool = False
@@ -267,6 +269,9 @@ class RLConfig(RunOptions):
 
     def _check_ranges(self) -> None:
         super()._check_ranges()
+        if self.logprob_kernel in ("triton", "full") and self.logprob_chunk_size != 1024:
+            fail("logprob_chunk_size", self.logprob_chunk_size, f"is not read with logprob_kernel={self.logprob_kernel!r}",
+                 "leave logprob_chunk_size at 1024, or set logprob_kernel='chunked'")
         for name in ("per_device_train_batch_size", "gradient_accumulation_steps", "num_processes",
                      "num_iterations", "max_completion_length", "logging_steps", "logprob_chunk_size",
                      "lora_r", "lora_alpha"):
@@ -424,4 +429,3 @@ class RLConfig(RunOptions):
         """Rebuild a config of this class from `to_dict` output (`course_lib.algos.config_from_dict`
         picks the class from the `algo` key)."""
         return from_dict(data, cls)
-
