@@ -143,6 +143,9 @@ class Trainer:
         self.evaluator = (None if config.eval_strategy == "no" else
                           InLoopEvaluator(config, eval_dataset, self.reward_funcs, self.reward_weights))
         self.output_dir = Path(config.output_dir)
+        kernel = config.logprob_kernel  # -> completion_forward's fused / triton switches
+        self._logprob_options = {"fused": kernel != "full", "chunk_size": config.logprob_chunk_size,
+                                 "triton": {"auto": None, "triton": True}.get(kernel, False)}
         self.step = 0          # optimizer steps done
         self.micro_step = 0    # micro-batches done
         self.cycle = 0         # generation batches made
@@ -183,8 +186,7 @@ class Trainer:
             sl = slice(start, start + size)
             lp, v, _ = completion_forward(model, batch_tensors["prompt_ids"][sl], batch_tensors["prompt_mask"][sl],
                                           batch_tensors["completion_ids"][sl], batch_tensors["completion_mask"][sl],
-                                          temperature=config.temperature, fused=config.use_fused_logprobs,
-                                          chunk_size=config.logprob_chunk_size,
+                                          temperature=config.temperature, **self._logprob_options,
                                           value_head=self.value_head if with_values else None)
             logps.append(lp.float())
             values.append(v.float() if v is not None else None)
@@ -324,7 +326,7 @@ class Trainer:
         with sync:  # DDP averages gradients only at the last micro-step of an accumulation window
             logps, values, entropies = self.policy_forward(
                 mb.prompt_ids, mb.prompt_mask, mb.completion_ids, mb.completion_mask,
-                temperature=config.temperature, fused=config.use_fused_logprobs, chunk_size=config.logprob_chunk_size,
+                temperature=config.temperature, **self._logprob_options,
                 with_entropy=True)
             out = self.algorithm.loss(mb, PolicyOutputs(logps=logps, entropies=entropies, values=values), config,
                                       num_items_in_batch=self.batch.num_items_in_batch)
