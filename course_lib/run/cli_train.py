@@ -71,10 +71,18 @@ def check_run_arguments(args) -> None:
         raise ValueError("--resume-from '' names no checkpoint (it would silently start a new run). Fix: "
                          "--resume-from latest, or a <output-dir>/checkpoint-<step> folder, or leave it out.")
     for item in args.overrides:
-        if item.partition("=")[0].strip().removeprefix("--").replace("-", "_") == "num_processes":
-            raise ValueError(f"--set {item} conflicts with --num-processes {args.num_processes}: the processes "
-                             "are started by the command, so their number has one source. Fix: use "
-                             "--num-processes N instead of --set num_processes=N.")
+        key, _, value = item.partition("=")
+        if key.strip().removeprefix("--").replace("-", "_") != "num_processes":
+            continue
+        # Under an outside launcher (accelerate launch) --set num_processes names its process count;
+        # otherwise this command starts the processes, from --num-processes.
+        started = os.environ.get("WORLD_SIZE") if "LOCAL_RANK" in os.environ else str(args.num_processes)
+        if value.strip() != started:
+            source = ("the launcher started WORLD_SIZE=" if "LOCAL_RANK" in os.environ
+                      else "this command starts --num-processes ")
+            raise ValueError(f"--set {item} conflicts with the processes that run ({source}{started}): the batch "
+                             "arithmetic would assume another number of processes. Fix: use --num-processes N (or "
+                             "the launcher's count) and leave num_processes out of --set.")
 
 
 def build_run(args):
