@@ -20,6 +20,11 @@ def _cmd_build_tiny(args) -> int:
 
     from .tiny import TINY_DIR, TinyRecipe, train_tiny
 
+    from pathlib import Path
+
+    if args.output_dir is not None and Path(args.output_dir).exists() and not Path(args.output_dir).is_dir():
+        raise ValueError(f"--output-dir {args.output_dir} is a file, not a folder. Fix: pass a folder path (it is "
+                         "created when missing).")
     recipe = TinyRecipe() if args.steps is None else replace(TinyRecipe(), steps=args.steps)
     report = train_tiny(args.output_dir or TINY_DIR, recipe)
     print(json.dumps(report, indent=2))
@@ -139,7 +144,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("build-tiny", help="rebuild the embedded tiny model (reproducible, ~3 min on CPU)")
     p.add_argument("--output-dir", default=None, help="default: course_lib/assets/tiny")
-    p.add_argument("--steps", type=int, default=None, help="SFT steps (default: the recipe's)")
+    p.add_argument("--steps", type=count_argument(1), default=None, help="SFT steps (default: the recipe's)")
     p.set_defaults(func=_cmd_build_tiny)
 
     p = sub.add_parser("eval", help="greedy accuracy of a model on a task; last line is JSON")

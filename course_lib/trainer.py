@@ -58,6 +58,7 @@ from .run.in_loop_eval import InLoopEvaluator
 from .run.model_options import apply_model_options, load_kwargs, mix_into_reference
 from .run.nonfinite import check_finite_update, check_finite_weights, clip_gradients
 from .run.trainer_state import resume_trainer, save_final_model, save_trainer_checkpoint
+from .run.validation import check_train_dataset
 
 
 @dataclass
@@ -90,8 +91,7 @@ class Trainer:
                  progress: bool = True, on_step: Callable[[dict], None] | None = None, eval_dataset=None):
         if not reward_funcs:
             raise ValueError("reward_funcs is empty: pass at least one reward function.")
-        if "prompt" not in train_dataset.column_names:
-            raise ValueError(f"train_dataset has no 'prompt' column (columns: {train_dataset.column_names}).")
+        check_train_dataset(train_dataset)  # a table with usable prompts (course_lib.run.validation)
         if len(train_dataset) < config.unique_prompts_per_generation:
             raise ValueError(f"train_dataset has {len(train_dataset)} rows but one generation batch needs "
                              f"{config.unique_prompts_per_generation} distinct prompts; add rows or lower "
@@ -143,6 +143,9 @@ class Trainer:
         self.evaluator = (None if config.eval_strategy == "no" else
                           InLoopEvaluator(config, eval_dataset, self.reward_funcs, self.reward_weights))
         self.output_dir = Path(config.output_dir)
+        kernel = config.logprob_kernel  # -> completion_forward's fused / triton switches
+        self._logprob_options = {"fused": kernel != "full", "chunk_size": config.logprob_chunk_size,
+                                 "triton": {"auto": None, "triton": True}.get(kernel, False)}
         self.step = 0          # optimizer steps done
         self.micro_step = 0    # micro-batches done
         self.cycle = 0         # generation batches made
@@ -183,8 +186,7 @@ class Trainer:
             sl = slice(start, start + size)
             lp, v, _ = completion_forward(model, batch_tensors["prompt_ids"][sl], batch_tensors["prompt_mask"][sl],
                                           batch_tensors["completion_ids"][sl], batch_tensors["completion_mask"][sl],
-                                          temperature=config.temperature, fused=config.use_fused_logprobs,
-                                          chunk_size=config.logprob_chunk_size,
+                                          temperature=config.temperature, **self._logprob_options,
                                           value_head=self.value_head if with_values else None)
             logps.append(lp.float())
             values.append(v.float() if v is not None else None)
@@ -324,7 +326,7 @@ class Trainer:
         with sync:  # DDP averages gradients only at the last micro-step of an accumulation window
             logps, values, entropies = self.policy_forward(
                 mb.prompt_ids, mb.prompt_mask, mb.completion_ids, mb.completion_mask,
-                temperature=config.temperature, fused=config.use_fused_logprobs, chunk_size=config.logprob_chunk_size,
+                temperature=config.temperature, **self._logprob_options,
                 with_entropy=True)
             out = self.algorithm.loss(mb, PolicyOutputs(logps=logps, entropies=entropies, values=values), config,
                                       num_items_in_batch=self.batch.num_items_in_batch)

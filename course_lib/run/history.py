@@ -1,4 +1,4 @@
-"""Training metrics: one JSON row per optimizer step, sample tables, and plots.
+"""Training metrics: one JSON row per optimizer step, and sample tables (plots: ``course_lib.widgets``).
 
 Rows are appended to ``<output_dir>/history.jsonl`` as they are produced, so a run that
 stops early keeps everything it logged. Optional mirrors: Weights & Biases and

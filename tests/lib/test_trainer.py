@@ -232,7 +232,8 @@ def test_logged_entropy_is_exact_with_fused_log_probs(tmp_path, algo):
     """The fused path logs the true entropy (equal to the full-logits one), not -mean(log p)."""
     rows = {}
     for fused in (True, False):
-        trainer = _trainer(tmp_path / str(fused), algo=algo, max_steps=1, temperature=1.5, use_fused_logprobs=fused)
+        trainer = _trainer(tmp_path / str(fused), algo=algo, max_steps=1, temperature=1.5,
+                           logprob_kernel="auto" if fused else "full")
         rows[fused] = trainer.train()[0]
     assert rows[True]["entropy"] == pytest.approx(rows[False]["entropy"], abs=1e-5)
     # the Monte-Carlo stand-in the trainer used to log is a different number here
