@@ -20,7 +20,7 @@ removed by the next save. ``save_total_limit`` keeps the newest few checkpoints;
 (copied by hand, edited, or written by an older version) gets a ``CheckpointError`` that
 names it and the fix. Nothing in a checkpoint is unpickled as code (``course_lib.state_io``):
 a crafted file gets a ``CheckpointError``, never an execution. ``StopOnInterrupt`` turns
-Ctrl-C into "save and stop" at the next optimizer step.
+Ctrl-C, SIGTERM and SIGHUP into "save and stop" at the next optimizer step (``course_lib.signals``).
 """
 
 from __future__ import annotations
@@ -31,7 +31,6 @@ import os
 import random
 import re
 import shutil
-import signal
 import threading
 from pathlib import Path
 from typing import Iterator
@@ -39,6 +38,7 @@ from typing import Iterator
 import numpy as np
 import torch
 
+from .signals import StopOnSignals
 from .state_io import StateFileError, load_rng, load_rollout, load_tensor_state, read_tensors, save_rng, save_rollout
 
 
@@ -217,31 +217,8 @@ def load_trainer_state(folder: str | Path) -> dict:
     return json.loads((folder / "trainer_state.json").read_text())
 
 
-class StopOnInterrupt:
-    """Ctrl-C (SIGINT) asks the training loop to save and stop at the next optimizer step.
-
-    ``with StopOnInterrupt() as stop: ... if stop.requested: save; break``. A second Ctrl-C
-    raises ``KeyboardInterrupt`` at once, as usual. Outside the main thread (where Python
-    cannot install signal handlers) it does nothing and ``requested`` stays False.
-    """
-
-    def __init__(self) -> None:
-        self.requested = False
-        self._previous = None
-
-    def _handler(self, signum, frame) -> None:
-        if self.requested:
-            raise KeyboardInterrupt
-        self.requested = True
-
-    def __enter__(self) -> "StopOnInterrupt":
-        if threading.current_thread() is threading.main_thread():
-            self._previous = signal.signal(signal.SIGINT, self._handler)
-        return self
-
-    def __exit__(self, *exc) -> None:
-        if self._previous is not None:
-            signal.signal(signal.SIGINT, self._previous)
+# Ctrl-C, SIGTERM and SIGHUP all save and stop: one implementation, in ``course_lib.signals``.
+StopOnInterrupt = StopOnSignals
 
 
 def restore_weights(folder: str | Path, model, value_head=None) -> None:

@@ -93,14 +93,13 @@ def run_train(args) -> int:
     if args.num_processes < 1:
         raise ValueError(f"--num-processes {args.num_processes}: use 1 or more processes.")
     if args.num_processes > 1 and "LOCAL_RANK" not in os.environ:
-        import subprocess
-
         from .distributed import cuda_requested, launch_command
+        from .signals import run_forwarding_signals
 
         config, _, _ = build_run(args)  # fail here, once, on a bad config
         command = launch_command(args.num_processes, sys.argv[1:], cpu=not cuda_requested(config.device))
         print("launching:", " ".join(command), file=sys.stderr)
-        return subprocess.call(command)
+        return run_forwarding_signals(command)  # a stop signal reaches every worker, once
     from .trainer import Trainer
 
     config, reward_funcs, dataset = build_run(args)
@@ -114,9 +113,12 @@ def run_train(args) -> int:
     before = _evaluate(trainer, args) if args.eval_n and main else None
     history = trainer.train(resume_from=args.resume_from)
     if trainer.interrupted:
-        print(f"interrupted: saved {trainer.output_dir}/checkpoint-{trainer.step}; continue with the same "
-              f"command and --resume-from latest", file=sys.stderr)
-        return 130
+        from .signals import exit_code, signal_name
+
+        signum = getattr(trainer, "stop_signal", None) or 2  # another process's stop: Ctrl-C's code
+        print(f"stopped by {signal_name(signum)}: saved {trainer.output_dir}/checkpoint-{trainer.step}; continue "
+              "with the same command and --resume-from latest", file=sys.stderr)
+        return exit_code(signum)
     after = _evaluate(trainer, args) if args.eval_n and main else None
     if not main:
         return 0

@@ -299,8 +299,9 @@ class Trainer:
         ``resume_from``: a checkpoint folder, or ``"latest"`` for the newest complete one in
         ``output_dir``. A non-empty ``output_dir`` is refused unless the run resumes the one
         there or ``config.overwrite_output_dir`` is set (``course_lib.run_folder``). Ctrl-C
-        saves a checkpoint at the next optimizer step and returns (``self.interrupted`` is
-        then True and no ``final/`` is written).
+        (SIGTERM, SIGHUP) saves a checkpoint at the next optimizer step and returns
+        (``self.interrupted`` is then True, ``self.stop_signal`` the signal, and no ``final/``
+        is written; ``course_lib.signals``).
         """
         resume_folder = ckpt.resolve_resume(resume_from, self.output_dir) if resume_from else None
         with ckpt.StopOnInterrupt() as interrupt, claim_output_dir(
@@ -356,7 +357,7 @@ class Trainer:
             if config.save_steps > 0 and self.step % config.save_steps == 0 or stop:
                 self.save_checkpoint()
             if stop:
-                self.interrupted = True
+                self.interrupted, self.stop_signal = True, interrupt.signum  # signum None: another process's
                 break
         bar.close()
         if not self.interrupted and self.shards.is_main:
