@@ -195,6 +195,10 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv or bool(os.environ.get("COURSE_TRACEBACK"))
     args = build_parser().parse_args([a for a in argv if a != "--debug"])
+    from .wording import command_line_active, use_command_line
+
+    was_active = command_line_active()
+    use_command_line()  # fixes in error messages name flags, not Python arguments
     try:
         return args.func(args)
     except _user_errors() as error:
@@ -208,6 +212,8 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print("interrupted", file=sys.stderr)
         return 130
+    finally:
+        use_command_line(was_active)
 
 
 if __name__ == "__main__":

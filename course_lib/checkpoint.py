@@ -39,6 +39,7 @@ import numpy as np
 import torch
 
 from .signals import StopOnSignals
+from .wording import fix, resume_latest
 from .state_io import StateFileError, load_rng, load_rollout, load_tensor_state, read_tensors, save_rng, save_rollout
 
 
@@ -194,16 +195,18 @@ def resolve_resume(resume_from: str | Path, output_dir: str | Path) -> Path:
     if str(resume_from) == "latest":
         folder = latest_checkpoint(output_dir)
         if folder is None:
-            raise CheckpointError(f"--resume-from latest: no complete checkpoint-<step> folder in {output_dir}. "
-                                  "Fix: check --output-dir, or start without --resume-from.")
+            raise CheckpointError(f"{resume_latest()}: no complete checkpoint-<step> folder in {output_dir}. "
+                                  f"Fix: check {fix('--output-dir', 'output_dir')}, or start without "
+                                  f"{fix('--resume-from', 'resume_from')}.")
         return folder
     folder = Path(resume_from)
     problem = checkpoint_problem(folder)
     if problem is not None:
         newest = latest_checkpoint(folder.parent) if folder.parent.is_dir() else None
-        fix = (f"resume from {newest} (--resume-from latest picks it)" if newest is not None and newest != folder
-               else "pass a complete <output_dir>/checkpoint-<step> folder, or start without --resume-from")
-        raise CheckpointError(f"cannot resume from {folder}: {problem}. Fix: {fix}; delete the damaged folder "
+        remedy = (f"resume from {newest} ({resume_latest()} picks it)" if newest is not None and newest != folder
+                  else "pass a complete <output_dir>/checkpoint-<step> folder, or start without "
+                  f"{fix('--resume-from', 'resume_from')}")
+        raise CheckpointError(f"cannot resume from {folder}: {problem}. Fix: {remedy}; delete the damaged folder "
                               "if it is a leftover.")
     return folder
 
@@ -213,7 +216,7 @@ def load_trainer_state(folder: str | Path) -> dict:
     problem = checkpoint_problem(folder)
     if problem is not None:
         raise CheckpointError(f"cannot resume from {folder}: {problem}. Fix: pass a complete "
-                              "<output_dir>/checkpoint-<step> folder, or --resume-from latest.")
+                              f"<output_dir>/checkpoint-<step> folder, or {resume_latest()}.")
     return json.loads((folder / "trainer_state.json").read_text())
 
 
@@ -253,7 +256,7 @@ def _read_state(folder: Path, reader, *args):
         return reader(*args)
     except StateFileError as error:
         raise CheckpointError(f"cannot resume from {folder}: {error}. Fix: resume from another checkpoint "
-                              "(--resume-from latest picks the newest complete one); never resume from a "
+                              f"({resume_latest()} picks the newest complete one); never resume from a "
                               "checkpoint you did not write yourself.") from None
 
 

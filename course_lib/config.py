@@ -30,7 +30,8 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
 from course_lib.config_options import RunOptions, fail
-from course_lib.config_tools import ConfigWarning, apply_overrides, field_docs, from_dict, to_dict
+from course_lib.config_tools import (ConfigWarning, SuggestingFields, apply_overrides, check_logger_installed,
+                                     field_docs, from_dict, to_dict)
 from course_lib.models import TORCH_DTYPES
 from course_lib.ops.importance import check_is_settings
 from course_lib.rollout import ENGINES
@@ -58,7 +59,7 @@ def warn(message: str) -> None:
 
 
 @dataclass(frozen=True)
-class RLConfig(RunOptions):
+class RLConfig(RunOptions, metaclass=SuggestingFields):
     """Settings shared by every algorithm of the course (GRPO, RLOO, PPO)."""
 
     algo: ClassVar[str] = "rl"
@@ -277,6 +278,7 @@ class RLConfig(RunOptions):
             value = getattr(self, name)
             if value not in allowed:
                 fail(name, value, "is not a known choice", f"use one of {', '.join(allowed)}")
+        check_logger_installed(self.report_to)
 
     def _check_ranges(self) -> None:
         super()._check_ranges()

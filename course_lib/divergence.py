@@ -46,7 +46,9 @@ def check_finite_update(grad_norm: torch.Tensor | float, micro_metrics: list[dic
     from .checkpoint import latest_checkpoint
 
     last = latest_checkpoint(output_dir) if output_dir is not None else None
-    resume = (f"the last checkpoint is {last} (resume with --resume-from latest)" if last is not None
+    from .wording import resume_latest
+
+    resume = (f"the last checkpoint is {last} (resume with {resume_latest()})" if last is not None
               else "no checkpoint was saved yet (set save_steps to save some)")
     raise NonFiniteTrainingError(
         f"training stopped at step {step}: {', '.join(bad)} is not finite; the update was not applied. "
