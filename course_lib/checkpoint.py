@@ -38,6 +38,7 @@ from typing import Iterator
 import numpy as np
 import torch
 
+from .models import make_adapter_portable
 from .signals import StopOnSignals
 from .wording import fix, resume_latest
 from .state_io import StateFileError, load_rng, load_rollout, load_tensor_state, read_tensors, save_rng, save_rollout
@@ -117,6 +118,7 @@ def save_checkpoint(folder: str | Path, *, model, tokenizer, optimizer, schedule
     _remove_leftovers(folder.parent)
     with atomic_folder(folder) as tmp:
         model.save_pretrained(tmp / "model", safe_serialization=True)
+        make_adapter_portable(tmp / "model")  # LoRA on an embedded model: its name, not this machine's path
         tokenizer.save_pretrained(tmp / "model")
         torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
         torch.save(scheduler.state_dict(), tmp / "scheduler.pt")
