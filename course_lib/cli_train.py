@@ -51,6 +51,8 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
                         "non-empty --output-dir is refused unless --resume-from continues the run in it")
     parser.add_argument("--rewards", default=None, help="comma-separated reward function names "
                         "(default: the task's, see course_lib.presets)")
+    parser.add_argument("--preset", default=None, help="a named set of config values, e.g. older_trl_rloo (the "
+                        "older TRL RLOOTrainer's defaults); --set wins over it (course_lib.presets.NAMED)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="any config field, e.g. --set learning_rate=3e-5 (repeatable)")
     parser.add_argument("--eval-n", type=count_argument(0), default=0,
@@ -70,6 +72,10 @@ def build_run(args):
     from .rewards import get_reward_functions
 
     settings = run_settings(args.model, args.task, args.algo)
+    if getattr(args, "preset", None):
+        from .presets import named_preset
+
+        settings.update(named_preset(args.preset, args.algo))
     if args.max_steps is not None:
         settings["max_steps"] = args.max_steps
     config = make_config(args.algo, model_name_or_path=args.model, engine=args.engine, output_dir=args.output_dir,

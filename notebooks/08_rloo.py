@@ -359,9 +359,11 @@ for name, default, new_name, note in documented:
 # Two defaults changed what a run does: TRL 1.16 samples at temperature 1.0 and makes one
 # pass over each batch (`num_iterations=1`), so its RLOO is on-policy REINFORCE with a
 # leave-one-out baseline unless you ask for more passes; the documented trainer made four.
-# The course keeps the documented names and defaults, so that the source notes' commands
-# read the same here; `num_generations`, `beta`, `num_iterations`, `epsilon` and
-# `normalize_advantages` are accepted too.
+# The course's `RLOOConfig` takes TRL 1.16's defaults (one pass, temperature 1.0, beta 0.05),
+# so that switching a GRPO run to RLOO changes the advantage and nothing else; the documented
+# trainer's defaults are one argument away, `make_config("rloo", preset="older_trl_rloo")`,
+# and its names (`rloo_k`, `kl_coef`, `num_ppo_epochs`, `cliprange`) are accepted beside
+# `num_generations`, `beta`, `num_iterations`, `epsilon` and `normalize_advantages`.
 #
 # **The EOS trick** (`missing_eos_penalty`): subtract a fixed penalty from the score of
 # every completion that did not end with an EOS token — it ran into `max_completion_length`
@@ -380,7 +382,8 @@ print("scores before:", scores.tolist(), " mean after the EOS trick:", metrics["
 # Now the whole loop on the tiny model: the `arithmetic` task, reward 1 when the first
 # number of the answer is right plus a proximity reward (lesson 09) that gives near misses
 # partial credit, so that almost every group has something to learn from; K = 4
-# completions per prompt, the documentation's defaults of 4 PPO epochs and `kl_coef = 0.05`, and
+# completions per prompt, the documentation's defaults of 4 PPO epochs and `kl_coef = 0.05`
+# (`preset="older_trl_rloo"`), and
 # the EOS trick. `log_completions=True` prints a
 # sample table every `logging_steps`: the course's version of the documentation's "what is
 # my model actually doing?" table (query, model response, score), here with the
@@ -404,7 +407,8 @@ reward_funcs = get_reward_functions(["correctness_first_number_reward", "proximi
 
 def rloo_run(learning_rate: float, steps: int, name: str, **overrides) -> list[dict]:
     model, tokenizer = load_policy("tiny")
-    config = make_config("rloo", rloo_k=4, per_device_train_batch_size=scaled(16, 64), max_completion_length=8,
+    config = make_config("rloo", preset="older_trl_rloo", rloo_k=4, per_device_train_batch_size=scaled(16, 64),
+                         max_completion_length=8,
                          learning_rate=learning_rate, max_steps=steps, missing_eos_penalty=1.0,
                          output_dir=str(OUTPUT / name), overwrite_output_dir=True, report_to="none",
                          **overrides)
@@ -565,9 +569,9 @@ if feedback(ex08.check_unhealthy_ratio_steps, ex.unhealthy_ratio_steps):
 import math
 
 rollouts = math.ceil(10_000 / 64)
-documented_config = make_config("rloo", learning_rate=3e-6, per_device_train_batch_size=64,
+documented_config = make_config("rloo", preset="older_trl_rloo", learning_rate=3e-6, per_device_train_batch_size=64,
                                 gradient_accumulation_steps=1, missing_eos_penalty=1.0,
-                                max_steps=rollouts * 4)  # num_ppo_epochs 4 x num_mini_batches 1, the defaults
+                                max_steps=rollouts * 4)  # num_ppo_epochs 4 x num_mini_batches 1, its defaults
 updates_per_rollout = documented_config.optimizer_steps_per_generation
 assert rollouts * updates_per_rollout == documented_config.max_steps
 print(f"{rollouts} rollouts x {documented_config.effective_generation_batch_size} completions = "

@@ -19,7 +19,9 @@ once and the older name is an alias, accepted by `make_config` / `apply_override
 `num_mini_batches` (optimizer steps per generation batch) is expressed through the
 shared batch arithmetic: it sets `steps_per_generation = num_mini_batches *
 gradient_accumulation_steps`. Defaults follow those older trainers (KL coefficient 0.05,
-4 PPO epochs, temperature 0.7); TRL 1.16's rewritten `RLOOConfig` differs (see lesson 08).
+4 PPO epochs, temperature 0.7), which PPO keeps (TRL 1.16's PPOConfig is that trainer); RLOO
+takes TRL 1.16's rewritten `RLOOConfig` defaults instead (1 pass, temperature 1.0, the same
+beta 0.05), with the older ones as the preset `older_trl_rloo` (see lesson 08).
 """
 
 from __future__ import annotations
