@@ -33,11 +33,24 @@ def count_argument(minimum: int):
     return parse
 
 
+TASK_HELP = ("arithmetic, arithmetic-tagged, arithmetic-mixed, word-problems, sorting, gsm8k, gsm8k:<folder or jsonl>, "
+             "or your own: a .jsonl file with 'prompt' and 'answer' on each line, or module:function returning the "
+             "rows (course_lib.user_tasks)")
+CORRECT_HELP = ("your function f(completion, answer) -> bool deciding a correct answer in evaluations, as "
+                "module:function or file.py:function (default: the number in <answer> tags, else the first number)")
+
+
+def correct_function(args):
+    """The ``--correct`` function, or None for the default rule."""
+    from .user_code import resolve_callable
+
+    return resolve_callable(args.correct, what="--correct") if getattr(args, "correct", None) else None
+
+
 def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--algo", choices=["grpo", "rloo", "ppo"], default="grpo")
     parser.add_argument("--model", default="tiny", help="tiny, smollm2-135m, a local folder or a hub id")
-    parser.add_argument("--task", default="arithmetic", help="arithmetic, arithmetic-tagged, arithmetic-mixed, "
-                        "word-problems, gsm8k, gsm8k:<path to jsonl>")
+    parser.add_argument("--task", default="arithmetic", help=TASK_HELP)
     parser.add_argument("--train-rows", type=count_argument(1), default=2000, help="rows of the task to train on")
     parser.add_argument("--engine", choices=["hf", "vllm"], default="hf")
     parser.add_argument("--max-steps", type=int, default=None,
@@ -49,8 +62,9 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--overwrite-output-dir", action="store_true", help="delete the run already in "
                         "--output-dir (history, checkpoints, final/) and start a new one there; without it a "
                         "non-empty --output-dir is refused unless --resume-from continues the run in it")
-    parser.add_argument("--rewards", default=None, help="comma-separated reward function names "
-                        "(default: the task's, see course_lib.presets)")
+    parser.add_argument("--rewards", default=None, help="comma-separated reward functions: shipped names or your "
+                        "own as module:function / file.py:function (default: the task's, see course_lib.presets)")
+    parser.add_argument("--correct", default=None, metavar="MODULE:FUNCTION", help=CORRECT_HELP)
     parser.add_argument("--preset", default=None, help="a named set of config values, e.g. older_trl_rloo (the "
                         "older TRL RLOOTrainer's defaults); --set wins over it (course_lib.presets.NAMED)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
@@ -114,7 +128,7 @@ def run_train(args) -> int:
         from .data import get_task
 
         eval_dataset = get_task(args.task, split="test", n=args.eval_n or 64, seed=0)
-    trainer = Trainer(config, reward_funcs, dataset, eval_dataset=eval_dataset)
+    trainer = Trainer(config, reward_funcs, dataset, eval_dataset=eval_dataset, correct_fn=correct_function(args))
     main = trainer.accelerator.is_main_process
     before = _evaluate(trainer, args) if args.eval_n and main else None
     history = trainer.train(resume_from=args.resume_from)
@@ -140,4 +154,5 @@ def _evaluate(trainer, args) -> float:
     from .evaluation import evaluate_accuracy
 
     test = get_task(args.task, split="test", n=args.eval_n, seed=0)
-    return evaluate_accuracy(trainer.model, trainer.tokenizer, test, max_new_tokens=trainer.config.max_completion_length)
+    return evaluate_accuracy(trainer.model, trainer.tokenizer, test, max_new_tokens=trainer.config.max_completion_length,
+                             correct_fn=correct_function(args))

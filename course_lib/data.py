@@ -340,11 +340,16 @@ TASKS: dict[str, Callable[..., Dataset]] = {
 
 
 def get_task(name: str, *, split: str = "train", n: int | None = 1000, seed: int = 0) -> Dataset:
-    """A task by name: one of :data:`TASKS`, ``"gsm8k"`` (hub) or ``"gsm8k:<path>"`` (local)."""
+    """A task by name: one of :data:`TASKS`, ``"gsm8k"`` (hub) or ``"gsm8k:<path>"`` (local), or your own:
+    a ``.jsonl`` file or ``module:function`` (:mod:`course_lib.user_tasks`)."""
+    from .user_tasks import is_user_task, load_user_task
+
     if name == "gsm8k" or name.startswith("gsm8k:"):
         path = name.partition(":")[2] or None
         return load_gsm8k(path, split=split, n=n, seed=seed)
+    if name not in TASKS and is_user_task(name):
+        return load_user_task(name, split=split, n=n, seed=seed)
     if name not in TASKS:
         raise ValueError(f"Unknown task {name!r}. Known tasks: {', '.join(TASKS)}, gsm8k, gsm8k:<folder or "
-                         "jsonl file>. Fix: pass one of them as --task.")
+                         "jsonl file>, or your own: a .jsonl file with 'prompt' and 'answer', or module:function.")
     return TASKS[name](n=n, split=split, seed=seed)

@@ -64,10 +64,13 @@ class Trainer:
             reward functions read (e.g. ``answer``).
         model, tokenizer: the policy; loaded from ``config.model_name_or_path`` when None.
         eval_dataset: held-out rows for ``config.eval_strategy="steps"`` (``course_lib.eval_loop``).
+        correct_fn: ``f(completion, answer) -> bool`` for the in-loop greedy accuracy
+            (default ``course_lib.evaluation.is_correct``).
     """
 
     def __init__(self, config, reward_funcs: list[Callable], train_dataset, model=None, tokenizer=None,
-                 progress: bool = True, on_step: Callable[[dict], None] | None = None, eval_dataset=None):
+                 progress: bool = True, on_step: Callable[[dict], None] | None = None, eval_dataset=None,
+                 correct_fn: Callable | None = None):
         if not reward_funcs:
             raise ValueError("reward_funcs is empty: pass at least one reward function.")
         if "prompt" not in train_dataset.column_names:
@@ -120,7 +123,7 @@ class Trainer:
         self.engine = make_engine(config.engine, self.model, tokenizer, **self._engine_options())
         self.sampler = PromptSampler(len(train_dataset), config.seed, shuffle=config.shuffle_dataset)
         self.evaluator = (None if config.eval_strategy == "no" else
-                          InLoopEvaluator(config, eval_dataset, self.reward_funcs, self.reward_weights))
+                          InLoopEvaluator(config, eval_dataset, self.reward_funcs, self.reward_weights, correct_fn))
         self.output_dir = Path(config.output_dir)
         self.step = 0          # optimizer steps done
         self.micro_step = 0    # micro-batches done
