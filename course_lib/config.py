@@ -30,12 +30,12 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
 from course_lib.config_options import RunOptions, fail
-from course_lib.config_tools import (ConfigWarning, SuggestingFields, apply_overrides, check_logger_installed,
-                                     field_docs, from_dict, to_dict)
+from course_lib.run.config_tools import (ConfigWarning, SuggestingFields, apply_overrides, check_logger_installed,
+                                         field_docs, from_dict, to_dict)
 from course_lib.models import TORCH_DTYPES
 from course_lib.ops.importance import check_is_settings
 from course_lib.rollout import ENGINES
-from course_lib.validation import check_field_types, check_finite_fields
+from course_lib.run.validation import check_field_types, check_finite_fields
 
 __all__ = ["ConfigWarning", "RLConfig", "apply_overrides", "field_docs", "fail", "warn"]
 
@@ -51,7 +51,8 @@ def warn(message: str) -> None:
     The stack level is counted past the config classes' own frames (their validation
     methods and the dataclass-generated `__init__`), however deep the class hierarchy.
     """
-    internal = (str(Path(__file__).parent / "config"), str(Path(__file__).parent / "algos"), "<string>")
+    internal = (str(Path(__file__).parent / "config"), str(Path(__file__).parent / "algos"), "<string>",
+                str(Path(__file__).parent / "run" / "config_tools"))  # its metaclass builds the configs
     frame, level = sys._getframe(1), 1
     while frame is not None and frame.f_code.co_filename.startswith(internal):
         frame, level = frame.f_back, level + 1

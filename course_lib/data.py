@@ -341,8 +341,8 @@ TASKS: dict[str, Callable[..., Dataset]] = {
 
 def get_task(name: str, *, split: str = "train", n: int | None = 1000, seed: int = 0) -> Dataset:
     """A task by name: one of :data:`TASKS`, ``"gsm8k"`` (hub) or ``"gsm8k:<path>"`` (local), or your own:
-    a ``.jsonl`` file or ``module:function`` (:mod:`course_lib.user_tasks`)."""
-    from .user_tasks import is_user_task, load_user_task
+    a ``.jsonl`` file or ``module:function`` (:mod:`course_lib.run.user_tasks`)."""
+    from .run.user_tasks import is_user_task, load_user_task
 
     if name == "gsm8k" or name.startswith("gsm8k:"):
         path = name.partition(":")[2] or None

@@ -20,9 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from course_lib import checkpoint as ckpt
-from course_lib.run_folder import claim_output_dir
-from course_lib.signals import StopOnSignals, exit_code
+from course_lib.run import checkpoint as ckpt
+from course_lib.run.folder import claim_output_dir
+from course_lib.run.signals import StopOnSignals, exit_code
 
 pytestmark = pytest.mark.skipif(not hasattr(signal, "SIGHUP"), reason="POSIX signals")
 

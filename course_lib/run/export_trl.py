@@ -10,7 +10,7 @@ this writes what TRL's own command line needs to train the same thing:
 - ``model/``: a copy of a local model folder (the embedded ``tiny`` and ``smollm2-135m`` too);
 - ``course_rewards.py``: the reward functions, importable by dotted path
   (``course_rewards.<name>``), as TRL's script loads custom rewards; your own reward
-  modules are copied next to it when they are plain files (``course_lib.export_rewards``);
+  modules are copied next to it when they are plain files (``course_lib.run.export_rewards``);
 - ``README.txt``: the ``trl grpo`` / ``accelerate launch`` commands, and every field whose
   value here differs from TRL's default or whose meaning differs between the two trainers.
 """
@@ -71,7 +71,7 @@ def changed_fields(config) -> list[tuple[str, Any, Any]]:
 
 def trl_arguments(config) -> dict[str, Any]:
     """The ``trl grpo`` config-file fields for a course GRPO config (model and LoRA included)."""
-    from .models import resolve_model_path
+    from ..models import resolve_model_path
 
     arguments = {name: ours for name, ours, _ in changed_fields(config)}
     arguments["model_name_or_path"] = str(resolve_model_path(config.model_name_or_path))
@@ -97,13 +97,13 @@ def export_run(config, rewards: list, dataset, output: str | Path, num_processes
 
     ``rewards``: shipped reward names, your own functions (callables defined at the top level
     of a module), or references ``module:function`` / ``file.py:function``. Each must resolve
-    now: what cannot be imported here would fail later inside TRL (``course_lib.export_rewards``).
+    now: what cannot be imported here would fail later inside TRL (``course_lib.run.export_rewards``).
     With ``copy_model`` a local model folder (the embedded models included) is copied to
     ``model/``; every path in ``grpo.yaml`` is relative to ``output``, so the folder moves
     between machines. Run the printed ``cd <output> && trl grpo --config grpo.yaml``.
     """
     from .export_rewards import write_reward_module
-    from .models import resolve_model_path
+    from ..models import resolve_model_path
 
     if config.algo != "grpo":
         raise ValueError(f"export_run: config.algo is {config.algo!r}; only GRPO runs are exported (TRL's RLOO and "

@@ -25,12 +25,12 @@ import sys
 from pathlib import Path
 from typing import Callable
 
-from .rewards.combine import reward_function_name
-from .rewards.registry import REWARD_FUNCTIONS
+from ..rewards.combine import reward_function_name
+from ..rewards.registry import REWARD_FUNCTIONS
 from .user_code import UserCodeError, looks_like_reference, resolve_callable
 
 MODULE_NAME = "course_rewards"
-_PACKAGE_DIR = Path(__file__).resolve().parent
+_PACKAGE_DIR = Path(__file__).resolve().parents[1]  # course_lib
 
 
 def _installed(path: Path) -> bool:

@@ -18,9 +18,9 @@ name is therefore complete; leftovers of a killed save are hidden temporary fold
 removed by the next save. ``save_total_limit`` keeps the newest few checkpoints;
 ``resolve_resume("latest", output_dir)`` picks the newest complete one; a damaged folder
 (copied by hand, edited, or written by an older version) gets a ``CheckpointError`` that
-names it and the fix. Nothing in a checkpoint is unpickled as code (``course_lib.state_io``):
+names it and the fix. Nothing in a checkpoint is unpickled as code (``course_lib.run.state_io``):
 a crafted file gets a ``CheckpointError``, never an execution. ``StopOnInterrupt`` turns
-Ctrl-C, SIGTERM and SIGHUP into "save and stop" at the next optimizer step (``course_lib.signals``).
+Ctrl-C, SIGTERM and SIGHUP into "save and stop" at the next optimizer step (``course_lib.run.signals``).
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from typing import Iterator
 import numpy as np
 import torch
 
-from .models import make_adapter_portable
+from ..models import make_adapter_portable
 from .signals import StopOnSignals
 from .wording import fix, resume_latest
 from .state_io import StateFileError, load_rng, load_rollout, load_tensor_state, read_tensors, save_rng, save_rollout
@@ -222,13 +222,13 @@ def load_trainer_state(folder: str | Path) -> dict:
     return json.loads((folder / "trainer_state.json").read_text())
 
 
-# Ctrl-C, SIGTERM and SIGHUP all save and stop: one implementation, in ``course_lib.signals``.
+# Ctrl-C, SIGTERM and SIGHUP all save and stop: one implementation, in ``course_lib.run.signals``.
 StopOnInterrupt = StopOnSignals
 
 
 def restore_weights(folder: str | Path, model, value_head=None) -> None:
     """Load the checkpoint's weights into ``model`` (full model or LoRA adapters) in place."""
-    from .models import is_peft_model
+    from ..models import is_peft_model
 
     def load_file(path: Path) -> dict:
         return _read_state(Path(folder), read_tensors, path)
