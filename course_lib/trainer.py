@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import sys
 import time
 from pathlib import Path
 from typing import Callable
@@ -45,6 +46,7 @@ from .run.nonfinite import check_finite_update
 from .run.in_loop_eval import InLoopEvaluator
 from .run.history import MetricsLogger, format_samples, load_history, unique_prompt_samples
 from .run.model_options import apply_model_options, load_kwargs, mix_into_reference
+from .run.progress import ClipWatch, bar_postfix, closing_line, eval_line
 from .models import resolve_dtype, unwrap_peft
 from .ops.importance import sampling_correction
 from .ops.stats import nanstd
@@ -324,6 +326,7 @@ class Trainer:
                    disable=not (self.progress and self.shards.is_main))
         self.model.train()
         started, tokens_at_start = time.time(), self.tokens_seen
+        step_started, clip_watch, talk = started, ClipWatch(config.max_grad_norm), self.progress and self.shards.is_main
         while self.step < self.max_steps:
             if self.batch is None or self.batch_position >= micro_per_cycle:
                 self.batch, self.batch_position = self._generate_and_score(), 0
@@ -341,7 +344,8 @@ class Trainer:
             row.update({"epoch": self.sampler.epoch + self.sampler.position / len(self.dataset),
                         "num_tokens": self.tokens_seen, "tokens/s": (self.tokens_seen - tokens_at_start) / elapsed,
                         "episode": self.cycle * config.effective_generation_batch_size, "eps": self.cycle *
-                        config.effective_generation_batch_size / elapsed, "lr": row["learning_rate"]})
+                        config.effective_generation_batch_size / elapsed, "lr": row["learning_rate"],
+                        "step_time": time.time() - step_started})
             if self.evaluator is not None and self.evaluator.due(self.step, self.max_steps):
                 self._sync_engine()
                 row.update(self.evaluator.run(self.engine, self.model, self.step))
@@ -349,7 +353,10 @@ class Trainer:
             if self.on_step is not None:
                 self.on_step(row)
             bar.update(1)
-            bar.set_postfix(reward=f"{row.get('reward', float('nan')):.3f}", loss=f"{row['loss']:.4f}")
+            bar.set_postfix_str(bar_postfix(row))
+            for note in (clip_watch.update(row["grad_norm"]), eval_line(self.step, row)):
+                if note and talk:
+                    tqdm.write(note)
             if config.log_completions and self.step % config.logging_steps == 0 and self.shards.is_main:
                 limit = config.num_completions_to_print or 4
                 samples = self._last_samples
@@ -359,6 +366,7 @@ class Trainer:
             stop = self.shards.sum(float(interrupt.requested)) > 0  # Ctrl-C on any process stops them all
             if config.save_steps > 0 and self.step % config.save_steps == 0 or stop:
                 self.save_checkpoint()
+            step_started = time.time()
             if stop:
                 self.interrupted, self.stop_signal = True, interrupt.signum  # signum None: another process's
                 break
@@ -367,6 +375,8 @@ class Trainer:
             self.save_final()
         self.accelerator.wait_for_everyone()
         self.logger.close()
+        if talk:
+            tqdm.write(closing_line(self.output_dir, self.step, self.interrupted, config.report_to), file=sys.stderr)
         return self.logger.rows
 
     # ------------------------------------------------------------------ persistence

@@ -31,6 +31,7 @@ from course_lib.algos.base import (
     check_cliprange,
     check_groups,
     entropy_metrics,
+    frac_reward_zero_std,
 )
 from course_lib.algos.onpolicy import OnPolicyConfig, _alias, kl_penalized_rewards, penalize_missing_eos
 from course_lib.config import fail
@@ -283,7 +284,8 @@ class RLOO(WithoutCritic):
         advantages, metrics = rloo_advantages_with_kl(scores, scored.old_logps, scored.ref_logps, scored.mask,
                                                       scored.is_eos, config)
         metrics.update(reward=torch.nanmean(scored.rewards).item(),
-                       reward_std=nanstd(scored.rewards).nan_to_num(0.0).item())
+                       reward_std=nanstd(scored.rewards).nan_to_num(0.0).item(),
+                       frac_reward_zero_std=frac_reward_zero_std(scored.rewards, scored.num_generations))
         return Advantages(advantages=advantages, metrics=metrics)
 
     def loss(self, micro_batch: dict, outputs: PolicyOutputs, config: RLOOConfig,
