@@ -106,10 +106,14 @@ class KLPenalizedRewards:
     """(B, T) k1 estimate per valid token (0 elsewhere, and everywhere without a reference)."""
     non_score_reward: Tensor
     """(B,) `-beta * sum_t k1`: the reward the KL penalty adds to each completion."""
+    has_reference: bool = True
+    """False when no reference was loaded (beta = 0): there is no KL to report."""
 
     def metrics(self, scores: Tensor, logps: Tensor, mask: Tensor, is_eos: Tensor) -> dict[str, float]:
-        """The `objective/*` metrics of the on-policy trainers' docs."""
-        return {
+        """The `objective/*` metrics of the on-policy trainers' docs, and `kl` as GRPO and TRL 1.16's
+        RLOO name it: the k1 estimate averaged over the batch's valid tokens (only with a reference)."""
+        shared = {"kl": (self.kl.sum() / mask.sum().clamp(min=1.0)).item()} if self.has_reference else {}
+        return {**shared,
             "objective/kl": self.kl.sum(1).mean().item(),
             "objective/entropy": (-(logps * mask).sum(1)).mean().item(),
             "objective/non_score_reward": self.non_score_reward.mean().item(),
@@ -136,4 +140,5 @@ def kl_penalized_rewards(scores: Tensor, logps: Tensor, ref_logps: Tensor | None
     non_score_reward = token_rewards.sum(1)
     token_rewards = token_rewards.clone()
     token_rewards[torch.arange(len(scores)), last_token_index(mask)] += scores
-    return KLPenalizedRewards(token_rewards=token_rewards, kl=kl, non_score_reward=non_score_reward)
+    return KLPenalizedRewards(token_rewards=token_rewards, kl=kl, non_score_reward=non_score_reward,
+                              has_reference=ref_logps is not None)

@@ -75,3 +75,18 @@ def test_a_run_prints_eval_results_and_a_closing_line_and_logs_step_times(tmp_pa
     expected = closing_line(tmp_path / "run", 2, False)
     assert expected in captured.err
     assert "history.jsonl (2 steps)" in expected and "checkpoint-1, checkpoint-2" in expected and "final/" in expected
+
+
+def test_rloo_and_ppo_report_kl_under_grpos_name_per_valid_token():
+    import torch
+
+    from course_lib.algos.onpolicy import kl_penalized_rewards
+
+    logps = torch.tensor([[-1.0, -2.0], [-1.0, 0.0]])
+    ref = torch.tensor([[-1.5, -2.0], [-1.0, -0.5]])
+    mask = torch.tensor([[1.0, 1.0], [1.0, 0.0]])
+    scores, eos = torch.tensor([1.0, 0.0]), torch.tensor([True, False])
+    shaped = kl_penalized_rewards(scores, logps, ref, mask, beta=0.1)
+    # k1 = log pi - log ref on the three valid tokens: 0.5, 0, 0 -> mean 1/6
+    assert shaped.metrics(scores, logps, mask, eos)["kl"] == pytest.approx(0.5 / 3)
+    assert "kl" not in kl_penalized_rewards(scores, logps, None, mask, beta=0.0).metrics(scores, logps, mask, eos)
