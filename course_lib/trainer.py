@@ -42,18 +42,18 @@ from .algos import get_algorithm
 from .algos.base import PolicyOutputs, ScoredBatch
 from .run.batches import GenerationBatch, PromptSampler, completion_metrics
 from .run.distributed import PolicyForward, Shards, make_accelerator
-from .run.nonfinite import check_finite_update
+from .run.nonfinite import check_finite_update, check_finite_weights, clip_gradients
 from .run.in_loop_eval import InLoopEvaluator
 from .run.history import MetricsLogger, format_samples, load_history, unique_prompt_samples
 from .run.model_options import apply_model_options, load_kwargs, mix_into_reference
-from .run.progress import ClipWatch, bar_postfix, closing_line, eval_line
+from .run.step_report import ClipWatch, bar_postfix, closing_line, eval_line
 from .models import resolve_dtype, unwrap_peft
 from .ops.importance import sampling_correction
 from .ops.stats import nanstd
 from .policy import ReferencePolicy, completion_forward, prepare_policy
 from .rewards import compute_rewards, reward_function_name
 from .rollout import SamplingConfig, make_engine
-from .run.folder import check_resume_config, claim_output_dir
+from .run.folder import check_resume_config, check_resume_run, claim_output_dir, run_identity
 
 
 class Trainer:
@@ -188,7 +188,7 @@ class Trainer:
         conversational = isinstance(repeated_prompts[0], list)
         completions = [[{"role": "assistant", "content": t}] if conversational else t for t in rollout.texts]
         per_func, total = compute_rewards(self.reward_funcs, repeated_prompts, completions, repeated_columns,
-                                          self.reward_weights,
+                                          self.reward_weights, timeout_s=config.reward_timeout_s,
                                           completion_ids=[ids[m.bool()].tolist() for ids, m in
                                                           zip(rollout.completion_ids, rollout.completion_mask)])
         mask = rollout.completion_mask.clone()
@@ -283,10 +283,11 @@ class Trainer:
 
     def _optimizer_step(self) -> dict:
         parameters = [p for group in self.optimizer.param_groups for p in group["params"]]
-        grad_norm = torch.nn.utils.clip_grad_norm_(parameters, self.config.max_grad_norm)
+        grad_norm = clip_gradients(parameters, self.config.max_grad_norm)
         check_finite_update(grad_norm, self._window, step=self.step + 1, output_dir=self.output_dir)
         learning_rate = self.scheduler.get_last_lr()[0]
         self.optimizer.step()
+        check_finite_weights(self.model, self.value_head, step=self.step + 1, output_dir=self.output_dir)
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
         self._weights_dirty = True
@@ -384,7 +385,10 @@ class Trainer:
         return {"step": self.step, "micro_step": self.micro_step, "cycle": self.cycle, "tokens_seen": self.tokens_seen,
                 "batch_position": self.batch_position, "sampler": self.sampler.state(), "algo": self.algorithm.name,
                 "algorithm_state": getattr(self.algorithm, "state", dict)(),  # e.g. GRPO's adaptive entropy coef
-                "config": self.config.to_dict()}
+                "config": self.config.to_dict(), "run": self._run_identity()}
+
+    def _run_identity(self) -> dict:  # the rows and rewards a resume must match (course_lib.run.folder)
+        return run_identity(self._columns, [reward_function_name(f) for f in self.reward_funcs])
 
     @torch.no_grad()
     def generate(self, prompts, n: int = 1, sampling: SamplingConfig | None = None):
@@ -447,6 +451,7 @@ class Trainer:
         if state["algo"] != self.algorithm.name:
             raise ValueError(f"checkpoint {folder} is a {state['algo']} run; this trainer is {self.algorithm.name}.")
         check_resume_config(state.get("config"), self.config.to_dict(), folder)
+        check_resume_run(state.get("run"), self._run_identity(), folder)
         ckpt.restore_weights(folder, self.model, self.value_head)
         saved = ckpt.restore_training_state(folder, self.optimizer, self.scheduler)
         self.step, self.micro_step, self.cycle = state["step"], state["micro_step"], state["cycle"]

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from course_lib.run.progress import TIMING_KEYS
+from course_lib.run.step_report import TIMING_KEYS
 from course_lib.algos import make_config
 from course_lib.data import get_task
 from course_lib.models import load_policy
