@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import sys
 import time
 from pathlib import Path
 from typing import Callable
@@ -46,7 +45,7 @@ from .run.nonfinite import check_finite_update, check_finite_weights, clip_gradi
 from .run.in_loop_eval import InLoopEvaluator
 from .run.history import MetricsLogger, format_samples, load_history, unique_prompt_samples
 from .run.model_options import apply_model_options, load_kwargs, mix_into_reference
-from .run.step_report import ClipWatch, bar_postfix, closing_line, eval_line
+from .run.step_report import StepReport
 from .models import resolve_dtype, unwrap_peft
 from .ops.importance import sampling_correction
 from .ops.stats import nanstd
@@ -323,11 +322,11 @@ class Trainer:
         self.logger = MetricsLogger(self.output_dir, config.report_to, config.to_dict(), previous_rows,
                                     write=self.shards.is_main)
         micro_per_cycle = config.effective_steps_per_generation * config.num_iterations
-        bar = tqdm(total=self.max_steps, initial=self.step, desc=self.algorithm.name.upper(),
-                   disable=not (self.progress and self.shards.is_main))
+        report = StepReport(self.max_steps, self.step, self.algorithm.name.upper(), config.max_grad_norm,
+                            shown=self.progress and self.shards.is_main)  # the bar, notes, the closing line
         self.model.train()
         started, tokens_at_start = time.time(), self.tokens_seen
-        step_started, clip_watch, talk = started, ClipWatch(config.max_grad_norm), self.progress and self.shards.is_main
+        step_started = started
         while self.step < self.max_steps:
             if self.batch is None or self.batch_position >= micro_per_cycle:
                 self.batch, self.batch_position = self._generate_and_score(), 0
@@ -353,11 +352,7 @@ class Trainer:
             self.logger.log(row)
             if self.on_step is not None:
                 self.on_step(row)
-            bar.update(1)
-            bar.set_postfix_str(bar_postfix(row))
-            for note in (clip_watch.update(row["grad_norm"]), eval_line(self.step, row)):
-                if note and talk:
-                    tqdm.write(note)
+            report.step(self.step, row)
             if config.log_completions and self.step % config.logging_steps == 0 and self.shards.is_main:
                 limit = config.num_completions_to_print or 4
                 samples = self._last_samples
@@ -371,13 +366,12 @@ class Trainer:
             if stop:
                 self.interrupted, self.stop_signal = True, interrupt.signum  # signum None: another process's
                 break
-        bar.close()
+        report.close_bar()
         if not self.interrupted and self.shards.is_main:
             self.save_final()
         self.accelerator.wait_for_everyone()
         self.logger.close()
-        if talk:
-            tqdm.write(closing_line(self.output_dir, self.step, self.interrupted, config.report_to), file=sys.stderr)
+        report.closing(self.output_dir, self.step, self.interrupted, config.report_to)
         return self.logger.rows
 
     # ------------------------------------------------------------------ persistence

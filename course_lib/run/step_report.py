@@ -114,3 +114,35 @@ def closing_line(output_dir: Path, step: int, interrupted: bool, report_to: str 
             parts.append(f"{logger}/")
     state = "stopped early" if interrupted else "done"
     return f"{state}: {output_dir} holds " + "; ".join(parts)
+
+
+class StepReport:
+    """The training loop's console output: a tqdm bar with :func:`bar_postfix`, the notes of
+    :class:`ClipWatch` and :func:`eval_line` under it, :func:`closing_line` at the end.
+    ``shown=False`` (progress off, or not the main process) prints nothing."""
+
+    def __init__(self, total: int, initial: int, description: str, max_grad_norm: float, shown: bool) -> None:
+        from tqdm.auto import tqdm
+
+        self.shown, self.clip_watch = shown, ClipWatch(max_grad_norm)
+        self.bar = tqdm(total=total, initial=initial, desc=description, disable=not shown)
+
+    def step(self, step: int, row: dict) -> None:
+        from tqdm.auto import tqdm
+
+        self.bar.update(1)
+        self.bar.set_postfix_str(bar_postfix(row))
+        for note in (self.clip_watch.update(row.get("grad_norm", math.nan)), eval_line(step, row)):
+            if note and self.shown:
+                tqdm.write(note)
+
+    def close_bar(self) -> None:
+        self.bar.close()
+
+    def closing(self, output_dir: Path, step: int, interrupted: bool, report_to: str = "none") -> None:
+        import sys
+
+        from tqdm.auto import tqdm
+
+        if self.shown:
+            tqdm.write(closing_line(output_dir, step, interrupted, report_to), file=sys.stderr)
