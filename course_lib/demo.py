@@ -190,6 +190,7 @@ def run_demo(model: str = "smollm2-135m", output_dir: str = "outputs/demo", max_
     from .algos import GRPOConfig
     from .data import get_task
     from .models import load_policy
+    from .progress import heartbeat
     from .rewards import get_reward_functions
     from .trainer import Trainer
     from .widgets.dashboard import plot_training_history
@@ -204,21 +205,23 @@ def run_demo(model: str = "smollm2-135m", output_dir: str = "outputs/demo", max_
     rewards = task_settings(demo["task"])["rewards"]
     output = Path(config.output_dir)
     start = time.time()
-    policy, tokenizer = load_policy(model)
-    test = get_task(demo["task"], split="test", n=eval_n or demo["eval_n"], seed=0)
-    train = get_task(demo["task"], split="train", n=2000, seed=0)
-    trainer = Trainer(config, get_reward_functions(rewards), train, policy, tokenizer)
-    sampler = ("vLLM, " + str(trainer._engine_options()["dtype"]) if config.engine == "vllm"
-               else "Hugging Face generate")
+    n_test = eval_n or demo["eval_n"]
+    _, why, seconds = path_and_estimate(model, settings, n_test)
     print(f"GRPO demo: {model} on {demo['task']}, {config.max_steps} steps of "
-          f"{config.unique_prompts_per_generation} prompts x {config.num_generations} completions; "
-          f"rollouts and evaluation with {sampler}")
-    _, why, seconds = path_and_estimate(model, settings, len(test))
+          f"{config.unique_prompts_per_generation} prompts x {config.num_generations} completions")
     print(f"path: {why}")
     if seconds is not None:
-        print(f"expect about {max(1, round(seconds / 60))} min for evaluation of {len(test)} problems, "
-              f"{config.max_steps} steps, evaluation again: the pace measured on 2 busy cores (load average "
+        print(f"expect about {max(1, round(seconds / 60))} min in all (start-up, evaluation of {n_test} problems, "
+              f"{config.max_steps} steps, evaluation again): the pace measured on 2 busy cores (load average "
               f"about 8); a quiet or faster machine takes less")
+    with heartbeat("loading the model and starting the rollout engine"):
+        policy, tokenizer = load_policy(model)
+        test = get_task(demo["task"], split="test", n=n_test, seed=0)
+        train = get_task(demo["task"], split="train", n=2000, seed=0)
+        trainer = Trainer(config, get_reward_functions(rewards), train, policy, tokenizer)
+    sampler = ("vLLM, " + str(trainer._engine_options()["dtype"]) if config.engine == "vllm"
+               else "Hugging Face generate")
+    print(f"rollouts and evaluation with {sampler}")
 
     def evaluate(label: str) -> tuple[list[bool], list[str]]:
         correct, texts = greedy_correct(trainer, test, desc=f"{label} (greedy, held-out)")
