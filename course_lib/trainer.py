@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
@@ -51,22 +51,29 @@ from .run import checkpoint as ckpt
 from .run.batches import GenerationBatch, PromptSampler, completion_metrics
 from .run.distributed import Shards, make_accelerator
 from .run.folder import claim_output_dir, run_identity
-from .run.history import MetricsLogger, format_samples, unique_prompt_samples
+from .doctor.live import LiveDoctor
+from .run.dynamic_sampling import draw_batch
+from .run.history import MetricsLogger, StepClock, format_samples, unique_prompt_samples
 from .run.in_loop_eval import InLoopEvaluator
 from .run.model_options import apply_model_options, load_kwargs, mix_into_reference
 from .run.nonfinite import check_finite_update, check_finite_weights, clip_gradients
 from .run.step_report import StepReport
 from .run.trainer_state import resume_trainer, save_final_model, save_trainer_checkpoint
+from .run.validation import check_train_dataset
 
 
 @dataclass
 class Generated:
-    """Step 1's output on this process: the dataset rows, their prompts and columns, the engine's completions."""
+    """Step 1's output on this process: the dataset rows, their prompts and columns, the engine's completions,
+    and their rewards (scored as they were sampled: dynamic sampling filters on them)."""
 
     rows: list[int]
     prompts: list
     columns: dict[str, list]
     rollout: RolloutBatch
+    per_func: torch.Tensor | None = None   # (B, K) each reward function's score
+    total: torch.Tensor | None = None      # (B,) their weighted sum
+    metrics: dict = field(default_factory=dict)  # dynamic_sampling/* when on
 
 
 class Trainer:
@@ -79,8 +86,7 @@ class Trainer:
             reward functions read (e.g. ``answer``).
         model, tokenizer: the policy; loaded from ``config.model_name_or_path`` when None.
         eval_dataset: held-out rows for ``config.eval_strategy="steps"`` (``course_lib.run.in_loop_eval``).
-        correct_fn: ``f(completion, answer) -> bool`` for the in-loop greedy accuracy
-            (default ``course_lib.evaluation.is_correct``).
+        correct_fn: ``f(completion, answer) -> bool``, the in-loop greedy accuracy's rule (default ``is_correct``).
     """
 
     def __init__(self, config, reward_funcs: list[Callable], train_dataset, model=None, tokenizer=None,
@@ -88,8 +94,7 @@ class Trainer:
                  correct_fn: Callable | None = None):
         if not reward_funcs:
             raise ValueError("reward_funcs is empty: pass at least one reward function.")
-        if "prompt" not in train_dataset.column_names:
-            raise ValueError(f"train_dataset has no 'prompt' column (columns: {train_dataset.column_names}).")
+        check_train_dataset(train_dataset)  # a table with usable prompts (course_lib.run.validation)
         if len(train_dataset) < config.unique_prompts_per_generation:
             raise ValueError(f"train_dataset has {len(train_dataset)} rows but one generation batch needs "
                              f"{config.unique_prompts_per_generation} distinct prompts; add rows or lower "
@@ -141,6 +146,9 @@ class Trainer:
         self.evaluator = (None if config.eval_strategy == "no" else
                           InLoopEvaluator(config, eval_dataset, self.reward_funcs, self.reward_weights, correct_fn))
         self.output_dir = Path(config.output_dir)
+        kernel = config.logprob_kernel  # -> completion_forward's fused / triton switches
+        self._logprob_options = {"fused": kernel != "full", "chunk_size": config.logprob_chunk_size,
+                                 "triton": {"auto": None, "triton": True}.get(kernel, False)}
         self.step = 0          # optimizer steps done
         self.micro_step = 0    # micro-batches done
         self.cycle = 0         # generation batches made
@@ -151,10 +159,11 @@ class Trainer:
         self._window: list[dict] = []  # metrics of the micro-steps since the last optimizer step
         self._last_samples: tuple | None = None  # (prompts, completions, rewards, advantages) to print
         self.logger: MetricsLogger | None = None  # created by train()
-        self.interrupted = False  # True when Ctrl-C, SIGTERM or SIGHUP stopped train() early (no final/ then)
-        self.stop_signal: int | None = None  # which of them (None: another process's)
+        self.interrupted, self.stop_signal = False, None  # Ctrl-C/SIGTERM/SIGHUP stopped train() early: which
         self._report: StepReport | None = None  # the bar, notes, the closing line (course_lib.run.step_report)
         self._clock = (time.time(), 0)  # (start of train(), tokens_seen then): throughput
+        self.step_clock = StepClock()  # timing/*: wall and generation seconds between logged rows
+        self.doctor = LiveDoctor(config)  # course_lib.doctor, every logging_steps
 
     def _engine_options(self) -> dict:
         config = self.config
@@ -180,17 +189,22 @@ class Trainer:
             sl = slice(start, start + size)
             lp, v, _ = completion_forward(model, batch_tensors["prompt_ids"][sl], batch_tensors["prompt_mask"][sl],
                                           batch_tensors["completion_ids"][sl], batch_tensors["completion_mask"][sl],
-                                          temperature=config.temperature, fused=config.use_fused_logprobs,
-                                          chunk_size=config.logprob_chunk_size,
+                                          temperature=config.temperature, **self._logprob_options,
                                           value_head=self.value_head if with_values else None)
             logps.append(lp.float())
             values.append(v.float() if v is not None else None)
         return torch.cat(logps), (torch.cat(values) if with_values else None)
 
     def _generate(self) -> Generated:
-        """Step 1: ``unique prompts x G`` completions of this process's rows, prompt-major."""
-        config, G = self.config, self.config.num_generations
+        """Step 1: ``unique prompts x G`` completions of this process's rows, prompt-major, scored;
+        with ``dynamic_sampling``, rounds until the groups' rewards differ (DAPO)."""
         self._sync_engine()
+        generated, generated.metrics, _ = draw_batch(self._generate_round, self.config, self.tokenizer.pad_token_id)
+        self.cycle += 1
+        return generated
+
+    def _generate_round(self, round_index: int = 0) -> Generated:
+        config, G = self.config, self.config.num_generations
         # Every process draws the same prompts; it owns rows `self.shards.rows` of the U x G
         # completions (prompt-major) and samples them with their global indices as seeds.
         prompt_rows = self.sampler.take(config.unique_prompts_per_generation)
@@ -199,25 +213,28 @@ class Trainer:
         sampling = SamplingConfig(temperature=config.temperature, top_p=config.top_p, top_k=config.top_k,
                                   min_p=config.min_p, repetition_penalty=config.repetition_penalty,
                                   max_tokens=config.max_completion_length,
-                                  seed=config.seed * 2**40 + self.cycle * config.effective_generation_batch_size,
+                                  seed=config.seed * 2**40 + self.cycle * config.effective_generation_batch_size
+                                  + round_index * 2**36,  # dynamic sampling's refill rounds
                                   max_prompt_length=config.max_prompt_length, first_row=self.shards.rows.start,
                                   generation_kwargs=config.sampling_extras, chat_template_kwargs=config.chat_template_kwargs)
         was_training = self.model.training
         self.model.eval()
-        rollout = self.engine.generate(list(prompts), n=1, sampling=sampling)
+        with self.step_clock.generating():
+            rollout = self.engine.generate(list(prompts), n=1, sampling=sampling)
         self.model.train(was_training)
         self.tokens_seen += int(self.shards.sum(int(rollout.completion_mask.sum() + rollout.prompt_mask.sum())))
-        self.cycle += 1
-        return Generated(rows=rows, prompts=prompts, columns=columns, rollout=rollout)
+        generated = Generated(rows=rows, prompts=prompts, columns=columns, rollout=rollout)
+        generated.per_func, generated.total = self._rewards(generated)
+        return generated
 
     def _score(self, generated: Generated) -> GenerationBatch:
         """Step 2: rewards, log-probs before learning, sampler correction, then the algorithm's advantages."""
         config, shards, rollout = self.config, self.shards, generated.rollout
-        per_func, total = self._rewards(generated)
+        per_func, total = generated.per_func, generated.total
         mask = rollout.completion_mask.clone()
         if config.mask_truncated_completions:  # DAPO: truncated answers carry no signal
             mask = mask * rollout.is_eos.unsqueeze(1).to(mask.dtype)
-        metrics = self._rollout_metrics(rollout, per_func)
+        metrics = {**self._rollout_metrics(rollout, per_func), **generated.metrics}
         old_logps, old_values, ref_logps = self._logps_before_learning(rollout)
         sampling_ratio = None
         if config.effective_vllm_importance_sampling_correction and rollout.sampling_logps is not None:
@@ -312,7 +329,7 @@ class Trainer:
         with sync:  # DDP averages gradients only at the last micro-step of an accumulation window
             logps, values, entropies = self.policy_forward(
                 mb.prompt_ids, mb.prompt_mask, mb.completion_ids, mb.completion_mask,
-                temperature=config.temperature, fused=config.use_fused_logprobs, chunk_size=config.logprob_chunk_size,
+                temperature=config.temperature, **self._logprob_options,
                 with_entropy=True)
             out = self.algorithm.loss(mb, PolicyOutputs(logps=logps, entropies=entropies, values=values), config,
                                       num_items_in_batch=self.batch.num_items_in_batch)
@@ -325,10 +342,11 @@ class Trainer:
         """Step 4: clip, check for NaN/inf, apply the accumulated gradients; the reference follows if asked."""
         parameters = [p for group in self.optimizer.param_groups for p in group["params"]]
         grad_norm = clip_gradients(parameters, self.config.max_grad_norm)
-        check_finite_update(grad_norm, self._window, step=self.step + 1, output_dir=self.output_dir)
         learning_rate = self.scheduler.get_last_lr()[0]
-        self.optimizer.step()
-        check_finite_weights(self.model, self.value_head, step=self.step + 1, output_dir=self.output_dir)
+        with self.doctor.reporting_non_finite(self.step + 1, self.logger, self.shards.is_main):  # then re-raised
+            check_finite_update(grad_norm, self._window, step=self.step + 1, output_dir=self.output_dir)
+            self.optimizer.step()
+            check_finite_weights(self.model, self.value_head, step=self.step + 1, output_dir=self.output_dir)
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
         self._weights_dirty = True
@@ -345,10 +363,9 @@ class Trainer:
 
         ``resume_from``: a checkpoint folder, or ``"latest"`` for the newest complete one in
         ``output_dir``. A non-empty ``output_dir`` is refused unless the run resumes the one
-        there or ``config.overwrite_output_dir`` is set (``course_lib.run.folder``). Ctrl-C
-        (SIGTERM, SIGHUP) saves a checkpoint at the next optimizer step and returns
-        (``self.interrupted`` is then True, ``self.stop_signal`` the signal, and no ``final/``
-        is written; ``course_lib.run.signals``).
+        there or ``config.overwrite_output_dir`` is set (``course_lib.run.folder``). Ctrl-C, SIGTERM
+        or SIGHUP saves a checkpoint at the next optimizer step and returns (``self.interrupted``
+        True, ``self.stop_signal`` that signal, no ``final/``; ``course_lib.run.signals``).
         """
         resume_folder = ckpt.resolve_resume(resume_from, self.output_dir) if resume_from else None
         with ckpt.StopOnInterrupt() as interrupt, claim_output_dir(
@@ -366,7 +383,7 @@ class Trainer:
         self._report = StepReport(self.max_steps, self.step, self.algorithm.name.upper(), config.max_grad_norm,
                                   shown=self.progress and self.shards.is_main)
         self._clock = (time.time(), self.tokens_seen)
-        self._step_started = self._clock[0]
+        self.step_clock.restart()
         self.model.train()
         while self.step < self.max_steps:
             if self.batch is None or self.batch_position >= micro_per_cycle:
@@ -380,8 +397,9 @@ class Trainer:
             window = self.shards.mean_metrics(_mean_rows(self._window))  # averaged over processes
             row = {"step": self.step + 1, **self._optimizer_step(), **window, **self.batch.metrics}
             self._window = []
-            self._log_step(row)
-            stop = self.shards.sum(float(interrupt.requested)) > 0  # Ctrl-C on any process stops them all
+            doctor_stop = self._log_step(row)
+            # Ctrl-C on any process stops them all, as does an error finding under doctor="stop"
+            stop = self.shards.sum(float(interrupt.requested or doctor_stop)) > 0
             if config.save_steps > 0 and self.step % config.save_steps == 0 or stop:
                 self.save_checkpoint()
             if stop:
@@ -395,20 +413,21 @@ class Trainer:
         self._report.closing(self.output_dir, self.step, self.interrupted, config.report_to)
         return self.logger.rows
 
-    def _log_step(self, row: dict) -> None:
-        """Step 5: throughput, in-loop evaluation when due, ``history.jsonl``, progress bar, sample table."""
+    def _log_step(self, row: dict) -> bool:
+        """Step 5: throughput, in-loop evaluation when due, ``history.jsonl``, the run doctor, progress bar,
+        sample table. True when the doctor asks the run to stop (``doctor="stop"``)."""
         config, (started, tokens_at_start) = self.config, self._clock
         elapsed = max(time.time() - started, 1e-9)
         episodes = self.cycle * config.effective_generation_batch_size
         row.update({"epoch": self.sampler.epoch + self.sampler.position / len(self.dataset),
                     "num_tokens": self.tokens_seen, "tokens/s": (self.tokens_seen - tokens_at_start) / elapsed,
-                    "episode": episodes, "eps": episodes / elapsed, "lr": row["learning_rate"],
-                    "step_time": time.time() - self._step_started})  # since the previous step was logged
-        self._step_started = time.time()
+                    "episode": episodes, "eps": episodes / elapsed, "lr": row["learning_rate"]})
         if self.evaluator is not None and self.evaluator.due(self.step, self.max_steps):
             self._sync_engine()
             row.update(self.evaluator.run(self.engine, self.model, self.step))
+        row.update(self.step_clock.lap())
         self.logger.log(row)
+        doctor_stop = self.doctor.after_step(self.step, self.logger, self.shards.is_main)
         if self.on_step is not None:
             self.on_step(row)
         self._report.step(self.step, row)
@@ -418,6 +437,7 @@ class Trainer:
             if config.log_unique_prompts:
                 samples = unique_prompt_samples(*samples)
             tqdm.write(f"step {self.step}\n" + format_samples(*samples, limit=limit))
+        return doctor_stop
 
     def _run_identity(self) -> dict:
         """The rows and rewards a resume must match (``course_lib.run.folder``)."""

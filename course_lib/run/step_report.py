@@ -18,8 +18,6 @@ import math
 import shutil
 from pathlib import Path
 
-#: History keys that measure time, not training: they differ between two runs of the same steps.
-TIMING_KEYS = ("tokens/s", "eps", "step_time")
 
 #: (label, history key) in the order they are dropped last to first when the bar is narrow.
 _SIGNALS = [
@@ -30,7 +28,7 @@ _SIGNALS = [
     ("kl", "kl"),
     ("clip", "clip_ratio/region_mean"),
     ("trunc", "completions/clipped_ratio"),
-    ("s/step", "step_time"),
+    ("s/step", "timing/step_s"),
 ]
 #: Room the bar itself takes: description, counter, percentage, bar, times.
 _BAR_ROOM = 48

@@ -13,7 +13,7 @@ from course_lib.trainer import Trainer
 
 ROW = {"loss": 0.0, "reward": 0.41, "rewards/correctness_reward/mean": 0.375, "rewards/format_reward/mean": 0.9,
        "frac_reward_zero_std": 0.25, "entropy": 0.812, "kl": 0.0123, "clip_ratio/region_mean": 0.0,
-       "completions/clipped_ratio": 0.125, "step_time": 3.52}
+       "completions/clipped_ratio": 0.125, "timing/step_s": 3.52}
 
 
 def test_the_bar_shows_the_watched_signals_in_order_and_never_the_on_policy_loss():
@@ -68,7 +68,7 @@ def test_a_run_prints_eval_results_and_a_closing_line_and_logs_step_times(tmp_pa
                          eval_strategy="steps", eval_steps=1)
     rows = Trainer(config, get_reward_functions(["correctness_reward"]), get_task("arithmetic", n=8, seed=0),
                    eval_dataset=get_task("arithmetic", split="test", n=2, seed=0)).train()
-    assert all(row["step_time"] > 0 for row in rows)
+    assert all(row["timing/step_s"] > 0 for row in rows)
     captured = capsys.readouterr()
     out = captured.out + captured.err
     assert "eval at step 1: " in out and "eval at step 2: " in out and "eval/greedy_accuracy=" in out
