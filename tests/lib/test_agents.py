@@ -353,3 +353,35 @@ def test_environment_column_naming_no_environment_refused():
         envs.check_names(["counter", "chess"])
     with pytest.raises(ValueError, match="no reset method"):
         Environments(lambda: object())
+
+
+def _reencode_mismatches(model_name: str, rows: int = 8) -> int:
+    """Sample ``rows`` completions, decode each, encode the text again: how many ids differ."""
+    from course_lib.models import ModelNotAvailableError
+    from course_lib.rollout import HFEngine
+
+    try:
+        model, tokenizer = load_policy(model_name)
+    except ModelNotAvailableError as error:
+        pytest.skip(str(error))
+    engine = HFEngine(model, tokenizer)
+    prompts = [[{"role": "user", "content": "What is 37 times 45? Think step by step."}]] * rows
+    batch = engine.generate(prompts, 1, SamplingConfig(max_tokens=48, seed=0, temperature=1.0))
+    mismatches = 0
+    for ids, mask in zip(batch.completion_ids, batch.completion_mask):
+        ids = ids[mask.bool()].tolist()
+        mismatches += tokenizer(tokenizer.decode(ids), add_special_tokens=False)["input_ids"] != ids
+    return mismatches
+
+
+def test_decode_then_encode_changes_sampled_ids_on_smollm2():
+    """Why the loop never re-encodes: on SmolLM2's BPE tokenizer a sampled completion, decoded
+    and encoded again, is not always the sampled ids (measured: 2 of 8 rows at temperature 1,
+    e.g. a sampled 'ĊĊ' + '1' comes back as 'Ċ' 'Ċ' '1'); training on the re-encoded ids would
+    score tokens the model never drew. The tiny model's vocabulary is one token per character,
+    so there the round trip is exact."""
+    assert _reencode_mismatches("smollm2") >= 1
+
+
+def test_decode_then_encode_is_exact_on_the_character_level_tiny_model():
+    assert _reencode_mismatches("tiny") == 0
