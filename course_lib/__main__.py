@@ -9,7 +9,7 @@ import sys
 
 
 def _cmd_env(args) -> int:
-    from .environment import format_report
+    from .machine import format_report
 
     print(format_report())
     return 0
@@ -103,14 +103,14 @@ def _cmd_check_fail_on_stubs(args) -> int:
 
 
 def _cmd_train(args) -> int:
-    from .cli_train import run_train
+    from .run.cli_train import run_train
 
     return run_train(args)
 
 
 def _cmd_export_trl(args) -> int:
-    from .cli_train import build_run
-    from .export_trl import export_run
+    from .run.cli_train import build_run
+    from .run.export_trl import export_run
     from .presets import task_settings
 
     config, _, dataset = build_run(args)
@@ -121,7 +121,7 @@ def _cmd_export_trl(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from .cli_train import add_train_arguments, count_argument
+    from .run.cli_train import add_train_arguments, count_argument
 
     parser = argparse.ArgumentParser(prog="python -m course_lib", description=__doc__)
     parser.add_argument("--debug", action="store_true", help="show the Python traceback of an error (any position)")
@@ -178,8 +178,8 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     """Errors caused by what the user passed (a value, a path, a file, a reward, the machine):
     a message, not a traceback. Each of them names the cause and the fix. Anything else is a
     bug in the library and keeps its traceback."""
-    from .checkpoint import CheckpointError
-    from .divergence import NonFiniteTrainingError
+    from .run.checkpoint import CheckpointError
+    from .run.nonfinite import NonFiniteTrainingError
     from .models import ModelNotAvailableError
     from .rewards import RewardFunctionError
     from .sandbox import SandboxUnavailableError

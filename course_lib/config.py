@@ -30,11 +30,11 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
 from course_lib.config_options import RunOptions, fail
-from course_lib.config_tools import ConfigWarning, apply_overrides, field_docs, from_dict, to_dict
+from course_lib.run.config_tools import ConfigWarning, apply_overrides, field_docs, from_dict, to_dict
 from course_lib.models import TORCH_DTYPES
 from course_lib.ops.importance import check_is_settings
 from course_lib.rollout import ENGINES
-from course_lib.validation import check_field_types, check_finite_fields
+from course_lib.run.validation import check_field_types, check_finite_fields
 
 __all__ = ["ConfigWarning", "RLConfig", "apply_overrides", "field_docs", "fail", "warn"]
 

@@ -4,9 +4,9 @@ in-loop evaluation. Names and defaults follow TRL 1.16's `GRPOConfig` and `Train
 `RunOptions` is a base of :class:`course_lib.config.RLConfig`; its fields are settable like
 any other (`--set chat_template_kwargs='{"enable_thinking": false}'` on the command line:
 dict fields read JSON). What each option does lives where it acts:
-:mod:`course_lib.model_options` (dropout, float32 head, loading kwargs), the rollout engines
-(`generation_kwargs`, `chat_template_kwargs`), :mod:`course_lib.batches` (`shuffle_dataset`),
-:mod:`course_lib.eval_loop` (evaluation during training).
+:mod:`course_lib.run.model_options` (dropout, float32 head, loading kwargs), the rollout engines
+(`generation_kwargs`, `chat_template_kwargs`), :mod:`course_lib.run.batches` (`shuffle_dataset`),
+:mod:`course_lib.run.in_loop_eval` (evaluation during training).
 """
 
 from __future__ import annotations

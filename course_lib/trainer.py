@@ -36,22 +36,22 @@ from typing import Callable
 import torch
 from tqdm.auto import tqdm
 
-from . import checkpoint as ckpt
+from .run import checkpoint as ckpt
 from .algos import get_algorithm
 from .algos.base import PolicyOutputs, ScoredBatch
-from .batches import GenerationBatch, PromptSampler, completion_metrics
-from .distributed import PolicyForward, Shards, make_accelerator
-from .divergence import check_finite_update
-from .eval_loop import InLoopEvaluator
-from .history import MetricsLogger, format_samples, load_history, unique_prompt_samples
-from .model_options import apply_model_options, load_kwargs, mix_into_reference
+from .run.batches import GenerationBatch, PromptSampler, completion_metrics
+from .run.distributed import PolicyForward, Shards, make_accelerator
+from .run.nonfinite import check_finite_update
+from .run.in_loop_eval import InLoopEvaluator
+from .run.history import MetricsLogger, format_samples, load_history, unique_prompt_samples
+from .run.model_options import apply_model_options, load_kwargs, mix_into_reference
 from .models import resolve_dtype, unwrap_peft
 from .ops.importance import sampling_correction
 from .ops.stats import nanstd
 from .policy import ReferencePolicy, completion_forward, prepare_policy
 from .rewards import compute_rewards, reward_function_name
 from .rollout import SamplingConfig, make_engine
-from .run_folder import check_resume_config, claim_output_dir
+from .run.folder import check_resume_config, claim_output_dir
 
 
 class Trainer:
@@ -63,7 +63,7 @@ class Trainer:
         train_dataset: rows with a ``prompt`` (conversational or text) and any columns the
             reward functions read (e.g. ``answer``).
         model, tokenizer: the policy; loaded from ``config.model_name_or_path`` when None.
-        eval_dataset: held-out rows for ``config.eval_strategy="steps"`` (``course_lib.eval_loop``).
+        eval_dataset: held-out rows for ``config.eval_strategy="steps"`` (``course_lib.run.in_loop_eval``).
     """
 
     def __init__(self, config, reward_funcs: list[Callable], train_dataset, model=None, tokenizer=None,
@@ -298,7 +298,7 @@ class Trainer:
 
         ``resume_from``: a checkpoint folder, or ``"latest"`` for the newest complete one in
         ``output_dir``. A non-empty ``output_dir`` is refused unless the run resumes the one
-        there or ``config.overwrite_output_dir`` is set (``course_lib.run_folder``). Ctrl-C
+        there or ``config.overwrite_output_dir`` is set (``course_lib.run.folder``). Ctrl-C
         saves a checkpoint at the next optimizer step and returns (``self.interrupted`` is
         then True and no ``final/`` is written).
         """

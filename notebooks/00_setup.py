@@ -51,7 +51,7 @@ if importlib.util.find_spec("course_lib") is None:
 # the full-size runs.
 
 # %%
-from course_lib.environment import environment_report, fast_mode, format_report
+from course_lib.machine import environment_report, fast_mode, format_report
 
 report = environment_report()
 print(format_report(report))
@@ -117,7 +117,7 @@ for row, completion in zip(task, greedy):
 # does not produce the tags, and RL cannot reward what never happens.
 
 # %%
-from course_lib.environment import scaled
+from course_lib.machine import scaled
 
 smol, smol_tokenizer = load_policy("smollm2-135m")
 print(f"smollm2-135m: {count_parameters(smol):,} parameters")
@@ -183,7 +183,7 @@ plt.show()
 # %%
 from course_lib.checks import ex00
 from course_lib.grading import load_exercise
-from course_lib.testing import feedback
+from course_lib.feedback import feedback
 
 ex = load_exercise("ex00_setup")
 feedback(ex00.check_to_conversational, ex.to_conversational);
@@ -205,6 +205,6 @@ feedback(ex00.check_to_conversational, ex.to_conversational);
 # `notebooks/answers/00_setup.md`.
 
 # %%
-from course_lib.answers import show_answer
+from course_lib.lesson_answers import show_answer
 
 # show_answer("00", 1)

@@ -41,7 +41,7 @@ if importlib.util.find_spec("course_lib") is None:
 import numpy as np
 from IPython.display import display
 
-from course_lib.environment import fast_mode, scaled
+from course_lib.machine import fast_mode, scaled
 
 print("fast mode:", fast_mode())
 
@@ -130,11 +130,11 @@ display(plot_gridworld(world, optimal_policy, title="Beans and ghosts: the optim
 
 # %%
 from course_lib.rewards import proximity_score
-from course_lib.toy import combined_reward, correctness_reward, number_reward
+from course_lib.toy import combined_reward, correctness_reward, is_number_reward
 
 print(f"{'answer':<8}{'number':>8}{'correct':>9}{'sum':>6}{'proximity':>11}")
 for answer in ["3", "4", "C", "D", "-10", "8"]:
-    print(f"{answer:<8}{number_reward(answer):>+8.0f}{correctness_reward(answer):>+9.0f}"
+    print(f"{answer:<8}{is_number_reward(answer):>+8.0f}{correctness_reward(answer):>+9.0f}"
           f"{combined_reward(answer):>+6.0f}{proximity_score(answer, '4'):>+11.2f}")
 
 # %% [markdown]
@@ -186,7 +186,7 @@ print(f"P('4') = {untrained.prob_of('4'):.4f}; average tries until success: {np.
 # %%
 from course_lib.checks import ex01
 from course_lib.grading import load_exercise
-from course_lib.testing import feedback
+from course_lib.feedback import feedback
 
 ex = load_exercise("ex01_rl_basics")
 feedback(ex01.check_sample_until_success, ex.sample_until_success);
@@ -545,6 +545,6 @@ else:
 # `notebooks/answers/01_rl_basics.md`.
 
 # %%
-from course_lib.answers import show_answer
+from course_lib.lesson_answers import show_answer
 
 # show_answer("01", 1)

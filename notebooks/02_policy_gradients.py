@@ -41,7 +41,7 @@ import numpy as np
 import torch
 from IPython.display import display
 
-from course_lib.environment import fast_mode, scaled
+from course_lib.machine import fast_mode, scaled
 
 print("fast mode:", fast_mode())
 
@@ -122,7 +122,7 @@ for i, answer in enumerate(CANDIDATE_ANSWERS):
 # %%
 from course_lib.checks import ex02
 from course_lib.grading import load_exercise
-from course_lib.testing import feedback
+from course_lib.feedback import feedback
 
 ex = load_exercise("ex02_policy_gradients")
 feedback(ex02.check_reinforce_loss, ex.reinforce_loss);
@@ -396,6 +396,6 @@ display(plot_learning_curves(list(curves.values()), ["REINFORCE", "REINFORCE wit
 # `notebooks/answers/02_policy_gradients.md`.
 
 # %%
-from course_lib.answers import show_answer
+from course_lib.lesson_answers import show_answer
 
 # show_answer("02", 1)

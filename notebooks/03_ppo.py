@@ -44,7 +44,7 @@ import numpy as np
 import torch
 from IPython.display import display
 
-from course_lib.environment import fast_mode, scaled
+from course_lib.machine import fast_mode, scaled
 
 print("fast mode:", fast_mode())
 
@@ -116,7 +116,7 @@ if ipywidgets is not None:
 # %%
 from course_lib.checks import ex03
 from course_lib.grading import load_exercise
-from course_lib.testing import feedback
+from course_lib.feedback import feedback
 
 ex = load_exercise("ex03_ppo")
 feedback(ex03.check_clipped_surrogate, ex.clipped_surrogate);
@@ -463,6 +463,6 @@ feedback(ex03.check_gae, ex.gae);
 # `notebooks/answers/03_ppo.md`.
 
 # %%
-from course_lib.answers import show_answer
+from course_lib.lesson_answers import show_answer
 
 # show_answer("03", 1)

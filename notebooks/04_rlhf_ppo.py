@@ -46,7 +46,7 @@ import matplotlib.pyplot as plt
 import torch
 from IPython.display import display
 
-from course_lib.environment import fast_mode, scaled
+from course_lib.machine import fast_mode, scaled
 
 OUTPUT = Path(os.environ.get("COURSE_OUTPUT", "outputs"))
 print("fast mode:", fast_mode())
@@ -243,7 +243,7 @@ except ImportError:
 # %%
 from course_lib.checks import ex04
 from course_lib.grading import load_exercise
-from course_lib.testing import feedback
+from course_lib.feedback import feedback
 
 ex = load_exercise("ex04_rlhf_ppo")
 feedback(ex04.check_per_token_rewards, ex.per_token_rewards);
@@ -592,6 +592,6 @@ plt.show()
 # `notebooks/answers/04_rlhf_ppo.md`.
 
 # %%
-from course_lib.answers import show_answer
+from course_lib.lesson_answers import show_answer
 
 # show_answer("04", 1)

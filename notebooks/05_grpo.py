@@ -182,7 +182,7 @@ except ValueError as error:
 # averages into `frac_reward_zero_std`) and compares it with the formula.
 
 # %%
-from course_lib.environment import scaled
+from course_lib.machine import scaled
 
 generator = torch.Generator().manual_seed(0)
 group_sizes = [2, 3, 4, 6, 8, 12, 16]
@@ -279,7 +279,7 @@ for label, sampling in settings.items():
 # %%
 from course_lib.checks import ex05
 from course_lib.grading import load_exercise
-from course_lib.testing import feedback
+from course_lib.feedback import feedback
 
 ex = load_exercise("ex05_grpo")
 feedback(ex05.check_group_advantages, ex.group_advantages);
@@ -508,6 +508,6 @@ display(plot_training_history(history, keys=["reward", "reward_std", "frac_rewar
 # `notebooks/answers/05_grpo.md`.
 
 # %%
-from course_lib.answers import show_answer
+from course_lib.lesson_answers import show_answer
 
 # show_answer("05", 1)

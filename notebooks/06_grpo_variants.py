@@ -156,7 +156,7 @@ for loss_type in ("grpo", "bnpo", "dr_grpo", "dapo"):
 # %%
 from course_lib.checks import ex06
 from course_lib.grading import load_exercise
-from course_lib.testing import feedback
+from course_lib.feedback import feedback
 
 ex = load_exercise("ex06_grpo_variants")
 feedback(ex06.check_aggregate_loss, ex.aggregate_loss);
@@ -416,7 +416,7 @@ from pathlib import Path
 
 from course_lib.algos import GRPOConfig
 from course_lib.data import get_task
-from course_lib.environment import scaled
+from course_lib.machine import scaled
 from course_lib.models import load_policy
 from course_lib.rewards import get_reward_functions
 from course_lib.trainer import Trainer
@@ -647,6 +647,6 @@ for loss_type, runs in length_runs.items():
 # `notebooks/answers/06_grpo_variants.md`.
 
 # %%
-from course_lib.answers import show_answer
+from course_lib.lesson_answers import show_answer
 
 # show_answer("06", 1)

@@ -146,7 +146,7 @@ for rows, epochs, per_device, generations, iterations in (
 # %%
 from course_lib.checks import ex07
 from course_lib.grading import load_exercise
-from course_lib.testing import feedback
+from course_lib.feedback import feedback
 
 ex = load_exercise("ex07_batch_schedule")
 feedback(ex07.check_batch_arithmetic, ex.batch_arithmetic);
@@ -298,7 +298,7 @@ import os
 from pathlib import Path
 
 from course_lib.data import get_task
-from course_lib.environment import scaled
+from course_lib.machine import scaled
 from course_lib.models import load_policy
 from course_lib.rewards import get_reward_functions
 from course_lib.trainer import Trainer
@@ -340,6 +340,6 @@ print("expected:", config.max_steps, "optimizer steps ->",
 # `notebooks/answers/07_batch_schedule.md`.
 
 # %%
-from course_lib.answers import show_answer
+from course_lib.lesson_answers import show_answer
 
 # show_answer("07", 1)

@@ -50,7 +50,7 @@ import torch
 from IPython.display import display
 from transformers.utils import logging as hf_logging
 
-from course_lib.environment import fast_mode, scaled
+from course_lib.machine import fast_mode, scaled
 
 hf_logging.disable_progress_bar()  # no "Loading weights" bars each time a model loads
 OUTPUT = Path(os.environ.get("COURSE_OUTPUT", "outputs"))
@@ -195,7 +195,7 @@ print("K/(K-1) * (r - mean) == leave-one-out:", torch.allclose(stretched.flatten
 # %%
 from course_lib.checks import ex08
 from course_lib.grading import load_exercise
-from course_lib.testing import feedback
+from course_lib.feedback import feedback
 
 ex = load_exercise("ex08_rloo")
 feedback(ex08.check_rloo_advantages, ex.rloo_advantages);
@@ -656,6 +656,6 @@ else:
 # `notebooks/answers/08_rloo.md`.
 
 # %%
-from course_lib.answers import show_answer
+from course_lib.lesson_answers import show_answer
 
 # show_answer("08", 1)

@@ -45,7 +45,7 @@ import warnings
 
 from IPython.display import display
 
-from course_lib.environment import fast_mode
+from course_lib.machine import fast_mode
 
 print("fast mode:", fast_mode())
 
@@ -118,7 +118,7 @@ print(correctness_reward(prompts=task["prompt"], completions=completions, answer
 # %%
 from course_lib.checks import ex09
 from course_lib.grading import load_exercise
-from course_lib.testing import feedback
+from course_lib.feedback import feedback
 
 ex = load_exercise("ex09_rewards")
 feedback(ex09.check_extract_answer, ex.extract_answer);
@@ -533,6 +533,6 @@ else:
 # `notebooks/answers/09_rewards.md`.
 
 # %%
-from course_lib.answers import show_answer
+from course_lib.lesson_answers import show_answer
 
 # show_answer("09", 1)

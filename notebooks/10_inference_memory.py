@@ -50,7 +50,7 @@ import torch
 from IPython.display import display
 from transformers.utils import logging as hf_logging
 
-from course_lib.environment import device_info, engines_available, fast_mode, scaled
+from course_lib.machine import device_info, engines_available, fast_mode, scaled
 
 hf_logging.disable_progress_bar()
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -262,7 +262,7 @@ plt.show()
 # %%
 from course_lib.checks import ex10
 from course_lib.grading import load_exercise
-from course_lib.testing import feedback
+from course_lib.feedback import feedback
 
 ex = load_exercise("ex10_inference_memory")
 feedback(ex10.check_truncated_is_weight, ex.truncated_is_weight);
@@ -650,6 +650,6 @@ else:
 # `notebooks/answers/10_inference_memory.md`.
 
 # %%
-from course_lib.answers import show_answer
+from course_lib.lesson_answers import show_answer
 
 # show_answer("10", 1)

@@ -54,7 +54,7 @@ import matplotlib.pyplot as plt
 import torch
 from IPython.display import display
 
-from course_lib.environment import environment_report, fast_mode, scaled
+from course_lib.machine import environment_report, fast_mode, scaled
 
 OUTPUT = Path(os.environ.get("COURSE_OUTPUT", "outputs"))
 MODEL = scaled("tiny", "smollm2-135m")
@@ -183,7 +183,7 @@ display(plot_reward_breakdown(examples, reward_funcs, reward_weights=reward_weig
 # %%
 from course_lib.checks import ex11
 from course_lib.grading import load_exercise
-from course_lib.testing import feedback
+from course_lib.feedback import feedback
 
 ex = load_exercise("ex11_capstone")
 feedback(ex11.check_verify_sorted, ex.verify_sorted);
@@ -687,6 +687,6 @@ else:
 # `notebooks/answers/11_capstone.md`.
 
 # %%
-from course_lib.answers import show_answer
+from course_lib.lesson_answers import show_answer
 
 # show_answer("11", 1)

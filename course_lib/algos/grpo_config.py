@@ -12,7 +12,7 @@ from typing import ClassVar, Literal
 
 from course_lib.algos.grpo_losses import LOSS_TYPES
 from course_lib.config import RLConfig, fail, warn
-from course_lib.config_tools import to_trl_grpo_config
+from course_lib.run.config_tools import to_trl_grpo_config
 
 IMPORTANCE_SAMPLING_LEVELS: tuple[str, ...] = ("token", "sequence")
 SCALE_REWARDS: tuple[str, ...] = ("group", "batch", "none")

@@ -1,1 +1,1 @@
-"""Per-lesson checks: ``check_<exercise>(fn)`` raise AssertionError with a hint (see testing.py)."""
+"""Per-lesson checks: ``check_<exercise>(fn)`` raise AssertionError with a hint (see feedback.py)."""

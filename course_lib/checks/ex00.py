@@ -1,6 +1,6 @@
 """Checks for lesson 00 (setup)."""
 
-from ..testing import Hint
+from ..feedback import Hint
 
 
 def check_to_conversational(fn) -> None:

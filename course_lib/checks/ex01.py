@@ -13,8 +13,8 @@ import math
 
 import numpy as np
 
-from ..testing import Hint
-from ..toy.answer_policy import CANDIDATE_ANSWERS, correctness_reward, number_reward, verify_answer
+from ..feedback import Hint
+from ..toy.answer_policy import CANDIDATE_ANSWERS, correctness_reward, is_number_reward, verify_answer
 
 
 class _CountingGenerator:
@@ -129,7 +129,7 @@ def check_verifier_reward(fn) -> None:
     # Every candidate answer of the toy policy, plus spacing and spelling variants, against
     # the course's own reward functions.
     for answer in (*CANDIDATE_ANSWERS, " 4 ", "4.0", "-0.5", "four", "", "2+2"):
-        expected = number_reward(answer) + correctness_reward(answer, "4")
+        expected = is_number_reward(answer) + correctness_reward(answer, "4")
         got = fn(answer, "4", verify_answer)
         if got != expected:
             if answer == " 4 " and got == 0.0:

@@ -14,7 +14,7 @@ import torch
 
 from ..algos.rloo import rloo_advantages
 from ..algos.rloo import rloo_policy_loss
-from ..testing import Hint, assert_close
+from ..feedback import Hint, assert_close
 
 
 def _loss_inputs(seed: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

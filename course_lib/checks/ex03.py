@@ -16,7 +16,7 @@ from ..algos.ppo import gae as library_gae
 from ..ops.kl import kl_k1 as library_k1
 from ..ops.kl import kl_k3 as library_k3
 from ..algos.ppo import ppo_policy_loss
-from ..testing import Hint, assert_close
+from ..feedback import Hint, assert_close
 
 
 def _as_tensor(name: str, value) -> torch.Tensor:

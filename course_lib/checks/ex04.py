@@ -11,7 +11,7 @@ import torch
 
 from ..ops.masking import masked_whiten
 from ..algos.ppo import value_loss as library_value_loss
-from ..testing import Hint, assert_close
+from ..feedback import Hint, assert_close
 
 
 def _tensor(values, dtype=torch.float64) -> torch.Tensor:

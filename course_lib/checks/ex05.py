@@ -8,7 +8,7 @@ import torch
 
 from ..algos.grpo import group_advantages as library_group_advantages
 from ..algos.grpo import policy_loss
-from ..testing import Hint, assert_close
+from ..feedback import Hint, assert_close
 
 
 def _tensor(values, dtype=torch.float32) -> torch.Tensor:

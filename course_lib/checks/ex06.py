@@ -10,7 +10,7 @@ import math
 import torch
 
 from ..algos.grpo import policy_loss
-from ..testing import Hint, assert_close
+from ..feedback import Hint, assert_close
 
 F64 = torch.float64
 

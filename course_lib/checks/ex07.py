@@ -12,7 +12,7 @@ from ..schedule import (
     schedule_table,
     unique_prompts_per_generation,
 )
-from ..testing import Hint
+from ..feedback import Hint
 
 KEYS = ("steps_per_generation", "generation_batch_size", "effective_batch_size", "optimizer_steps_per_generation",
         "unique_prompts_per_generation")

@@ -12,7 +12,7 @@ import torch
 
 from ..algos.rloo import generation_major_to_prompt_major
 from ..algos.rloo import rloo_advantages as library_rloo_advantages
-from ..testing import Hint, assert_close
+from ..feedback import Hint, assert_close
 
 
 def _tensor(values, dtype=torch.float64) -> torch.Tensor:

@@ -18,7 +18,7 @@ import torch
 from ..rewards import combine_rewards as library_combine_rewards
 from ..rewards import proximity_score as library_proximity_score
 from ..rewards import think_answer_format_reward
-from ..testing import Hint, assert_close
+from ..feedback import Hint, assert_close
 
 # (text, expected, {wrong answer a typical mistake gives: diagnosis})
 _EXTRACT_CASES = [

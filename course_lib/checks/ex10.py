@@ -19,7 +19,7 @@ import torch
 
 from ..ops.importance import IS_MODES, importance_sampling_ratio, truncated_is_ratio
 from ..ops.logprobs import selective_log_softmax
-from ..testing import Hint, assert_close
+from ..feedback import Hint, assert_close
 
 GIB = 2**30
 

@@ -10,7 +10,7 @@ import warnings
 
 from ..config import ConfigWarning
 from ..algos import GRPOConfig
-from ..testing import Hint, assert_close
+from ..feedback import Hint, assert_close
 
 REFERENCE = "3, 5, 9"
 

@@ -25,7 +25,7 @@ from .answer_policy import (
     correctness_reward,
     expected_attempts,
     is_number,
-    number_reward,
+    is_number_reward,
     reinforce_step,
     sample_until_success,
     train_answer_policy,
@@ -50,7 +50,7 @@ from .variance import GradientVarianceResult, exact_policy_gradient, gradient_va
 
 __all__ = [
     "CANDIDATE_ANSWERS", "CORRECT_ANSWER", "AnswerPolicy", "AnswerTrainingTrace", "binary_reward",
-    "combined_reward", "correctness_reward", "expected_attempts", "is_number", "number_reward",
+    "combined_reward", "correctness_reward", "expected_attempts", "is_number", "is_number_reward",
     "reinforce_step", "sample_until_success", "train_answer_policy", "verify_answer",
     "AgentComparison", "BanditHistory", "BernoulliBandit", "EpsilonGreedy", "GaussianBandit",
     "GradientBandit", "RandomAgent", "UCB1", "compare_agents", "make_testbed", "run_bandit",

@@ -6,7 +6,7 @@ of candidate answers (one logit per answer), so every idea of RL for LLMs can be
 with a dozen numbers:
 
 - **Verifier vs reward function.** ``verify_answer`` only says right or wrong;
-  ``number_reward`` (+1 a number / -1 not) and ``correctness_reward`` (+3 right /
+  ``is_number_reward`` (+1 a number / -1 not) and ``correctness_reward`` (+3 right /
   -3 wrong) turn outputs into scores, and ``combined_reward`` adds them up.
 - **Patience is all you need.** ``sample_until_success`` keeps sampling until the
   verifier says yes; the number of tries is geometric with mean ``1 / p``.
@@ -40,7 +40,7 @@ __all__ = [
     "verify_answer",
     "is_number",
     "binary_reward",
-    "number_reward",
+    "is_number_reward",
     "correctness_reward",
     "combined_reward",
     "sample_until_success",
@@ -89,7 +89,7 @@ def binary_reward(answer: str, target: str = CORRECT_ANSWER) -> float:
     return float(verify_answer(answer, target))
 
 
-def number_reward(answer: str) -> float:
+def is_number_reward(answer: str) -> float:
     """+1 if ``answer`` is a number, -1 otherwise: a partial-credit "format" reward.
 
     Teaches: "3" is still wrong but better than "cat"; shaping rewards say so.
@@ -104,7 +104,7 @@ def correctness_reward(answer: str, target: str = CORRECT_ANSWER) -> float:
 
 def combined_reward(
     answer: str,
-    reward_fns: Sequence[Callable[[str], float]] = (number_reward, correctness_reward),
+    reward_fns: Sequence[Callable[[str], float]] = (is_number_reward, correctness_reward),
 ) -> float:
     """Sum of several reward functions (default: number +-1 plus correctness +-3).
 

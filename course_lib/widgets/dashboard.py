@@ -3,7 +3,7 @@
 A training run logs one dict per step (a row of `history.jsonl`), with TRL's metric
 names where one exists: `reward`, `reward_std`, `frac_reward_zero_std`, `kl`,
 `entropy`, `clip_ratio/*`, `completions/mean_length`, `loss`, `learning_rate`, ...; with
-evaluation during training (`course_lib.eval_loop`) the held-out `eval/reward` shares the
+evaluation during training (`course_lib.run.in_loop_eval`) the held-out `eval/reward` shares the
 reward panel and `eval/greedy_accuracy` gets its own.
 `plot_training_history` draws one panel per metric (or per group of metrics) against
 the step; rows may miss keys and values may be NaN or None, those points are skipped.
@@ -22,7 +22,7 @@ import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from ..history import load_history
+from ..run.history import load_history
 from ._common import new_figure
 
 __all__ = ["DEFAULT_PANELS", "LiveDashboard", "load_history", "metric_series", "plot_training_history"]

@@ -125,7 +125,7 @@ def test_two_processes_resume_where_they_stopped(tmp_path):
 
 
 def test_precisions_the_device_cannot_run_are_refused_before_any_work(tmp_path, monkeypatch):
-    from course_lib import distributed
+    from course_lib.run import distributed
     from course_lib.algos import make_config
 
     def accelerator_for(**overrides):

@@ -3,7 +3,7 @@ import re
 
 import pytest
 
-from course_lib.answers import answer_text, load_answers, notebook_questions, show_answer
+from course_lib.lesson_answers import answer_text, load_answers, notebook_questions, show_answer
 from course_lib.grading import project_root
 
 NOTEBOOKS = sorted((project_root() / "notebooks").glob("[0-9][0-9]_*.py"))

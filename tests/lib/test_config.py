@@ -10,7 +10,7 @@ import pytest
 
 from course_lib.algos import GRPOConfig, PPOConfig, RLOOConfig, config_from_dict, make_config
 from course_lib.config import ConfigWarning, RLConfig, apply_overrides, field_docs
-from course_lib.config_tools import to_trl_grpo_config
+from course_lib.run.config_tools import to_trl_grpo_config
 
 # Fields whose default we take from TRL 1.16's GRPOConfig.
 TRL_DEFAULTS = [

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from course_lib.checks import ex01, ex02, ex03, ex04, ex05, ex06, ex08, ex10
-from course_lib.testing import Hint
+from course_lib.feedback import Hint
 
 
 def _hint_of(check, fn) -> str:

@@ -12,7 +12,7 @@ import torch
 from course_lib.algos import make_config
 from course_lib.algos.grpo import policy_loss
 from course_lib.data import get_task
-from course_lib.export_trl import export_run
+from course_lib.run.export_trl import export_run
 from course_lib.policy import completion_forward
 
 SETTINGS = dict(model_name_or_path="tiny", per_device_train_batch_size=8, num_generations=4, max_completion_length=6,

@@ -9,10 +9,10 @@ import pytest
 import torch
 
 from course_lib.algos import make_config
-from course_lib.batches import PromptSampler
+from course_lib.run.batches import PromptSampler
 from course_lib.data import get_task
-from course_lib.history import unique_prompt_samples
-from course_lib.model_options import apply_model_options, cast_lm_head_to_fp32, disable_dropout, mix_into_reference
+from course_lib.run.history import unique_prompt_samples
+from course_lib.run.model_options import apply_model_options, cast_lm_head_to_fp32, disable_dropout, mix_into_reference
 from course_lib.models import load_policy
 from course_lib.rewards import get_reward_functions
 from course_lib.rollout import SamplingConfig

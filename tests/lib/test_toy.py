@@ -19,7 +19,7 @@ from course_lib.toy.answer_policy import (
     combined_reward,
     correctness_reward,
     expected_attempts,
-    number_reward,
+    is_number_reward,
     reinforce_step,
     sample_until_success,
     train_answer_policy,
@@ -143,7 +143,7 @@ def test_bandit_errors_name_the_argument():
 def test_verifier_and_reward_functions():
     assert verify_answer("4") and verify_answer(" 4 ") and verify_answer("4.0")
     assert not verify_answer("3") and not verify_answer("cat") and not verify_answer("C")
-    assert [number_reward(a) for a in ("4", "-10", "12.31", "cat", "%$", "nan")] == [1, 1, 1, -1, -1, -1]
+    assert [is_number_reward(a) for a in ("4", "-10", "12.31", "cat", "%$", "nan")] == [1, 1, 1, -1, -1, -1]
     assert [correctness_reward(a) for a in ("4", "3")] == [3, -3]
     # The seed's example, summed: "4" -> 1 + 3, "3" -> 1 - 3, "cat" -> -1 - 3.
     assert [combined_reward(a) for a in ("4", "3", "cat")] == [4, -2, -4]

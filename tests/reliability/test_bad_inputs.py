@@ -36,17 +36,17 @@ import numpy as np
 import pytest
 import torch
 
-from course_lib import checkpoint as ckpt
+from course_lib.run import checkpoint as ckpt
 from course_lib.algos import make_config
 from course_lib.config import apply_overrides
 from course_lib.data import DataError, SplitNotice, get_task, load_gsm8k
-from course_lib.divergence import NonFiniteTrainingError, check_finite_update
+from course_lib.run.nonfinite import NonFiniteTrainingError, check_finite_update
 from course_lib.evaluation import evaluate_accuracy
 from course_lib.models import ModelNotAvailableError, load_policy
 from course_lib.rewards import RewardFunctionError, compute_rewards
 from course_lib.rewards.combine import UnscorableSampleWarning
 from course_lib.rollout import ContextLengthError, HFEngine, PromptTruncationWarning, SamplingConfig
-from course_lib.run_folder import OutputDirError, ResumeConfigWarning, claim_output_dir
+from course_lib.run.folder import OutputDirError, ResumeConfigWarning, claim_output_dir
 from course_lib.tiny import TINY_DIR
 
 

@@ -30,7 +30,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from course_lib import checkpoint as ckpt
+from course_lib.run import checkpoint as ckpt
 from course_lib.algos import make_config
 from course_lib.data import get_task
 from course_lib.models import load_policy

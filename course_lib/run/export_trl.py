@@ -67,7 +67,7 @@ def changed_fields(config) -> list[tuple[str, Any, Any]]:
 
 def trl_arguments(config) -> dict[str, Any]:
     """The ``trl grpo`` config-file fields for a course GRPO config (model and LoRA included)."""
-    from .models import resolve_model_path
+    from ..models import resolve_model_path
 
     arguments = {name: ours for name, ours, _ in changed_fields(config)}
     arguments["model_name_or_path"] = str(resolve_model_path(config.model_name_or_path))

@@ -8,7 +8,7 @@ checkpoint received from someone else, or edited on a shared disk, could execute
   (625 integers) and NumPy's (624 integers, position, cached Gaussian) as JSON, torch's
   CPU and CUDA generator states (byte tensors) as safetensors;
 - **the in-flight generation batch** (``rollout.json`` + ``rollout.safetensors``): the
-  tensors of :class:`course_lib.batches.GenerationBatch` as safetensors, its row indices,
+  tensors of :class:`course_lib.run.batches.GenerationBatch` as safetensors, its row indices,
   token count and metrics, and the last sample table, as JSON (floats round-trip exactly:
   ``json`` writes the shortest repr, NaN included);
 - **optimizer and scheduler** (``optimizer.pt``, ``scheduler.pt``, ``value_head.pt``):
@@ -16,7 +16,7 @@ checkpoint received from someone else, or edited on a shared disk, could execute
   restricted unpickler that refuses any object outside an allow-list of tensor types.
 
 Every reader turns a malformed or hostile file into a :class:`StateFileError` naming the
-file, so the caller (``course_lib.checkpoint``) can say which checkpoint is damaged.
+file, so the caller (``course_lib.run.checkpoint``) can say which checkpoint is damaged.
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ def read_tensors(path: Path) -> dict[str, torch.Tensor]:
 # --------------------------------------------------------------------------- RNG
 def save_rng(folder: Path, state: dict) -> None:
     """``state``: ``{"python": random.getstate(), "numpy": np.random.get_state(), "torch": ByteTensor,
-    "cuda": list[ByteTensor] | None}`` (what ``course_lib.checkpoint.rng_state`` returns)."""
+    "cuda": list[ByteTensor] | None}`` (what ``course_lib.run.checkpoint.rng_state`` returns)."""
     version, internal, gauss = state["python"]
     kind, keys, position, has_gauss, cached = state["numpy"]
     (folder / "rng.json").write_text(json.dumps({

@@ -21,10 +21,10 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from .ops.stats import nanstd
-from .rewards import compute_rewards, reward_function_name
-from .rewards.answers import is_correct
-from .rollout import SamplingConfig
+from ..ops.stats import nanstd
+from ..rewards import compute_rewards, reward_function_name
+from ..rewards.answers import is_correct
+from ..rollout import SamplingConfig
 
 
 class InLoopEvaluator:

@@ -4,7 +4,7 @@ Every notebook ends with numbered questions (``# 1. ...`` under ``## Questions``
 answers live in ``notebooks/answers/NN_topic.md``, one ``## Question k`` section each, so
 that a learner can try a question first and then print its answer::
 
-    from course_lib.answers import show_answer
+    from course_lib.lesson_answers import show_answer
     show_answer("03", 2)   # lesson 03, question 2
     show_answer(3)         # every answer of lesson 03
 

@@ -63,11 +63,11 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
 
 def build_run(args):
     """Config, reward functions and dataset for the parsed arguments (no model loaded)."""
-    from .config import apply_overrides
-    from .algos import make_config
-    from .data import get_task
-    from .presets import run_settings, task_settings
-    from .rewards import get_reward_functions
+    from ..config import apply_overrides
+    from ..algos import make_config
+    from ..data import get_task
+    from ..presets import run_settings, task_settings
+    from ..rewards import get_reward_functions
 
     settings = run_settings(args.model, args.task, args.algo)
     if args.max_steps is not None:
@@ -82,8 +82,8 @@ def build_run(args):
 
 
 def run_train(args) -> int:
-    from .config import field_docs
-    from .algos import make_config
+    from ..config import field_docs
+    from ..algos import make_config
 
     if args.list_fields:
         config = make_config(args.algo)
@@ -101,12 +101,12 @@ def run_train(args) -> int:
         command = launch_command(args.num_processes, sys.argv[1:], cpu=not cuda_requested(config.device))
         print("launching:", " ".join(command), file=sys.stderr)
         return subprocess.call(command)
-    from .trainer import Trainer
+    from ..trainer import Trainer
 
     config, reward_funcs, dataset = build_run(args)
     eval_dataset = None
     if config.eval_strategy != "no":  # held-out prompts for evaluation during training
-        from .data import get_task
+        from ..data import get_task
 
         eval_dataset = get_task(args.task, split="test", n=args.eval_n or 64, seed=0)
     trainer = Trainer(config, reward_funcs, dataset, eval_dataset=eval_dataset)
@@ -128,8 +128,8 @@ def run_train(args) -> int:
 
 
 def _evaluate(trainer, args) -> float:
-    from .data import get_task
-    from .evaluation import evaluate_accuracy
+    from ..data import get_task
+    from ..evaluation import evaluate_accuracy
 
     test = get_task(args.task, split="test", n=args.eval_n, seed=0)
     return evaluate_accuracy(trainer.model, trainer.tokenizer, test, max_new_tokens=trainer.config.max_completion_length)

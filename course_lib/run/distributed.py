@@ -27,7 +27,7 @@ import sys
 import torch
 from torch import nn
 
-from .policy import completion_forward
+from ..policy import completion_forward
 
 Tensor = torch.Tensor
 

@@ -18,7 +18,7 @@ name is therefore complete; leftovers of a killed save are hidden temporary fold
 removed by the next save. ``save_total_limit`` keeps the newest few checkpoints;
 ``resolve_resume("latest", output_dir)`` picks the newest complete one; a damaged folder
 (copied by hand, edited, or written by an older version) gets a ``CheckpointError`` that
-names it and the fix. Nothing in a checkpoint is unpickled as code (``course_lib.state_io``):
+names it and the fix. Nothing in a checkpoint is unpickled as code (``course_lib.run.state_io``):
 a crafted file gets a ``CheckpointError``, never an execution. ``StopOnInterrupt`` turns
 Ctrl-C into "save and stop" at the next optimizer step.
 """
@@ -246,7 +246,7 @@ class StopOnInterrupt:
 
 def restore_weights(folder: str | Path, model, value_head=None) -> None:
     """Load the checkpoint's weights into ``model`` (full model or LoRA adapters) in place."""
-    from .models import is_peft_model
+    from ..models import is_peft_model
 
     def load_file(path: Path) -> dict:
         return _read_state(Path(folder), read_tensors, path)
