@@ -51,6 +51,7 @@ from .ops.stats import nanstd
 from .policy import ReferencePolicy, completion_forward, prepare_policy
 from .rewards import compute_rewards, reward_function_name
 from .rollout import SamplingConfig, make_engine
+from .rollout.tool_run import ToolRun
 from .run.folder import check_resume_config, claim_output_dir
 
 
@@ -64,11 +65,18 @@ class Trainer:
             reward functions read (e.g. ``answer``).
         model, tokenizer: the policy; loaded from ``config.model_name_or_path`` when None.
         eval_dataset: held-out rows for ``config.eval_strategy="steps"`` (``course_lib.run.in_loop_eval``).
+        tools, environment_factory: multi-turn rollouts with tool calls, with TRL 1.16's meaning
+            (``course_lib.rollout.tool_run``): plain typed, documented functions; a callable (or a
+            dict chosen by an ``environment`` column) making one environment per rollout, whose
+            public methods are tools and whose ``get_reward()`` is an extra reward (then
+            ``reward_funcs`` may be empty). Tool-result tokens are attended to but not trained on.
     """
 
-    def __init__(self, config, reward_funcs: list[Callable], train_dataset, model=None, tokenizer=None,
-                 progress: bool = True, on_step: Callable[[dict], None] | None = None, eval_dataset=None):
-        if not reward_funcs:
+    def __init__(self, config, reward_funcs: list[Callable] | None, train_dataset, model=None, tokenizer=None,
+                 progress: bool = True, on_step: Callable[[dict], None] | None = None, eval_dataset=None,
+                 tools: list[Callable] | None = None, environment_factory=None):
+        reward_funcs = list(reward_funcs or [])
+        if not reward_funcs and environment_factory is None:
             raise ValueError("reward_funcs is empty: pass at least one reward function.")
         if "prompt" not in train_dataset.column_names:
             raise ValueError(f"train_dataset has no 'prompt' column (columns: {train_dataset.column_names}).")
@@ -78,8 +86,6 @@ class Trainer:
                              "per_device_train_batch_size / steps_per_generation.")
         self.config, self.algorithm = config, get_algorithm(config)
         self.max_steps = config.total_steps(len(train_dataset))
-        self.reward_funcs = list(reward_funcs)
-        self.reward_weights = config.check_reward_weights(len(self.reward_funcs))
         self.dataset = train_dataset
         # Plain lists once, so each generation cycle indexes them instead of slicing the dataset.
         self._columns = {name: list(train_dataset[name]) for name in train_dataset.column_names}
@@ -90,6 +96,25 @@ class Trainer:
 
             model, tokenizer = load_policy(config.model_name_or_path, **load_kwargs(config))
         self.tokenizer = tokenizer
+        self.tool_run = None
+        if tools or environment_factory is not None:
+            with torch.random.fork_rng():  # making the probe environments leaves the run's random stream as it was
+                self.tool_run = ToolRun(tools, environment_factory, tokenizer, self._columns,
+                                        max_tool_calling_iterations=config.max_tool_calling_iterations,
+                                        tool_timeout=config.tool_timeout,
+                                        max_completion_length=config.max_completion_length)
+            if config.eval_strategy != "no":
+                raise ValueError(f"eval_strategy={config.eval_strategy!r}: in-loop evaluation runs single-turn and "
+                                 "cannot score tool runs. Fix: set eval_strategy='no' and evaluate with "
+                                 "course_lib.rollout.tool_run after training.")
+        environment_rewards = [] if self.tool_run is None else self.tool_run.reward_functions()
+        if not reward_funcs and not environment_rewards:
+            raise ValueError("no reward source: pass reward_funcs, or an environment_factory whose environment "
+                             "defines get_reward().")
+        # An environment's get_reward comes after reward_funcs with weight 1 (TRL 1.16).
+        weights = list(config.check_reward_weights(len(reward_funcs))) if reward_funcs else []
+        self.reward_funcs = reward_funcs + environment_rewards
+        self.reward_weights = weights + [1.0] * len(environment_rewards)
         # accelerate owns the device and the process group; one process is the plain case.
         self.accelerator = make_accelerator(config)
         self.shards = Shards(self.accelerator, config.per_device_train_batch_size * config.effective_steps_per_generation)
@@ -178,15 +203,24 @@ class Trainer:
                                   generation_kwargs=config.sampling_extras, chat_template_kwargs=config.chat_template_kwargs)
         was_training = self.model.training
         self.model.eval()
-        rollout = self.engine.generate(list(repeated_prompts), n=1, sampling=sampling)
+        tools = None
+        if self.tool_run is not None:  # multi-turn: completion_mask attends to tool results, loss_mask does not
+            tools = self.tool_run.rollout(self.engine, self.tokenizer, list(repeated_prompts), repeated_columns, rows,
+                                          sampling)
+            rollout = tools.agent.batch
+        else:
+            rollout = self.engine.generate(list(repeated_prompts), n=1, sampling=sampling)
         self.model.train(was_training)
         conversational = isinstance(repeated_prompts[0], list)
-        completions = [[{"role": "assistant", "content": t}] if conversational else t for t in rollout.texts]
+        completions = ([[{"role": "assistant", "content": t}] if conversational else t for t in rollout.texts]
+                       if tools is None else tools.completions)
         per_func, total = compute_rewards(self.reward_funcs, repeated_prompts, completions, repeated_columns,
                                           self.reward_weights,
                                           completion_ids=[ids[m.bool()].tolist() for ids, m in
-                                                          zip(rollout.completion_ids, rollout.completion_mask)])
-        mask = rollout.completion_mask.clone()
+                                                          zip(rollout.completion_ids, rollout.completion_mask)],
+                                          extra_kwargs=None if tools is None else tools.reward_kwargs)
+        loss_mask = rollout.completion_mask if tools is None else rollout.completion_mask * tools.agent.tool_mask
+        mask = loss_mask.clone()
         if config.mask_truncated_completions:  # DAPO: truncated answers carry no signal
             mask = mask * rollout.is_eos.unsqueeze(1).to(mask.dtype)
         tensors = {"prompt_ids": rollout.prompt_ids, "prompt_mask": rollout.prompt_mask,
@@ -194,8 +228,12 @@ class Trainer:
         shards = self.shards
         all_per_func = shards.gather_rows(per_func.to(self.accelerator.device)).cpu()
         all_is_eos = shards.gather_rows(rollout.is_eos.to(self.accelerator.device)).cpu()
-        metrics = completion_metrics(shards.gather_rows(rollout.completion_mask.to(self.accelerator.device)).cpu(),
-                                     all_is_eos)
+        metrics = completion_metrics(shards.gather_rows(loss_mask.to(self.accelerator.device)).cpu(), all_is_eos)
+        if tools is not None:
+            agent, gather_cpu = tools.agent, lambda t: shards.gather_rows(t.to(self.accelerator.device)).cpu()  # noqa: E731
+            metrics.update(self.tool_run.metrics(gather_cpu(agent.calls), gather_cpu(agent.failures),
+                                                 gather_cpu(agent.capped), gather_cpu(tools.environment_index),
+                                                 gather_cpu(total)))
         for f, function in enumerate(self.reward_funcs):
             name = reward_function_name(function)
             metrics[f"rewards/{name}/mean"] = torch.nanmean(all_per_func[:, f]).item()
@@ -215,8 +253,7 @@ class Trainer:
 
         sampling_ratio = None
         if use_tis and rollout.sampling_logps is not None:
-            sampling_ratio = self._sampling_correction(old_logps, rollout.sampling_logps.float(),
-                                                       rollout.completion_mask, metrics)
+            sampling_ratio = self._sampling_correction(old_logps, rollout.sampling_logps.float(), loss_mask, metrics)
         # Advantages see the whole generation batch: gather what they read, keep this process's rows.
         gather = lambda t: shards.gather_rows(None if t is None else t.to(self.accelerator.device))  # noqa: E731
         scored = ScoredBatch(rewards=gather(total), mask=gather(mask), is_eos=gather(rollout.is_eos), num_generations=G,
@@ -227,7 +264,7 @@ class Trainer:
         advantages, returns = shards.local_rows(result.advantages, width), shards.local_rows(result.returns, width)
         metrics.update(shards.mean_metrics({k: v for k, v in metrics.items() if k.startswith("sampling/")}))
         metrics.update(result.metrics)
-        self.tokens_seen += int(shards.sum(int(rollout.completion_mask.sum() + rollout.prompt_mask.sum())))
+        self.tokens_seen += int(shards.sum(int(loss_mask.sum() + rollout.prompt_mask.sum())))  # model tokens
         self.cycle += 1
         batch = GenerationBatch(prompt_ids=rollout.prompt_ids, prompt_mask=rollout.prompt_mask,
                                 completion_ids=rollout.completion_ids, completion_mask=mask, advantages=advantages,
@@ -236,7 +273,8 @@ class Trainer:
                                 ref_logps=ref_logps, sampling_ratio=sampling_ratio, old_values=old_values,
                                 sampling_logps=rollout.sampling_logps if rollout.sampling_logps is None
                                 else rollout.sampling_logps.float(),
-                                returns=returns, metrics=metrics)
+                                returns=returns, metrics=metrics,
+                                attention_mask=None if tools is None else rollout.completion_mask)
         self._last_samples = ([_prompt_text(p) for p in repeated_prompts], rollout.texts,
                               torch.nan_to_num(total).tolist(), advantages.float().reshape(len(rows), -1)[:, 0].tolist())
         return batch
@@ -265,8 +303,9 @@ class Trainer:
         closes_window = (self.micro_step + 1) % config.gradient_accumulation_steps == 0
         sync = contextlib.nullcontext() if closes_window else self.accelerator.no_sync(self.trained)
         with sync:  # DDP averages gradients only at the last micro-step of an accumulation window
+            attention = mb["completion_mask"] if mb.get("attention_mask") is None else mb["attention_mask"]
             logps, values, entropies = self.trained(
-                mb["prompt_ids"], mb["prompt_mask"], mb["completion_ids"], mb["completion_mask"],
+                mb["prompt_ids"], mb["prompt_mask"], mb["completion_ids"], attention,
                 temperature=config.temperature, fused=config.use_fused_logprobs, chunk_size=config.logprob_chunk_size,
                 with_entropy=True)
             out = self.algorithm.loss(mb, PolicyOutputs(logps=logps, entropies=entropies, values=values), config,

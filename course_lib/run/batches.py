@@ -60,12 +60,13 @@ class GenerationBatch:
     old_values: torch.Tensor | None = None   # (B, T) PPO
     returns: torch.Tensor | None = None      # (B, T) PPO
     metrics: dict = field(default_factory=dict)
+    attention_mask: torch.Tensor | None = None  # (B, T) multi-turn: 1 on tool results too; None = completion_mask
 
     def micro_batch(self, index: int, size: int) -> dict:
         sl = slice(index * size, (index + 1) * size)
         out = {}
         for name in ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask", "advantages", "old_logps",
-                     "ref_logps", "sampling_ratio", "sampling_logps", "old_values", "returns"):
+                     "ref_logps", "sampling_ratio", "sampling_logps", "old_values", "returns", "attention_mask"):
             value = getattr(self, name, None)  # None too for fields newer than a saved batch
             out[name] = value[sl] if value is not None else None
         out["rows"] = self.rows[sl]
