@@ -227,3 +227,33 @@ def append_observation(prompt, observation: str | None):
     last = dict(prompt[-1])
     last["content"] = (last.get("content") or "") + observation
     return list(prompt[:-1]) + [last]
+
+
+def python_tool(timeout_s: float = 2.0, memory_mb: int = 256, max_output_chars: int = 2000) -> Callable:
+    """A ``run_python(code)`` tool that executes model-written code in ``course_lib.sandbox``.
+
+    The program runs in a fresh bubblewrap sandbox (no network, no host files, killed after
+    ``timeout_s``); the tool returns what it printed (at most ``max_output_chars``), and a run
+    that fails (an exception, a timeout, a limit) raises, so the call counts as failed and the
+    model reads the reason. The machine's isolation is checked here, once: without it the
+    tool is refused (``SandboxUnavailableError`` with the fix) rather than run code unprotected.
+    """
+    from ..sandbox import SandboxUnavailableError, detect_isolation
+    from ..sandbox import run_python as sandboxed
+
+    found = detect_isolation()
+    if not found.available:
+        raise SandboxUnavailableError(f"python_tool runs model-written code and needs OS isolation: {found.reason}")
+
+    def run_python(code: str) -> str:
+        """Run a Python program and return what it prints.
+
+        Args:
+            code: the program's source code
+        """
+        result = sandboxed(code, timeout_s=timeout_s, memory_mb=memory_mb)
+        if not result.ok:
+            reason = result.killed_reason or f"exit code {result.returncode}"
+            raise RuntimeError(f"{reason}: {result.stderr.strip()[-max_output_chars:]}")
+        return result.stdout[:max_output_chars]
+    return run_python

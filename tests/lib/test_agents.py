@@ -385,3 +385,29 @@ def test_decode_then_encode_changes_sampled_ids_on_smollm2():
 
 def test_decode_then_encode_is_exact_on_the_character_level_tiny_model():
     assert _reencode_mismatches("tiny") == 0
+
+
+def test_python_tool_runs_model_code_in_the_sandbox():
+    from course_lib.rollout.tools import python_tool
+    from course_lib.sandbox import SandboxUnavailableError
+
+    try:
+        run = python_tool(timeout_s=2.0)
+    except SandboxUnavailableError:
+        pytest.skip("no OS isolation on this machine (python_tool refuses, as tested below)")
+    box = ToolBox([run])
+    assert box.call(ToolCall("run_python", {"code": "print(6 * 7)"})).content == "42\n"
+    escape = box.call(ToolCall("run_python", {"code": "open('/etc/hostname').read()"}))
+    assert escape.failed
+    hang = box.call(ToolCall("run_python", {"code": "while True: pass"}))
+    assert hang.failed and "timeout" in hang.content
+
+
+def test_python_tool_is_refused_without_isolation(monkeypatch):
+    import course_lib.sandbox as sandbox
+    from course_lib.rollout.tools import python_tool
+
+    missing = sandbox.Isolation(mode=None, reason="bwrap not found")
+    monkeypatch.setattr(sandbox, "detect_isolation", lambda: missing)
+    with pytest.raises(sandbox.SandboxUnavailableError, match="bwrap not found"):
+        python_tool()

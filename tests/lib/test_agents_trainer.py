@@ -145,3 +145,12 @@ def test_ppo_gae_skips_tool_tokens():
     no_holes = torch.ones(batch, width)
     torch.testing.assert_close(model_token_advantages(scores, logps, ref, values, no_holes, is_eos, config)[0],
                                ppo_advantages(scores, logps, ref, values, no_holes, is_eos, config)[0])
+
+
+def test_export_trl_refuses_tool_runs_and_says_why(tmp_path):
+    from course_lib.run.export_trl import export_run
+
+    config = make_config("grpo", max_tool_calling_iterations=3)
+    with pytest.raises(ValueError, match=r"(?s)tools and environments are Python objects.*GRPOTrainer\(\.\.\., tools="):
+        export_run(config, ["correctness_reward"], _dataset(), tmp_path / "out")
+    assert not (tmp_path / "out").exists()
