@@ -7,6 +7,7 @@ environment, the tool results, rewards, masks, log-probs, the loss) is the real 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -40,7 +41,9 @@ class Counter:
 
 
 class ScriptedCalls:
-    """Wraps the real engine: turn 0 is a scripted call ``increment(step)``, turn 1 the answer 'ok'."""
+    """Wraps the real engine: turn 0 is a scripted call ``increment(step)`` with the step drawn
+    from the row's seed (so rollouts depend on the seeds, as sampled ones do); later turns are
+    the tiny model's own sampled answer (at most 6 tokens)."""
 
     def __init__(self, engine, tokenizer):
         self.engine, self.tokenizer = engine, tokenizer
@@ -50,14 +53,12 @@ class ScriptedCalls:
         self.engine.sync_weights(model)
 
     def generate_from_ids(self, prompt_ids, sampling, seeds=None):
+        if "<|im_start|>tool" in self.tokenizer.decode(prompt_ids[0]):  # rows move through turns together here
+            return self.engine.generate_from_ids(prompt_ids, dataclasses.replace(sampling, max_tokens=6), seeds)
         outs = []
-        for r, ids in enumerate(prompt_ids):
-            text = self.tokenizer.decode(ids)
-            if "<|im_start|>tool" in text:
-                reply = "ok"
-            else:
-                step = 1 + (r % 2)  # half the rollouts reach target 2 with one call of step 2
-                reply = f'<tool_call>{{"name": "increment", "arguments": {{"step": {step}}}}}</tool_call>'
+        for r in range(len(prompt_ids)):
+            step = 1 + (seeds[r] if seeds is not None else r) % 2  # step 2 reaches the target 2
+            reply = f'<tool_call>{{"name": "increment", "arguments": {{"step": {step}}}}}</tool_call>'
             outs.append(self.tokenizer(reply, add_special_tokens=False)["input_ids"] + self.eos_ids)
         return outs, [[-1.0] * len(o) for o in outs]
 
@@ -90,7 +91,8 @@ def test_tool_runs_train_with_masked_tool_tokens(tmp_path, algo):
     tool_text = trainer.tokenizer.decode(batch.completion_ids[0][holes[0]])
     assert tool_text.startswith("\n<|im_start|>tool\n") and tool_text.endswith("<|im_start|>assistant\n")
     assert batch.metrics["tools/call_frequency"] == 1.0 and batch.metrics["tools/failure_frequency"] == 0.0
-    assert batch.metrics["rewards/Counter/mean"] == 0.5  # step 2 reaches target 2 on every other rollout
+    counters = trainer.tool_run.environments.pool[None][:len(batch.rows)]  # one per rollout, after its call
+    assert batch.metrics["rewards/Counter/mean"] == pytest.approx(sum(c.value == 2 for c in counters) / len(counters))
     if algo == "ppo":  # advantages and returns live on model tokens only
         assert (batch.advantages[loss_mask == 0] == 0).all() and (batch.returns[loss_mask == 0] == 0).all()
     rows = trainer.train()
@@ -154,3 +156,18 @@ def test_export_trl_refuses_tool_runs_and_says_why(tmp_path):
     with pytest.raises(ValueError, match=r"(?s)tools and environments are Python objects.*GRPOTrainer\(\.\.\., tools="):
         export_run(config, ["correctness_reward"], _dataset(), tmp_path / "out")
     assert not (tmp_path / "out").exists()
+
+
+def test_tool_run_resumes_exactly(tmp_path):
+    """A checkpoint taken with a multi-turn generation batch in flight resumes to the same run."""
+    settings = dict(max_steps=4, save_steps=2, steps_per_generation=2, num_iterations=2, temperature=1.5)
+    full = _trainer(tmp_path / "full", **settings)
+    full_history = full.train()
+    assert full_history[-1]["tools/call_frequency"] == 1.0
+    resumed = _trainer(tmp_path / "resumed", **settings)
+    resumed_history = resumed.train(resume_from=tmp_path / "full" / "checkpoint-2")
+    drop = ("tokens/s", "eps")
+    assert ([{k: v for k, v in r.items() if k not in drop} for r in resumed_history[2:]]
+            == [{k: v for k, v in r.items() if k not in drop} for r in full_history[2:]])
+    for a, b in zip(full.model.parameters(), resumed.model.parameters()):
+        assert torch.equal(a, b)
