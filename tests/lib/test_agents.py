@@ -411,3 +411,37 @@ def test_python_tool_is_refused_without_isolation(monkeypatch):
     monkeypatch.setattr(sandbox, "detect_isolation", lambda: missing)
     with pytest.raises(sandbox.SandboxUnavailableError, match="bwrap not found"):
         python_tool()
+
+
+def test_multi_turn_rollout_on_hf_reads_the_tool_result():
+    """After a (scripted) tool call, the HF engine continues from the trajectory's ids: its
+    recorded log-probs are those of a plain forward pass over prompt, call and result."""
+    from course_lib.rollout import HFEngine, tokenize_prompts
+
+    model, tokenizer = load_policy("tiny")
+    engine = HFEngine(model, tokenizer)
+    call = '<tool_call>{"name": "multiply", "arguments": {"a": 6, "b": 7}}</tool_call>'
+
+    class FirstTurnCalls:
+        eos_ids, context_limit, record_logps, turn = engine.eos_ids, engine.context_limit, True, 0
+
+        def generate_from_ids(self, ids, sampling, seeds=None):
+            FirstTurnCalls.turn += 1
+            if FirstTurnCalls.turn == 1:
+                out = [tokenizer(call, add_special_tokens=False)["input_ids"] + self.eos_ids for _ in ids]
+                return out, [[0.0] * len(o) for o in out]
+            return engine.generate_from_ids(ids, sampling, seeds)
+
+    prompt_ids = tokenize_prompts(tokenizer, [[{"role": "user", "content": "6*7="}], [{"role": "user", "content": "9"}]])
+    out = run_agent_rollouts(FirstTurnCalls(), tokenizer, prompt_ids, [ToolBox([multiply])] * 2,
+                             SamplingConfig(temperature=1.0, max_tokens=100, seed=5), max_tool_calling_iterations=1,
+                             max_completion_length=100, chat_template=TOOL_CHAT_TEMPLATE)
+    for row, trajectory in enumerate(out.trajectories):
+        assert trajectory.calls == 1 and trajectory.messages[1]["content"] == "42"
+        ids = torch.tensor(prompt_ids[row] + trajectory.completion_ids)
+        with torch.no_grad():
+            logits = model(ids[None]).logits[0, len(prompt_ids[row]) - 1:-1]
+        reference = torch.log_softmax(logits.float(), -1).gather(1, ids[len(prompt_ids[row]):, None])[:, 0]
+        answer = [t for t in range(trajectory.tool_mask.index(0), len(trajectory.tool_mask)) if trajectory.tool_mask[t]]
+        assert answer
+        torch.testing.assert_close(torch.tensor(trajectory.logps)[answer], reference[answer], atol=1e-4, rtol=0)
