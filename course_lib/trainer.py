@@ -51,7 +51,7 @@ from .ops.stats import nanstd
 from .policy import ReferencePolicy, completion_forward, prepare_policy
 from .rewards import compute_rewards, reward_function_name
 from .rollout import SamplingConfig, make_engine
-from .rollout.tool_run import ToolRun
+from .rollout.tool_run import setup_tools
 from .run.folder import check_resume_config, claim_output_dir
 
 
@@ -65,11 +65,8 @@ class Trainer:
             reward functions read (e.g. ``answer``).
         model, tokenizer: the policy; loaded from ``config.model_name_or_path`` when None.
         eval_dataset: held-out rows for ``config.eval_strategy="steps"`` (``course_lib.run.in_loop_eval``).
-        tools, environment_factory: multi-turn rollouts with tool calls, with TRL 1.16's meaning
-            (``course_lib.rollout.tool_run``): plain typed, documented functions; a callable (or a
-            dict chosen by an ``environment`` column) making one environment per rollout, whose
-            public methods are tools and whose ``get_reward()`` is an extra reward (then
-            ``reward_funcs`` may be empty). Tool-result tokens are attended to but not trained on.
+        tools, environment_factory: multi-turn rollouts with tool calls, as in TRL 1.16
+            (``course_lib.rollout.tool_run``); an environment's ``get_reward`` may replace reward_funcs.
     """
 
     def __init__(self, config, reward_funcs: list[Callable] | None, train_dataset, model=None, tokenizer=None,
@@ -96,25 +93,8 @@ class Trainer:
 
             model, tokenizer = load_policy(config.model_name_or_path, **load_kwargs(config))
         self.tokenizer = tokenizer
-        self.tool_run = None
-        if tools or environment_factory is not None:
-            with torch.random.fork_rng():  # making the probe environments leaves the run's random stream as it was
-                self.tool_run = ToolRun(tools, environment_factory, tokenizer, self._columns,
-                                        max_tool_calling_iterations=config.max_tool_calling_iterations,
-                                        tool_timeout=config.tool_timeout,
-                                        max_completion_length=config.max_completion_length)
-            if config.eval_strategy != "no":
-                raise ValueError(f"eval_strategy={config.eval_strategy!r}: in-loop evaluation runs single-turn and "
-                                 "cannot score tool runs. Fix: set eval_strategy='no' and evaluate with "
-                                 "course_lib.rollout.tool_run after training.")
-        environment_rewards = [] if self.tool_run is None else self.tool_run.reward_functions()
-        if not reward_funcs and not environment_rewards:
-            raise ValueError("no reward source: pass reward_funcs, or an environment_factory whose environment "
-                             "defines get_reward().")
-        # An environment's get_reward comes after reward_funcs with weight 1 (TRL 1.16).
-        weights = list(config.check_reward_weights(len(reward_funcs))) if reward_funcs else []
-        self.reward_funcs = reward_funcs + environment_rewards
-        self.reward_weights = weights + [1.0] * len(environment_rewards)
+        self.tool_run, self.reward_funcs, self.reward_weights = setup_tools(
+            config, reward_funcs, tools, environment_factory, tokenizer, self._columns)
         # accelerate owns the device and the process group; one process is the plain case.
         self.accelerator = make_accelerator(config)
         self.shards = Shards(self.accelerator, config.per_device_train_batch_size * config.effective_steps_per_generation)
@@ -203,13 +183,11 @@ class Trainer:
                                   generation_kwargs=config.sampling_extras, chat_template_kwargs=config.chat_template_kwargs)
         was_training = self.model.training
         self.model.eval()
-        tools = None
-        if self.tool_run is not None:  # multi-turn: completion_mask attends to tool results, loss_mask does not
+        tools = None  # multi-turn: completion_mask attends to tool results, loss_mask does not
+        if self.tool_run is not None:
             tools = self.tool_run.rollout(self.engine, self.tokenizer, list(repeated_prompts), repeated_columns, rows,
                                           sampling)
-            rollout = tools.agent.batch
-        else:
-            rollout = self.engine.generate(list(repeated_prompts), n=1, sampling=sampling)
+        rollout = self.engine.generate(list(repeated_prompts), n=1, sampling=sampling) if tools is None else tools.agent.batch
         self.model.train(was_training)
         conversational = isinstance(repeated_prompts[0], list)
         completions = ([[{"role": "assistant", "content": t}] if conversational else t for t in rollout.texts]
@@ -230,10 +208,7 @@ class Trainer:
         all_is_eos = shards.gather_rows(rollout.is_eos.to(self.accelerator.device)).cpu()
         metrics = completion_metrics(shards.gather_rows(loss_mask.to(self.accelerator.device)).cpu(), all_is_eos)
         if tools is not None:
-            agent, gather_cpu = tools.agent, lambda t: shards.gather_rows(t.to(self.accelerator.device)).cpu()  # noqa: E731
-            metrics.update(self.tool_run.metrics(gather_cpu(agent.calls), gather_cpu(agent.failures),
-                                                 gather_cpu(agent.capped), gather_cpu(tools.environment_index),
-                                                 gather_cpu(total)))
+            metrics.update(self.tool_run.metrics(tools, total, lambda t: shards.gather_rows(t.to(self.accelerator.device)).cpu()))
         for f, function in enumerate(self.reward_funcs):
             name = reward_function_name(function)
             metrics[f"rewards/{name}/mean"] = torch.nanmean(all_per_func[:, f]).item()

@@ -104,12 +104,14 @@ class ToolRun:
                            reward_kwargs={"environments": instances} if self.environments is not None else {},
                            environment_index=index)
 
-    def metrics(self, calls: torch.Tensor, failures: torch.Tensor, capped: torch.Tensor,
-                environment_index: torch.Tensor, rewards: torch.Tensor) -> dict:
+    def metrics(self, rollout: ToolRollout, rewards: torch.Tensor, gather: Callable) -> dict:
         """TRL's tool metrics and, with several environments, each one's mean reward
-        (``environments/<name>/reward``), over the whole generation batch (gathered ``(B,)`` tensors)."""
-        metrics = tool_metrics(calls, failures, capped)
+        (``environments/<name>/reward``), over the whole generation batch: ``gather`` collects a
+        ``(B,)`` tensor from every process."""
+        agent = rollout.agent
+        metrics = tool_metrics(gather(agent.calls), gather(agent.failures), gather(agent.capped))
         if self.environments is not None and self.environments.multiple:
+            rewards, environment_index = gather(rewards), gather(rollout.environment_index)
             for i, name in enumerate(self.environment_names):
                 chosen = rewards[environment_index == i]
                 if len(chosen):
@@ -119,3 +121,27 @@ class ToolRun:
 
 def _is_conversation(prompt) -> bool:
     return isinstance(prompt, list) and len(prompt) > 0 and all(isinstance(m, dict) for m in prompt)
+
+
+def setup_tools(config, reward_funcs: list, tools, environment_factory, tokenizer, columns):
+    """``(tool_run or None, reward functions, their weights)`` for a trainer.
+
+    An environment's ``get_reward`` comes after ``reward_funcs`` with weight 1 (TRL 1.16);
+    ``config.reward_weights`` covers ``reward_funcs`` only. Making the probe environments
+    leaves the global random stream as it was, so a run's initialisation does not depend on them.
+    """
+    run = None
+    if tools or environment_factory is not None:
+        with torch.random.fork_rng():
+            run = ToolRun(tools, environment_factory, tokenizer, columns,
+                          max_tool_calling_iterations=config.max_tool_calling_iterations,
+                          tool_timeout=config.tool_timeout, max_completion_length=config.max_completion_length)
+        if config.eval_strategy != "no":
+            raise ValueError(f"eval_strategy={config.eval_strategy!r}: in-loop evaluation runs single-turn and cannot "
+                             "score tool runs. Fix: set eval_strategy='no' and evaluate after training.")
+    environment_rewards = [] if run is None else run.reward_functions()
+    if not reward_funcs and not environment_rewards:
+        raise ValueError("no reward source: pass reward_funcs, or an environment_factory whose environment defines "
+                         "get_reward().")
+    weights = list(config.check_reward_weights(len(reward_funcs))) if reward_funcs else []
+    return run, list(reward_funcs) + environment_rewards, weights + [1.0] * len(environment_rewards)

@@ -171,3 +171,26 @@ def test_tool_run_resumes_exactly(tmp_path):
             == [{k: v for k, v in r.items() if k not in drop} for r in full_history[2:]])
     for a, b in zip(full.model.parameters(), resumed.model.parameters()):
         assert torch.equal(a, b)
+
+
+def test_environments_chosen_by_column_log_their_own_reward(tmp_path):
+    model, tokenizer = load_policy("tiny")
+    model.config.max_position_embeddings = 512
+    rows = Dataset.from_dict({"prompt": [[{"role": "user", "content": f"Go {i}"}] for i in range(8)],
+                              "target": [2, 1] * 4, "environment": ["two", "one"] * 4})
+    config = make_config("grpo", model_name_or_path="tiny", output_dir=str(tmp_path), max_steps=1,
+                         per_device_train_batch_size=8, num_generations=4, max_completion_length=160,
+                         shuffle_dataset=False, seed=3)
+    trainer = Trainer(config, None, rows, model, tokenizer, progress=False,
+                      environment_factory={"two": Counter, "one": Counter})
+    trainer.engine = ScriptedCalls(trainer.engine, tokenizer)
+    batch = trainer._generate_and_score()
+    names = [rows[r]["environment"] for r in batch.rows]
+    pools = trainer.tool_run.environments.pool
+    expected = {}
+    for name in ("two", "one"):
+        used = pools[name][:names.count(name)]
+        assert len(used) == names.count(name) == 4
+        expected[name] = sum(c.value == c.target for c in used) / len(used)
+        assert batch.metrics[f"environments/{name}/reward"] == pytest.approx(expected[name])
+    assert batch.metrics["rewards/Counter/mean"] == pytest.approx((expected["two"] + expected["one"]) / 2)
