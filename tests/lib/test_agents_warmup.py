@@ -80,8 +80,9 @@ def test_supervised_loss_is_the_mean_nll_of_model_tokens(tiny):
 
 
 def test_warmup_teaches_the_call_format(tiny):
-    """Measured on the tiny model: no greedy first turn opens a call to mul before; after 120
-    steps on 64 scripted traces, most held-out first turns do (the exact rate is printed)."""
+    """Measured on the tiny model: no greedy held-out first turn opens a call to mul before; after
+    120 steps on 64 scripted traces all 32 do (loss 9.87 -> 0.23), but none copies both numbers of
+    its prompt: it writes one memorised call. The format is learned, the arguments are not yet."""
     model, tokenizer = tiny
     import copy
 
