@@ -34,7 +34,7 @@ from course_lib.run.config_tools import ConfigWarning, apply_overrides, field_do
 from course_lib.models import TORCH_DTYPES
 from course_lib.ops.importance import check_is_settings
 from course_lib.rollout import ENGINES
-from course_lib.run.validation import check_field_types, check_finite_fields
+from course_lib.run.validation import check_field_types, check_finite_fields, check_magnitudes
 
 __all__ = ["ConfigWarning", "RLConfig", "apply_overrides", "field_docs", "fail", "warn"]
 
@@ -176,6 +176,10 @@ class RLConfig(RunOptions):
     `epsilon`."""
     reward_weights: list[float] | None = None
     """Weight of each reward function in the weighted sum; None = all 1.0."""
+    reward_timeout_s: float | None = 600.0
+    """Seconds one reward function may take to score one batch; past it the run stops with an
+    error naming the function (a judge that never answers would otherwise hang it). None = no
+    limit."""
     mask_truncated_completions: bool = False
     """Exclude completions that never emitted EOS from the loss (overlong filtering, DAPO). The
     library's masked means return 0 when every completion is truncated, which avoids the NaN KL
@@ -248,6 +252,7 @@ class RLConfig(RunOptions):
     def __post_init__(self) -> None:
         check_field_types(self)
         check_finite_fields(self)
+        check_magnitudes(self)
         self._normalize()
         self._check_choices()
         self._check_ranges()
@@ -325,8 +330,15 @@ class RLConfig(RunOptions):
         if self.epsilon_high is not None and self.epsilon_high < 0:
             fail("epsilon_high", self.epsilon_high, "must be non-negative",
                   "set epsilon_high >= 0 (DAPO uses 0.28) or None to reuse epsilon")
-        if not self.temperature > 0:
-            fail("temperature", self.temperature, "must be > 0", "use e.g. 1.0 (0.7 for lower diversity)")
+        if not self.temperature >= 1e-3:
+            fail("temperature", self.temperature, "must be at least 1e-3 (the logits are divided by it: logits of "
+                 "100 over a smaller temperature exceed float16's range, 65504)", "use e.g. 1.0 (0.7 for lower diversity)")
+        if not self.adam_epsilon > 0:
+            fail("adam_epsilon", self.adam_epsilon, "must be > 0 (Adam divides by sqrt(v) + adam_epsilon, and v is 0 "
+                 "for a parameter whose gradient has been 0: 0/0 is NaN)", "use 1e-8, the default")
+        if not 0 <= self.seed < 2**32:
+            fail("seed", self.seed, "must lie in [0, 2**32)", "use a seed such as 42 (NumPy's generators take at most "
+                 "32 bits)")
         if not 0 < self.top_p <= 1:
             fail("top_p", self.top_p, "must lie in (0, 1]", "use 1.0 to disable nucleus sampling")
         if self.min_p is not None and not 0 <= self.min_p <= 1:
@@ -347,6 +359,9 @@ class RLConfig(RunOptions):
                   "use 0.9 and 0.999")
         if self.reward_weights is not None and len(self.reward_weights) == 0:
             fail("reward_weights", self.reward_weights, "is empty", "use None for equal weights")
+        if self.reward_timeout_s is not None and not self.reward_timeout_s > 0:
+            fail("reward_timeout_s", self.reward_timeout_s, "must be a positive number of seconds",
+                 "use e.g. 600, or None for no limit")
 
     def _requested_steps_per_generation(self) -> int | None:
         """Steps per generation asked for by the user (RLOO/PPO may derive it)."""

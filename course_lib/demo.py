@@ -12,7 +12,10 @@
 The demo measures greedy accuracy on the same 200 held-out problems before and after
 training and prints a table: each accuracy with its 95% Wilson interval, and the lift
 with its paired 95% interval (:func:`course_lib.evaluation.lift_interval`). A lift whose
-interval excludes 0 is larger than the evaluation's noise. It also prints a few answers
+interval excludes 0 is larger than the evaluation's noise. Beyond greedy accuracy it
+samples :data:`PASS_AT_K` ``n`` answers per problem on the first held-out problems, at the
+run's temperature, and reports pass@1 and pass@n (Chen et al. 2021's unbiased estimator)
+before and after. It also prints a few answers
 before and after, and saves ``reward.png`` (reward curves) and ``results.json`` in the
 output folder.
 """
@@ -31,6 +34,8 @@ from .presets import MEASURED, fast_engine_settings, task_settings
 #: The demo's runs: a model, its task, and how many held-out problems measure it.
 DEMOS = {"smollm2-135m": {"task": "arithmetic-tagged", "eval_n": 200},
          "tiny": {"task": "arithmetic", "eval_n": 200}}
+#: Sampled evaluation: n answers per problem on the first `problems` held-out problems.
+PASS_AT_K = {"n": 8, "problems": 50}
 # What the demo prints along the way.
 _LOGGING = {"smollm2-135m": dict(logging_steps=10, log_completions=True, num_completions_to_print=2),
             "tiny": dict(logging_steps=50)}
@@ -55,12 +60,61 @@ def demo_settings(model: str, output_dir: str | os.PathLike, max_steps: int | No
     return settings
 
 
-def greedy_correct(trainer, dataset) -> tuple[list[bool], list[str]]:
-    """Greedy completions of every row by the trainer's current policy, and whether each is correct."""
-    from .evaluation import is_correct
+# Held-out prompts per generate call during an evaluation: large enough for the engine to
+# batch well, small enough that the progress line moves every few seconds.
+EVAL_CHUNK = 25
 
-    texts = trainer.generate(dataset["prompt"]).texts
+
+def greedy_correct(trainer, dataset, desc: str = "eval") -> tuple[list[bool], list[str]]:
+    """Greedy completions of every row by the trainer's current policy, and whether each is correct.
+
+    Generated in chunks of ``EVAL_CHUNK`` prompts with a progress bar (periodic lines where
+    no bar can be drawn): a 200-problem evaluation takes minutes on a CPU.
+    """
+    from .evaluation import is_correct
+    from .progress import progress_bar
+
+    prompts = list(dataset["prompt"])
+    texts: list[str] = []
+    with progress_bar(total=len(prompts), desc=desc, unit="problem") as bar:
+        for start in range(0, len(prompts), EVAL_CHUNK):
+            chunk = trainer.generate(prompts[start:start + EVAL_CHUNK]).texts
+            texts += chunk
+            bar.update(len(chunk))
     return [is_correct(text, answer) for text, answer in zip(texts, dataset["answer"])], texts
+
+
+#: Seconds per held-out problem (one greedy evaluation) and per training step of the
+#: smollm2-135m demo on each path, and its start-up (model load, engine warm-up), measured
+#: with ``benchmarks/demo_paths.py`` (3 steps, 25 problems, the demo's real settings) on 2
+#: shared cores of an Intel Xeon with AVX-512 and AMX, under a load average of 7 to 16 (see
+#: the README). A quiet machine is faster: the whole bf16 demo took 4 min 9 s there.
+MEASURED_PACE = {
+    "vllm-bf16": {"eval_s": 0.10, "step_s": 10.35, "start_s": 54.7},
+    "vllm-fp32": {"eval_s": 0.447, "step_s": 28.68, "start_s": 78.0},
+    "hf-fp32": {"eval_s": 2.163, "step_s": 45.88, "start_s": 23.0},
+}
+
+
+def path_and_estimate(model: str, settings: dict[str, Any], eval_n: int) -> tuple[str, str, float | None]:
+    """Which path the demo takes on this machine, why, and about how many seconds it will run."""
+    from .run.distributed import cpu_supports_bfloat16
+
+    if settings.get("engine") == "vllm" and settings.get("vllm_dtype") == "bfloat16":
+        path, why = "vllm-bf16", ("vLLM CPU engine with a bfloat16 sampler, bfloat16 training "
+                                  "(this CPU has native bfloat16)")
+    elif settings.get("engine") == "vllm":
+        path, why = "vllm-fp32", f"vLLM engine, {settings.get('vllm_dtype', 'auto')} sampler"
+    else:
+        reason = ("--engine hf" if settings.get("engine") == "hf" else
+                  "this CPU has no native bfloat16 (AVX512-BF16 or AMX)" if not cpu_supports_bfloat16() else
+                  "vLLM is not installed")
+        path, why = "hf-fp32", f"Hugging Face generate and float32 training ({reason})"
+    pace = MEASURED_PACE.get(path) if model == "smollm2-135m" else None
+    if pace is None:
+        return path, why, None
+    seconds = pace["start_s"] + 2 * eval_n * pace["eval_s"] + settings["max_steps"] * pace["step_s"]
+    return path, why, seconds
 
 
 def example_rows(before: list[bool], after: list[bool], fixed: int = 2, broken: int = 1) -> list[tuple[int, str]]:
@@ -97,6 +151,27 @@ def results_table(before: list[bool], after: list[bool]) -> tuple[str, dict[str,
     return "\n".join(lines), numbers
 
 
+def pass_at_k_table(before, after) -> tuple[str, dict[str, Any]]:
+    """pass@1 and pass@n before and after (paired intervals over problems), as text and numbers.
+
+    Args:
+        before, after: :class:`course_lib.evaluation.SampledEvaluation` of the same problems
+            with the same ``n``.
+    """
+    from .evaluation import lift_interval
+
+    n, problems = before.n, len(before.correct_counts)
+    lines = [f"held-out sampled accuracy, {problems} problems x {n} samples at temperature {before.temperature:g}"]
+    numbers: dict[str, Any] = {"pass_at_k_problems": problems, "pass_at_k_samples": n}
+    for k in sorted({1, n}):
+        lift, low, high = lift_interval(before.per_problem_pass_at(k), after.per_problem_pass_at(k))
+        lines.append(f"  pass@{k:<3} before {100 * before.pass_at[k]:5.1f}%, after {100 * after.pass_at[k]:5.1f}%, "
+                     f"lift {100 * lift:+.1f} [{100 * low:+.1f}, {100 * high:+.1f}]")
+        numbers[f"pass@{k}_before"], numbers[f"pass@{k}_after"] = before.pass_at[k], after.pass_at[k]
+        numbers[f"pass@{k}_lift_interval"] = [low, high]
+    return "\n".join(lines), numbers
+
+
 def _quiet_vllm() -> None:
     # vLLM logs one warning per weight tensor at every weight sync (a float32 tensor loaded
     # into a bfloat16 engine, which is the point): keep the demo's output readable.
@@ -115,6 +190,7 @@ def run_demo(model: str = "smollm2-135m", output_dir: str = "outputs/demo", max_
     from .algos import GRPOConfig
     from .data import get_task
     from .models import load_policy
+    from .progress import heartbeat
     from .rewards import get_reward_functions
     from .trainer import Trainer
     from .widgets.dashboard import plot_training_history
@@ -129,24 +205,42 @@ def run_demo(model: str = "smollm2-135m", output_dir: str = "outputs/demo", max_
     rewards = task_settings(demo["task"])["rewards"]
     output = Path(config.output_dir)
     start = time.time()
-    policy, tokenizer = load_policy(model)
-    test = get_task(demo["task"], split="test", n=eval_n or demo["eval_n"], seed=0)
-    train = get_task(demo["task"], split="train", n=2000, seed=0)
-    trainer = Trainer(config, get_reward_functions(rewards), train, policy, tokenizer)
+    n_test = eval_n or demo["eval_n"]
+    _, why, seconds = path_and_estimate(model, settings, n_test)
+    print(f"GRPO demo: {model} on {demo['task']}, {config.max_steps} steps of "
+          f"{config.unique_prompts_per_generation} prompts x {config.num_generations} completions")
+    print(f"path: {why}")
+    if seconds is not None:
+        print(f"expect about {max(1, round(seconds / 60))} min in all (start-up, evaluation of {n_test} problems, "
+              f"{config.max_steps} steps, evaluation again): the pace measured on 2 busy cores (load average "
+              f"about 8); a quiet or faster machine takes less")
+    with heartbeat("loading the model and starting the rollout engine"):
+        policy, tokenizer = load_policy(model)
+        test = get_task(demo["task"], split="test", n=n_test, seed=0)
+        train = get_task(demo["task"], split="train", n=2000, seed=0)
+        trainer = Trainer(config, get_reward_functions(rewards), train, policy, tokenizer)
     sampler = ("vLLM, " + str(trainer._engine_options()["dtype"]) if config.engine == "vllm"
                else "Hugging Face generate")
-    print(f"GRPO demo: {model} on {demo['task']}, {config.max_steps} steps of "
-          f"{config.unique_prompts_per_generation} prompts x {config.num_generations} completions; "
-          f"rollouts and evaluation with {sampler}")
+    print(f"rollouts and evaluation with {sampler}")
 
     def evaluate(label: str) -> tuple[list[bool], list[str]]:
-        correct, texts = greedy_correct(trainer, test)
+        correct, texts = greedy_correct(trainer, test, desc=f"{label} (greedy, held-out)")
         print(f"\n{label}: {sum(correct)}/{len(correct)} held-out problems right (greedy)")
         return correct, texts
 
+    from .evaluation import evaluate_sampled
+
+    pass_rows = test.select(range(min(PASS_AT_K["problems"], len(test))))
+
+    def sample(model) -> Any:
+        return evaluate_sampled(model, tokenizer, pass_rows, n=PASS_AT_K["n"], ks=(1, PASS_AT_K["n"]),
+                                temperature=config.temperature, max_new_tokens=config.max_completion_length, seed=0)
+
     before, texts_before = evaluate("Before GRPO")
+    sampled_before = sample(trainer.model)
     history = trainer.train()
     after, texts_after = evaluate("After GRPO")
+    sampled_after = sample(trainer.model)
     for index, verdict in example_rows(before, after):
         row = test[index]
         print(f"  {verdict}: {row['question']} (reference {row['answer']})\n"
@@ -158,6 +252,8 @@ def run_demo(model: str = "smollm2-135m", output_dir: str = "outputs/demo", max_
     output.mkdir(parents=True, exist_ok=True)
     figure.savefig(output / "reward.png", dpi=120)
     table, numbers = results_table(before, after)
+    pass_table, pass_numbers = pass_at_k_table(sampled_before, sampled_after)
+    table, numbers = f"{table}\n{pass_table}", {**numbers, **pass_numbers}
     first, last = history[: max(1, len(history) // 5)], history[-max(1, len(history) // 5):]
     mean = lambda rows, key: sum(r[key] for r in rows) / len(rows)  # noqa: E731
     results = {"model": model, "task": demo["task"], "engine": sampler, "steps": len(history),

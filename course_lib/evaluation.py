@@ -12,12 +12,21 @@ import math
 from collections.abc import Sequence
 
 import torch
-from tqdm.auto import tqdm
-
+from .progress import progress_bar
 from .rewards.answers import is_correct
+from .sampled_evaluation import (  # pass@k, maj@k and sampled accuracy live beside greedy evaluation
+    SampledEvaluation,
+    evaluate_sampled,
+    maj_at_k,
+    majority_answer,
+    mean_pass_at_k,
+    pass_at_k,
+    sampled_completions,
+)
 
 __all__ = ["evaluate_accuracy", "greedy_completions", "is_correct", "lift_interval", "wilson_interval",
-           "format_accuracy"]
+           "format_accuracy", "pass_at_k", "mean_pass_at_k", "majority_answer", "maj_at_k", "sampled_completions",
+           "SampledEvaluation", "evaluate_sampled"]
 
 # Two-sided 95% normal quantile.
 Z95 = 1.959963984540054
@@ -68,25 +77,32 @@ def format_accuracy(correct: int, total: int) -> str:
 
 @torch.no_grad()
 def greedy_completions(model, tokenizer, prompts, max_new_tokens: int = 32, batch_size: int = 32,
-                       progress: bool = False) -> list[str]:
-    """Greedy completions (text, special tokens removed) for conversational prompts."""
+                       progress: bool | None = None, desc: str = "eval") -> list[str]:
+    """Greedy completions (text, special tokens removed) for conversational prompts.
+
+    ``progress``: show a bar (periodic lines where no bar can be drawn, see
+    :mod:`course_lib.progress`); None (default) shows one when there is more than one batch.
+    """
     model.eval()
     tokenizer.padding_side = "left"
     texts = [tokenizer.apply_chat_template(p, add_generation_prompt=True, tokenize=False) for p in prompts]
     completions = []
     device = next(model.parameters()).device
-    for start in tqdm(range(0, len(texts), batch_size), desc="eval", disable=not progress):
-        batch = tokenizer(texts[start:start + batch_size], return_tensors="pt", padding=True,
-                          add_special_tokens=False).to(device)
-        output = model.generate(**batch, max_new_tokens=max_new_tokens, do_sample=False,
-                                pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)
-        new_tokens = output[:, batch["input_ids"].shape[1]:]
-        completions += tokenizer.batch_decode(new_tokens, skip_special_tokens=True)
+    show = len(texts) > batch_size if progress is None else progress
+    with progress_bar(total=len(texts), desc=desc, unit="prompt", disable=not show) as bar:
+        for start in range(0, len(texts), batch_size):
+            batch = tokenizer(texts[start:start + batch_size], return_tensors="pt", padding=True,
+                              add_special_tokens=False).to(device)
+            output = model.generate(**batch, max_new_tokens=max_new_tokens, do_sample=False,
+                                    pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)
+            new_tokens = output[:, batch["input_ids"].shape[1]:]
+            completions += tokenizer.batch_decode(new_tokens, skip_special_tokens=True)
+            bar.update(len(new_tokens))
     return completions
 
 
 def evaluate_accuracy(model, tokenizer, dataset, max_new_tokens: int = 32, batch_size: int = 32,
-                      return_completions: bool = False, progress: bool = False):
+                      return_completions: bool = False, progress: bool | None = None):
     """Fraction of rows whose greedy completion is correct (see :func:`is_correct`).
 
     Raises ``ValueError`` on an empty dataset: an accuracy of nothing is not 0.0.

@@ -24,11 +24,11 @@ _NOTEBOOK_QUESTION = re.compile(r"^# (\d+)\. ", re.MULTILINE)
 
 def _lesson_number(lesson: int | str) -> str:
     text = str(lesson).strip()
-    match = re.match(r"^(\d{1,2})(?:_\w+)?$", text)
+    match = re.match(r"^(\d{1,2})([a-z]?)(?:_\w+)?$", text)
     if match is None:
         raise ValueError(f"lesson={lesson!r}: give the lesson's number, "
-                         "e.g. show_answer('03', 2) or show_answer(3, 2).")
-    return f"{int(match.group(1)):02d}"
+                         "e.g. show_answer('03', 2), show_answer(3, 2) or show_answer('06b', 1).")
+    return f"{int(match.group(1)):02d}{match.group(2)}"
 
 
 def answers_path(lesson: int | str, root: Path | None = None) -> Path:

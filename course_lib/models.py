@@ -83,19 +83,22 @@ def smollm2_folder() -> Path:
         return target
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from .progress import heartbeat
+
     gguf = smollm2_gguf_path()
-    model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
-    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-    # The weights are dequantized to fp32 on load; drop the quantizer so the model trains and
-    # saves as an ordinary fp32 model.
-    model.hf_quantizer = None
-    model.is_quantized = False
-    if hasattr(model.config, "quantization_config"):
-        del model.config.quantization_config
-    target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(dir=target.parent, prefix=".smollm2-"))
-    model.save_pretrained(staging, safe_serialization=True)
-    tokenizer.save_pretrained(staging)
+    with heartbeat(f"converting SmolLM2-135M-Instruct from its GGUF file to {target} (once per machine)"):
+        model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+        tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+        # The weights are dequantized to fp32 on load; drop the quantizer so the model trains and
+        # saves as an ordinary fp32 model.
+        model.hf_quantizer = None
+        model.is_quantized = False
+        if hasattr(model.config, "quantization_config"):
+            del model.config.quantization_config
+        target.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(dir=target.parent, prefix=".smollm2-"))
+        model.save_pretrained(staging, safe_serialization=True)
+        tokenizer.save_pretrained(staging)
     if target.exists():  # a concurrent conversion won the race; keep its result
         shutil.rmtree(staging, ignore_errors=True)
     else:

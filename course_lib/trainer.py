@@ -41,7 +41,7 @@ from .algos import get_algorithm
 from .algos.base import PolicyOutputs, ScoredBatch
 from .run.batches import GenerationBatch, PromptSampler, completion_metrics
 from .run.distributed import PolicyForward, Shards, make_accelerator
-from .run.nonfinite import check_finite_update
+from .run.nonfinite import check_finite_update, check_finite_weights, clip_gradients
 from .run.in_loop_eval import InLoopEvaluator
 from .run.history import MetricsLogger, format_samples, load_history, unique_prompt_samples
 from .run.model_options import apply_model_options, load_kwargs, mix_into_reference
@@ -52,7 +52,7 @@ from .policy import ReferencePolicy, completion_forward, prepare_policy
 from .rewards import compute_rewards, reward_function_name
 from .rollout import SamplingConfig, make_engine
 from .rollout.tool_run import setup_tools
-from .run.folder import check_resume_config, claim_output_dir
+from .run.folder import check_resume_config, check_resume_run, claim_output_dir, run_identity
 
 
 class Trainer:
@@ -72,7 +72,6 @@ class Trainer:
     def __init__(self, config, reward_funcs: list[Callable] | None, train_dataset, model=None, tokenizer=None,
                  progress: bool = True, on_step: Callable[[dict], None] | None = None, eval_dataset=None,
                  tools: list[Callable] | None = None, environment_factory=None):
-        reward_funcs = list(reward_funcs or [])
         if not reward_funcs and environment_factory is None:
             raise ValueError("reward_funcs is empty: pass at least one reward function.")
         if "prompt" not in train_dataset.column_names:
@@ -94,7 +93,7 @@ class Trainer:
             model, tokenizer = load_policy(config.model_name_or_path, **load_kwargs(config))
         self.tokenizer = tokenizer
         self.tool_run, self.reward_funcs, self.reward_weights = setup_tools(
-            config, reward_funcs, tools, environment_factory, tokenizer, self._columns)
+            config, list(reward_funcs or []), tools, environment_factory, tokenizer, self._columns)
         # accelerate owns the device and the process group; one process is the plain case.
         self.accelerator = make_accelerator(config)
         self.shards = Shards(self.accelerator, config.per_device_train_batch_size * config.effective_steps_per_generation)
@@ -183,17 +182,15 @@ class Trainer:
                                   generation_kwargs=config.sampling_extras, chat_template_kwargs=config.chat_template_kwargs)
         was_training = self.model.training
         self.model.eval()
-        tools = None  # multi-turn: completion_mask attends to tool results, loss_mask does not
-        if self.tool_run is not None:
-            tools = self.tool_run.rollout(self.engine, self.tokenizer, list(repeated_prompts), repeated_columns, rows,
-                                          sampling)
+        tools = None if self.tool_run is None else self.tool_run.rollout(  # multi-turn (course_lib.rollout.agents)
+            self.engine, self.tokenizer, list(repeated_prompts), repeated_columns, rows, sampling)
         rollout = self.engine.generate(list(repeated_prompts), n=1, sampling=sampling) if tools is None else tools.agent.batch
         self.model.train(was_training)
         conversational = isinstance(repeated_prompts[0], list)
         completions = ([[{"role": "assistant", "content": t}] if conversational else t for t in rollout.texts]
                        if tools is None else tools.completions)
         per_func, total = compute_rewards(self.reward_funcs, repeated_prompts, completions, repeated_columns,
-                                          self.reward_weights,
+                                          self.reward_weights, timeout_s=config.reward_timeout_s,
                                           completion_ids=[ids[m.bool()].tolist() for ids, m in
                                                           zip(rollout.completion_ids, rollout.completion_mask)],
                                           extra_kwargs=None if tools is None else tools.reward_kwargs)
@@ -292,10 +289,11 @@ class Trainer:
 
     def _optimizer_step(self) -> dict:
         parameters = [p for group in self.optimizer.param_groups for p in group["params"]]
-        grad_norm = torch.nn.utils.clip_grad_norm_(parameters, self.config.max_grad_norm)
+        grad_norm = clip_gradients(parameters, self.config.max_grad_norm)
         check_finite_update(grad_norm, self._window, step=self.step + 1, output_dir=self.output_dir)
         learning_rate = self.scheduler.get_last_lr()[0]
         self.optimizer.step()
+        check_finite_weights(self.model, self.value_head, step=self.step + 1, output_dir=self.output_dir)
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
         self._weights_dirty = True
@@ -384,7 +382,10 @@ class Trainer:
         return {"step": self.step, "micro_step": self.micro_step, "cycle": self.cycle, "tokens_seen": self.tokens_seen,
                 "batch_position": self.batch_position, "sampler": self.sampler.state(), "algo": self.algorithm.name,
                 "algorithm_state": getattr(self.algorithm, "state", dict)(),  # e.g. GRPO's adaptive entropy coef
-                "config": self.config.to_dict()}
+                "config": self.config.to_dict(), "run": self._run_identity()}
+
+    def _run_identity(self) -> dict:  # the rows and rewards a resume must match (course_lib.run.folder)
+        return run_identity(self._columns, [reward_function_name(f) for f in self.reward_funcs])
 
     @torch.no_grad()
     def generate(self, prompts, n: int = 1, sampling: SamplingConfig | None = None):
@@ -447,6 +448,7 @@ class Trainer:
         if state["algo"] != self.algorithm.name:
             raise ValueError(f"checkpoint {folder} is a {state['algo']} run; this trainer is {self.algorithm.name}.")
         check_resume_config(state.get("config"), self.config.to_dict(), folder)
+        check_resume_run(state.get("run"), self._run_identity(), folder)
         ckpt.restore_weights(folder, self.model, self.value_head)
         saved = ckpt.restore_training_state(folder, self.optimizer, self.scheduler)
         self.step, self.micro_step, self.cycle = state["step"], state["micro_step"], state["cycle"]

@@ -1,6 +1,7 @@
 # This file is generated from solutions/ex05_grpo.py by `python -m course_lib make-stubs`.
 # Fill in the parts that raise NotImplementedError; the tests in tests/exercises/ grade them.
-"""Lesson 05 exercises: GRPO's group-relative advantages and its clipped loss."""
+"""Lesson 05 exercises: GRPO's group-relative advantages, its clipped loss, and the per-token
+log-probs (and entropies) that the loss is built from."""
 
 import torch
 
@@ -55,4 +56,38 @@ def grpo_clipped_loss(logps: torch.Tensor, old_logps: torch.Tensor | None, advan
         A scalar tensor.
     """
     # HINT: the old log-probs are constants: detach them (and use logps.detach() when None).
+    raise NotImplementedError("Exercise: replace this line with your code.")
+
+
+def completion_logps_and_entropy(logits: torch.Tensor, input_ids: torch.Tensor, prompt_length: int,
+                                 completion_mask: torch.Tensor, temperature: float = 1.0
+                                 ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-token log-probs of the completion tokens, and the entropy of each next-token distribution.
+
+    `input_ids` is the prompt (its first `prompt_length` columns) followed by the
+    completion (the remaining `T` columns); `logits` is the model's output on it. The
+    logits at position `i` predict the token at position `i + 1`, so completion token `j`
+    (column `prompt_length + j`) is scored by the logits at column `prompt_length + j - 1`:
+    **shift** by one. The sampler divided the logits by `temperature`, so the loss must
+    too, before the softmax. Then, per completion token:
+
+        logps[b, j]   = log_softmax(logits[b, prompt_length + j - 1] / temperature)[input_ids[b, prompt_length + j]]
+        entropy[b, j] = -sum_v p_v log p_v   of that same tempered distribution
+
+    and both are 0 where `completion_mask` is 0 (padding after the end of a completion).
+
+    Args:
+        logits: `(B, L, V)` with `L = prompt_length + T`.
+        input_ids: `(B, L)` prompt then completion ids.
+        prompt_length: `P`, the width of the (left-padded) prompt part.
+        completion_mask: `(B, T)` 1 for completion tokens, 0 for padding.
+        temperature: the sampling temperature (> 0).
+
+    Example: with `V = 2`, uniform logits and temperature 1, every valid token has
+    log-prob `log(1/2) = -0.6931` and entropy `log 2 = 0.6931`.
+
+    Returns:
+        `(logps, entropy)`, both `(B, T)`.
+    """
+    # HINT: logits[:, P - 1 : -1] are the ones that predict the completion tokens input_ids[:, P:].
     raise NotImplementedError("Exercise: replace this line with your code.")

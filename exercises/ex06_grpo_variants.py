@@ -1,7 +1,7 @@
 # This file is generated from solutions/ex06_grpo_variants.py by `python -m course_lib make-stubs`.
 # Fill in the parts that raise NotImplementedError; the tests in tests/exercises/ grade them.
 """Lesson 06 exercises: the loss aggregations of the GRPO family, GSPO's sequence ratio,
-two-sided clipping, and CISPO's per-token loss."""
+and two-sided clipping."""
 
 import torch
 
@@ -74,28 +74,3 @@ def two_sided_clip_objective(ratio: torch.Tensor, advantages: torch.Tensor, epsi
     """
     raise NotImplementedError("Exercise: replace this line with your code.")
 
-
-def cispo_per_token_loss(logps: torch.Tensor, old_logps: torch.Tensor, advantages: torch.Tensor,
-                         epsilon_max: float = 5.0) -> torch.Tensor:
-    """CISPO's per-token loss (MiniMax-M1): clip the importance weight, keep every token's gradient.
-
-        loss_t = -sg(min(r_t, epsilon_max)) * A * logps_t,   r_t = exp(logps_t - old_logps_t)
-
-    `sg` is stop-gradient: the clipped weight is a constant, so the gradient with respect to
-    `logps_t` is `-min(r_t, epsilon_max) * A`, never 0. (PPO's clip instead zeroes the
-    gradient of a token whose ratio left the range.) There is no lower bound.
-
-    Args:
-        logps: `(B, T)` current log-probs (differentiable).
-        old_logps: `(B, T)` log-probs at sampling time.
-        advantages: `(B,)` one per completion (broadcast over tokens).
-        epsilon_max: the cap on the ratio (TRL's `epsilon_high` with `loss_type="cispo"`).
-
-    Example: logps = log 8, old = 0 (r = 8), A = 1, epsilon_max = 5: the loss is
-    -5 * log 8 = -10.4, and its gradient with respect to logps is -5.
-
-    Returns:
-        `(B, T)` per-token losses.
-    """
-    # HINT: detach the clipped ratio, but not logps.
-    raise NotImplementedError("Exercise: replace this line with your code.")

@@ -1,9 +1,8 @@
 # This file is generated from solutions/ex08_rloo.py by `python -m course_lib make-stubs`.
 # Fill in the parts that raise NotImplementedError; the tests in tests/exercises/ grade them.
 """Lesson 08 exercises: RLOO's leave-one-out advantages, the KL folded into the reward
-(sequence-level and token-level), and reading the ratio metric of a run."""
+(sequence-level and token-level), and the sequence-level clipped loss."""
 
-import math
 
 import torch
 
@@ -79,20 +78,29 @@ def token_level_rewards(scores: torch.Tensor, logps: torch.Tensor, ref_logps: to
     raise NotImplementedError("Exercise: replace this line with your code.")
 
 
-def unhealthy_ratio_steps(history: list[dict], cliprange: float = 0.2) -> list[int]:
-    """Steps at which `val/ratio` left the clip band `[1 - cliprange, 1 + cliprange]`.
+def rloo_sequence_clipped_loss(logps: torch.Tensor, old_logps: torch.Tensor, advantages: torch.Tensor,
+                               mask: torch.Tensor, cliprange: float = 0.2) -> torch.Tensor:
+    """RLOO's PPO-clip loss with the whole completion as one action (TRL 1.16's `RLOOTrainer`).
 
-    `history` is what `Trainer.train()` returns: one dict per optimizer step with a
-    `"step"` key. `val/ratio` (the mean of pi / pi_old) should hover around 1.0; a value
-    like 2.0, 1000.0 or 0.1 means the successive policies differ too much. A value
-    exactly on the band's edge is still inside. Rows where `val/ratio` is missing,
-    None or NaN are skipped.
+    Per completion b, with `S_b = sum over valid tokens of logps` (its log-probability
+    `log pi(y|x)`) and `S_old_b` the same under the sampling policy:
 
-    Example: rows with ratios 1.0, 1.05, 0.4, 2.0, None, 1.2 at steps 1..6 and
-    `cliprange=0.2` give `[3, 4]`.
+        r_b    = exp(S_b - S_old_b)                        (one ratio per completion)
+        loss_b = max(-A_b * r_b, -A_b * clip(r_b, 1 - cliprange, 1 + cliprange))
+        loss   = mean over b of loss_b
+
+    Args:
+        logps: `(B, T)` token log-probs under the current policy (differentiable).
+        old_logps: `(B, T)` token log-probs when the batch was sampled (no gradient).
+        advantages: `(B,)` leave-one-out advantages.
+        mask: `(B, T)` 1 for completion tokens; padded positions may hold anything.
+        cliprange: the clip range c.
+
+    Example: one completion of two tokens with log-ratios 0.2 and 0.1 (r = e^0.3 = 1.35),
+    A = +1, c = 0.2: the clipped branch wins, loss = -1.2, and its gradient is 0.
 
     Returns:
-        The `"step"` values of the flagged rows, in order.
+        A scalar tensor.
     """
-    # HINT: a ratio far BELOW 1 is as drastic as one far above it.
+    # HINT: sum the log-ratios over the completion's tokens first, then exponentiate once.
     raise NotImplementedError("Exercise: replace this line with your code.")

@@ -70,6 +70,23 @@ print("fast mode:", fast_mode())
 # Nobody tells the agent which move is best. It only sees the rewards that come back
 # along the way and how the game ends (all beans eaten, or caught by a ghost). Learning
 # the best move from that feedback alone is the RL problem.
+#
+# Four more words, used in every lesson from here on:
+#
+# - a **policy** `pi(a | s)` is the agent's rule for acting: for each state `s`, a
+#   probability for each action `a` (a fixed move per state is the special case with
+#   probability 1). Learning means changing the policy; for a language model the policy
+#   *is* the model's next-token distribution;
+# - an **episode** is one game from start to end: reset, then act until the game is over.
+#   The sequence it leaves behind, `s0, a0, r0, s1, a1, r1, ...`, is its **trajectory**;
+# - the **return** `G` of an episode is the sum of its rewards, `G = r0 + r1 + r2 + ...`:
+#   the score the agent tries to maximise on average, not any single reward;
+# - with a **discount** `gamma` between 0 and 1, a reward `t` steps later counts
+#   `gamma^t` times: `G = r0 + gamma r1 + gamma^2 r2 + ...`. `gamma < 1` prefers sooner
+#   rewards (and keeps endless games finite); `gamma = 1` counts every reward the same,
+#   the usual choice for language models, whose episodes (one answer) are short.
+#
+# The cell below plays one episode by hand, prints its trajectory, and adds up its return.
 
 # %%
 from course_lib.toy import GridWorld, render_grid, value_iteration
@@ -77,12 +94,20 @@ from course_lib.toy import GridWorld, render_grid, value_iteration
 world = GridWorld()
 print(render_grid(world))
 state = world.reset()
-for action, name in [(3, "right"), (3, "right"), (3, "right")]:
+episode_rewards = []
+for t, (action, name) in enumerate([(3, "right"), (3, "right"), (3, "right")]):
     result = world.step(action)
-    print(f"move {name:<5} -> reward {result.reward:+.2f}, event {result.event!r}, episode over: {result.done}")
+    episode_rewards.append(result.reward)
+    print(f"t={t}: move {name:<5} -> reward r{t} = {result.reward:+.2f}, event {result.event!r}, "
+          f"episode over: {result.done}")
+for gamma in (1.0, 0.95):
+    episode_return = sum(gamma ** t * r for t, r in enumerate(episode_rewards))
+    print(f"return with gamma = {gamma}: " + " + ".join(f"{gamma:g}^{t} x ({r:+.2f})" for t, r in enumerate(episode_rewards))
+          + f" = {episode_return:+.4f}")
 
 # %% [markdown]
-# Three steps right walks into a ghost: -0.04 for each step and -1 for the ghost. Because
+# Three steps right walks into a ghost: -0.04 for each step and -1 for the ghost, and the
+# episode ends there; discounting makes the late ghost cost a little less. Because
 # this grid is tiny and its rules are known, **value iteration** can compute the best
 # policy exactly (a planner, not a learner). We will use it as the ceiling that learners
 # are measured against. The arrows show the best move from every cell while both beans
@@ -273,8 +298,12 @@ display(plot_answer_distribution(untrained.probs, shaped_run.policy.probs, CANDI
 # The patience argument needs `p > 0`. If the model *never* produces the right answer,
 # it is never sampled, never rewarded, and no update ever points toward it. RL can only
 # sharpen what the model already does sometimes. That is why RL for language models
-# starts from an **instruction-tuned** model, one that already follows instructions
-# partly and sensibly, so the good answers have a probability above zero.
+# starts from a model that already produces good answers some of the time. Most often it
+# is an **instruction-tuned** model, one that already follows instructions partly and
+# sensibly. It need not be: DeepSeek-R1-Zero (DeepSeek-AI 2025) was trained with RL
+# directly from the **base** model DeepSeek-V3-Base, with no supervised fine-tuning
+# first; a large base model prompted with a template already solves some maths problems,
+# which is all RL needs.
 
 # %%
 probs_without_4 = np.r_[np.full(15, 1 / 15), 0.0]  # '4' is the last candidate

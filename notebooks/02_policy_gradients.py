@@ -128,25 +128,49 @@ ex = load_exercise("ex02_policy_gradients")
 feedback(ex02.check_reinforce_loss, ex.reinforce_loss);
 
 # %% [markdown]
-# ### One REINFORCE step on a real (untrained) transformer
+# ### The mask, on a hand-made batch
+#
+# Before the real model, the padding. `assemble_batch` (the function the rollout engines
+# end with) pads hand-written completions: the second one emits the end-of-turn token
+# `<|im_end|>` after two characters, so its row is cut there and the rest is padding.
+
+# %%
+from course_lib.rollout.base import assemble_batch, eos_token_ids
+from course_lib.tiny import TinyRecipe, build_char_tokenizer, build_tiny_model
+
+tokenizer = build_char_tokenizer()
+hand_made = [tokenizer.encode("2+2=4", add_special_tokens=False),
+             tokenizer.encode("4.", add_special_tokens=False) + [tokenizer.eos_token_id] + [tokenizer.pad_token_id] * 3,
+             tokenizer.encode("four", add_special_tokens=False)]
+padded = assemble_batch(tokenizer, [tokenizer.encode("Q", add_special_tokens=False)], hand_made, n=3,
+                        eos_ids=eos_token_ids(tokenizer), logps=None)
+print("completion ids (right-padded):\n", padded.completion_ids)
+print("mask (1 = real token, counted in the loss; the eos token itself counts):\n", padded.completion_mask)
+print("texts:", padded.texts, "| ended with eos:", padded.is_eos.tolist())
+
+# %% [markdown]
+# The second row stops at its `<|im_end|>` (the last 1 of its mask); the padding after it
+# is 0 and drops out of every masked sum. The third row is shorter than the first: padded too.
+#
+# ### REINFORCE steps on a real (untrained) transformer
 #
 # Here is the loss at work on a Llama with the architecture of the course's `tiny` model
 # but random weights — the "untrained model" of lesson 01, which answers "What is 2 + 2?"
 # with gibberish. We sample 8 completions, reward each with lesson 01's number reward
-# (+1 if it contains a number, -1 if not), subtract the batch mean, take **one** gradient
-# step, and measure each completion's log-probability again.
+# (+1 if it contains a number, -1 if not), subtract the batch mean, and take a few small
+# SGD steps on this one batch, measuring every completion's log-probability after each.
 
 # %%
 from course_lib.ops.masking import masked_sum
 from course_lib.policy import completion_forward
 from course_lib.rewards import number_reward
 from course_lib.rollout import HFEngine, SamplingConfig
-from course_lib.tiny import TinyRecipe, build_char_tokenizer, build_tiny_model
 
-tokenizer = build_char_tokenizer()
 model = build_tiny_model(tokenizer, TinyRecipe())  # random weights, seeded
 prompt = [{"role": "user", "content": "What is 2 + 2?"}]
 batch = HFEngine(model, tokenizer).generate([prompt], n=8, sampling=SamplingConfig(max_tokens=8, seed=0))
+print("mask of the sampled batch (no row emitted <|im_end|> within 8 characters, so no padding):")
+print(batch.completion_mask)
 
 
 def sequence_logps():
@@ -157,25 +181,42 @@ def sequence_logps():
 
 rewards = torch.tensor(number_reward(completions=batch.texts))  # (B,)
 advantages = rewards - rewards.mean()
-before = sequence_logps()
-loss = -(advantages * before).mean()  # the REINFORCE loss of Exercise 1
 optimizer = torch.optim.SGD(model.parameters(), lr=0.01)  # a small step: larger ones overshoot here
-optimizer.zero_grad()
-loss.backward()
-optimizer.step()
+logps_per_step = []
+for step in range(5):
+    logps = sequence_logps()
+    logps_per_step.append(logps.detach())
+    loss = -(advantages * logps).mean()  # the REINFORCE loss of Exercise 1
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
 with torch.no_grad():
-    after = sequence_logps()
+    logps_per_step.append(sequence_logps())
+history = torch.stack(logps_per_step)  # (steps + 1, B)
+changes = history - history[0]  # (steps + 1, B) change of each completion's log-prob since the start
 
-print("mask (1 = real token; the row that emitted <|im_end|> early is padded):")
-print(batch.completion_mask)
-print(f"\n{'completion':<14}{'reward':>7}{'advantage':>10}{'log-prob before':>17}{'after':>9}")
-for text, r, a, lp0, lp1 in zip(batch.texts, rewards, advantages, before.detach(), after):
-    print(f"{text!r:<14}{r:>+7.0f}{a:>+10.2f}{lp0:>17.2f}{lp1:>9.2f}")
+print(f"\n{'completion':<14}{'advantage':>10}{'log-prob before':>17}" + "".join(f"{f'Δ after {k}':>11}" for k in (1, 5)))
+for i, text in enumerate(batch.texts):
+    print(f"{text!r:<14}{advantages[i]:>+10.2f}{history[0, i]:>17.2f}{changes[1, i]:>+11.2f}{changes[5, i]:>+11.2f}")
+weighted = (advantages * history).sum(dim=1)  # what the loss maximises: sum_b A_b log pi(y_b)
+print("\nsum of A_b * log pi(y_b) after each step:", [round(w, 2) for w in weighted.tolist()])
+positive = advantages > 0
+for k in (1, 5):
+    print(f"after {k} step(s): {int((changes[k][positive] > 0).sum())} of {int(positive.sum())} positive-advantage "
+          f"completions more likely, {int((changes[k][~positive] < 0).sum())} of {int((~positive).sum())} "
+          f"negative ones less likely")
 
 # %% [markdown]
-# Completions with a positive advantage became more likely, the others less likely:
-# one step of "pushing probability" on a real transformer. (A random model spreads its
-# probability over ~100 characters, hence log-probs near `8 * log(1/100) = -37`.)
+# Read the printed counts. One SGD step raises the **weighted sum** `sum_b A_b log pi(y_b)`
+# (that is what gradient ascent on the REINFORCE objective promises, for a small enough
+# step), not each term of it: after the first step some completions with a positive
+# advantage became *less* likely. The 8 completions share every parameter of the model,
+# so the step taken for one row moves the log-probs of all the others too, and nothing
+# forces each row's change to have its advantage's sign. Only the sum is guaranteed to
+# rise. Over several steps on the same batch the rows separate by the sign of their
+# advantage, as the last column shows. (A random model spreads its probability over ~100
+# characters, hence
+# log-probs near `8 * log(1/100) = -37`.)
 #
 # **REINFORCE is the simplest member of the PPO family.** `course_lib`'s RLOO loss
 # (lesson 08) is a clipped objective on the ratio `pi / pi_old`. Sampled from the
@@ -378,8 +419,8 @@ display(plot_learning_curves(list(curves.values()), ["REINFORCE", "REINFORCE wit
 # 1. The log-derivative trick never differentiates the reward. Name two rewards from
 #    lesson 01 that could not be differentiated at all, and explain why REINFORCE still
 #    works with them.
-# 2. In the transformer step above, which tokens of a completion with a positive
-#    advantage became more likely — only the digits that earned the reward, or all of
+# 2. In the transformer steps above, which tokens of a completion with a positive
+#    advantage does the loss push up — only the digits that earned the reward, or all of
 #    them? What problem does that cause for long completions, and what would help?
 # 3. The batch-mean baseline shrinks the expected gradient by `(G - 1) / G`. For `G = 2`
 #    that is a factor 1/2. Why is it still a reasonable choice in practice?

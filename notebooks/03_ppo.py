@@ -66,8 +66,11 @@ print("fast mode:", fast_mode())
 # (`logps`, with gradient).
 #
 # The catch: the reweighted estimate is only trustworthy while `pi_theta` stays close to
-# `pi_old`. Maximise `E_old[r * A]` freely and the optimiser happily drives the ratio of
-# every good sample to infinity, based on a handful of samples.
+# `pi_old`. Maximise `E_old[r * A]` freely and the optimiser keeps raising the ratio of
+# every good sample as far as it can go, on the strength of a handful of samples. For a
+# softmax policy "as far as it can go" is finite, `r = pi_theta / pi_old <= 1 / pi_old`
+# (a probability cannot exceed 1), but that ceiling is far away for any sample that was
+# unlikely: the demo below measures how close an unclipped run gets to it.
 #
 # ## 2. The clip, and why the min
 #
@@ -85,8 +88,10 @@ print("fast mode:", fast_mode())
 # The `min` makes the objective a **pessimistic bound** on the unclipped `r A`: it never
 # gives credit for moving further than the clip range in the direction the advantage
 # wants, but it always charges for moving the wrong way. Once a token has moved enough,
-# its gradient is zero; the update stops itself. This is how "the policy must not change
-# too much" is enforced in each update.
+# its gradient is zero: the clip **removes the incentive** to move it further. It does
+# not *enforce* a limit: nothing pulls a ratio back inside the range, and the gradients
+# of the other tokens (which share the parameters) can still carry it out. The demo
+# below ends with ratios outside the range.
 #
 # The figure comes from `course_lib.algos.grpo.policy_loss` (the same code the trainer runs):
 
@@ -98,7 +103,12 @@ display(plot_clip_objective(epsilon=0.2))
 # %% [markdown]
 # Play with the explorer: `epsilon` and `epsilon_high` (an asymmetric upper bound, used
 # by DAPO in lesson 06), and `delta`, which caps the unclipped branch for negative
-# advantages (lesson 06 too).
+# advantages. That cap comes from **dual-clip PPO** (Ye et al. 2020, *Mastering Complex
+# Control in MOBA Games with Deep Reinforcement Learning*): with `A < 0` and a ratio far
+# above `1 + eps`, the min picks `r A`, a loss that grows without bound with `r`, so one
+# stale sample can dominate a batch; dual-clip bounds that branch at `c A` with a constant
+# `c > 1` (3 in the paper). INTELLECT-2 brought the same bound to LLM training, and TRL
+# calls it `delta` (lesson 06).
 
 # %%
 try:
@@ -128,8 +138,10 @@ feedback(ex03.check_clipped_surrogate, ex.clipped_surrogate);
 # steps on that same batch with `course_lib.algos.ppo.ppo_policy_loss` — once with
 # `epsilon = 0.2`, once with the clip switched off (a huge epsilon). We track how far the
 # policy moves from `pi_old`, measured by the exact `KL(pi_old || pi_theta)`, and the
-# fraction of samples whose clip is active (`policy/clipfrac_avg` in the logs of TRL's
-# PPO and RLOO trainers).
+# fraction of samples whose clip is active. `course_lib` logs that fraction as
+# `policy/clipfrac_avg`, the name of TRL's former `PPOTrainer` (lesson 04 tells its
+# history); TRL 1.16's GRPO and RLOO trainers log it split by side, as
+# `clip_ratio/low_mean`, `clip_ratio/high_mean` and `clip_ratio/region_mean`.
 
 # %%
 from course_lib.algos.ppo import ppo_policy_loss
@@ -157,12 +169,14 @@ def epochs_on_one_batch(epsilon, epochs=30, lr=0.5):
             new = torch.log_softmax(logits, 0)
             kl_from_old.append(float((old_policy.probs * (np.log(old_policy.probs) - new.numpy())).sum()))
         clip_fraction.append(out.metrics["policy/clipfrac_avg"])
-    return kl_from_old, clip_fraction, torch.softmax(logits.detach(), 0).numpy()
+    with torch.no_grad():
+        final_ratios = torch.exp(torch.log_softmax(logits, 0)[samples] - old_logps[:, 0])  # (N,)
+    return kl_from_old, clip_fraction, torch.softmax(logits.detach(), 0).numpy(), final_ratios
 
 
 runs = {"clip, epsilon = 0.2": epochs_on_one_batch(0.2), "no clip": epochs_on_one_batch(1e9)}
 fig, (ax_kl, ax_clip) = plt.subplots(1, 2, figsize=(11, 3.6), layout="constrained")
-for label, (kl, clip_fraction, _) in runs.items():
+for label, (kl, clip_fraction, _, _) in runs.items():
     ax_kl.plot(range(1, 31), kl, label=label)
     ax_clip.plot(range(1, 31), clip_fraction, label=label)
 ax_kl.set(title="How far one batch moves the policy", xlabel="gradient step on the same batch",
@@ -173,12 +187,19 @@ for ax in (ax_kl, ax_clip):
     ax.grid(alpha=0.3)
     ax.legend()
 plt.show()
-for label, (kl, _, probs) in runs.items():
-    print(f"{label:<20} final KL {kl[-1]:.3f}, P('4') {probs[-1]:.3f} (it was {old_policy.prob_of('4'):.3f})")
+ceiling = 1 / old_policy.probs[samples.numpy()]  # r = pi / pi_old <= 1 / pi_old
+for label, (kl, _, probs, ratios) in runs.items():
+    outside = ((ratios < 0.8) | (ratios > 1.2)).float().mean().item()
+    print(f"{label:<20} final KL {kl[-1]:.3f}, P('4') {probs[-1]:.3f} (it was {old_policy.prob_of('4'):.3f}); "
+          f"final ratios from {ratios.min():.2f} to {ratios.max():.2f} (ceiling 1/pi_old = {ceiling.max():.0f}), "
+          f"{outside:.0%} of samples outside [0.8, 1.2]")
 
 # %% [markdown]
 # With the clip, the policy stops moving once every sample's ratio has left the trust
-# region: the batch has said what it can. Without it, the same 16 samples keep pushing,
+# region: the batch has said what it can. Read the printed ratios: the clipped run ends
+# with its samples *outside* `[0.8, 1.2]`. The clip did not hold them in; it only stopped
+# rewarding further moves, so each step overshoots the edge a little and then the
+# gradient is zero. Without the clip, the ratios keep growing toward their ceiling. Without it, the same 16 samples keep pushing,
 # and `P('4')` even *falls* — `4` was not in the batch, so nothing defends it while the
 # sampled numbers soak up all the probability.
 #
@@ -192,6 +213,13 @@ for label, (kl, _, probs) in runs.items():
 # divergence from it with a coefficient `beta > 0`:
 #
 # $$\text{maximise}\;\; \mathbb{E}[\text{reward}] \;-\; \beta\, \mathrm{KL}(\pi_\theta \,\|\, \pi_{ref}).$$
+#
+# The KL is not symmetric, and the course names its two directions once, here:
+# `KL(pi_theta || pi_ref)`, an average over the **policy's** samples, is the **reverse**
+# KL (mode-seeking: the policy is charged for putting mass where the reference has
+# little); it is the one this objective states. `KL(pi_ref || pi_theta)`, an average over
+# the **reference's** samples, is the **forward** KL (mass-covering: the policy is charged
+# for leaving out what the reference likes).
 #
 # Two forces, two jobs: the clip keeps *each step* small; the KL term keeps the *whole
 # journey* short. (GRPO's default in TRL is `beta = 0`: no reference model at all, lesson 06.)
@@ -319,7 +347,7 @@ for name, estimator in (("k1", kl_k1), ("k2", kl_k2), ("k3", kl_k3)):
 # directions agree to first order when pi is close to ref, the regime a KL penalty keeps
 # training in, which is why `beta * k3` in GRPO's loss still works as a leash; far from
 # the reference it pulls toward covering every token the reference likes (the forward
-# direction) rather than the reverse KL the objective states. `tests/lib/test_kl_gradients.py`
+# direction, `KL(ref || pi)`) rather than the reverse KL `KL(pi || ref)` the objective states. `tests/lib/test_kl_gradients.py`
 # checks these identities against their closed forms.
 #
 # PPO-style RLHF avoids the question by putting the KL in the **reward**:
@@ -382,7 +410,7 @@ for name, bytes_per_param in setups.items():
 # - `lambda = 1`: `A_t = G_t - V(s_t)`, the whole actual return minus the baseline.
 #   Unbiased, but as noisy as REINFORCE.
 # - In between trades one for the other. RLHF setups commonly use `gamma = 1` and
-#   `lambda = 0.95` (TRL's PPO defaults).
+#   `lambda = 0.95` (the defaults of TRL's former `PPOTrainer`, lesson 04).
 #
 # For a language model the per-token rewards are typically `-beta * KL` on every token
 # plus the reward model's score on the last one. An example with 8 tokens:
@@ -406,11 +434,17 @@ ax.set(title="GAE advantages of one completion (gamma = 1)", xlabel="token", yla
 ax.grid(alpha=0.3)
 ax.legend()
 plt.show()
-print("TD errors delta_t:", gae(token_rewards[None], values[None], mask, gamma=1.0, lam=0.0)[0][0].numpy().round(3))
+td_errors = gae(token_rewards[None], values[None], mask, gamma=1.0, lam=0.0)[0][0]  # lambda = 0: A_t = delta_t
+print("TD errors delta_t:", td_errors.numpy().round(3))
+order = td_errors.argsort()  # token numbers below count from 1, as on the plot
+print("lowered the estimate:", ", ".join(f"token {t + 1} ({td_errors[t]:+.3f})" for t in order if td_errors[t] < 0))
+print("raised it most:      ", ", ".join(f"token {t + 1} ({td_errors[t]:+.3f})" for t in order.flip(0)[:2]))
 
 # %% [markdown]
 # With `lambda = 0` each token is judged only by how much the value estimate moved at
-# its step (token 2 lowered the estimate, tokens 3 and 6 raised it a lot). With `lambda = 1` every
+# its step, plus its own reward (here its small KL price): the printout names the tokens
+# with a negative TD error (token 5 lowered the estimate most, token 2 a little less)
+# and the two that raised it most (6 and 3). With `lambda = 1` every
 # token sees the same final score, minus its own baseline. The value model is trained to
 # predict `returns = advantages + values` (lesson 04 builds its loss).
 #

@@ -5,8 +5,8 @@
 #
 # Lesson 03 built PPO's pieces on small tensors: the clipped ratio, the KL penalty, the
 # value function and GAE. This lesson puts them on a language model, the way OpenAI's
-# RLHF pipeline (InstructGPT, then ChatGPT) did, and the way TRL's older `PPOTrainer` and
-# `course_lib`'s PPO mode still do.
+# RLHF pipeline (InstructGPT, then ChatGPT) did, the way TRL's `PPOTrainer` did until TRL
+# dropped it, and the way `course_lib`'s PPO mode still does.
 #
 # In this lesson you will:
 # 1. map the RL vocabulary onto text generation: the **agent** is the language model, the
@@ -116,8 +116,8 @@ for t, token in enumerate(completion_ids[0].tolist()):
 # | **reward model** | scores a finished completion (learned from human preferences); a **reward function** can replace it when answers are checkable | no |
 #
 # The value model is usually a language model of the same family with a scalar head in
-# place of the vocabulary head. It can be a **separate** network (TRL's `PPOTrainer`
-# takes a `value_model` of its own) or a **head on the policy's own hidden states**
+# place of the vocabulary head. It can be a **separate** network (TRL's former
+# `PPOTrainer` took a `value_model` of its own) or a **head on the policy's own hidden states**
 # (shared body, cheaper; `course_lib.algos.ppo.ValueHead` does this). Memory, with a rough rule of thumb per
 # parameter (trained, mixed-precision Adam: 2 bytes of bf16 weights + 2 of bf16 gradients
 # + 4 of fp32 master weights + 8 of fp32 Adam moments = 16; frozen: 2 bytes of bf16
@@ -158,9 +158,10 @@ for billions, hidden in ((1.5, 1536), (7.0, 4096)):
 # - the **score** lands on the **last valid token** only. Completions in a batch have
 #   different lengths and are right-padded, so "last" means index `mask.sum() − 1` of each
 #   row, not the last column;
-# - summed over the tokens, the rewards give `score − β · KL(sequence)`: TRL logs the two
-#   parts as `objective/scores` and `objective/non_score_reward`, their sum as
-#   `objective/rlhf_reward`.
+# - summed over the tokens, the rewards give `score − β · KL(sequence)`: TRL's former
+#   `PPOTrainer` logged the two parts as `objective/scores` and
+#   `objective/non_score_reward`, their sum as `objective/rlhf_reward`, and `course_lib`
+#   keeps those names.
 #
 # **The missing-EOS penalty ("EOS trick").** A completion cut by `max_completion_length`
 # never emitted EOS; its score judges an unfinished text. The RLHF implementations
@@ -314,14 +315,32 @@ plt.show()
 # **whitens the advantages**: subtract their mean and divide by their standard deviation,
 # over all valid tokens of the batch at once (padding excluded). The update then has a
 # stable size whatever the reward scale. Optionally the per-token **rewards** are whitened
-# too before GAE (`whiten_rewards=True`, off by default); there the mean is added back so
-# that good completions keep positive rewards.
+# too before GAE (`whiten_rewards=True`, off by default); there the mean is added back
+# after scaling, so the batch keeps its **mean** reward. It does not keep each reward's
+# **sign**: the cell after the exercise whitens three rewards and one changes sign.
 #
 # ### Exercise 2 — `whiten(x, mask, shift_mean)`
 
 # %%
 ex = load_exercise("ex04_rlhf_ppo")
 feedback(ex04.check_whiten, ex.whiten);
+
+# %%
+from course_lib.ops.masking import masked_whiten
+
+three_rewards = torch.tensor([[-0.1, 0.1, 10.0]])
+for shift_mean in (True, False):
+    whitened = masked_whiten(three_rewards, torch.ones(1, 3), shift_mean)[0]
+    print(f"shift_mean={shift_mean!s:<5} (whitening the {'advantages' if shift_mean else 'rewards'}): "
+          f"[-0.1, 0.1, 10.0] -> [{', '.join(f'{v:+.2f}' for v in whitened.tolist())}]")
+print(f"mean before {three_rewards.mean():.2f}, after reward whitening "
+      f"{masked_whiten(three_rewards, torch.ones(1, 3), shift_mean=False).mean():.2f}")
+
+# %% [markdown]
+# Reward whitening rescales around the mean: −0.1, a bad token, came out positive,
+# because the scale is set by the outlier 10. And advantage whitening does not push "half
+# the tokens" up: it centres the *weights* at 0, so here one token goes up and two go
+# down; how many go each way depends on the skew of the batch.
 
 # %% [markdown]
 # ## 6. The clipped value loss
@@ -388,8 +407,29 @@ for name in ("beta", "num_iterations", "num_mini_batches", "epsilon", "cliprange
              "whiten_rewards", "missing_eos_penalty", "temperature", "lr_scheduler_type"):
     print(f"{name} = {getattr(ppo_defaults, name)!r}")
     print(textwrap.fill(" ".join(docs[name].split()), width=88, initial_indent="    ", subsequent_indent="    "))
-print("TRL's PPOConfig names:", {"kl_coef": ppo_defaults.kl_coef, "num_ppo_epochs": ppo_defaults.num_ppo_epochs,
-                                 "cliprange": ppo_defaults.cliprange})
+print("aliases with the names of TRL's former PPOConfig:", {"kl_coef": ppo_defaults.kl_coef,
+      "num_ppo_epochs": ppo_defaults.num_ppo_epochs, "cliprange": ppo_defaults.cliprange})
+
+# %% [markdown]
+# Those aliases are history. TRL's `PPOTrainer` and `PPOConfig` were moved out of the
+# main package into `trl.experimental.ppo` in November 2025, the old import path
+# (`from trl import PPOTrainer`) was removed in February 2026, and the trainer was
+# deleted outright, value-head models included, in September 2026. In the TRL this course
+# pins, both imports fail:
+
+# %%
+import importlib.metadata
+
+print("TRL", importlib.metadata.version("trl"))
+try:
+    from trl import PPOTrainer  # noqa: F401
+except ImportError as error:
+    print("from trl import PPOTrainer ->", type(error).__name__)
+os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # the experimental package warns on import
+try:
+    from trl.experimental.ppo import PPOTrainer  # noqa: F401, F811
+except ImportError as error:
+    print("from trl.experimental.ppo import PPOTrainer ->", type(error).__name__)
 
 # %% [markdown]
 # ## 8. PPO on the tiny model, with a live dashboard
@@ -459,6 +499,9 @@ print(f"{len(history)} optimizer steps; greedy accuracy on {n_test} held-out pro
 print(f"  before {format_accuracy(sum(correct_before), n_test)}")
 print(f"  after  {format_accuracy(sum(correct_after), n_test)}")
 print(f"  lift   {100 * lift:+.1f} points [{100 * low:+.1f}, {100 * high:+.1f}]")
+clip_fractions = [row["policy/clipfrac_avg"] for row in history]
+print(f"policy/clipfrac_avg: mean {sum(clip_fractions) / len(clip_fractions):.2%} over the run, "
+      f"peak {max(clip_fractions):.1%}")
 
 # %%
 display(plot_training_history(history, keys=PPO_PANELS, columns=4, smooth=10, title="PPO on the tiny model"))
@@ -479,8 +522,9 @@ display(plot_training_history(history, keys=PPO_PANELS, columns=4, smooth=10, ti
 #   true KL is small. A negative reading is noise, not a bug; a steady climb, or a jump,
 #   is what to watch.
 # - `val/ratio` is exactly 1 on the first epoch of each batch (on-policy) and stays near 1
-#   on the others; `policy/clipfrac_avg` is a few percent at most: the learning rate of
-#   3e-5 moves the policy gently.
+#   on the others. `policy/clipfrac_avg` (mean and peak printed under the run) averages
+#   under 1%, with rare steps near 11%: the learning rate of 3e-5 moves the policy
+#   gently, and a few tokens of a small batch move far enough to be clipped.
 # - **The critic barely learns here.** `val/value_mean` (the critic's prediction, at
 #   rollout time) crawls from 0 to about 0.14 in 200 steps while `val/return_mean`, the
 #   target it regresses on, sits around 1.2; `loss/value_avg` hardly falls. The value head
@@ -495,16 +539,16 @@ display(plot_training_history(history, keys=PPO_PANELS, columns=4, smooth=10, ti
 #   answers expensive. `learning_rate` falls linearly to 0: the annealing of section 7.
 #
 # The next cell gives the critic its own learning rate (`value_learning_rate`, a
-# `course_lib` option: TRL's `PPOConfig` has none) and compares the two critics.
+# `course_lib` option: TRL's former `PPOConfig` had none) and compares the two critics.
 
 # %%
 from dataclasses import replace
 
-critic_config = replace(config, value_learning_rate=3e-3, max_steps=scaled(50, 200),
-                        output_dir=str(OUTPUT / "04_rlhf_ppo_critic"))
+critic_config = replace(config, value_learning_rate=3e-3, output_dir=str(OUTPUT / "04_rlhf_ppo_critic"))
 critic_model, _ = load_policy("tiny")
-critic_history = Trainer(critic_config, reward_funcs, train_prompts, critic_model, tokenizer,
-                         progress=False).train()
+critic_trainer = Trainer(critic_config, reward_funcs, train_prompts, critic_model, tokenizer, progress=False)
+critic_history = critic_trainer.train()
+critic_correct = held_out_correct(critic_trainer.model)
 fig, axes = plt.subplots(1, 2, figsize=(9, 3), sharey=True)
 for ax, rows, title in ((axes[0], history, "value head at the policy's rate (3e-5)"),
                         (axes[1], critic_history, "value_learning_rate = 3e-3")):
@@ -522,16 +566,21 @@ for name, rows in (("policy's rate", history), ("own rate 3e-3", critic_history)
     print(f"{name:<14} step {early['step']:>3}: value {early['val/value_mean']:.2f} vs return "
           f"{early['val/return_mean']:.2f}, value loss {early['loss/value_avg']:.3f}; "
           f"largest val/clipfrac {max(r['val/clipfrac_avg'] for r in rows):.2f}")
+for name, correct in (("policy's rate", correct_after), ("own rate 3e-3", critic_correct)):
+    lift, low, high = lift_interval(correct_before, correct)
+    print(f"{name:<14} held-out accuracy {format_accuracy(sum(correct), n_test)}, "
+          f"lift {100 * lift:+.1f} points [{100 * low:+.1f}, {100 * high:+.1f}]")
 
 # %% [markdown]
 # With its own rate the critic reaches the returns within a few generation batches, its
 # loss drops, and the value clip now binds on the first batch (`val/clipfrac_avg` well
 # above 0 while V is far from the returns). A good critic is what lets GAE hand credit to
 # the right tokens on long answers. On answers of at most 8 tokens with one score at the
-# end there is little credit to assign: in our measurement the run with the learned
-# critic (200 steps, otherwise the same) ended at +2.0 points [−4.4, +8.4], within the
-# noise, no better than the lazy critic's +8.0. That is one seed each; the honest
-# conclusion is that at this size the critic is not what limits learning.
+# end there is little credit to assign: the last lines of the printout measure both runs
+# (200 steps each, otherwise the same) on the same held-out problems. The learned critic's
+# lift has an interval that contains 0, and it is no better than the lazy critic's. That
+# is one seed each; the honest conclusion is that at this size the critic is not what
+# limits learning.
 
 # %% [markdown]
 # ## 9. Inside the last batch
@@ -567,6 +616,65 @@ for ax, i, score, completion, source in zip(axes, rows, scores.tolist(), texts, 
 axes[0].legend(fontsize=7)
 fig.tight_layout()
 plt.show()
+
+# %% [markdown]
+# ## 10. The "H": a reward model learned from preferences
+#
+# The reward model of section 2 is where the humans come in. People are bad at
+# giving absolute scores ("is this answer a 6 or a 7?") and good at comparisons ("A is
+# better than B"), so RLHF collects **preference pairs**: a prompt, two completions, and
+# which one the labeller preferred. The **Bradley-Terry** model (Bradley and Terry 1952)
+# explains such choices with a hidden score `s` per completion:
+#
+# $$P(\text{chosen} \succ \text{rejected}) = \sigma\big(s(\text{chosen}) - s(\text{rejected})\big).$$
+#
+# A reward model is a network that outputs `s`: a language model whose vocabulary head
+# is replaced by a scalar head, read at the last token. It is trained by maximising the
+# likelihood of the observed choices (InstructGPT, Ouyang et al. 2022, eq. 1; TRL's
+# `RewardTrainer`):
+#
+# $$L = -\operatorname{mean}_{\text{pairs}} \log \sigma\big(s(\text{chosen}) - s(\text{rejected})\big).$$
+#
+# Only the *difference* of two scores enters, so a reward model's scores have an
+# arbitrary offset (and PPO's whitening, section 5, removes their scale as well).
+# `course_lib.reward_model` has the whole piece: `bradley_terry_loss`, `RewardModel`
+# (a copy of a policy's body plus a scalar head), `simulated_preferences` (a labeller
+# that follows Bradley-Terry from a hidden true score), `train_reward_model`, and
+# `reward_model_function`, which turns a trained model into a reward function with TRL's
+# signature, ready for `Trainer`.
+#
+# ### Exercise 4 — `bradley_terry_loss(chosen_scores, rejected_scores)`
+
+# %%
+ex = load_exercise("ex04_rlhf_ppo")
+feedback(ex04.check_bradley_terry_loss, ex.bradley_terry_loss);
+
+# %% [markdown]
+# A labeller is noisy. `simulated_preferences` labels a pair the way the Bradley-Terry
+# model says a person with a hidden true score would: a clear difference is labelled
+# right almost always, a small one is close to a coin flip. The cell measures it on
+# 2,000 pairs per gap, against the formula.
+
+# %%
+import math
+
+from course_lib.reward_model import simulated_preferences
+
+print(f"{'true score gap':>15} {'labelled right':>15} {'sigmoid(gap / T)':>17}")
+for gap in (0.05, 0.25, 1.0):
+    labelled = simulated_preferences(["q"] * 2000, ["better"] * 2000, ["worse"] * 2000, [gap] * 2000, [0.0] * 2000,
+                                     temperature=0.25, seed=0)
+    share = sum(c == "better" for c in labelled.chosen) / len(labelled)
+    print(f"{gap:>15} {share:>15.1%} {1 / (1 + math.exp(-gap / 0.25)):>17.1%}")
+
+# %% [markdown]
+# With the labeller's temperature `T = 0.25`, two answers whose true scores differ by
+# 0.05 are ordered right only slightly more often than by chance: most of the information
+# in preference data is about *large* differences. A reward model learns the ordering its
+# labellers could see, and nothing tells it what they could not: that gap between the
+# learned reward and the true one is what PPO can exploit (**reward over-optimisation**,
+# Gao et al. 2022: the learned reward keeps rising while the true quality peaks and
+# falls). The KL penalty of section 3 is the classic guard.
 
 # %% [markdown]
 # ## Questions

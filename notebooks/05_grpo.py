@@ -201,6 +201,9 @@ ax.set(xlabel="num_generations G", ylabel="fraction of groups with no signal",
        title="Zero-std groups: formula (lines) vs simulation (dots)", xticks=group_sizes)
 ax.legend(fontsize=8)
 plt.show()
+for p in (0.05, 0.5):
+    print(f"p = {p}: silent fraction p^G + (1-p)^G = " + ", ".join(f"{p ** G + (1 - p) ** G:.2f} at G = {G}"
+                                                                  for G in (4, 8, 16)))
 
 # %% [markdown]
 # Hence the usual advice:
@@ -212,9 +215,10 @@ plt.show()
 #   (each prompt's G answers are all generated and scored). A common default is 8,
 #   raised to 16 when too many groups come back all-wrong.
 #
-# A hard prompt (p = 0.05) stays silent most of the time even with G = 16: no group size
-# rescues a model that (almost) never finds the answer. RL sharpens what the model does
-# *sometimes* (lesson 01).
+# A hard prompt (p = 0.05) is still silent 44% of the time with G = 16 (the printout), and
+# 81% of the time with G = 4: a larger group helps, slowly and at a price in generation,
+# and no group size rescues a model that (almost) never finds the answer. RL sharpens what
+# the model does *sometimes* (lesson 01).
 #
 # Diversity inside a group also comes from sampling. Keep the sampling `temperature`
 # relatively high — 1.0 is the default — so that the G completions of a prompt differ: at
@@ -235,9 +239,12 @@ plt.show()
 # | `repetition_penalty` | 1.0 | > 1 discourages tokens already in the prompt or completion, < 1 encourages repeats |
 #
 # Every filter removes diversity, and diversity is what gives a group a learning signal.
-# The cell below samples 8 answers to each of a few prompts from the tiny model under
-# several settings and counts how many distinct answers a group holds and how many groups
-# would be silent (all rewards equal).
+# The cell below samples 8 answers to each of 32 prompts from the tiny model under
+# several settings and counts how many distinct answers a group holds, how many groups
+# would be silent (all rewards equal), and the accuracy of the samples. Its last column
+# measures something else: how far the **sampler's** log-prob of each sampled token is
+# from the **trainer's** (a forward pass at the same temperature, with no filter, which is
+# what the loss computes).
 
 # %%
 from course_lib.data import get_task
@@ -246,7 +253,7 @@ from course_lib.rewards import compute_rewards, get_reward_functions
 from course_lib.rollout import SamplingConfig, make_engine
 
 sampling_model, sampling_tokenizer = load_policy("tiny")
-sampling_task = get_task("arithmetic", split="test", n=scaled(8, 32), seed=2)
+sampling_task = get_task("arithmetic", split="test", n=32, seed=2)
 engine = make_engine("hf", sampling_model, sampling_tokenizer)
 correct = get_reward_functions(["correctness_first_number_reward"])
 settings = {
@@ -257,7 +264,11 @@ settings = {
     "min_p=0.2": SamplingConfig(min_p=0.2),
     "repetition_penalty=1.5": SamplingConfig(repetition_penalty=1.5),
 }
-print(f"{'setting':<24} {'distinct answers / 8':>22} {'silent groups':>14} {'accuracy':>9}")
+from course_lib.ops.masking import masked_mean
+from course_lib.policy import completion_forward
+
+print(f"{'setting':<24} {'distinct answers / 8':>22} {'silent groups':>14} {'accuracy':>9} "
+      f"{'sampler - trainer log-prob':>27}")
 for label, sampling in settings.items():
     sampling.max_tokens, sampling.seed = 6, 0
     batch = engine.generate(list(sampling_task["prompt"]), n=8, sampling=sampling)
@@ -267,7 +278,33 @@ for label, sampling in settings.items():
     grouped = rewards.view(-1, 8)
     silent = (grouped.max(1).values == grouped.min(1).values).float().mean().item()
     distinct = sum(len(set(g)) for g in groups) / len(groups)
-    print(f"{label:<24} {distinct:>22.1f} {silent:>14.0%} {rewards.mean().item():>9.1%}")
+    with torch.no_grad():
+        trainer_logps, _, _ = completion_forward(sampling_model, batch.prompt_ids, batch.prompt_mask,
+                                                 batch.completion_ids, batch.completion_mask,
+                                                 temperature=sampling.temperature)  # (B, T)
+    gap = round(masked_mean(batch.sampling_logps - trainer_logps, batch.completion_mask).item(), 3) + 0.0  # no -0
+    print(f"{label:<24} {distinct:>22.1f} {silent:>14.0%} {rewards.mean().item():>9.1%} {gap:>+27.3f}")
+
+# %% [markdown]
+# Read the table row by row against the first, plain sampling at temperature 1.0:
+#
+# - `temperature=0.3`, `top_k=2` and `top_p=0.5` roughly halve the number of distinct
+#   answers per group and raise the accuracy of the samples: they drop the unlikely
+#   tokens, mostly wrong digits for this model. They also leave *more* groups silent:
+#   with fewer distinct answers, more groups are all right or all wrong. `min_p=0.2`
+#   removes less and changes less;
+# - `repetition_penalty=1.5` is not a filter (no token is removed; the logits of tokens
+#   already in the prompt or completion are rescaled). It keeps the groups diverse but
+#   lowers the accuracy, and more groups come back all wrong;
+# - the last column. At temperature 1.0 or 0.3 it is 0: the trainer computes its
+#   log-probs at the sampling temperature, so it scores the distribution that was sampled.
+#   With a filter the sampler drew from a **renormalised, truncated** distribution, so each
+#   token was more likely under the sampler than under the trainer's full softmax (a
+#   positive gap: minus the log of the probability mass the filter kept, averaged over
+#   tokens); the repetition penalty shifts it too. **Filtered sampling is itself a
+#   sampler/trainer mismatch**: the loss treats the samples as drawn from `pi_theta` when
+#   they came from a modified copy of it, the same kind of gap lesson 10 measures between
+#   vLLM and the trainer and corrects with importance sampling.
 
 # %% [markdown]
 # ## Exercise 1 — group advantages
@@ -407,7 +444,7 @@ import os
 from pathlib import Path
 
 from course_lib.data import get_task
-from course_lib.evaluation import evaluate_accuracy
+from course_lib.evaluation import format_accuracy, greedy_completions, is_correct, lift_interval
 from course_lib.models import load_policy
 from course_lib.rewards import completion_text, extract_first_number, same_answer
 from course_lib.trainer import Trainer
@@ -425,11 +462,20 @@ model, tokenizer = load_policy("tiny")
 train_prompts = get_task("arithmetic", split="train", n=scaled(64, 2000), seed=0)
 test_prompts = get_task("arithmetic", split="test", n=scaled(48, 200), seed=0)
 print(train_prompts[0])
-accuracy_before = evaluate_accuracy(model, tokenizer, test_prompts, max_new_tokens=6)
+
+
+def held_out_correct(the_model) -> list[bool]:
+    """Greedy answer to each held-out problem: right or wrong (the same problems before and after)."""
+    completions = greedy_completions(the_model, tokenizer, test_prompts["prompt"], max_new_tokens=6)
+    return [is_correct(c, a) for c, a in zip(completions, test_prompts["answer"])]
+
+
+correct_before = held_out_correct(model)
 
 config = GRPOConfig(
     output_dir=str(OUTPUT / "05_grpo"),
     overwrite_output_dir=True,       # re-running the cell replaces the last run (else refused)
+    loss_type="dapo",                # TRL 1.16's default, written out: not the "grpo" of Exercise 2 (below)
     num_generations=8,
     per_device_train_batch_size=32,  # 4 prompts x 8 completions per micro-step
     gradient_accumulation_steps=1,
@@ -445,24 +491,35 @@ config = GRPOConfig(
 )
 trainer = Trainer(config, [first_number_is_correct], train_prompts, model, tokenizer, progress=False)
 history = trainer.train()
-accuracy_after = evaluate_accuracy(model, tokenizer, test_prompts, max_new_tokens=6)
-print(f"greedy accuracy on {len(test_prompts)} held-out problems: {accuracy_before:.1%} -> {accuracy_after:.1%} "
-      f"after {config.max_steps} steps")
+correct_after = held_out_correct(model)
+lift, low, high = lift_interval(correct_before, correct_after)
+print(f"greedy accuracy on {len(test_prompts)} held-out problems after {config.max_steps} steps (95% intervals):")
+print(f"  before {format_accuracy(sum(correct_before), len(test_prompts))}")
+print(f"  after  {format_accuracy(sum(correct_after), len(test_prompts))}")
+print(f"  lift   {100 * lift:+.1f} points [{100 * low:+.1f}, {100 * high:+.1f}] (paired: the same problems)")
 for row in history[-3:]:
     print({key: round(row[key], 3) for key in ("step", "reward", "reward_std", "frac_reward_zero_std", "kl")})
 
 # %% [markdown]
-# In fast mode (8 steps, 48 held-out problems, about 6 s on a CPU) one run measured here
-# went from 29.2% to 43.8%, but on 48 problems each accuracy is uncertain by about ±13
-# points (95% Wilson intervals 18–43% and 31–58% overlap): a hint, not evidence. Real
-# runs take hundreds of steps. The settings above are the ones the course's own learning
+# The same 48 (or 200) problems are answered before and after, so the lift is judged
+# with a **paired** interval, as in lesson 04: two separate Wilson intervals (printed
+# beside each accuracy) count the problem-to-problem difficulty twice and overlap even
+# when the lift is real. In fast mode (8 steps, 48 held-out problems) the printout shows
+# exactly that: the two intervals overlap, while the paired interval of the lift
+# excludes 0. Eight steps on 48 problems is still one seed and little data; real runs
+# take hundreds of steps. The settings above are the ones the course's own learning
 # test uses: four prompts a step and a small learning rate, for 200 steps. The tiny model
 # has just learned to carry digits, and large, noisy updates (a learning rate ten times
 # higher, two prompts a step) knock it back instead of improving it. One full-size run of
-# this cell (200 steps) took about a minute on a 2-core CPU (64 s measured) and took greedy
-# accuracy on 200 held-out problems from 35.5% (95% interval 29–42%) to 47.5% (41–54%),
-# the mean sampled reward from 0.19 (first 20 steps) to 0.25 (last 20), while `kl` rose
-# slowly from 0.01 to 0.07.
+# this cell (200 steps, 29 s of CPU) took greedy accuracy on 200 held-out problems from
+# 35.5% [29.2, 42.3] to 47.5% [40.7, 54.4], a paired lift of +12.0 points [+6.3, +17.7].
+#
+# About `loss_type`: the run trains with `loss_type="dapo"`, TRL 1.16's default, written
+# out in the config so that it does not pass unnoticed right after Exercise 2's "grpo".
+# Both use the same clipped per-token surrogate; they differ only in how the tokens are
+# averaged (per sequence, then over sequences, for "grpo"; over all tokens of the
+# generation batch for "dapo"), which changes how much each token of a long or short
+# completion weighs. Lesson 06 measures that difference.
 # The curves are what to read.
 
 # %%
@@ -471,7 +528,127 @@ from course_lib.widgets import plot_training_history
 display(plot_training_history(history, keys=["reward", "reward_std", "frac_reward_zero_std", "kl"]))
 
 # %% [markdown]
-# ## 7. What to watch
+# ## 7. GRPO in forty lines: a loop you write
+#
+# `Trainer` hides the loop. Here it is in the open, on the same tiny model: generate a
+# group per prompt, score it, turn rewards into group advantages (Exercise 1), compute
+# per-token log-probs (Exercise 3 below shows what that step does inside), take the
+# clipped loss (Exercise 2) and an optimizer step. It is on-policy (one optimizer step
+# per generation batch), with `beta = 0` and `loss_type="grpo"`, and it reuses the
+# trainer's seeds (`PromptSampler` for the prompts, the sampling seed of each step), so
+# that it can be checked against `Trainer` run with the same settings.
+#
+# ### Exercise 3 — per-token log-probs and entropy
+#
+# First the step that every policy-gradient loss stands on. Implement
+# `completion_logps_and_entropy(logits, input_ids, prompt_length, completion_mask, temperature)`
+# in `exercises/ex05_grpo.py`: shift by one (the logits at position i predict token
+# i + 1), divide by the sampling temperature, log-softmax, gather the sampled tokens,
+# compute each position's entropy, and zero the padding.
+
+# %%
+ex = load_exercise("ex05_grpo")
+feedback(ex05.check_completion_logps_and_entropy, ex.completion_logps_and_entropy);
+
+# %% [markdown]
+# `course_lib.policy.completion_forward` computes the same numbers without ever
+# materialising the `(B, L, V)` logits (lesson 10). The two agree on the tiny model
+# (checked here with the reference solution, so the cell runs before you finish yours):
+
+# %%
+from course_lib.grading import load_exercise as load_reference
+from course_lib.policy import completion_forward
+from course_lib.rollout import HFEngine
+
+reference_solution = load_reference("ex05_grpo", impl="solutions")
+check_model, check_tokenizer = load_policy("tiny")
+check_batch = HFEngine(check_model, check_tokenizer).generate(list(test_prompts["prompt"][:4]), n=2,
+                                                              sampling=SamplingConfig(max_tokens=6, seed=0))
+input_ids = torch.cat([check_batch.prompt_ids, check_batch.completion_ids], dim=1)
+attention = torch.cat([check_batch.prompt_mask, check_batch.completion_mask], dim=1)
+with torch.no_grad():
+    position_ids = (attention.cumsum(1) - 1).clamp(min=0)  # left-padded prompts: positions count real tokens
+    full_logits = check_model(input_ids=input_ids, attention_mask=attention, position_ids=position_ids).logits
+    mine_logps, mine_entropy = reference_solution.completion_logps_and_entropy(
+        full_logits, input_ids, check_batch.prompt_ids.shape[1], check_batch.completion_mask, 0.7)
+    library_logps, _, library_entropy = completion_forward(
+        check_model, check_batch.prompt_ids, check_batch.prompt_mask, check_batch.completion_ids,
+        check_batch.completion_mask, temperature=0.7, with_entropy=True)
+valid = check_batch.completion_mask.bool()
+print(f"largest difference: log-probs {(mine_logps - library_logps)[valid].abs().max():.1e}, "
+      f"entropies {(mine_entropy - library_entropy)[valid].abs().max():.1e}")
+
+# %% [markdown]
+# ### The loop
+
+# %%
+from course_lib.run.batches import PromptSampler
+
+
+def my_grpo(model, tokenizer, dataset, reward_fn, steps, prompts_per_step=4, G=8, lr=3e-5, epsilon=0.2,
+            max_tokens=6, seed=0):
+    """On-policy GRPO (beta = 0, loss_type="grpo"): generate, score, advantages, log-probs, loss, step."""
+    torch.manual_seed(seed)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
+    engine, sampler, log = HFEngine(model, tokenizer), PromptSampler(len(dataset), seed), []
+    for step in range(steps):
+        # 1. generate: G completions per prompt, prompt-major
+        rows = [row for row in sampler.take(prompts_per_step) for _ in range(G)]
+        model.eval()  # no dropout while sampling
+        batch = engine.generate([dataset[r]["prompt"] for r in rows], n=1, sampling=SamplingConfig(
+            temperature=1.0, max_tokens=max_tokens, seed=seed * 2**40 + step * len(rows)))
+        model.train()
+        # 2. score
+        rewards = torch.tensor(reward_fn(batch.texts, [dataset[r]["answer"] for r in rows]))  # (B,)
+        # 3. group advantages (Exercise 1)
+        grouped = rewards.view(-1, G)  # (prompts, G)
+        advantages = ((grouped - grouped.mean(1, keepdim=True)) / (grouped.std(1, keepdim=True) + 1e-4)).view(-1)
+        # 4. per-token log-probs (Exercise 3)
+        logps, _, _ = completion_forward(model, batch.prompt_ids, batch.prompt_mask, batch.completion_ids,
+                                         batch.completion_mask)  # (B, T)
+        # 5. the clipped loss (Exercise 2); on-policy the old log-probs are logps.detach()
+        ratio = torch.exp(logps - logps.detach())  # (B, T): 1, carrying the gradient of log pi
+        adv = advantages.unsqueeze(1)  # (B, 1)
+        per_token = -torch.min(ratio * adv, torch.clamp(ratio, 1 - epsilon, 1 + epsilon) * adv)
+        mask = batch.completion_mask.float()
+        loss = ((per_token * mask).sum(1) / mask.sum(1).clamp(min=1)).mean()  # per sequence, then batch
+        # 6. step
+        optimizer.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)  # TRL's max_grad_norm
+        optimizer.step()
+        log.append({"step": step + 1, "reward": rewards.mean().item(), "loss": loss.item()})
+    return log
+
+
+loop_model, _ = load_policy("tiny")
+loop_log = my_grpo(loop_model, tokenizer, train_prompts, first_number_is_correct, steps=3)
+
+trainer_model, _ = load_policy("tiny")
+same_settings = GRPOConfig(output_dir=str(OUTPUT / "05_grpo_loop_check"), overwrite_output_dir=True,
+                           loss_type="grpo", beta=0.0, num_generations=8, per_device_train_batch_size=32,
+                           gradient_accumulation_steps=1, learning_rate=3e-5, lr_scheduler_type="constant",
+                           max_completion_length=6, temperature=1.0, max_steps=3, logging_steps=1, save_steps=0, seed=0)
+trainer_log = Trainer(same_settings, [first_number_is_correct], train_prompts, trainer_model, tokenizer,
+                      progress=False).train()
+for mine, theirs in zip(loop_log, trainer_log):
+    print(f"step {mine['step']}: reward {mine['reward']:.4f} (Trainer {theirs['reward']:.4f})")
+gap = max((p - q).abs().max().item() for p, q in zip(loop_model.parameters(), trainer_model.parameters()))
+moved = max((p - q).abs().max().item() for p, q in zip(loop_model.parameters(), load_policy("tiny")[0].parameters()))
+print(f"after 3 steps: largest weight difference loop vs Trainer {gap:.1e}; largest change of a weight "
+      f"since the start {moved:.1e}")
+
+# %% [markdown]
+# The loop and `Trainer` sample the same completions, see the same rewards, and end with
+# the same weights up to float rounding, while the weights themselves moved by orders of
+# magnitude more: the forty lines above are GRPO as `Trainer` runs it in this setting.
+# Everything else in `Trainer` is schedule and bookkeeping: several micro-batches per
+# step (lesson 07), reusing a batch (`num_iterations`, where the stored old log-probs
+# and the clip start to matter), the reference model and its KL term, other loss types
+# (lesson 06), the sampler/trainer correction (lesson 10), logging and checkpoints.
+
+# %% [markdown]
+# ## 8. What to watch
 #
 # - **`reward`** should trend upward. It is noisy: each step sees only a few prompts.
 # - **`reward_std`**, the mean spread inside groups, is what the advantages are made of.

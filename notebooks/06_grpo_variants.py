@@ -1,5 +1,5 @@
 # %% [markdown]
-# # Lesson 06 — GRPO variants: DAPO, Dr. GRPO, GSPO, two-sided clipping, CISPO, SAPO
+# # Lesson 06 — GRPO variants: DAPO, Dr. GRPO, GSPO, two-sided clipping
 #
 # [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/rl-for-llms/course/blob/main/notebooks/06_grpo_variants.ipynb)
 #
@@ -13,14 +13,15 @@
 # | `scale_rewards` | `"group"` | what the advantages are divided by (difficulty bias) | GRPO, PPO-Lite, Dr. GRPO |
 # | `epsilon`, `epsilon_high` | 0.2, None | the clip range, asymmetric ("clip-higher") | PPO, DAPO |
 # | `delta` | None | a cap on the ratio for negative advantages | INTELLECT-2 |
-# | `loss_type="cispo"`, `"sapo"` | | replace the hard clip: clipped detached weight / soft gate | MiniMax-M1, SAPO |
 # | `importance_sampling_level` | `"token"` | one ratio per token or per sequence | GSPO |
 # | `mask_truncated_completions` | False | drop completions that hit the length limit | DAPO |
 # | `num_iterations` | 1 | passes over each generation batch (μ) | GRPO / PPO epochs |
 # | `beta` | 0.0 | KL penalty; 0 loads no reference model | GRPO |
 #
-# You will write four of them: the four loss aggregations, GSPO's sequence-level ratio,
-# the two-sided clipped objective, and CISPO's per-token loss.
+# You will write three of them: the four loss aggregations, the two-sided clipped
+# objective, and GSPO's sequence-level ratio. The losses that replace the clip itself
+# (CISPO, SAPO, LUSPO, VESPO) and the levers on which tokens train (entropy masking and
+# bonus, the off-policy mask) have their own lesson, 06b.
 
 # %%
 # On Colab (or with COURSE_SETUP=1): clone the course, install what the runtime lacks, keep its torch.
@@ -162,355 +163,7 @@ ex = load_exercise("ex06_grpo_variants")
 feedback(ex06.check_aggregate_loss, ex.aggregate_loss);
 
 # %% [markdown]
-# ## 2. `scale_rewards`: what the advantages are divided by
-#
-# GRPO divides each group's centred rewards by the group's standard deviation. The options:
-#
-# - `"group"` (or `True`, the default): the std of each group, so every group has unit
-#   variance;
-# - `"batch"`: one std over the whole batch (the mean stays per group), as in PPO-Lite
-#   ("Tricks or Traps", Liu et al. 2025);
-# - `"none"` (or `False`): no division at all, as Dr. GRPO recommends.
-#
-# Why not divide? A prompt that the model almost always gets right (or almost always
-# wrong) has a small std, and dividing by it **inflates** its advantages: a group with one
-# correct answer out of eight gives that answer an advantage of +2.47, while a 50/50 group
-# gives its correct answers only +0.94. The prompts that are too easy or too hard end up
-# weighing most — a **difficulty bias**. Without scaling, the advantage is simply "reward
-# minus the group mean", the same scale for every prompt.
-
-# %%
-from course_lib.algos.grpo import group_advantages
-from course_lib.widgets.advantage import plot_advantages
-
-rewards = torch.tensor([1, 0, 0, 0, 0, 0, 0, 0,  1, 1, 1, 1, 0, 0, 0, 0], dtype=torch.float32)
-for scaling in ("group", "batch", "none"):
-    adv = group_advantages(rewards, 8, scale_rewards=scaling)
-    print(f"{scaling:<6} hard prompt, correct answer: {adv[0]:+.3f}   50/50 prompt, correct answer: {adv[8]:+.3f}")
-display(plot_advantages(rewards, num_generations=8, compare=True))
-
-# %% [markdown]
-# ## 3. Clipping: `epsilon`, `epsilon_high`, `delta`
-#
-# **`epsilon`** (default 0.2) is PPO's clip range: the probability ratio
-# $r = \pi_\theta / \pi_{\text{old}}$ of a token is clipped to $[1-\varepsilon, 1+\varepsilon]$, that is
-# **[0.8, 1.2]** by default. (Some documentation writes this range as "≈ [−1.2, 1.2]"; a
-# ratio of probabilities is always positive, so read it as 1 ± 0.2. In log space, the
-# clipped log-ratio lies in [log 0.8, log 1.2] ≈ [−0.22, 0.18].) Outside the range, the
-# clipped term is flat and the token gets no gradient in the direction that would push it
-# further out.
-#
-# **`epsilon_high`** sets the upper bound separately: DAPO's "clip-higher" recommends
-# `epsilon_high=0.28` with `epsilon=0.2`, so the range becomes [0.8, 1.28]. The change is
-# **one-sided**: it only lets good tokens (A > 0) gain more probability per step. A token
-# with probability 0.01 can only reach 0.012 within [0.8, 1.2]; a higher ceiling lets
-# rarely sampled good tokens grow faster, which keeps the policy exploring (its entropy
-# from collapsing). When `epsilon_high` is None it equals `epsilon`.
-#
-# **`delta`** enables **two-sided** clipping (INTELLECT-2). Standard clipping never bounds
-# the ratio from above when A < 0: the objective `min(r·A, clip(r)·A)` keeps the unclipped
-# `r·A`, which can be huge if a bad token's probability went up a lot since sampling. With
-# `delta` the unclipped ratio is capped at `delta` as well. The INTELLECT-2 report
-# recommends `delta > 1 + epsilon` (e.g. 1.5), so that it only bites beyond the normal
-# clip range.
-
-# %%
-from course_lib.widgets.clipping import clip_explorer, plot_clip_objective
-
-display(plot_clip_objective(epsilon=0.2, epsilon_high=0.28, delta=1.5))
-
-# %%
-try:
-    import ipywidgets  # noqa: F401
-
-    display(clip_explorer())
-except ImportError:
-    print("ipywidgets is not installed: the explorer is skipped (pip install ipywidgets).")
-
-# %% [markdown]
-# ## Exercise 2 — the two-sided clipped objective
-#
-# Implement `two_sided_clip_objective(ratio, advantages, epsilon, epsilon_high, delta)`:
-# the per-token objective with clip-higher and the `delta` cap.
-
-# %%
-ex = load_exercise("ex06_grpo_variants")
-feedback(ex06.check_two_sided_clip_objective, ex.two_sided_clip_objective);
-
-# %% [markdown]
-# ## 3b. Beyond the hard clip: CISPO and SAPO
-#
-# PPO's clip has a side effect the plots above show: a token whose ratio left the range
-# **gets no gradient at all**. For reasoning models this silences exactly the rare tokens
-# that matter: "However", "Wait", "Recheck" are improbable under the old policy, so once
-# they are reinforced their ratio quickly exceeds `1 + epsilon_high` and they stop
-# learning for the rest of the batch. Two newer losses keep every token in the gradient:
-#
-# - **CISPO** (MiniMax-M1, 2025): clip the importance *weight* instead of the objective,
-#   and detach it: `loss_t = −sg(min(r_t, ε_max)) · A · log π(y_t)`. The gradient is
-#   `−min(r, ε_max) · A · ∇log π`: a token past the cap still learns, with a bounded
-#   weight. `ε_max` is TRL's `epsilon_high` under `loss_type="cispo"`; ScaleRL (arXiv
-#   2510.13786) uses 5.0. Like DAPO, CISPO averages over the tokens of the whole
-#   accumulated batch.
-# - **SAPO** (Soft Adaptive Policy Optimization, arXiv 2511.20347): replace the clip by a
-#   smooth gate, `loss_t = −σ(τ (r − 1)) · 4/τ · A`, whose gradient weight
-#   `4 σ(1 − σ) · r` is 1 at r = 1 and fades smoothly as the ratio moves away in either
-#   direction; `τ` is `sapo_temperature_pos` (1.0) for A > 0 and `sapo_temperature_neg`
-#   (1.05, a faster fade) for A ≤ 0. SAPO averages like `grpo`, per sequence.
-#
-# The plot compares the weight each loss puts on a token's `∇log π` against its ratio
-# (the explorer above draws it too, with its checkbox). TRL 1.16 has two more:
-# **LUSPO** scales GSPO's sequence loss by the sequence's length (use it with
-# `importance_sampling_level="sequence"`), and **VESPO** weights each sequence by a smooth
-# gamma-shaped function of its whole ratio, `φ(w) = e^{λ} w^{k} e^{−λw}`. All four match
-# TRL's `_compute_loss` in `course_lib` to 1e-6 (`tests/lib/test_losses_trl_parity_modern.py`).
-
-# %%
-from course_lib.widgets.clipping import plot_loss_weights
-
-display(plot_loss_weights(epsilon=0.2, epsilon_high=0.28, cispo_max=5.0))
-
-# %% [markdown]
-# ## Exercise 4 — CISPO's per-token loss
-#
-# Implement `cispo_per_token_loss(logps, old_logps, advantages, epsilon_max)`. The check
-# compares values *and* gradients with `policy_loss(..., loss_type="cispo")`: the whole
-# point is which part carries the gradient.
-
-# %%
-ex = load_exercise("ex06_grpo_variants")
-feedback(ex06.check_cispo_per_token_loss, ex.cispo_per_token_loss);
-
-# %% [markdown]
-# ## 4. `importance_sampling_level`: token or sequence (GSPO)
-#
-# - `"token"` (default): one ratio per token, $r_{i,t}$, each clipped on its own;
-# - `"sequence"`: one ratio per completion, the **geometric mean** of its token ratios,
-#   $s_i = \exp\big(\frac{1}{L_i}\sum_t (\log\pi_\theta - \log\pi_{\text{old}})\big)$, applied to all
-#   its tokens (GSPO, Zheng et al. 2025).
-#
-# The reward is given to the whole sequence, not to each token, so weighting the whole
-# sequence by one importance ratio matches the unit that is rewarded. GSPO reports that
-# this is often more stable, especially for long completions and mixture-of-experts
-# models, where token ratios are noisy. Because each sequence already has one weight, TRL
-# warns when the sequence level is combined with a loss type that sums over tokens: GSPO's
-# own objective is `loss_type="grpo"`.
-#
-# **The clip range changes scale.** The log of the sequence ratio is the *mean* of the
-# token log-ratios, so the deviations of the tokens largely average out: if the token
-# log-ratios of a 1,000-token completion deviated independently by ±0.05, their mean would
-# deviate by about 0.05 / √1000 ≈ 0.0016. A range of ±0.2 would almost never bind. GSPO
-# therefore clips the sequence ratio to **[1 − 3·10⁻⁴, 1 + 4·10⁻⁴]** (GSPO paper, v2,
-# section 5.1), and TRL's documented recipe for reproducing it is
-#
-# ```python
-# GRPOConfig(importance_sampling_level="sequence", loss_type="grpo", beta=0.0,
-#            epsilon=3e-4, epsilon_high=4e-4,
-#            gradient_accumulation_steps=1, steps_per_generation=4)
-# ```
-#
-# (four optimizer steps per generation batch, so that the ratio leaves 1 at all: on
-# fresh samples every ratio is exactly 1 and the level makes no difference). Keeping
-# TRL's default `epsilon=0.2` with `importance_sampling_level="sequence"` silently turns
-# GSPO's clip off. The figure uses GSPO's range: a two-token completion, drawn over token
-# ratios within ±0.0012 of 1. Below it, two completions checked with `policy_loss`: at the
-# token level with ±0.2 only the token at 1.5 is clipped; at the sequence level ±0.2
-# clips nothing (the geometric means are 1.004 and 1.16), while GSPO's range clips both.
-
-# %%
-from course_lib.widgets.clipping import plot_sequence_ratio
-
-display(plot_sequence_ratio(epsilon=3e-4, epsilon_high=4e-4))
-# Two completions of two tokens, A = +1: token ratios (1.05, 0.96) and (1.5, 0.9).
-ratios = torch.tensor([[1.05, 0.96], [1.5, 0.9]])
-print("sequence ratios (geometric means):", [round(v, 4) for v in ratios.log().mean(-1).exp().tolist()])
-for level, eps, eps_high in (("token", 0.2, 0.2), ("sequence", 0.2, 0.2), ("sequence", 3e-4, 4e-4)):
-    out = policy_loss(ratios.log(), torch.zeros_like(ratios), torch.ones(2), torch.ones_like(ratios),
-                      loss_type="grpo", epsilon=eps, epsilon_high=eps_high, importance_sampling_level=level)
-    print(f"{level:>8} level, clip [{1 - eps:g}, {1 + eps_high:g}]: "
-          f"{out.metrics['clip_ratio/region_mean']:.0%} of the tokens clipped")
-from course_lib.algos import GRPOConfig
-
-gspo = GRPOConfig(importance_sampling_level="sequence", loss_type="grpo", beta=0.0, epsilon=3e-4, epsilon_high=4e-4,
-                  gradient_accumulation_steps=1, steps_per_generation=4, per_device_train_batch_size=8, num_generations=8)
-print("GSPO's recipe in course_lib:", {name: getattr(gspo, name) for name in
-                                       ("importance_sampling_level", "epsilon", "epsilon_high", "steps_per_generation")})
-
-# %% [markdown]
-# ## Exercise 3 — the sequence-level ratio
-#
-# Implement `sequence_level_ratio(logps, old_logps, mask)`: one ratio per completion.
-
-# %%
-ex = load_exercise("ex06_grpo_variants")
-feedback(ex06.check_sequence_level_ratio, ex.sequence_level_ratio);
-
-# %% [markdown]
-# ## 5. `mask_truncated_completions` and the NaN pitfall
-#
-# A completion that hits `max_completion_length` before its end-of-sequence token is
-# **truncated**: its reward is often meaningless (the answer was cut off). DAPO recommends
-# excluding such completions from the loss for stability ("overlong filtering"); with
-# `mask_truncated_completions=True` every token of a completion without EOS gets mask 0.
-#
-# The pitfall is a division by zero, and it does not wait for a whole batch to be cut off.
-# Every place that averages **per completion** divides by that completion's own count of
-# valid tokens: the `grpo` (and `sapo`) loss, GSPO's sequence ratio (the mean log-ratio
-# of the row), per-sequence statistics such as `clip_ratio/low_min`. A masked row makes
-# that count 0, so **one** truncated completion in the batch gives 0 / 0 = NaN in its row,
-# and the mean over rows is NaN for the whole batch. Only the batch-level averages
-# (`bnpo`, `dapo`, the logged KL) need *every* completion truncated before they divide
-# 0 by 0. And a row that is only **partly** masked (an ordinary padded completion) has its
-# own trap: if a padded position holds `-inf` (the log-prob of a token the model gives
-# probability 0, or a fill value), `-inf × 0` is NaN, so multiplying by the mask does not
-# remove it. Worse, NaN reaches the gradient even when the forward value is repaired after
-# the fact with `torch.where`: the backward pass of `x / 0` still computes 0 / 0. One NaN in
-# a gradient poisons the optimizer state for good, which is why some guides advise
-# leaving the flag off.
-#
-# `course_lib` avoids all three: every denominator is clamped to at least 1 (a masked row
-# averages to 0 and gets no gradient), and padded positions are overwritten with 0 before
-# any exponential or product. Below, one truncated completion out of four (the naive
-# versions first), and one padded position holding `-inf`:
-
-# %%
-from course_lib.ops.masking import masked_mean
-
-per_token_logps = torch.log(torch.rand(4, 6, generator=generator))
-per_token_loss = torch.rand(4, 6, generator=generator)
-is_eos = torch.tensor([True, True, True, False])  # the last completion hit the limit
-completion_mask = torch.ones(4, 6) * is_eos.unsqueeze(1).float()  # mask_truncated_completions=True
-completion_mask[0, 4:] = 0  # completion 0 is shorter: two padded positions
-loss_rows = per_token_loss.clone().requires_grad_(True)
-per_sequence = (loss_rows * completion_mask).sum(-1) / completion_mask.sum(-1)  # grpo's average, naively
-print("naive per-sequence means:", [round(v, 3) for v in per_sequence.tolist()], "-> grpo loss", per_sequence.mean().item())
-repaired = torch.where(completion_mask.sum(-1) > 0, per_sequence, torch.zeros_like(per_sequence)).mean()
-repaired.backward()  # the backward of x / 0 is 0 / 0 = NaN, whatever torch.where kept
-print(f"repaired with torch.where: loss {repaired.item():.4f}, but NaN gradients: {torch.isnan(loss_rows.grad).sum().item()}")
-print("naive token mean (bnpo, KL metric):", round(((per_token_loss * completion_mask).sum() / completion_mask.sum()).item(), 4),
-      "  finite: only an all-truncated batch breaks it;",
-      "course_lib masked_mean of an all-zero mask:", masked_mean(per_token_loss, torch.zeros(4, 6)).item())
-
-padded = per_token_logps.clone()
-padded[0, 5] = -float("inf")  # a padded position of completion 0 holding -inf
-print("naive masked sum of completion 0's log-probs:", (padded * completion_mask).sum(-1)[0].item(), "(-inf * 0 = nan)")
-for loss_type, level in (("grpo", "token"), ("grpo", "sequence"), ("dapo", "token")):
-    logps = padded.clone().requires_grad_(True)
-    out = policy_loss(logps, per_token_logps.detach() - 0.1, torch.randn(4, generator=generator), completion_mask,
-                      loss_type=loss_type, importance_sampling_level=level, beta=0.04,
-                      ref_logps=torch.log(torch.rand(4, 6, generator=generator)))
-    out.loss.backward()
-    print(f"course_lib policy_loss ({loss_type}, {level}): loss {out.loss.item():+.4f}, kl {out.metrics['kl']:.4f}, "
-          f"NaN gradients {torch.isnan(logps.grad).sum().item()}, gradient on the truncated row "
-          f"{logps.grad[3].abs().sum().item():.1f}")
-
-# %% [markdown]
-# The same guard holds in a real run. With `max_completion_length=2` the tiny model never
-# reaches its end-of-turn token (its answers take three tokens), so every completion is
-# truncated and masked; the run still logs finite numbers and simply learns nothing.
-
-# %%
-import math
-import os
-from pathlib import Path
-
-from course_lib.algos import GRPOConfig
-from course_lib.data import get_task
-from course_lib.machine import scaled
-from course_lib.models import load_policy
-from course_lib.rewards import get_reward_functions
-from course_lib.trainer import Trainer
-
-OUTPUT = Path(os.environ.get("COURSE_OUTPUT", "outputs"))
-reward_funcs = get_reward_functions(["correctness_first_number_reward"])
-prompts = get_task("arithmetic", split="train", n=scaled(64, 2000), seed=0)
-
-
-def run(name: str, **settings) -> tuple[Trainer, list[dict]]:
-    """A short GRPO run on the tiny model; `settings` override the defaults below."""
-    defaults = dict(output_dir=str(OUTPUT / "06" / name), overwrite_output_dir=True, num_generations=scaled(4, 8),
-                    per_device_train_batch_size=scaled(8, 16),
-                    max_completion_length=8, learning_rate=1e-4, logging_steps=1, save_steps=0, seed=0,
-                    max_steps=scaled(4, 150))
-    model, tokenizer = load_policy("tiny")
-    trainer = Trainer(GRPOConfig(**{**defaults, **settings}), reward_funcs, prompts, model, tokenizer, progress=False)
-    return trainer, trainer.train()
-
-
-_, truncated = run("truncated", max_completion_length=2, mask_truncated_completions=True, beta=0.04,
-                   max_steps=2)
-for row in truncated:
-    finite = all(math.isfinite(v) for v in row.values() if isinstance(v, float))
-    print(f"step {row['step']}: clipped_ratio {row['completions/clipped_ratio']:.2f}, loss {row['loss']:.3f}, "
-          f"kl {row['kl']:.3f}, all metrics finite: {finite}")
-
-# %% [markdown]
-# ## 6. `num_iterations` (μ) and `beta`
-#
-# **`num_iterations`** is μ in the GRPO paper: how many times each generation batch is
-# used, like PPO's epochs. With μ = 2 every micro-batch goes through the model twice —
-# two forward (and backward) passes per accumulation step — before new completions are
-# generated. Generation is often the expensive part of a step (lesson 10 measures when),
-# so reusing it is tempting; the price is that the second pass is **off-policy**: the
-# policy has already moved, the ratio leaves 1, and the clip (section 3) starts to act. The table below (lesson 07 explains
-# it) shows the replay, and a short run shows the clip becoming active: with this schedule
-# the odd optimizer steps train on fresh completions (ratio 1, nothing clipped) and the
-# even ones replay them after an update (some tokens clipped).
-#
-# **`beta`** is the KL coefficient. With `beta=0.0` (the default in TRL and here) no
-# reference model is loaded at all: less memory and one forward pass fewer per batch.
-# A larger beta keeps the policy closer to the reference: safer, but slower to change.
-
-# %%
-from course_lib.schedule import format_schedule, schedule_table
-
-print(format_schedule(schedule_table(per_device_train_batch_size=4, gradient_accumulation_steps=2,
-                                     num_generations=4, num_iterations=2, cycles=1)))
-# A large learning rate, so that one update visibly moves the ratio of the replayed batch.
-trainer, replayed = run("mu2", num_iterations=2, max_steps=scaled(4, 100), learning_rate=3e-4)
-print("clip_ratio/region_mean per optimizer step:", [round(row["clip_ratio/region_mean"], 3) for row in replayed])
-print("reference model loaded with beta=0.0:", trainer.reference is not None)
-trainer_kl, _ = run("beta", beta=0.04, max_steps=1)
-print("reference model loaded with beta=0.04:", trainer_kl.reference is not None)
-
-# %% [markdown]
-# ## 7. The recommended settings together
-#
-# Unsloth's GRPO guide enables the newer techniques with these `GRPOConfig` arguments
-# (they are TRL's names, so the same lines work in TRL and in `course_lib`):
-#
-# ```python
-# epsilon=0.2,
-# epsilon_high=0.28,              # one-sided: clip-higher (DAPO)
-# delta=1.5,                      # two-sided clipping (INTELLECT-2)
-# loss_type="bnpo",               # or "grpo", or "dr_grpo" (TRL's default is "dapo")
-# mask_truncated_completions=True,
-# ```
-#
-# TRL 1.16 adds two levers on *which tokens* train, both computed from the exact per-token
-# entropies of the fused log-prob kernel (no `(B, T, V)` tensor):
-# `top_entropy_quantile=0.2` trains only on the 20% of tokens with the highest entropy,
-# the "forking" tokens where the model hesitates (Wang et al. 2025, "Beyond the 80/20
-# Rule"), and `entropy_coef` adds an entropy bonus `L − c · H̄` (with
-# `use_adaptive_entropy`, c is raised while the entropy is below `entropy_target` and
-# lowered above it). And `off_policy_mask_threshold` drops negative-advantage completions
-# the policy has drifted far from (DeepSeek-V3.2).
-#
-# `course_lib` validates them like any other setting:
-
-# %%
-settings = dict(epsilon=0.2, epsilon_high=0.28, delta=1.5, loss_type="bnpo", mask_truncated_completions=True)
-config = GRPOConfig(**settings, per_device_train_batch_size=8, num_generations=8)
-print({name: getattr(config, name) for name in settings})
-cispo = dict(loss_type="cispo", epsilon_high=5.0, top_entropy_quantile=0.2, entropy_coef=0.001)
-print({name: getattr(GRPOConfig(**cispo), name) for name in cispo})
-try:
-    GRPOConfig(top_entropy_quantile=0.0)
-except ValueError as error:
-    print("refused:", error)
-
-# %% [markdown]
-# ## 8. The length bias, measured
+# ## 2. The length bias, measured
 #
 # The course's arithmetic answers take three or four tokens, which leaves no room for a
 # length bias to show: on that task `grpo`, `dr_grpo` and `dapo` runs produce the same
@@ -526,6 +179,10 @@ except ValueError as error:
 # and the weight each token gets (`−∂loss/∂log π`, from autograd).
 
 # %%
+import math
+
+from course_lib.algos.grpo import group_advantages
+
 lengths = torch.tensor([4, 4, 64, 64])
 mask = (torch.arange(64).unsqueeze(0) < lengths.unsqueeze(1)).double()  # (4, 64)
 advantages = group_advantages(torch.tensor([1.0, 1.0, 0.0, 0.0]), 4).double()  # correct +0.87, wrong -0.87
@@ -620,6 +277,352 @@ for loss_type, runs in length_runs.items():
 # as it did above.
 
 # %% [markdown]
+# ## 3. `scale_rewards`: what the advantages are divided by
+#
+# GRPO divides each group's centred rewards by the group's standard deviation. The options:
+#
+# - `"group"` (or `True`, the default): the std of each group, so every group has unit
+#   variance;
+# - `"batch"`: one std over the whole batch (the mean stays per group), as in PPO-Lite
+#   ("Tricks or Traps", Liu et al. 2025);
+# - `"none"` (or `False`): no division at all, as Dr. GRPO recommends.
+#
+# Why not divide? A prompt that the model almost always gets right (or almost always
+# wrong) has a small std, and dividing by it **inflates** its advantages: a group with one
+# correct answer out of eight gives that answer an advantage of +2.47, while a 50/50 group
+# gives its correct answers only +0.94. The prompts that are too easy or too hard end up
+# weighing most — a **difficulty bias**. Without scaling, the advantage is simply "reward
+# minus the group mean", the same scale for every prompt.
+
+# %%
+from course_lib.algos.grpo import group_advantages
+from course_lib.widgets.advantage import plot_advantages
+
+rewards = torch.tensor([1, 0, 0, 0, 0, 0, 0, 0,  1, 1, 1, 1, 0, 0, 0, 0], dtype=torch.float32)
+for scaling in ("group", "batch", "none"):
+    adv = group_advantages(rewards, 8, scale_rewards=scaling)
+    print(f"{scaling:<6} hard prompt, correct answer: {adv[0]:+.3f}   50/50 prompt, correct answer: {adv[8]:+.3f}")
+display(plot_advantages(rewards, num_generations=8, compare=True))
+
+# %% [markdown]
+# ## 4. Clipping: `epsilon`, `epsilon_high`, `delta`
+#
+# **`epsilon`** (default 0.2) is PPO's clip range: the probability ratio
+# $r = \pi_\theta / \pi_{\text{old}}$ of a token is clipped to $[1-\varepsilon, 1+\varepsilon]$, that is
+# **[0.8, 1.2]** by default. (Some documentation writes this range as "≈ [−1.2, 1.2]"; a
+# ratio of probabilities is always positive, so read it as 1 ± 0.2. In log space, the
+# clipped log-ratio lies in [log 0.8, log 1.2] ≈ [−0.22, 0.18].) When the ratio has left
+# the range on the side the advantage pushes toward (r > 1 + ε with A > 0, r < 1 − ε with
+# A < 0), the min picks the clipped term, which is flat: the token's gradient is **zero in
+# every direction**. The update neither pushes it further out nor pulls it back; only the
+# other tokens, through the shared parameters, still move it. On the other side (r < 1 − ε
+# with A > 0, say) the unclipped term wins and the gradient is the full `A`.
+#
+# **`epsilon_high`** sets the upper bound separately: DAPO's "clip-higher" recommends
+# `epsilon_high=0.28` with `epsilon=0.2`, so the range becomes [0.8, 1.28]. The change is
+# **one-sided**: it only lets good tokens (A > 0) gain more probability per step. A token
+# with probability 0.01 can only reach 0.012 within [0.8, 1.2]; a higher ceiling lets
+# rarely sampled good tokens grow faster, which keeps the policy exploring (its entropy
+# from collapsing). When `epsilon_high` is None it equals `epsilon`.
+#
+# **`delta`** enables **two-sided** clipping (INTELLECT-2). Standard clipping never bounds
+# the ratio from above when A < 0: the objective `min(r·A, clip(r)·A)` keeps the unclipped
+# `r·A`, which can be huge if a bad token's probability went up a lot since sampling. With
+# `delta` the unclipped ratio is capped at `delta` as well. The INTELLECT-2 report
+# recommends `delta > 1 + epsilon` (e.g. 1.5), so that it only bites beyond the normal
+# clip range.
+
+# %%
+from course_lib.widgets.clipping import clip_explorer, plot_clip_objective
+
+display(plot_clip_objective(epsilon=0.2, epsilon_high=0.28, delta=1.5))
+
+# %%
+try:
+    import ipywidgets  # noqa: F401
+
+    display(clip_explorer())
+except ImportError:
+    print("ipywidgets is not installed: the explorer is skipped (pip install ipywidgets).")
+
+# %% [markdown]
+# ## Exercise 2 — the two-sided clipped objective
+#
+# Implement `two_sided_clip_objective(ratio, advantages, epsilon, epsilon_high, delta)`:
+# the per-token objective with clip-higher and the `delta` cap.
+
+# %%
+ex = load_exercise("ex06_grpo_variants")
+feedback(ex06.check_two_sided_clip_objective, ex.two_sided_clip_objective);
+
+# %% [markdown]
+# ## 5. `importance_sampling_level`: token or sequence (GSPO)
+#
+# - `"token"` (default): one ratio per token, $r_{i,t}$, each clipped on its own;
+# - `"sequence"`: one ratio per completion, the **geometric mean** of its token ratios,
+#   $s_i = \exp\big(\frac{1}{L_i}\sum_t (\log\pi_\theta - \log\pi_{\text{old}})\big)$, applied to all
+#   its tokens (GSPO, Zheng et al. 2025).
+#
+# The reward is given to the whole sequence, not to each token, so weighting the whole
+# sequence by one importance ratio matches the unit that is rewarded. GSPO reports that
+# this is often more stable, especially for long completions and mixture-of-experts
+# models, where token ratios are noisy. Because each sequence already has one weight, TRL
+# warns when the sequence level is combined with a loss type that sums over tokens: GSPO's
+# own objective is `loss_type="grpo"`.
+#
+# **The clip range changes scale.** The log of the sequence ratio is the *mean* of the
+# token log-ratios, so the deviations of the tokens largely average out: if the token
+# log-ratios of a 1,000-token completion deviated independently by ±0.05, their mean would
+# deviate by about 0.05 / √1000 ≈ 0.0016. A range of ±0.2 would almost never bind. GSPO
+# therefore clips the sequence ratio to **[1 − 3·10⁻⁴, 1 + 4·10⁻⁴]** (GSPO paper, v2,
+# section 5.1), and TRL's documented recipe for reproducing it is
+#
+# ```python
+# GRPOConfig(importance_sampling_level="sequence", loss_type="grpo", beta=0.0,
+#            epsilon=3e-4, epsilon_high=4e-4,
+#            gradient_accumulation_steps=1, steps_per_generation=4)
+# ```
+#
+# (four optimizer steps per generation batch, so that the ratio leaves 1 at all: on
+# fresh samples every ratio is exactly 1 and the level makes no difference). Keeping
+# TRL's default `epsilon=0.2` with `importance_sampling_level="sequence"` silently turns
+# GSPO's clip off. The figure uses GSPO's range: a two-token completion, drawn over token
+# ratios within ±0.0012 of 1. Below it, two completions checked with `policy_loss`: at the
+# token level with ±0.2 only the token at 1.5 is clipped; at the sequence level ±0.2
+# clips nothing (the geometric means are 1.004 and 1.16), while GSPO's range clips both.
+
+# %%
+from course_lib.widgets.clipping import plot_sequence_ratio
+
+display(plot_sequence_ratio(epsilon=3e-4, epsilon_high=4e-4))
+# Two completions of two tokens, A = +1: token ratios (1.05, 0.96) and (1.5, 0.9).
+ratios = torch.tensor([[1.05, 0.96], [1.5, 0.9]])
+print("sequence ratios (geometric means):", [round(v, 4) for v in ratios.log().mean(-1).exp().tolist()])
+for level, eps, eps_high in (("token", 0.2, 0.2), ("sequence", 0.2, 0.2), ("sequence", 3e-4, 4e-4)):
+    out = policy_loss(ratios.log(), torch.zeros_like(ratios), torch.ones(2), torch.ones_like(ratios),
+                      loss_type="grpo", epsilon=eps, epsilon_high=eps_high, importance_sampling_level=level)
+    print(f"{level:>8} level, clip [{1 - eps:g}, {1 + eps_high:g}]: "
+          f"{out.metrics['clip_ratio/region_mean']:.0%} of the tokens clipped")
+from course_lib.algos import GRPOConfig
+
+gspo = GRPOConfig(importance_sampling_level="sequence", loss_type="grpo", beta=0.0, epsilon=3e-4, epsilon_high=4e-4,
+                  gradient_accumulation_steps=1, steps_per_generation=4, per_device_train_batch_size=8, num_generations=8)
+print("GSPO's recipe in course_lib:", {name: getattr(gspo, name) for name in
+                                       ("importance_sampling_level", "epsilon", "epsilon_high", "steps_per_generation")})
+
+# %% [markdown]
+# ## Exercise 3 — the sequence-level ratio
+#
+# Implement `sequence_level_ratio(logps, old_logps, mask)`: one ratio per completion.
+
+# %%
+ex = load_exercise("ex06_grpo_variants")
+feedback(ex06.check_sequence_level_ratio, ex.sequence_level_ratio);
+
+# %% [markdown]
+# ## 6. `mask_truncated_completions` and the NaN pitfall
+#
+# A completion that hits `max_completion_length` before its end-of-sequence token is
+# **truncated**: its reward is often meaningless (the answer was cut off). DAPO recommends
+# excluding such completions from the loss for stability ("overlong filtering"); with
+# `mask_truncated_completions=True` every token of a completion without EOS gets mask 0.
+#
+# The pitfall is a division by zero, and it does not wait for a whole batch to be cut off.
+# Every place that averages **per completion** divides by that completion's own count of
+# valid tokens: the `grpo` (and `sapo`) loss, GSPO's sequence ratio (the mean log-ratio
+# of the row), per-sequence statistics such as `clip_ratio/low_min`. A masked row makes
+# that count 0, so **one** truncated completion in the batch gives 0 / 0 = NaN in its row,
+# and the mean over rows is NaN for the whole batch. Only the batch-level averages
+# (`bnpo`, `dapo`, the logged KL) need *every* completion truncated before they divide
+# 0 by 0. And a row that is only **partly** masked (an ordinary padded completion) has its
+# own trap: if a padded position holds `-inf` (the log-prob of a token the model gives
+# probability 0, or a fill value), `-inf × 0` is NaN, so multiplying by the mask does not
+# remove it. Worse, NaN reaches the gradient even when the forward value is repaired after
+# the fact with `torch.where`: the backward pass of `x / 0` still computes 0 / 0. One NaN in
+# a gradient poisons the optimizer state for good, which is why some guides advise
+# leaving the flag off.
+#
+# That advice dates from older TRL versions. **TRL 1.16 clamps these denominators**
+# (`mask.sum(...).clamp(min=1.0)` in its loss, for `grpo`/`sapo`, `bnpo`, GSPO's sequence
+# ratio and the KL), so a masked row averages to 0 there too; the next cell reads the
+# clamps out of TRL's installed source. `course_lib` does the same, and also overwrites
+# padded positions with 0 before any exponential or product, which removes the `-inf`
+# trap. Below, one truncated completion out of four (the naive versions first), and one
+# padded position holding `-inf`:
+
+# %%
+import inspect
+
+import trl
+
+trl_loss_source = inspect.getsource(trl.GRPOTrainer._compute_loss)
+print("`.clamp(min=1.0)` in TRL 1.16's _compute_loss:", trl_loss_source.count(".clamp(min=1.0)"),
+      "times; those on a mask count:")
+for line in trl_loss_source.splitlines():
+    if "mask.sum(" in line and "clamp(min=1.0)" in line:
+        print("   ", line.strip())
+
+# %%
+from course_lib.ops.masking import masked_mean
+
+per_token_logps = torch.log(torch.rand(4, 6, generator=generator))
+per_token_loss = torch.rand(4, 6, generator=generator)
+is_eos = torch.tensor([True, True, True, False])  # the last completion hit the limit
+completion_mask = torch.ones(4, 6) * is_eos.unsqueeze(1).float()  # mask_truncated_completions=True
+completion_mask[0, 4:] = 0  # completion 0 is shorter: two padded positions
+loss_rows = per_token_loss.clone().requires_grad_(True)
+per_sequence = (loss_rows * completion_mask).sum(-1) / completion_mask.sum(-1)  # grpo's average, naively
+print("naive per-sequence means:", [round(v, 3) for v in per_sequence.tolist()], "-> grpo loss", per_sequence.mean().item())
+repaired = torch.where(completion_mask.sum(-1) > 0, per_sequence, torch.zeros_like(per_sequence)).mean()
+repaired.backward()  # the backward of x / 0 is 0 / 0 = NaN, whatever torch.where kept
+print(f"repaired with torch.where: loss {repaired.item():.4f}, but NaN gradients: {torch.isnan(loss_rows.grad).sum().item()}")
+print("naive token mean (bnpo, KL metric):", round(((per_token_loss * completion_mask).sum() / completion_mask.sum()).item(), 4),
+      "  finite: only an all-truncated batch breaks it;",
+      "course_lib masked_mean of an all-zero mask:", masked_mean(per_token_loss, torch.zeros(4, 6)).item())
+
+padded = per_token_logps.clone()
+padded[0, 5] = -float("inf")  # a padded position of completion 0 holding -inf
+print("naive masked sum of completion 0's log-probs:", (padded * completion_mask).sum(-1)[0].item(), "(-inf * 0 = nan)")
+for loss_type, level in (("grpo", "token"), ("grpo", "sequence"), ("dapo", "token")):
+    logps = padded.clone().requires_grad_(True)
+    out = policy_loss(logps, per_token_logps.detach() - 0.1, torch.randn(4, generator=generator), completion_mask,
+                      loss_type=loss_type, importance_sampling_level=level, beta=0.04,
+                      ref_logps=torch.log(torch.rand(4, 6, generator=generator)))
+    out.loss.backward()
+    print(f"course_lib policy_loss ({loss_type}, {level}): loss {out.loss.item():+.4f}, kl {out.metrics['kl']:.4f}, "
+          f"NaN gradients {torch.isnan(logps.grad).sum().item()}, gradient on the truncated row "
+          f"{logps.grad[3].abs().sum().item():.1f}")
+
+# %% [markdown]
+# The same guard holds in a real run. With `max_completion_length=2` the tiny model never
+# reaches its end-of-turn token (its answers take three tokens), so every completion is
+# truncated and masked; the run still logs finite numbers and simply learns nothing.
+
+# %%
+import math
+import os
+from pathlib import Path
+
+from course_lib.algos import GRPOConfig
+from course_lib.data import get_task
+from course_lib.machine import scaled
+from course_lib.models import load_policy
+from course_lib.rewards import get_reward_functions
+from course_lib.trainer import Trainer
+
+OUTPUT = Path(os.environ.get("COURSE_OUTPUT", "outputs"))
+reward_funcs = get_reward_functions(["correctness_first_number_reward"])
+prompts = get_task("arithmetic", split="train", n=scaled(64, 2000), seed=0)
+
+
+def run(name: str, **settings) -> tuple[Trainer, list[dict]]:
+    """A short GRPO run on the tiny model; `settings` override the defaults below."""
+    defaults = dict(output_dir=str(OUTPUT / "06" / name), overwrite_output_dir=True, num_generations=scaled(4, 8),
+                    per_device_train_batch_size=scaled(8, 16),
+                    max_completion_length=8, learning_rate=1e-4, logging_steps=1, save_steps=0, seed=0,
+                    max_steps=scaled(4, 150))
+    model, tokenizer = load_policy("tiny")
+    trainer = Trainer(GRPOConfig(**{**defaults, **settings}), reward_funcs, prompts, model, tokenizer, progress=False)
+    return trainer, trainer.train()
+
+
+_, truncated = run("truncated", max_completion_length=2, mask_truncated_completions=True, beta=0.04,
+                   max_steps=2)
+for row in truncated:
+    finite = all(math.isfinite(v) for v in row.values() if isinstance(v, float))
+    print(f"step {row['step']}: clipped_ratio {row['completions/clipped_ratio']:.2f}, loss {row['loss']:.3f}, "
+          f"kl {row['kl']:.3f}, all metrics finite: {finite}")
+
+# %% [markdown]
+# ## 7. `num_iterations` (μ) and `beta`
+#
+# **`num_iterations`** is μ in the GRPO paper: how many times each generation batch is
+# used, like PPO's epochs. With μ = 2 the **whole generation batch** is replayed: after
+# the first pass over all its micro-batches (with its optimizer step or steps), a second
+# full pass starts, again micro-batch by micro-batch, with optimizer steps of its own;
+# only then are new completions generated. Each pass is its own set of updates, not a
+# second forward of the same micro-batch inside one accumulation step. Generation is
+# often the expensive part of a step (lesson 10 measures when), so reusing it is
+# tempting; the price is that the second pass is **off-policy**: the policy has already
+# moved, the ratio leaves 1, and the clip (section 4) can act. The table below (lesson 07
+# explains it) shows the replay. In the short run below, with one optimizer step per
+# pass, the odd steps train on fresh completions (every ratio exactly 1, so nothing can
+# clip) and the even ones replay them after one update. A replayed token clips only if
+# that single update moved its probability by more than 20%, so whether a replayed step
+# shows clipping depends on the learning rate and the batch; the cell counts them rather
+# than promising it.
+#
+# **`beta`** is the KL coefficient. With `beta=0.0` (the default in TRL and here) no
+# reference model is loaded at all: less memory and one forward pass fewer per batch.
+# A larger beta keeps the policy closer to the reference: safer, but slower to change.
+#
+# With `beta > 0` one more field matters: **`use_bias_correction_kl`** (default `True` in
+# TRL 1.16 and here, from DeepSeek-V3.2) multiplies each token's k3 KL term by the
+# importance ratio `r`. Its *value* on fresh samples is unchanged (r = 1), but `r` is
+# differentiable, so the *gradient* gains a term `k3 · ∇log π` on every step, on-policy
+# included: `∇(r · k3) = r ∇k3 + k3 ∇r`. The correction makes the KL gradient an unbiased
+# estimate of the reverse KL's gradient. Turning it off (`False`) gives the older GRPO
+# gradient. The second cell below measures the difference on a fresh batch.
+
+# %%
+from course_lib.schedule import format_schedule, schedule_table
+
+print(format_schedule(schedule_table(per_device_train_batch_size=4, gradient_accumulation_steps=2,
+                                     num_generations=4, num_iterations=2, cycles=1)))
+# A large learning rate, so that one update visibly moves the ratio of the replayed batch.
+trainer, replayed = run("mu2", num_iterations=2, max_steps=scaled(4, 100), learning_rate=3e-4)
+for row in replayed:
+    kind = "fresh " if row["step"] % 2 == 1 else "replay"
+    print(f"step {row['step']:>3} ({kind}): clip_ratio/region_mean {row['clip_ratio/region_mean']:.3f}")
+fresh_clipped = [row["step"] for row in replayed if row["step"] % 2 == 1 and row["clip_ratio/region_mean"] > 0]
+replay_clipped = [row["step"] for row in replayed if row["step"] % 2 == 0 and row["clip_ratio/region_mean"] > 0]
+print(f"fresh steps with clipped tokens: {len(fresh_clipped)}; replayed steps with clipped tokens: "
+      f"{len(replay_clipped)} of {len(replayed) // 2}")
+print("reference model loaded with beta=0.0:", trainer.reference is not None)
+trainer_kl, _ = run("beta", beta=0.04, max_steps=1)
+print("reference model loaded with beta=0.04:", trainer_kl.reference is not None)
+
+# %%
+kl_generator = torch.Generator().manual_seed(1)
+fresh_logps = -torch.rand(4, 6, generator=kl_generator, dtype=torch.float64)  # on-policy: old = current
+reference_logps = fresh_logps - 0.3 * torch.rand(4, 6, generator=kl_generator, dtype=torch.float64)
+kl_mask = torch.ones(4, 6, dtype=torch.float64)
+kl_advantages = torch.tensor([1.0, -1.0, 0.5, -0.5], dtype=torch.float64)
+kl_results = {}
+for corrected in (True, False):
+    current = fresh_logps.clone().requires_grad_(True)
+    out = policy_loss(current, None, kl_advantages, kl_mask, loss_type="dapo", beta=0.04, ref_logps=reference_logps,
+                      use_bias_correction_kl=corrected)
+    kl_results[corrected] = (out.loss.item(), torch.autograd.grad(out.loss, current)[0])
+    print(f"use_bias_correction_kl={corrected!s:<5}: loss {kl_results[corrected][0]:+.6f}")
+k3 = torch.exp(reference_logps - fresh_logps) - (reference_logps - fresh_logps) - 1  # per-token k3
+gradient_gap = kl_results[True][1] - kl_results[False][1]
+print(f"same value on fresh samples; gradients differ by up to {gradient_gap.abs().max():.2e}, "
+      f"and the gap is beta * k3 / N tokens: {torch.allclose(gradient_gap, 0.04 * k3 / kl_mask.sum())}")
+
+# %% [markdown]
+# ## 8. The recommended settings together
+#
+# Unsloth's GRPO guide enables the newer techniques with these `GRPOConfig` arguments
+# (they are TRL's names, so the same lines work in TRL and in `course_lib`):
+#
+# ```python
+# epsilon=0.2,
+# epsilon_high=0.28,              # one-sided: clip-higher (DAPO)
+# delta=1.5,                      # two-sided clipping (INTELLECT-2)
+# loss_type="bnpo",               # or "grpo", or "dr_grpo" (TRL's default is "dapo")
+# mask_truncated_completions=True,
+# ```
+#
+# `course_lib` validates them like any other setting (lesson 06b adds TRL 1.16's newer
+# losses and token filters to the same config):
+
+# %%
+settings = dict(epsilon=0.2, epsilon_high=0.28, delta=1.5, loss_type="bnpo", mask_truncated_completions=True)
+config = GRPOConfig(**settings, per_device_train_batch_size=8, num_generations=8)
+print({name: getattr(config, name) for name in settings})
+
+# %% [markdown]
 # ## Questions
 #
 # 1. With `loss_type="grpo"`, a wrong answer of 200 tokens and a wrong answer of 20 tokens
@@ -634,10 +637,6 @@ for loss_type, runs in length_runs.items():
 #    gradient at all?
 # 5. `mask_truncated_completions=True` removes truncated answers from the loss. Which kind
 #    of prompt does this quietly drop from training, and how would you notice?
-# 6. A good token's ratio reached 2.0 in the second pass over a batch (`num_iterations=2`).
-#    How much gradient does it get under `dapo` (epsilon_high 0.28), `cispo` (5.0) and
-#    `sapo`? Read the answers off the weight plot, then say which loss would keep pushing
-#    it up and why that can be both the point and a risk.
 
 # %% [markdown]
 # ### Answers

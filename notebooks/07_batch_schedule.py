@@ -55,21 +55,42 @@ if importlib.util.find_spec("course_lib") is None:
 # lesson 05 is 1).
 #
 # One more rule concerns small batches. A generation batch must hold **whole groups**:
-# G divides it. If you ask for `per_device_train_batch_size` smaller than
-# `num_generations` (say 1 completion a step with 8 generations), Unsloth raises the
-# per-device batch to `num_generations` and prints a notice; TRL 1.16 and `course_lib`
-# refuse the setting with an error instead, so you choose the fix yourself:
+# G divides the **generation batch** (per-device batch × processes ×
+# `steps_per_generation`), not the per-device batch. So `per_device_train_batch_size=1`
+# with `gradient_accumulation_steps=8` and G = 8 is fine: the generation batch is
+# 1 × 8 = 8 completions, one group, consumed one completion per micro-step. What fails
+# is a generation batch smaller than a group: per-device 1 with accumulation 1 and G = 8.
+# Unsloth's notebooks then raise the per-device batch to `num_generations` and print a
+# notice; TRL 1.16 and `course_lib` refuse the setting with an error instead, so you
+# choose the fix yourself. The cell asks both libraries:
 
 # %%
+import warnings
+
+import trl
+
 from course_lib.algos import GRPOConfig
 
-try:
-    GRPOConfig(per_device_train_batch_size=1, gradient_accumulation_steps=1, num_generations=8)
-except ValueError as error:
-    print(error)
-config = GRPOConfig(per_device_train_batch_size=8, gradient_accumulation_steps=1, num_generations=8)
-print("per_device_train_batch_size = num_generations = 8 works: one prompt per step,",
-      config.unique_prompts_per_generation, "unique prompt per generation")
+messages = {}
+for per_device, accumulation in ((1, 8), (1, 1), (8, 1)):
+    setting = f"per_device={per_device}, accumulation={accumulation}, G=8"
+    answers = []
+    for name, make in (("course_lib", lambda: GRPOConfig(per_device_train_batch_size=per_device, num_generations=8,
+                                                          gradient_accumulation_steps=accumulation)),
+                       ("TRL 1.16", lambda: trl.GRPOConfig(output_dir="unused", use_cpu=True, num_generations=8,
+                                                            per_device_train_batch_size=per_device,
+                                                            gradient_accumulation_steps=accumulation))):
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                make()
+            answers.append(f"{name} accepts")
+        except ValueError as error:
+            answers.append(f"{name} refuses")
+            messages[name] = str(error)
+    print(f"{setting:<34}: generation batch {per_device * accumulation:>2} -> {', '.join(answers)}")
+for name, message in messages.items():
+    print(f"{name}'s message: {message}")
 
 # %% [markdown]
 # ## 2. The formulas

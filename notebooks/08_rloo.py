@@ -12,15 +12,19 @@
 # In this lesson you will:
 # 1. compute the **leave-one-out baseline**: K completions per prompt, each judged against
 #    the mean of the *other* K − 1; no value function;
-# 2. see why RLOO treats the **whole completion as one action** (PPO: one action per token),
-#    and why REINFORCE / A2C is PPO with **one epoch and one mini-batch**;
+# 2. see why RLOO *chooses* to treat the **whole completion as one action** (PPO: one
+#    action per token), and why PPO with **one epoch and one mini-batch** is REINFORCE
+#    (with a learned critic and GAE: A2C);
 # 3. translate the documentation's **generation-major** vectorized code into the course's
 #    **prompt-major** layout, reproducing its worked numbers;
 # 4. fold the **KL penalty into the reward** (`kl_coef`), sequence-level or token-level
 #    (Reinforce++ eq. 1), and use the Reinforce++ options: reward clipping, reward
 #    normalization, advantage normalization; and the **EOS trick**;
-# 5. run RLOO on the tiny model and **read its metrics** like a practitioner: which should
-#    rise, which should hover near 1.0, and what a too-drastic update looks like.
+# 5. compare **Reinforce++'s batch-global advantage normalization** with GRPO's per-group
+#    std, measured;
+# 6. run RLOO on the tiny model with **TRL 1.16's defaults**, beside the older trainer's,
+#    and **read its metrics** like a practitioner: which should rise, which should hover
+#    near 1.0, and how to debug a `val/ratio` that leaves 1.
 
 # %%
 # On Colab (or with COURSE_SETUP=1): clone the course, install what the runtime lacks, keep its torch.
@@ -73,20 +77,28 @@ print("fast mode:", fast_mode())
 #
 # Two more design choices of TRL's RLOO trainer:
 #
-# - **The whole completion is one action.** Its log-probability is the sum of its token
-#   log-probs, `log π(y|x) = Σ_t log π(y_t | x, y_<t)`, and the ratio π/π_old is taken per
-#   sequence. PPO (lesson 04) instead treats every token as an action with its own
-#   advantage from a value function.
-# - **REINFORCE / A2C is PPO with one PPO epoch and one mini-batch.** With one pass over a
-#   freshly sampled batch, the policy that sampled it *is* the policy being updated, the
-#   ratio is exactly 1 and the clipped surrogate's gradient is the plain policy gradient.
-#   The RLOO trainer of the source notes (TRL's older `RLOOTrainer`) is built exactly so:
+# - **The whole completion is one action.** This is a modelling choice, not a fact about
+#   language models: the same tokens can be modelled as T actions (PPO, lesson 04) or as
+#   one. RLOO picks one action because the reward arrives once, for the whole completion,
+#   and there is no value model to tell the tokens apart: its log-probability is the sum
+#   of its token log-probs, `log π(y|x) = Σ_t log π(y_t | x, y_<t)`, and the ratio π/π_old
+#   is taken per sequence. The price is credit assignment (every token gets the same
+#   advantage) and a ratio that multiplies T token ratios (section 6 measures what that
+#   does to clipping); the gain is no critic and an unbiased baseline.
+# - **PPO with one epoch and one mini-batch is a plain policy gradient.** With one pass
+#   over a freshly sampled batch, the policy that sampled it *is* the policy being
+#   updated, the ratio is exactly 1 and the clipped surrogate's gradient is the plain
+#   policy gradient. Which one depends on the advantage: with a sample baseline such as
+#   RLOO's it is REINFORCE with a baseline; with a learned critic and GAE advantages (PPO's
+#   own setting) it is A2C, which is the point of *A2C is a special case of PPO*.
+#   The RLOO trainer of the source notes (TRL's older `RLOOTrainer`, now history) is built exactly so:
 #   the PPO machinery, with `num_ppo_epochs` and `num_mini_batches` deciding how far it
 #   strays from REINFORCE. (Its defaults, 4 epochs and 1 mini-batch, reuse every batch
 #   four times; from the second pass on, the ratio moves away from 1 and the clip
 #   matters.) TRL 1.16's rewritten trainer keeps the clipped sequence-level loss but
 #   defaults to one pass (`num_iterations=1`): plain REINFORCE with the leave-one-out
-#   baseline unless you ask for more (section 5 compares the two configs).
+#   baseline unless you ask for more (section 5 compares the two configs, section 6 runs
+#   both).
 #
 # The papers behind it: *Back to Basics: Revisiting REINFORCE-Style Optimization for
 # Learning from Human Feedback in LLMs* (Ahmadian et al., 2024); *A2C is a special case of
@@ -108,6 +120,7 @@ generator = torch.Generator().manual_seed(0)
 token_logps = (-torch.rand(4, 5, generator=generator) * 2).requires_grad_(True)  # (B, T)
 mask = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0], [1, 1, 1, 1, 0], [1, 0, 0, 0, 0]], dtype=torch.float32)
 advantages = torch.tensor([1.0, -0.5, 0.25, -0.75])
+mask_demo, advantages_demo = mask, advantages  # reused by exercise 4
 
 out = rloo_policy_loss(token_logps, None, advantages, mask, cliprange=0.2)
 out.loss.backward()
@@ -298,8 +311,8 @@ feedback(ex08.check_token_level_rewards, ex.token_level_rewards);
 #
 # The same report collects a few stabilising tricks. The RLOO trainer documented in the
 # source notes, TRL's older on-policy `RLOOTrainer`, exposed them, and the course's config
-# keeps those names and defaults (TRL 1.16's rewritten `RLOOConfig` differs: see the table
-# after this one):
+# accepts those names (TRL 1.16's rewritten `RLOOConfig` renamed or removed most of them:
+# see the table after this one):
 #
 # | option | what it does | why |
 # |---|---|---|
@@ -325,6 +338,62 @@ adv = normalize_advantages(rloo_advantages(clipped, 4))
 print(f"normalized advantages: mean {adv.mean():.2e}, std {adv.std():.3f}")
 
 # %% [markdown]
+# ### Batch-global normalization (Reinforce++) against GRPO's per-group std
+#
+# `normalize_advantage` divides by **one** standard deviation, that of the whole batch.
+# Reinforce++ argues for exactly this: GRPO divides each group by its *own* std, and a
+# group whose prompt is nearly always solved (or nearly never) has a tiny std, so its rare
+# odd answer gets a huge advantage (lesson 06's difficulty bias). A batch-global std keeps
+# the scale of every prompt's advantages proportional to its real reward differences,
+# while still giving the whole batch unit variance. Reinforce++ comes in two forms: the
+# plain one has no per-prompt baseline at all (`(r − mean_batch) / std_batch`), the
+# "baseline" variant first subtracts each group's mean, as RLOO with
+# `normalize_advantage=True` does.
+#
+# Measured below: 2,000 simulated batches of 5 prompts × 8 completions with 0/1 rewards,
+# the prompts solved with probability 0.05, 0.25, 0.5, 0.75 and 0.95. For each scheme, the
+# mean advantage a *correct* answer receives, per prompt difficulty.
+
+# %%
+from course_lib.algos.grpo import group_advantages
+
+difficulty = torch.tensor([0.05, 0.25, 0.5, 0.75, 0.95])
+G, trials = 8, 2000
+sim = torch.Generator().manual_seed(0)
+schemes = {"GRPO, per-group std": lambda r: group_advantages(r, G, scale_rewards="group"),
+           "RLOO + batch-global std": lambda r: normalize_advantages(rloo_advantages(r, G)),
+           "Reinforce++ (no group baseline)": lambda r: (r - r.mean()) / r.std().clamp(min=1e-8)}
+credit = {name: torch.zeros(len(difficulty)) for name in schemes}
+counts = torch.zeros(len(difficulty))
+for _ in range(trials):
+    rewards = (torch.rand(len(difficulty), G, generator=sim) < difficulty.unsqueeze(1)).float()  # (prompts, G)
+    flat = rewards.flatten()
+    if flat.std() == 0:
+        continue
+    counts += rewards.sum(1)
+    for name, scheme in schemes.items():
+        credit[name] += (scheme(flat).view(-1, G) * rewards).sum(1)  # advantages of the correct answers
+print(f"{'mean advantage of a correct answer':<34}" + "".join(f"  p={p:<5.2f}" for p in difficulty.tolist()))
+for name in schemes:
+    values = credit[name] / counts.clamp(min=1)
+    print(f"{name:<34}" + "".join(f"  {v:+7.2f}" for v in values.tolist()))
+grpo_row, batch_row = credit["GRPO, per-group std"] / counts, credit["RLOO + batch-global std"] / counts
+print(f"hard prompt (p=0.05) over 50/50 prompt: GRPO {grpo_row[0] / grpo_row[2]:.2f}x, "
+      f"batch-global {batch_row[0] / batch_row[2]:.2f}x")
+
+# %% [markdown]
+# Read the rows. Under GRPO's per-group std, a correct answer to the hardest prompt gets
+# the largest multiple of a 50/50 prompt's advantage (the last line): a group with one
+# success has a small std, and dividing by it inflates that one answer. With a single
+# batch-global std the multiple shrinks to what the centring alone gives (a rare success
+# is further from its group's mean), and the ranking of prompts follows their real reward
+# differences. Plain Reinforce++, with no per-prompt baseline, gives every correct answer
+# nearly the same advantage whatever the prompt: it no longer singles out a hard prompt's
+# rare success, and it pushes down the wrong answers of easy prompts hardest. Which
+# weighting is right is the question of lesson 06's `scale_rewards`: "group" (GRPO),
+# "batch" (the batch-global std, as here) or "none" (Dr. GRPO).
+
+# %% [markdown]
 # **The same options in TRL 1.16.** The source notes document TRL's older `RLOOTrainer`.
 # TRL 1.16 rewrote it on the machinery of its `GRPOTrainer` and renamed or removed most of
 # these options. The cell reads TRL 1.16's `RLOOConfig` itself, so the table stays true to
@@ -336,6 +405,7 @@ import dataclasses
 from trl import RLOOConfig as TRLRLOOConfig
 
 trl_defaults = {field.name: field.default for field in dataclasses.fields(TRLRLOOConfig)}
+course_config = make_config("rloo")  # the course's RLOOConfig, every field at its default
 documented = [  # name in the source notes, its default there, TRL 1.16's counterpart (None: removed), note
     ("rloo_k", 2, "num_generations", "completions per prompt"),
     ("kl_coef", 0.05, "beta", "still a penalty on the reward, k1 summed over the completion"),
@@ -349,19 +419,21 @@ documented = [  # name in the source notes, its default there, TRL 1.16's counte
     ("token_level_kl", False, None, "removed: the KL is always summed per completion"),
     ("missing_eos_penalty", None, None, "removed; mask_truncated_completions=True drops truncated ones from the loss"),
 ]
-print(f"{'source notes':<20}{'default':>8}   {'TRL 1.16':<22}{'default':>8}   note")
+print(f"{'source notes':<20}{'default':>8}   {'TRL 1.16':<22}{'default':>8}   {'course_lib':>10}   note")
 for name, default, new_name, note in documented:
     assert (name in trl_defaults) == (name == new_name), f"TRL's RLOOConfig changed around {name}"
     new_default = repr(trl_defaults[new_name]) if new_name else ""
-    print(f"{name:<20}{default!r:>8}   {new_name or '—':<22}{new_default:>8}   {note}")
+    ours = repr(getattr(course_config, name)) if hasattr(course_config, name) else "—"
+    print(f"{name:<20}{default!r:>8}   {new_name or '—':<22}{new_default:>8}   {ours:>10}   {note}")
 
 # %% [markdown]
 # Two defaults changed what a run does: TRL 1.16 samples at temperature 1.0 and makes one
 # pass over each batch (`num_iterations=1`), so its RLOO is on-policy REINFORCE with a
-# leave-one-out baseline unless you ask for more passes; the documented trainer made four.
-# The course keeps the documented names and defaults, so that the source notes' commands
-# read the same here; `num_generations`, `beta`, `num_iterations`, `epsilon` and
-# `normalize_advantages` are accepted too.
+# leave-one-out baseline unless you ask for more passes; the documented trainer made four
+# at temperature 0.7. The last column shows the course's own defaults; the course accepts
+# both spellings (`rloo_k` and `num_generations`, `kl_coef` and `beta`, ...), so the source
+# notes' commands read the same here. Section 6 passes every value explicitly, so its
+# runs do not depend on either library's defaults.
 #
 # **The EOS trick** (`missing_eos_penalty`): subtract a fixed penalty from the score of
 # every completion that did not end with an EOS token — it ran into `max_completion_length`
@@ -379,18 +451,24 @@ print("scores before:", scores.tolist(), " mean after the EOS trick:", metrics["
 #
 # Now the whole loop on the tiny model: the `arithmetic` task, reward 1 when the first
 # number of the answer is right plus a proximity reward (lesson 09) that gives near misses
-# partial credit, so that almost every group has something to learn from; K = 4
-# completions per prompt, the documentation's defaults of 4 PPO epochs and `kl_coef = 0.05`, and
-# the EOS trick. `log_completions=True` prints a
-# sample table every `logging_steps`: the course's version of the documentation's "what is
-# my model actually doing?" table (query, model response, score), here with the
-# advantage each completion received. TRL's RLOO trainer prints such a table
-# `num_sample_generations` times per run (default 10), so you see the responses at
-# different stages of training.
+# partial credit, so that almost every group has something to learn from. The run uses
+# **TRL 1.16's `RLOOConfig` defaults**, written out below and checked against the installed
+# TRL: K = 2 completions per prompt, `beta = 0.05` (k1 summed per completion, in the
+# reward), one pass per batch (`num_iterations = 1`), clip 0.2, temperature 1.0, no
+# advantage normalization, no reward clipping. Only the learning rate and the batch are
+# the tiny model's (TRL's default learning rate, 1e-6, is tuned for billions of
+# parameters and barely moves a 1M-parameter model). A second run replays the **older
+# trainer's** defaults from the source notes, as history: 4 PPO epochs per batch,
+# temperature 0.7, the EOS trick.
 #
-# In fast mode the run is a dozen optimizer steps: enough to read every metric, far too few
-# to learn (expect a flat, noisy reward; real tasks take hundreds of steps). Without fast
-# mode it runs 200 steps.
+# `log_completions=True` prints a sample table every `logging_steps`: the course's
+# version of the documentation's "what is my model actually doing?" table (query, model
+# response, score), here with the advantage each completion received. TRL's older RLOO
+# trainer printed such a table `num_sample_generations` times per run (default 10).
+#
+# In fast mode the runs are a dozen optimizer steps: enough to read every metric, far too
+# few to learn (expect a flat, noisy reward; real tasks take hundreds of steps). Without
+# fast mode they run 200 steps.
 
 # %%
 from course_lib.data import get_task
@@ -401,18 +479,30 @@ from course_lib.trainer import Trainer
 dataset = get_task("arithmetic", n=256)
 reward_funcs = get_reward_functions(["correctness_first_number_reward", "proximity_reward"])
 
+# TRL 1.16's RLOOConfig defaults, passed explicitly (the course's own defaults may differ).
+TRL_RLOO_DEFAULTS = dict(num_generations=2, beta=0.05, num_iterations=1, epsilon=0.2, epsilon_high=None,
+                         temperature=1.0, normalize_advantages=False, steps_per_generation=None)
+mismatched = {name: (value, trl_defaults[name]) for name, value in TRL_RLOO_DEFAULTS.items()
+              if trl_defaults[name] != value}
+assert not mismatched, f"TRL's RLOOConfig defaults changed: {mismatched}"
+assert trl_defaults["reward_clip_range"] is None  # TRL 1.16 clips no reward by default
+# The older RLOOTrainer of the source notes (history): its documented defaults.
+OLDER_RLOO_DEFAULTS = dict(num_generations=2, beta=0.05, num_iterations=4, epsilon=0.2, temperature=0.7,
+                           normalize_advantages=False, missing_eos_penalty=1.0)
 
-def rloo_run(learning_rate: float, steps: int, name: str, **overrides) -> list[dict]:
+
+def rloo_run(defaults: dict, learning_rate: float, steps: int, name: str, **overrides) -> list[dict]:
     model, tokenizer = load_policy("tiny")
-    config = make_config("rloo", rloo_k=4, per_device_train_batch_size=scaled(16, 64), max_completion_length=8,
-                         learning_rate=learning_rate, max_steps=steps, missing_eos_penalty=1.0,
-                         output_dir=str(OUTPUT / name), overwrite_output_dir=True, report_to="none",
-                         **overrides)
+    config = make_config("rloo", **defaults, normalize_reward=False,  # no reward normalization, so no clip
+                         per_device_train_batch_size=scaled(16, 64), max_completion_length=8,
+                         learning_rate=learning_rate, lr_scheduler_type="constant", max_steps=steps,
+                         output_dir=str(OUTPUT / name), overwrite_output_dir=True, report_to="none", **overrides)
     return Trainer(config, reward_funcs, dataset, model, tokenizer, progress=False).train()
 
 
-healthy = rloo_run(3e-5, scaled(12, 200), "lesson08_rloo", log_completions=True,
-                   logging_steps=scaled(4, 50), num_completions_to_print=4)
+healthy = rloo_run(TRL_RLOO_DEFAULTS, 3e-5, scaled(12, 200), "lesson08_rloo", log_completions=True,
+                   logging_steps=scaled(6, 50), num_completions_to_print=4)
+older = rloo_run(OLDER_RLOO_DEFAULTS, 3e-5, scaled(12, 200), "lesson08_rloo_older")
 
 # %% [markdown]
 # Each row of the history is one optimizer step. The documentation's metrics, what they
@@ -437,11 +527,21 @@ healthy = rloo_run(3e-5, scaled(12, 200), "lesson08_rloo", log_completions=True,
 # | `lr`, `episode` | learning rate; completions generated so far | bookkeeping |
 #
 # The metric the documentation singles out for debugging is `val/ratio`: if it reads 2.0 or
-# 1000.0, or 0.1, successive policies differ far more than the clip range allows — the
-# update was too drastic, and you should find out why (learning rate, too many epochs,
-# a reward scale that exploded). In the course's runs, the first optimizer step of each
-# generation batch is on-policy, so `val/ratio` is exactly 1 there; the other three epochs
-# show how far the policy moved.
+# 1000.0, or 0.1, successive policies differ far more than the clip range allows. A
+# recipe for reading it:
+#
+# 1. **On the first pass over a fresh batch it must be exactly 1.0** (the policy that
+#    sampled is the policy being trained). With TRL 1.16's `num_iterations=1` every step
+#    is such a pass. If it is not 1 there, the log-probs of sampling and training disagree
+#    for the *same* weights: a sampler/trainer mismatch (another engine or precision,
+#    lesson 10), dropout left on during training, or padding that differs between the two
+#    forward passes. Fix that before tuning anything.
+# 2. **On later passes** (`num_iterations > 1`) it may drift, inside the clip band
+#    `[1 − ε, 1 + ε]`. Leaving the band means the update was too drastic: lower the
+#    learning rate, make fewer passes, and check the reward scale (an exploding reward
+#    makes exploding advantages) and the gradient norm.
+# 3. **Confirm with its companions**: `policy/approxkl_avg` (should stay small) and
+#    `policy/clipfrac_avg` (a rise from one batch to the next means the steps grow).
 
 # %%
 from course_lib.widgets import plot_training_history
@@ -449,22 +549,31 @@ from course_lib.widgets import plot_training_history
 RLOO_PANELS = ["objective/rlhf_reward", "objective/scores", "objective/kl", "objective/non_score_reward",
                "objective/entropy", "entropy", "policy/approxkl_avg", "policy/clipfrac_avg", "loss/policy_avg",
                "val/ratio", "val/ratio_var", "val/num_eos_tokens"]
-figure = plot_training_history(healthy, keys=RLOO_PANELS, columns=4, title="RLOO on the tiny model, lr 3e-5")
+figure = plot_training_history(healthy, keys=RLOO_PANELS, columns=4,
+                               title="RLOO on the tiny model, TRL 1.16's defaults, lr 3e-5")
 figure.axes[RLOO_PANELS.index("val/ratio")].axhspan(0.8, 1.2, color="tab:green", alpha=0.12)  # the clip band
 display(figure)
 last = healthy[-1]
 print(f"bookkeeping at step {last['step']}: episode {last['episode']}, eps {last['eps']:.0f} completions/s, "
       f"lr {last['lr']:.2e}")
-print("policy/clipfrac_avg by step:", [round(row["policy/clipfrac_avg"], 2) for row in healthy[:8]], "...")
+for label, history in (("TRL 1.16 defaults (1 pass)", healthy), ("older trainer (4 passes)", older)):
+    ratios = [row["val/ratio"] for row in history]
+    clipped = [row["policy/clipfrac_avg"] for row in history]
+    print(f"{label:<27}: val/ratio {min(ratios):.3f} to {max(ratios):.3f}, "
+          f"policy/clipfrac_avg max {max(clipped):.2f}, approxkl max {max(r['policy/approxkl_avg'] for r in history):.4f}")
+peak = max(older, key=lambda row: row["policy/clipfrac_avg"])
+older_ratio = sum(row["val/ratio"] for row in older) / len(older)
+print(f"older trainer: clipped fraction peaks at {peak['policy/clipfrac_avg']:.2f} (step {peak['step']}), "
+      f"while val/ratio averages {older_ratio:.2f}")
 
 # %% [markdown]
-# **Why RLOO's clipped fraction runs high.** In the fast-mode run measured here, the
-# clipped fraction reached 0.38 and 0.5 on the third and fourth passes over the first
-# batch (steps 3 and 4), while `val/ratio` averaged 0.92 and `policy/approxkl_avg` was
-# 0.04: a healthy run with a high clipped fraction. (In full mode, 64 completions per
-# batch, it peaked at 0.27 at step 4 and read 0 on almost every one of the last 40
-# steps.) For PPO with per-token ratios such fractions would be unusually high; in RLOO
-# the ratio is taken per **sequence**,
+# With TRL 1.16's defaults every step is a first pass: `val/ratio` is 1 and nothing is
+# clipped, as step 1 of the recipe says. The older trainer's four passes show the
+# ratio move on passes 2 to 4, and its clipped fraction (printed above) can reach tens
+# of percent while `val/ratio` stays near 1: a healthy run with a high clipped fraction.
+#
+# **Why RLOO's clipped fraction runs high.** For PPO with per-token ratios such fractions
+# would be unusually high; in RLOO the ratio is taken per **sequence**,
 #
 # $$\frac{\pi(y \mid x)}{\pi_{old}(y \mid x)} = \prod_t \frac{\pi(y_t \mid \cdot)}{\pi_{old}(y_t \mid \cdot)}
 #   = \exp\Big(\sum_t \log r_t\Big),$$
@@ -504,31 +613,37 @@ for T in (1, 4, 8, 32):
 # this reason.)
 
 # %% [markdown]
-# Now the same run with a learning rate 100 times larger. Watch `val/ratio` and
-# `policy/approxkl_avg` from the second step on, then the KL to the reference and the
+# Now the older trainer's run with a learning rate 100 times larger. Watch `val/ratio`
+# and `policy/approxkl_avg` from the second step on, then the KL to the reference and the
 # score once the policy has been pushed off a cliff.
 
 # %%
-drastic = rloo_run(3e-3, scaled(8, 40), "lesson08_rloo_drastic")
+drastic = rloo_run(OLDER_RLOO_DEFAULTS, 3e-3, scaled(8, 40), "lesson08_rloo_drastic")
 figure = plot_training_history(drastic, keys=["val/ratio", "policy/approxkl_avg", "objective/kl", "objective/scores"],
                                columns=4, title="The same run at lr 3e-3")
 figure.axes[0].axhspan(0.8, 1.2, color="tab:green", alpha=0.12)  # the clip band [1 - 0.2, 1 + 0.2]
 display(figure)
-for label, history in (("lr 3e-5", healthy), ("lr 3e-3", drastic)):
+for label, history in (("lr 3e-5", older), ("lr 3e-3", drastic)):
     ratios = [round(row["val/ratio"], 2) for row in history[:8]]
-    print(f"{label}: val/ratio over the first 8 steps {ratios}")
+    outside = [row["step"] for row in history if not 0.8 <= row["val/ratio"] <= 1.2]
+    print(f"{label}, 4 passes: val/ratio over the first 8 steps {ratios}; steps outside [0.8, 1.2]: {outside}")
 
 # %% [markdown]
-# ### Exercise 4 — `unhealthy_ratio_steps(history, cliprange)`
+# ### Exercise 4 — `rloo_sequence_clipped_loss(logps, old_logps, advantages, mask, cliprange)`
 #
-# Return the steps at which `val/ratio` left `[1 − cliprange, 1 + cliprange]`. Then run it
-# on both histories.
+# The loss behind every number above: PPO's clipped surrogate with **one ratio per
+# completion**, `exp(Σ_t (log π − log π_old))`, averaged over completions. The check
+# compares values and gradients with `course_lib.algos.rloo.rloo_policy_loss` (itself
+# checked against TRL 1.16's `RLOOTrainer._compute_loss`) on padded completions.
 
 # %%
 ex = load_exercise("ex08_rloo")
-if feedback(ex08.check_unhealthy_ratio_steps, ex.unhealthy_ratio_steps):
-    print("lr 3e-5:", ex.unhealthy_ratio_steps(healthy, 0.2))
-    print("lr 3e-3:", ex.unhealthy_ratio_steps(drastic, 0.2))
+if feedback(ex08.check_rloo_sequence_clipped_loss, ex.rloo_sequence_clipped_loss):
+    # Your loss on the section 1 batch after a pretend update: each completion's tokens moved by 0.1.
+    moved = token_logps.detach() + 0.1
+    ours = ex.rloo_sequence_clipped_loss(moved, token_logps.detach(), advantages_demo, mask_demo, 0.2)
+    library = rloo_policy_loss(moved, token_logps.detach(), advantages_demo, mask_demo, cliprange=0.2).loss
+    print(f"every token moved by +0.1: your loss {ours.item():+.4f}, the library's {library.item():+.4f}")
 
 # %% [markdown]
 # ## 7. From the documentation: commands, memory, and a benchmark
@@ -554,20 +669,23 @@ if feedback(ex08.check_unhealthy_ratio_steps, ex.unhealthy_ratio_steps):
 # - each rollout is trained on for `num_ppo_epochs` = 4 passes of `num_mini_batches` = 1
 #   mini-batch, one optimizer update each: 157 × 4 = **628 optimizer updates**;
 # - the course's `max_steps` counts optimizer updates, and its `episode` column counts
-#   completions generated so far. The run of section 6 shows the relation: with 16
-#   completions per rollout in fast mode and 4 epochs, optimizer step 12 is rollout 3,
-#   episode 3 × 16 = 48 (in full mode, 64 completions per rollout: step 200 is episode
-#   50 × 64 = 3,200).
+#   completions generated so far. The runs of section 6 show the relation (printed
+#   below): with 4 passes per rollout, the older trainer's last step is rollout
+#   steps / 4, and its episode count is that many rollouts times the batch; with TRL
+#   1.16's single pass, every step is a rollout.
 #
-# The same run with the course's config:
+# The same run with the course's config, every documented default passed explicitly:
 
 # %%
 import math
 
 rollouts = math.ceil(10_000 / 64)
+for label, history in (("older trainer", older), ("TRL 1.16 defaults", healthy)):
+    print(f"{label}: optimizer step {history[-1]['step']} = episode {history[-1]['episode']}")
 documented_config = make_config("rloo", learning_rate=3e-6, per_device_train_batch_size=64,
-                                gradient_accumulation_steps=1, missing_eos_penalty=1.0,
-                                max_steps=rollouts * 4)  # num_ppo_epochs 4 x num_mini_batches 1, the defaults
+                                gradient_accumulation_steps=1, missing_eos_penalty=1.0, rloo_k=2, kl_coef=0.05,
+                                num_ppo_epochs=4, num_mini_batches=1, cliprange=0.2, temperature=0.7,
+                                max_steps=rollouts * 4)  # num_ppo_epochs 4 x num_mini_batches 1
 updates_per_rollout = documented_config.optimizer_steps_per_generation
 assert rollouts * updates_per_rollout == documented_config.max_steps
 print(f"{rollouts} rollouts x {documented_config.effective_generation_batch_size} completions = "
@@ -639,8 +757,9 @@ else:
 #    And with K = 2, what is each advantage?
 # 2. RLOO gives every token of a completion the same advantage; PPO gives each token its
 #    own. When would per-token credit help, and what does PPO pay for it?
-# 3. Sequence-level and token-level KL give the same RLOO advantages. Construct a case where
-#    their reward-to-go differs at the first token, and say which token the token-level
+# 3. Sequence-level and token-level KL give the same RLOO advantages, and with the
+#    lesson's γ = 1 the same reward-to-go at the first token (why?). Construct a case where
+#    their reward-to-go differs at a later token, and say which token the token-level
 #    version "blames" for the drift.
 # 4. In the lr 3e-3 run, `val/ratio` left the band [0.8, 1.2] although the loss clips
 #    there. How can the mean ratio leave the clip band? (Hint: for which samples does the

@@ -340,6 +340,44 @@ for reply, score in zip(replies, email_rubric(completions=replies)):
 # `rewards/<name>/mean` and weighs them with **`reward_weights`** (one weight per
 # function, default all 1.0). The trainer's total is `Σ_f weight_f · reward_f`.
 #
+# ### Sum, then normalize, or normalize, then sum?
+#
+# By default (`multi_objective_aggregation="sum_then_normalize"`, TRL's and the course's)
+# GRPO sums the weighted rewards first and then centres and scales the *total* within each
+# group. A reward with a large spread then decides the advantages on its own, whatever
+# the weights: a 0-to-100 style score drowns a 0/1 correctness check. GDPO (arXiv
+# 2601.05242) proposes the other order, TRL 1.16's `"normalize_then_sum"`: centre and
+# scale **each** function within the group, sum the normalized rewards with the weights,
+# and normalize that sum once more over the batch. Each function then contributes on the
+# same scale, and `reward_weights` mean what they say. The cell builds one group of four
+# completions scored by correctness (0/1) and a style score (0 to 100) that disagrees with
+# it, and computes both.
+
+# %%
+import torch
+
+from course_lib.algos.grpo import group_advantages, multi_objective_advantages
+
+correctness = torch.tensor([1.0, 1.0, 0.0, 0.0])
+style = torch.tensor([20.0, 40.0, 90.0, 60.0])  # rewards the wrong answers' prose
+weights = torch.tensor([1.0, 1.0])
+summed_first = group_advantages(correctness + style, 4)
+normalized_first, _ = multi_objective_advantages(torch.stack([correctness, style], 1), weights, 4)
+print("completion:               1 (right)  2 (right)  3 (wrong)  4 (wrong)")
+print("sum_then_normalize:      ", "  ".join(f"{a:+9.3f}" for a in summed_first.tolist()))
+print("normalize_then_sum:      ", "  ".join(f"{a:+9.3f}" for a in normalized_first.tolist()))
+print(f"mean advantage of the right answers: sum first {summed_first[:2].mean():+.3f}, "
+      f"normalize first {normalized_first[:2].mean():+.3f}")
+
+# %% [markdown]
+# Summed first, the style score's spread (tens of points) swamps correctness (one
+# point): both right answers get negative advantages. Normalized first, each function
+# counts as one unit of spread: with equal weights correctness weighs as much as style,
+# the right answers' mean advantage turns positive (the last line), and the ranking mixes
+# both signals. Choose `normalize_then_sum` when your functions live on
+# different scales and you want the weights to decide; keep the default when the total
+# itself is what you mean to rank by.
+#
 # ## 8. `None`, NaN and the total: TRL's rules
 #
 # A reward function returns **`None`** for a completion it does not apply to — a code
@@ -425,13 +463,15 @@ display(plot_reward_breakdown(answers, get_reward_functions(["correctness_last_n
 # Python and libraries, a private size-capped working folder, no `/etc`, no home, no
 # project tree, no shell. On top come a **wall-clock kill**, **rlimits** (memory, CPU,
 # file size, processes), and the audit hook as a polite second layer. Where bubblewrap
-# cannot run, the sandbox *refuses* (`SandboxUnavailableError`, with the install command)
-# rather than run model code unprotected.
+# cannot run (macOS, Windows, a Linux without it or without user namespaces), the sandbox
+# *refuses* (`SandboxUnavailableError`, with the install command) rather than run model
+# code unprotected: the cell below then prints that refusal instead of the table.
 
 # %%
 from course_lib.sandbox import SandboxUnavailableError, detect_isolation, run_python
 
-print("isolation on this machine:", detect_isolation().mode or detect_isolation().reason)
+SANDBOX = detect_isolation()
+print("isolation on this machine:", SANDBOX.mode or "none")
 hostile = {
     "a fine program": "print(sum(range(10)))",
     "an infinite loop": "while True:\n    pass",
@@ -452,6 +492,8 @@ try:
         print(f"{label:<27} ok={result.ok!s:<5} stopped by={result.killed_reason!s:<8} "
               f"{result.stdout.strip()[:40]!r:42} {last_error}")
 except SandboxUnavailableError as error:
+    # No sandbox here: these programs are hostile on purpose, so none of them runs.
+    print("The sandbox refused, as designed; none of the programs above ran.\n")
     print(error)
 
 # %% [markdown]
@@ -462,19 +504,31 @@ except SandboxUnavailableError as error:
 
 # %% [markdown]
 # `code_execution_reward` turns this into a reward: the fraction of a row's tests that
-# the completion's last ```` ```python ```` block passes. Assertion tests print a random
-# marker only *after* the assertion, so `sys.exit(0)` cannot fake a pass. It returns `None`
+# the completion's last ```` ```python ```` block passes. Every assertion of a test must
+# report a value back after it ran, so `sys.exit(0)` cannot fake a pass. It returns `None`
 # for rows without tests — not applicable, as in section 8.
+#
+# **Without the sandbox** (the refusal above), the cell below still shows the verifier,
+# on the four programs written here for this lesson, with `isolation="process"`: each
+# runs as an ordinary child process of this kernel, with the time and memory limits and
+# the audit hook, but as *your* user, seeing *your* files. That is **not a security
+# boundary**, only acceptable because you can read these four programs; never use it for
+# text a model wrote.
 
 # %%
-from course_lib.rewards import code_execution_reward
+from course_lib.rewards import code_execution_reward, make_code_execution_reward
 
 programs = ["```python\ndef add(a, b):\n    return a + b\n```",
             "```python\ndef add(a, b):\n    return a - b\n```",
             "```python\nimport sys\nsys.exit(0)\n```",
             "I would write a function."]
 tests = [["assert add(2, 3) == 5", "assert add(-1, 1) == 0"]] * 4
-print(code_execution_reward(completions=programs, tests=tests))
+if SANDBOX.available:
+    print("in the sandbox:", code_execution_reward(completions=programs, tests=tests))
+else:
+    trusted_only = make_code_execution_reward(isolation="process")  # NOT a security boundary
+    print("process-level isolation, this lesson's own programs only (not a security boundary):",
+          trusted_only(completions=programs, tests=tests))
 
 # %% [markdown]
 # The verdict is computed *outside* the sandbox. For `assert add(2, 3) == 5` the child

@@ -128,8 +128,8 @@ completion_mask = torch.ones_like(completion_ids)
 # dominates **only** with few sequences per batch and long completions; with a batch
 # of the size RL uses, a 135M-parameter model spends more time training.
 #
-# On a GPU the balance moves toward generation for every batch size a GPU can hold,
-# because the two passes are limited by different things. The training pass is one big
+# On a GPU the balance moves toward generation **when completions are long**, because
+# the two passes are limited by different things. The training pass is one big
 # batch of matrix products, limited by arithmetic, which a GPU has in abundance. A
 # decoding step is limited by memory traffic: it must read all weights, plus every
 # sequence's KV cache, to produce a single token per sequence, and the GPU's arithmetic
@@ -139,13 +139,17 @@ completion_mask = torch.ones_like(completion_ids)
 # 4.8 s for 8 sequences as for 64 as long as a step stays memory-bound. That sequential
 # floor, which grows with the completion length, is why RL frameworks generate with a
 # dedicated inference engine (next section) and why long reasoning completions make
-# generation the larger part of a step. (This paragraph is arithmetic, not a measurement:
+# generation the larger part of a step. With short completions and a large batch the
+# floor is small and the decoding steps turn compute-bound too, so training can still
+# take the larger share on a GPU, as it did on the CPU above. (This paragraph is arithmetic, not a measurement:
 # the timing cell above measures whatever machine runs it; run it on a GPU to see the
 # ratio there.)
 #
 # ## 2. vLLM, colocated
 #
-# **vLLM** is such an engine: paged KV cache (no memory wasted on padding), continuous
+# **vLLM** is such an engine: paged KV cache (the cache is allocated in small fixed-size
+# blocks as a sequence grows, instead of one slab per sequence reserved for the maximum
+# length, so the waste is at most one partly filled block per sequence), continuous
 # batching (a finished sequence's slot is reused at once), fused kernels. Reported
 # throughputs with Unsloth's dynamic 4-bit Llama 3.2 3B Instruct: about **4,000 tokens/s
 # on one A100 40GB**, about **300 tokens/s on a free Colab Tesla T4 (16 GB)**.
@@ -208,9 +212,12 @@ else:
 # float32 on a CPU the gap is tiny (around 1e-6 in log-prob for the tiny model, when the
 # cell above runs); with bf16 kernels on a GPU it is orders of magnitude larger.
 # The tokens are sampled from `π_sampler` but the loss assumes `π_old` (the trainer's), so
-# the batch is slightly **off-policy**. The first correction proposed, **truncated
-# importance sampling** (TIS, Yao et al., 2025), weighs each token's loss by the importance
-# ratio, truncated from above so that a rare large ratio cannot blow up the update:
+# the batch is slightly **off-policy**. The first correction proposed for this
+# sampler/trainer mismatch, **truncated importance sampling** (TIS, Yao et al., 2025),
+# weighs each token's loss by the importance ratio, truncated from above so that a rare
+# large ratio cannot blow up the update. (Truncating importance weights is much older:
+# off-policy RL used it before, e.g. IMPALA's V-trace in 2018; what Yao et al. added is
+# applying it to the gap between an inference engine and the trainer.)
 #
 # $$w_t = \min\left(\frac{\pi_\text{old}(y_t)}{\pi_\text{sampler}(y_t)},\ C\right).$$
 #
@@ -224,6 +231,15 @@ else:
 # since TRL 1.6 (to be removed in 2.0): setting it only copies its value into `clip_max`,
 # and the mode stays `sequence_mask`. The course's config does the same and warns. You
 # implement the token-level form first, because the others are built from it.
+#
+# Unsloth's GRPO documentation describes other defaults for the same knobs, so a recipe
+# copied from one library does not behave the same in the other:
+#
+# | | TRL 1.16 | Unsloth's guide |
+# |---|---|---|
+# | correction on | `True` always | `True` with vLLM / `fast_inference`, `False` otherwise |
+# | form | `sequence_mask` (drop completions outside the bounds) | TIS: truncate at the cap |
+# | cap | `clip_max=3.0` | `vllm_importance_sampling_cap=2.0` |
 #
 # With the vLLM engine the correction is on automatically (cell above); the HF engine
 # records its sampling log-probs too, so `vllm_importance_sampling_correction=True` works
@@ -287,8 +303,9 @@ feedback(ex10.check_truncated_is_weight, ex.truncated_is_weight);
 # large weight, masking drops it (a tiny fraction of completions in a healthy run). The
 # defaults, `clip_min=None` and `clip_max=3.0`, mask only completions the trainer finds
 # much more likely than the sampler did. Each algorithm applies the mode at its own
-# level: GRPO and PPO multiply each token's loss by the weight, RLOO (whose action is the
-# completion) always uses the sequence form.
+# level: GRPO and PPO multiply each token's loss by the weight. For RLOO, whose action is
+# the completion, `course_lib` always uses the sequence form; TRL 1.16's `RLOOTrainer`
+# applies no sampler correction at all (its `RLOOConfig` has no such field).
 #
 # Below, the four modes on the fp32-vs-bf16 batch above: how many tokens or completions
 # each changes.
@@ -345,6 +362,30 @@ print("bf16 supported here:", device_info()["bf16_supported"])
 # near 1. That is one reason the course computes log-probs and ratios in float32 even when
 # the model runs in bf16, and one source of the mismatch measured above.
 #
+# **The mismatch argument for fp16.** bf16 became the default for training because its
+# range spares loss scaling. RL adds a cost that supervised training does not have: the
+# sampler and the trainer round differently, and with 7 mantissa bits each rounding is
+# 8 times coarser than with fp16's 10. Qi et al. (2025, "Defeating the Training-Inference
+# Mismatch via FP16") argue that running both engine and trainer in fp16 shrinks the
+# sampler/trainer gap so much that most of the correction machinery of section 3 becomes
+# unnecessary, at the price of loss scaling (fp16's range). The cell measures the gap
+# both ways on the batch of section 3: the float32 trainer against a sampler running the
+# same weights in bf16, then in fp16. On this tiny model and CPU kernels the fp16 gap is
+# smaller by the printed factor, less than the 8× of one rounding, because the gap also
+# builds up through every layer's activations; measure it on your own model and engine
+# before choosing, and remember that fp16 then needs loss scaling in the trainer.
+
+# %%
+gaps = {}
+for dtype in (torch.bfloat16, torch.float16):
+    low_model = copy.deepcopy(model).to(dtype)
+    with torch.no_grad():
+        low_logps, _, _ = completion_forward(low_model, prompt_ids, prompt_mask, completion_ids, completion_mask)
+    gaps[dtype] = (trainer_logps - low_logps.float())[valid].abs()
+    print(f"float32 trainer vs {str(dtype):14} sampler: |log-prob gap| mean {gaps[dtype].mean():.2e}, "
+          f"max {gaps[dtype].max():.2e}")
+print(f"bf16's mean gap is {gaps[torch.bfloat16].mean() / gaps[torch.float16].mean():.1f} times fp16's")
+#
 # ## 5. The memory arithmetic of GRPO at 20K context
 #
 # Unsloth's guide works out Llama 3.1 8B with a **20K context** and **8 generations** per
@@ -353,15 +394,16 @@ print("bf16 supported here:", device_info()["bf16_supported"])
 #
 # $$2 \times 2\ \text{bytes} \times 8 \times 20\text{K} \times 128{,}256 \approx 78.3\ \text{GB}.$$
 #
-# The guide does not say which two tensors these are. They cannot be the policy's and a
-# reference model's: with `beta=0.0`, the default in TRL and in the guide, no reference
-# model is loaded at all. Read them as two full-vocabulary copies of the *policy's*
-# logits, e.g. the model's 16-bit output and the log-softmax computed from it. Note also
-# that 2 × 2 bytes = 4 bytes: the same 78.3 GB is **one** float32 copy of the logits,
-# which is exactly what a log-softmax in float32 (TRL's and the course's choice, for
-# precision: section 4) materialises, 8 × 20,480 × 128,256 = 2.1·10¹⁰ values × 4 bytes
-# = 84.1·10⁹ bytes = 78.3 GiB. Section 6 measures how many such tensors a naive
-# forward + backward keeps alive at once.
+# The guide does not say which two tensors these are. The table comes from Unsloth's
+# February 2025 post on GRPO, when TRL's default was still `beta=0.04`: a KL penalty,
+# so a reference model ran beside the policy, and the two logits are the **policy's and
+# the reference's** (exercise 2 below counts them that way). Since then TRL's default
+# has become `beta=0.0`, which loads no reference model; at today's defaults the count
+# would be one 16-bit copy, 39 GB. Note also that 2 × 2 bytes = 4 bytes: the same
+# 78.3 GB is **one** float32 copy of the logits, which is what a log-softmax in float32
+# (TRL's and the course's choice, for precision: section 4) materialises,
+# 8 × 20,480 × 128,256 = 2.1·10¹⁰ values × 4 bytes = 84.1·10⁹ bytes = 78.3 GiB.
+# Section 6 measures how many such tensors a naive forward + backward keeps alive at once.
 #
 # Generation needs a KV cache, also 16-bit: K and V for 32 layers, 1,024 wide (8 KV heads
 # of 128), per token:
@@ -400,20 +442,20 @@ print(f"KV cache: {kv_cache_gb(32, 1024, 20 * 1024):.1f} GiB per sequence, "
 # Where the savings come from: memory-efficient **linear kernels** for the GRPO loss cut its
 # memory by 8× or more (78.3 → 9.8 GB, saving 68.5 GB; with `torch.compile` they are even
 # faster); Unsloth's **gradient checkpointing** moves intermediate activations to system
-# RAM asynchronously, about 1% slower, saving 52 GB; **sharing memory** with vLLM removes
-# the engine's separate 16 GB.
-#
-# Those three add up to 136.5 GB of the 456.5 GB saved. The biggest line, training memory
-# 414 → 42 GB, is not broken down in the guide; of its 372 GB, the guide names only the
-# 52 GB of offloaded activations. The remaining 320 GB is the size of what a naive loss
-# keeps alive in its **backward** pass: the guide's 78.3 GB counts full-vocabulary
-# tensors once, but autograd holds several at the same time (the logits, the float32
-# log-softmax, the gradient of each). Section 6 measures how many, and turns the
-# measurement into gigabytes at these shapes.
+# RAM asynchronously, about 1% slower, saving the whole training-memory drop,
+# 414 − 42 = 372 GB; **sharing memory** with vLLM removes the engine's separate 16 GB.
+# (The guide prints "52 GB" for the checkpointing line; Unsloth's original post says
+# 372 GB, and only 372 makes the table add up.) The cell checks that the three savings
+# are the whole difference between the totals:
 
 # %%
 parts = ["training memory", "GRPO memory (logits)", "inference engine", "KV cache (20K)"]
 reported = {"Unsloth": [42, 9.8, 0, 2.5], "standard + FA2": [414, 78.3, 16, 2.5]}
+savings = {part: big - small for part, small, big in zip(parts, reported["Unsloth"], reported["standard + FA2"])}
+total_saved = sum(reported["standard + FA2"]) - sum(reported["Unsloth"])
+print(" + ".join(f"{value:g} ({part})" for part, value in savings.items() if value),
+      f"= {sum(savings.values()):.1f} GB; totals: {sum(reported['standard + FA2']):.1f} - "
+      f"{sum(reported['Unsloth']):.1f} = {total_saved:.1f} GB")
 fig, ax = plt.subplots(figsize=(7, 2.6))
 colors = ["#4c72b0", "#dd8452", "#55a868", "#c44e52"]
 for row, (name, values) in enumerate(reported.items()):
@@ -496,7 +538,7 @@ display(plot_memory_vs_chunk_size(results))
 # gradients; very small chunks start to cost time. The trainer uses the fused path
 # (`use_fused_logprobs=True`, `logprob_chunk_size`).
 #
-# ### Back to the 414 GB
+# ### The naive peak at the guide's shapes
 #
 # Divide the measured naive peak by the size of one float32 `(N, V)` tensor and you get
 # how many full-vocabulary tensors a naive forward + backward keeps alive at once. That
@@ -511,15 +553,14 @@ print(f"measured: the naive peak holds {copies:.1f} float32 (N, V) tensors")
 print(f"at 8 x 20K tokens and V = 128,256: one float32 copy = {one_copy:.1f} GB, "
       f"the naive peak = {copies:.1f} x {one_copy:.1f} = {copies * one_copy:.0f} GB")
 print(f"the fused path instead holds one (chunk, V) block: 4,096 rows = {4096 * vocab * 4 / 2**30:.1f} GB")
-print(f"the guide's training memory: 414 - 42 = 372 GB saved, minus 52 GB of offloaded activations = 320 GB")
 
 # %% [markdown]
-# Measured here: about four float32 full-vocabulary tensors at the naive peak (such as the
-# logits, the log-softmax and their gradients), so about 4 × 78.3 ≈ 313 GB at the
-# guide's shapes, against one 2 GB block for the fused path. That accounts for the
-# 320 GB of the training-memory drop that the guide does not itemise, to within a few
-# percent. This is our reconstruction from the shapes and the measurement, consistent
-# with the guide's totals; the guide itself gives no per-item breakdown of that row.
+# The naive peak holds several float32 full-vocabulary tensors at once (the logits, the
+# log-softmax and their gradients: the count printed above), so at the guide's shapes a
+# naive loss needs several times the 78.3 GB of one copy, against one block of about
+# 2 GB for the fused path. That is a measurement of this machine's autograd, scaled by
+# the shapes; the guide's table does not itemise the naive loss's backward pass, so do
+# not read it into the guide's rows.
 #
 # On a GPU the same idea goes one level further down. `course_lib.ops.triton_logprobs`
 # is a Triton kernel: each program walks the vocabulary tile by tile and keeps, per row,

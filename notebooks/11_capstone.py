@@ -139,7 +139,9 @@ print(tokenizer.apply_chat_template(train_prompts[0]["prompt"], add_generation_p
 # - a shaping term: the **proximity** reward for the tiny model (a near miss scores more
 #   than a far one), the **format** reward for SmolLM2 (1 for `<answer>N</answer>`);
 # - a **rubric**: several small checks summed into one function, here "+1 if there is a
-#   number, −1 if not" and "−0.5 if the answer rambles".
+#   number, −1 if not" and "−0.5 if the answer rambles" (more characters than the limit,
+#   not counting the `<answer>` tags, so that a tidy tagged answer is not punished for
+#   its format).
 #
 # `reward_weights` in the config weighs the functions in the total reward.
 
@@ -154,10 +156,17 @@ from course_lib.rewards import (
 )
 from course_lib.widgets import plot_reward_breakdown
 
+import re
+
 rambling_limit = scaled(8, 80)  # characters: the tiny model's answers are a few digits
-tidy_rubric = rubric((1.0, number_reward),
-                     (-0.5, predicate_reward(lambda text: len(text) > rambling_limit, name="rambles")),
-                     name="tidy_rubric")
+
+
+def rambles(text: str) -> bool:
+    """More than `rambling_limit` characters once the answer tags are removed."""
+    return len(re.sub(r"</?answer>", "", text).strip()) > rambling_limit
+
+
+tidy_rubric = rubric((1.0, number_reward), (-0.5, predicate_reward(rambles, name="rambles")), name="tidy_rubric")
 if MODEL == "tiny":
     reward_funcs = get_reward_functions(["correctness_first_number_reward", "proximity_reward"]) + [tidy_rubric]
 else:
@@ -166,6 +175,7 @@ reward_weights = [1.0, 0.5, 0.25]
 
 examples = ["147", "146", "<answer>147</answer>", "one hundred", "147 147 147 147 147 147 147 147"]
 display(plot_reward_breakdown(examples, reward_funcs, reward_weights=reward_weights, answer=["147"] * len(examples)))
+print("tidy_rubric:", dict(zip(examples, tidy_rubric(completions=examples))))
 
 # %% [markdown]
 # Read the table before training: each row is a completion you might see, each column a
@@ -240,10 +250,10 @@ config = GRPOConfig(
     epsilon_high=0.28,                          # DAPO's clip-higher; binds only when num_iterations > 1
     importance_sampling_level="token",          # "sequence" = GSPO
     beta=0.04,                                  # a small KL to the reference, so that `kl` is logged
-    mask_truncated_completions=False,           # keep truncated answers in the loss (and the KL finite)
+    mask_truncated_completions=False,           # keep truncated answers in the loss (True is finite too: lesson 06)
     reward_weights=reward_weights,
     # --- sampling (lessons 05, 10)
-    temperature=1.0,                            # the source notes' advice: 0.7 leaves groups all alike
+    temperature=1.0,                            # the source notes' advice; config_warnings flags below 0.7
     max_completion_length=scaled(8, 48),
     engine=sampler.get("engine", "hf"),         # "vllm": see section 9 and lesson 10
     vllm_dtype=sampler.get("vllm_dtype", "auto"),
@@ -347,10 +357,10 @@ print(f"{len(history)} steps in {time.time() - started:.0f} s")
 # mode), every metric is noisy: read trends over many steps, not single points.
 #
 # Expect the reward to rise slowly with the number of steps: on the tiny model the
-# training reward moves by a few hundredths over 200 steps (0.93 in the first quarter,
-# 0.98 in the last, in our fast-mode run), which is hard to see through the noise. The
-# held-out accuracy of section 7, measured on 200 problems with an interval, is the
-# clearer verdict. One setting we measured on purpose: a learning rate of 3e-4 (ten times
+# training reward moves by a few hundredths over 200 steps (the cell below prints its
+# first and last quarters), which is hard to see through the noise. The held-out
+# accuracy of section 7, measured on 200 problems with a paired interval on the lift, is
+# the clearer verdict: the cell there says whether the lift exceeds its noise. One setting we measured on purpose: a learning rate of 3e-4 (ten times
 # this one) took the same tiny model from 35.5% to 16.5% in a dozen steps: large, noisy
 # steps knock a small model off what it knew.
 
@@ -383,10 +393,90 @@ lift, low, high = lift_interval(correct_before, correct_after)
 print(f"greedy accuracy on {len(test_prompts)} held-out problems (95% intervals), {len(history)} steps:")
 print(f"  before {format_accuracy(sum(correct_before), len(correct_before))}")
 print(f"  after  {format_accuracy(sum(correct_after), len(correct_after))}")
-print(f"  lift   {100 * lift:+.1f} points [{100 * low:+.1f}, {100 * high:+.1f}] (paired: same problems)")
+print(f"  lift   {100 * lift:+.1f} points [{100 * low:+.1f}, {100 * high:+.1f}] (paired: same problems); "
+      + ("larger than its noise (the interval excludes 0)" if low > 0 else "NOT larger than its noise"))
 print(f"{'question':<22} {'reference':>9}   {'before':<28} {'after':<28}")
 for row, before, after in zip(shown, answers_before, answers_after):
     print(f"{row['question']:<22} {row['answer']:>9}   {before.strip()[:28]!r:<28} {after.strip()[:28]!r:<28}")
+
+# %% [markdown]
+# ### Beyond greedy accuracy: pass@k, maj@k, sampled vs greedy
+#
+# Greedy accuracy measures one answer per problem, the policy's most likely one. But RL
+# trains on *samples*, and papers report more than one number:
+#
+# - **pass@k**: the chance that at least one of k samples is right. From n ≥ k samples
+#   with c right, Chen et al. (2021) give the unbiased estimator
+#   `pass@k = 1 − C(n − c, k) / C(n, k)` (`course_lib.evaluation.pass_at_k`, tested
+#   against enumeration of every k-subset). pass@1 is the **sampled accuracy**: the
+#   fraction of right samples at the training temperature, which is not the greedy
+#   accuracy.
+# - **maj@k**: the majority answer of k samples, compared with the reference
+#   (`maj_at_k`, "self-consistency").
+#
+# And they ask a question greedy accuracy cannot: did RL teach the model something new,
+# or did it make what it already could do more likely? Yue et al. (2025, "Does
+# Reinforcement Learning Really Incentivize Reasoning Capacity in LLMs Beyond the Base
+# Model?") found RL raising pass@1 while the base model caught up, or won, at pass@256:
+# RL **sharpens** the distribution toward answers the base model already sampled. A
+# method that **expands** what the model can do would lift pass@k at large k too. The
+# cell samples n = 64 answers per problem from the model before and after training (the
+# base model reloaded) and compares the curves, with paired intervals at k = 1 and 64.
+
+# %%
+from course_lib.evaluation import evaluate_sampled
+
+pass_problems = test_prompts.select(range(scaled(50, 200)))
+ks = (1, 2, 4, 8, 16, 32, 64)
+base_policy, _ = load_policy(MODEL)
+sampled = {label: evaluate_sampled(the_model, tokenizer, pass_problems, n=64, ks=ks, temperature=config.temperature,
+                                   max_new_tokens=max_tokens, seed=0)
+           for label, the_model in (("before", base_policy), ("after", trainer.model))}
+greedy = {"before": correct_before[:len(pass_problems)], "after": correct_after[:len(pass_problems)]}
+print(f"{len(pass_problems)} held-out problems, 64 samples each at temperature {config.temperature}:")
+print(f"{'':<8} {'greedy':>7}" + "".join(f" {'pass@' + str(k):>8}" for k in ks) + f" {'maj@64':>8}")
+for label, result in sampled.items():
+    print(f"{label:<8} {sum(greedy[label]) / len(pass_problems):>7.1%}"
+          + "".join(f" {result.pass_at[k]:>8.1%}" for k in ks) + f" {result.maj_at[64]:>8.1%}")
+lifts = {}
+for k in (1, 64):
+    lifts[k] = lift_interval(sampled["before"].per_problem_pass_at(k), sampled["after"].per_problem_pass_at(k))
+    print(f"pass@{k} lift {100 * lifts[k][0]:+.1f} points [{100 * lifts[k][1]:+.1f}, {100 * lifts[k][2]:+.1f}] (paired)")
+sharpened = lifts[1][1] > 0 and lifts[64][1] <= 0
+verdict = ("sharpened: pass@1 rose beyond its noise, pass@64 did not" if sharpened else
+           "expanded: pass@64 rose beyond its noise too" if lifts[64][1] > 0 else
+           "neither lift exceeds its noise at k = 1")
+print("RL here", verdict)
+
+fig, ax = plt.subplots(figsize=(6, 3.2))
+for label, color in (("before", "tab:gray"), ("after", "tab:blue")):
+    ax.plot(ks, [sampled[label].pass_at[k] for k in ks], marker="o", color=color, label=f"pass@k, {label}")
+    ax.plot(ks, [sampled[label].maj_at[k] for k in ks], linestyle="--", color=color, label=f"maj@k, {label}")
+    ax.axhline(sum(greedy[label]) / len(pass_problems), color=color, linestyle=":", linewidth=1)
+ax.set_xscale("log", base=2)
+ax.set(xlabel="k (samples)", ylabel="accuracy", ylim=(0, 1.02), title=f"{MODEL}: pass@k and maj@k (dotted: greedy)")
+ax.legend(fontsize=8)
+ax.grid(alpha=0.3)
+plt.show()
+
+# %% [markdown]
+# How to read it (the numbers are the cell's, so re-running changes them a little):
+#
+# - **Sampled vs greedy.** pass@1 at temperature 1.0 sits below the greedy accuracy:
+#   sampling spends probability on wrong digits that greedy decoding never picks. Training
+#   raised both here; a policy that grows more certain also brings the two closer, which
+#   on this short run has not happened yet.
+# - **maj@k** climbs above pass@1 once the right answer is the most frequent one, and
+#   stays flat where the model's favourite answer is wrong: voting cannot fix a
+#   systematic error.
+# - **k = 1 against k = 64.** On two-digit additions the answer space is small, so
+#   64 samples at temperature 1.0 stumble on the right number for almost every problem,
+#   trained or not: pass@64 is close to 1 before training and has nowhere to go, and from
+#   k = 16 on the trained model is no better than the base one. That is
+#   the "sharpens" picture of Yue et al. in its smallest form: RL moved probability onto
+#   answers the base model could already sample. On such tasks a large-k pass@k says
+#   little about what the model *knows*; report pass@1 (or greedy) with an interval, and
+#   read pass@k for large k as the ceiling of what sampling can reach.
 
 # %% [markdown]
 # ### Continuous training
@@ -637,7 +727,9 @@ else:
 # ## 11. What to expect on real tasks
 #
 # The tiny model learns addition in minutes because it was trained for it. Real tasks on
-# real models are slower, and the advice from people who run them is consistent:
+# real models are slower. Unsloth's GRPO guide gives the rules of thumb below; they are
+# one team's experience with its own notebooks, not measurements of this course nor a
+# consensus of the field (other recipes differ, e.g. on model size and step counts):
 #
 # - **The reward rises with the number of steps**, but slowly: wait for **at least ~300
 #   steps** before judging a run. Decent results usually take **12 hours or more** of
@@ -648,8 +740,9 @@ else:
 # - **Data**: at least **500 rows** for the best results; even 10 rows can work. GRPO
 #   needs no answers to imitate, only prompts and a good reward function.
 # - **Model size**: GRPO works best from about **1.5B parameters** upward; smaller models
-#   may never produce proper thinking tokens. Start from an instruct model, or give a base
-#   model a chat template.
+#   may never produce proper thinking tokens. An instruct model is the easier start; a
+#   base model works too (DeepSeek-R1-Zero was trained from its base model) once you give
+#   it a chat template or a plain prompt format.
 # - **No reward at all?** Check the two usual suspects: too few training steps, and a
 #   reward function or verifier that does not work (test it on hand-written completions,
 #   as in section 2). A better-shaped reward (partial credit, as in exercise 2) gives

@@ -1,7 +1,8 @@
 """Lesson 04 exercises: the pieces PPO adds when the agent is a language model.
 
 Per-token rewards (KL shaping, score on the last token, the missing-EOS penalty),
-advantage whitening, and the clipped value loss of the critic.
+advantage whitening, the clipped value loss of the critic, and the Bradley-Terry loss of
+the reward model.
 """
 
 import torch
@@ -65,7 +66,7 @@ def whiten(x: torch.Tensor, mask: torch.Tensor, shift_mean: bool = True) -> torc
     together, unbiased variance: divide by the count minus 1):
 
         whitened = (x - mean) / sqrt(var + 1e-8)
-        if not shift_mean: whitened = whitened + mean   (keeps the sign of rewards)
+        if not shift_mean: whitened = whitened + mean   (keeps the batch mean, not each sign)
 
     and 0 at padded positions. PPO for RLHF whitens the advantages (`shift_mean=True`)
     and optionally the per-token rewards (`whiten_rewards`, `shift_mean=False`).
@@ -129,4 +130,33 @@ def value_loss(values: torch.Tensor, old_values: torch.Tensor, returns: torch.Te
     clipped = torch.clamp(values, old_values - cliprange_value, old_values + cliprange_value)  # (B, T)
     per_token = torch.max((values - returns) ** 2, (clipped - returns) ** 2)  # (B, T)
     return 0.5 * (per_token * mask).sum() / mask.sum().clamp(min=1.0)
+    # END SOLUTION
+
+
+def bradley_terry_loss(chosen_scores: torch.Tensor, rejected_scores: torch.Tensor) -> torch.Tensor:
+    """The reward model's loss on preference pairs (Bradley-Terry; InstructGPT eq. 1).
+
+    A labeller preferred completion `chosen` to `rejected` for the same prompt. The
+    Bradley-Terry model says that happens with probability `sigmoid(s_chosen - s_rejected)`;
+    the reward model is trained to maximise the likelihood of the observed choices:
+
+        loss = -mean over pairs of log sigmoid(chosen_scores - rejected_scores)
+
+    Compute `log sigmoid` in one numerically stable step (`torch.nn.functional.logsigmoid`):
+    `torch.log(torch.sigmoid(x))` underflows to `-inf` once `x` is below about -100.
+
+    Args:
+        chosen_scores: `(N,)` the reward model's scores of the preferred completions.
+        rejected_scores: `(N,)` its scores of the other completion of each pair.
+
+    Example: scores `chosen=[0., 3.]`, `rejected=[0., 1.]`: the first pair is a coin flip,
+    `-log(1/2) = 0.6931`; the second wins by 2, `-log sigmoid(2) = 0.1269`; the loss is
+    their mean, 0.4100.
+
+    Returns:
+        A scalar tensor.
+    """
+    # BEGIN SOLUTION
+    # HINT: only the difference chosen - rejected matters; F.logsigmoid keeps huge gaps finite.
+    return -torch.nn.functional.logsigmoid(chosen_scores - rejected_scores).mean()
     # END SOLUTION

@@ -1,4 +1,5 @@
-"""Lesson 05 exercises: GRPO's group-relative advantages and its clipped loss."""
+"""Lesson 05 exercises: GRPO's group-relative advantages, its clipped loss, and the per-token
+log-probs (and entropies) that the loss is built from."""
 
 import torch
 
@@ -66,4 +67,46 @@ def grpo_clipped_loss(logps: torch.Tensor, old_logps: torch.Tensor | None, advan
     mask = mask.to(per_token.dtype)
     per_sequence = (per_token * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1.0)  # (B,)
     return per_sequence.mean()
+    # END SOLUTION
+
+
+def completion_logps_and_entropy(logits: torch.Tensor, input_ids: torch.Tensor, prompt_length: int,
+                                 completion_mask: torch.Tensor, temperature: float = 1.0
+                                 ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-token log-probs of the completion tokens, and the entropy of each next-token distribution.
+
+    `input_ids` is the prompt (its first `prompt_length` columns) followed by the
+    completion (the remaining `T` columns); `logits` is the model's output on it. The
+    logits at position `i` predict the token at position `i + 1`, so completion token `j`
+    (column `prompt_length + j`) is scored by the logits at column `prompt_length + j - 1`:
+    **shift** by one. The sampler divided the logits by `temperature`, so the loss must
+    too, before the softmax. Then, per completion token:
+
+        logps[b, j]   = log_softmax(logits[b, prompt_length + j - 1] / temperature)[input_ids[b, prompt_length + j]]
+        entropy[b, j] = -sum_v p_v log p_v   of that same tempered distribution
+
+    and both are 0 where `completion_mask` is 0 (padding after the end of a completion).
+
+    Args:
+        logits: `(B, L, V)` with `L = prompt_length + T`.
+        input_ids: `(B, L)` prompt then completion ids.
+        prompt_length: `P`, the width of the (left-padded) prompt part.
+        completion_mask: `(B, T)` 1 for completion tokens, 0 for padding.
+        temperature: the sampling temperature (> 0).
+
+    Example: with `V = 2`, uniform logits and temperature 1, every valid token has
+    log-prob `log(1/2) = -0.6931` and entropy `log 2 = 0.6931`.
+
+    Returns:
+        `(logps, entropy)`, both `(B, T)`.
+    """
+    # BEGIN SOLUTION
+    # HINT: logits[:, P - 1 : -1] are the ones that predict the completion tokens input_ids[:, P:].
+    scores = logits[:, prompt_length - 1:-1, :] / temperature  # (B, T, V): position i predicts token i + 1
+    log_probs = torch.log_softmax(scores.float(), dim=-1)  # (B, T, V)
+    tokens = input_ids[:, prompt_length:]  # (B, T)
+    logps = log_probs.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)  # (B, T)
+    entropy = -(log_probs.exp() * log_probs).sum(-1)  # (B, T)
+    mask = completion_mask.to(logps.dtype)
+    return logps * mask, entropy * mask
     # END SOLUTION

@@ -12,7 +12,9 @@ per completion under GSPO's sequence level) and `A` the advantage:
   `eps_max` is `epsilon_high`, 5.0 in ScaleRL, arXiv 2510.13786).
 - `sapo`: `-sigmoid(tau (r - 1)) * 4 / tau * A`, a smooth gate instead of a hard clip, with
   `tau` depending on the sign of A (Soft Adaptive Policy Optimization, arXiv 2511.20347). At
-  r = 1 its gradient equals the unclipped ratio's; it fades smoothly as r moves away.
+  r = 1 its gradient equals the unclipped ratio's. The gate `4 sigma (1 - sigma)` fades on both
+  sides, but the weight `4 sigma (1 - sigma) r` rises above r = 1 (about 1.57 near r = 2 with
+  tau = 1) and only falls below 1 past r ~ 3.4.
 - `vespo`: `-phi(w) * A * log pi` with `phi(w) = exp(lambda + k log w - lambda w)` a gamma-shaped
   weight of the sequence ratio `w` (product of the token ratios, times the sampler
   correction), `phi(1) = 1`, detached (Variational Sequence-Level Soft Policy

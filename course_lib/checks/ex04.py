@@ -1,4 +1,5 @@
-"""Checks for lesson 04 (RLHF with PPO): per-token rewards, whitening, the clipped value loss.
+"""Checks for lesson 04 (RLHF with PPO): per-token rewards, whitening, the clipped value loss,
+the Bradley-Terry loss of the reward model.
 
 Expected values are hand-worked numbers, explicit per-row loops written here, and the
 library (`ops.masking.masked_whiten`, `algos.ppo.value_loss`); each typical mistake is
@@ -7,9 +8,12 @@ reproduced to name it in the hint.
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from ..ops.masking import masked_whiten
+from ..reward_model import bradley_terry_loss as library_bradley_terry_loss
 from ..algos.ppo import value_loss as library_value_loss
 from ..feedback import Hint, assert_close
 
@@ -126,7 +130,7 @@ def _whiten_mistakes(x, mask, shift_mean) -> dict[str, torch.Tensor]:
         "used the population variance (divide by n); PPO's whiten uses the unbiased one (divide by n - 1).":
             ((x - mean) * torch.rsqrt(valid.var(unbiased=False) + 1e-8) + (0 if shift_mean else mean)) * mask,
         "the padded positions are not 0; multiply the result by the mask.": base + (0 if shift_mean else mean),
-        "with shift_mean=False the mean must be added back after scaling (rewards keep their sign).":
+        "with shift_mean=False the mean must be added back after scaling (the batch keeps its mean).":
             base * mask,
         "with shift_mean=True the result must have mean 0: do not add the mean back.": (base + mean) * mask,
         "whitened each row on its own; the statistics are taken over the whole batch.":
@@ -251,3 +255,53 @@ def check_value_loss(fn) -> None:
                    "operations (no .item(), no .detach() of values).")
     loss.backward()
     assert_close(current.grad, reference.grad, name="gradient of the value loss w.r.t. values", atol=1e-7)
+
+
+# ----------------------------------------------------------------------------- Bradley-Terry loss
+def _bt_mistakes(chosen: torch.Tensor, rejected: torch.Tensor) -> dict[str, torch.Tensor]:
+    gap = chosen - rejected
+    return {
+        "chosen and rejected are swapped: the loss is -log sigmoid(chosen - rejected), small when the "
+        "preferred completion scores higher.": -torch.nn.functional.logsigmoid(-gap).mean(),
+        "the sign is flipped: return minus the mean log-likelihood (a loss to minimise).":
+            torch.nn.functional.logsigmoid(gap).mean(),
+        "summed over the pairs; take the mean, so the loss does not grow with the batch size.":
+            -torch.nn.functional.logsigmoid(gap).sum(),
+        "forgot the log: the likelihood of a pair is sigmoid(gap), its negative log is the loss.":
+            -torch.sigmoid(gap).mean(),
+        "compared the two scores with a hinge or a squared error; Bradley-Terry's loss is -log sigmoid(gap).":
+            torch.clamp(1 - gap, min=0).mean(),
+    }
+
+
+def check_bradley_terry_loss(fn) -> None:
+    chosen, rejected = _tensor([0.0, 3.0]), _tensor([0.0, 1.0])
+    got = fn(chosen, rejected)
+    if not isinstance(got, torch.Tensor) or got.dim() != 0:
+        raise Hint(f"return a scalar tensor (0-dimensional); got {got!r}.")
+    assert_close(got, (math.log(2) + math.log(1 + math.exp(-2))) / 2,
+                 name="hand-worked loss (pairs tied at 0, and 3 against 1)", hints=_bt_mistakes(chosen, rejected))
+
+    generator = torch.Generator().manual_seed(0)
+    chosen, rejected = torch.randn(9, generator=generator, dtype=torch.float64), \
+        torch.randn(9, generator=generator, dtype=torch.float64)
+    assert_close(fn(chosen, rejected), library_bradley_terry_loss(chosen, rejected),
+                 name="loss on 9 random pairs", hints=_bt_mistakes(chosen, rejected))
+    assert_close(fn(chosen + 5.0, rejected + 5.0), library_bradley_terry_loss(chosen, rejected),
+                 name="loss with both scores shifted by +5 (only the difference matters)")
+
+    huge = fn(_tensor([-1000.0]), _tensor([1000.0]))
+    if not torch.isfinite(huge):
+        raise Hint("a pair whose preferred completion scores 2000 lower gave an infinite loss: log(sigmoid(x)) "
+                   "underflows; use torch.nn.functional.logsigmoid(x).")
+    assert_close(huge, 2000.0, name="loss of a pair lost by 2000 (-log sigmoid(-2000) = 2000)", atol=1e-6)
+
+    current_chosen = chosen.clone().requires_grad_(True)
+    current_rejected = rejected.clone().requires_grad_(True)
+    loss = fn(current_chosen, current_rejected)
+    if not loss.requires_grad:
+        raise Hint("the loss has no gradient; build it from the scores with torch operations (no .item()).")
+    loss.backward()
+    expected = -torch.sigmoid(rejected - chosen) / len(chosen)  # d loss / d chosen, per pair
+    assert_close(current_chosen.grad, expected, name="gradient w.r.t. the chosen scores", atol=1e-9)
+    assert_close(current_rejected.grad, -expected, name="gradient w.r.t. the rejected scores", atol=1e-9)

@@ -1,8 +1,11 @@
-"""Checks for lesson 05 (GRPO): group advantages and the clipped loss with loss_type="grpo".
+"""Checks for lesson 05 (GRPO): group advantages, the clipped loss with loss_type="grpo", and the
+per-token log-probs and entropies.
 
 Expected values are hand-worked numbers and `course_lib` (advantages.group_advantages,
 losses.policy_loss); each typical mistake is reproduced to name it in the hint.
 """
+
+import math
 
 import torch
 
@@ -30,6 +33,9 @@ def _advantage_mistakes(rewards: torch.Tensor, num_generations: int) -> dict[str
         "forgot the + 1e-4 in the denominator: a group whose rewards are all equal gives 0 / 0 = NaN.":
             ((grouped - mean) / std).view(-1),
         "did not subtract the group mean.": (grouped / (std + 1e-4)).view(-1),
+        "subtracted the group mean but did not divide by the group's std: that is scale_rewards='none' "
+        "(Dr. GRPO, lesson 06), a valid choice but not GRPO's z-score; divide by std + 1e-4.":
+            (grouped - mean).view(-1),
         "grouped the rewards generation-major (rewards.view(num_generations, -1)); the layout is "
         "prompt-major: the G completions of a prompt are contiguous, use rewards.view(-1, G).":
             ((by_generation - by_generation.mean(0)) / (by_generation.std(0) + 1e-4)).view(-1),
@@ -89,6 +95,7 @@ def _loss_mistakes(logps, old_logps, advantages, mask, epsilon) -> dict[str, tor
     clipped_only = -(torch.clamp(ratio, 1 - epsilon, 1 + epsilon) * adv)
     per_token = -torch.min(ratio * adv, torch.clamp(ratio, 1 - epsilon, 1 + epsilon) * adv)
     optimistic = -torch.max(ratio * adv, torch.clamp(ratio, 1 - epsilon, 1 + epsilon) * adv)
+    product_clamped = -torch.min(ratio * adv, torch.clamp(ratio * adv, 1 - epsilon, 1 + epsilon))
     log_ratio = logps - old_logps
     no_exp = -torch.min(log_ratio * adv, torch.clamp(log_ratio, 1 - epsilon, 1 + epsilon) * adv)
     seq_mean = lambda x: ((x * mask).sum(1) / mask.sum(1)).mean()  # noqa: E731
@@ -101,6 +108,9 @@ def _loss_mistakes(logps, old_logps, advantages, mask, epsilon) -> dict[str, tor
         "averages each sequence over its own tokens, then averages the sequences.": library(loss_type="bnpo"),
         "the sign is flipped: return the *loss*, minus the clipped objective.": -library(),
         "no clipping: take min(r * A, clip(r, 1 - eps, 1 + eps) * A).": seq_mean(unclipped),
+        "clamped the product r * A to [1 - eps, 1 + eps]; clip the RATIO, then multiply: "
+        "clip(r, 1 - eps, 1 + eps) * A (the range is about r, whatever the size or sign of A).":
+            seq_mean(product_clamped),
         "used only the clipped term; the min with the unclipped term r * A is what makes the bound "
         "pessimistic.": seq_mean(clipped_only),
         "ignored the mask: padded tokens must not count (divide by each row's number of valid tokens).":
@@ -156,3 +166,86 @@ def check_grpo_clipped_loss(fn) -> None:
             raise Hint(f"{label}: the gradient is zero. Did you forget to detach the old log-probs? They are "
                        "constants of the objective: use old_logps.detach().")
         assert_close(got, reference.grad, name=f"gradient of the loss w.r.t. logps ({label})", atol=1e-6)
+
+
+# ----------------------------------------------------------------------------- per-token log-probs
+def _loop_logps_entropy(logits, input_ids, prompt_length, mask, temperature):
+    """Token by token, written out: the reference for the check."""
+    batch, width = mask.shape
+    logps, entropy = torch.zeros(batch, width, dtype=torch.float64), torch.zeros(batch, width, dtype=torch.float64)
+    for b in range(batch):
+        for j in range(width):
+            if mask[b, j] == 0:
+                continue
+            row = logits[b, prompt_length + j - 1].double() / temperature
+            log_p = row - torch.logsumexp(row, 0)
+            logps[b, j] = log_p[input_ids[b, prompt_length + j]]
+            entropy[b, j] = -(log_p.exp() * log_p).sum()
+    return logps, entropy
+
+
+def _logps_case(seed: int):
+    generator = torch.Generator().manual_seed(seed)
+    batch, prompt_length, width, vocab = 3, 4, 5, 7
+    logits = torch.randn(batch, prompt_length + width, vocab, generator=generator, dtype=torch.float64) * 2
+    input_ids = torch.randint(0, vocab, (batch, prompt_length + width), generator=generator)
+    mask = (torch.arange(width).unsqueeze(0) < torch.tensor([[5], [2], [4]])).long()
+    return logits, input_ids, prompt_length, mask
+
+
+def _logps_mistakes(logits, input_ids, prompt_length, mask, temperature) -> dict[str, tuple]:
+    def tempered(shift=1, temp=temperature, after=False):
+        scores = logits[:, prompt_length - shift: logits.shape[1] - shift, :].double()
+        log_probs = torch.log_softmax(scores if after else scores / temp, dim=-1)
+        if after:
+            log_probs = log_probs / temp
+        tokens = input_ids[:, prompt_length:]
+        return log_probs.gather(-1, tokens.unsqueeze(-1)).squeeze(-1) * mask, log_probs
+
+    no_shift, _ = tempered(shift=0)
+    no_temp, _ = tempered(temp=1.0)
+    after, _ = tempered(after=True)
+    right, log_probs = tempered()
+    unmasked = log_probs.gather(-1, input_ids[:, prompt_length:].unsqueeze(-1)).squeeze(-1)
+    return {
+        "no shift: the logits at position i predict the token at i + 1, so the completion tokens are scored by "
+        "logits[:, P - 1 : -1], not logits[:, P:].": no_shift,
+        "the temperature is missing: divide the logits by it before the log-softmax, as the sampler did.": no_temp,
+        "divided the log-probs by the temperature; divide the LOGITS, then take the log-softmax.": after,
+        "the padded positions are not 0: multiply by completion_mask.": unmasked,
+    }
+
+
+def check_completion_logps_and_entropy(fn) -> None:
+    # Hand-worked: uniform logits over V = 2 -> log-prob log(1/2), entropy log 2 on valid tokens.
+    logits = torch.zeros(1, 4, 2, dtype=torch.float64)
+    got = fn(logits, torch.tensor([[0, 1, 0, 1]]), 2, torch.tensor([[1, 0]]), 1.0)
+    if not isinstance(got, tuple) or len(got) != 2:
+        raise Hint("return a pair (logps, entropy), each (B, T).")
+    logps, entropy = got
+    if logps.shape != (1, 2) or entropy.shape != (1, 2):
+        raise Hint(f"both outputs are (B, T) = (1, 2), one value per completion token; got {tuple(logps.shape)} "
+                   f"and {tuple(entropy.shape)}.")
+    unmasked = "the padded positions are not 0: multiply by completion_mask."
+    assert_close(logps, [[math.log(0.5), 0.0]], name="log-probs under uniform logits (second token padded)",
+                 hints={unmasked: [[math.log(0.5), math.log(0.5)]]})
+    assert_close(entropy, [[math.log(2.0), 0.0]], name="entropy of a uniform 2-way choice (second token padded)",
+                 hints={unmasked: [[math.log(2.0), math.log(2.0)]]})
+
+    for seed, temperature in ((0, 1.0), (1, 0.7), (2, 1.6)):
+        logits, input_ids, prompt_length, mask = _logps_case(seed)
+        logps, entropy = fn(logits, input_ids, prompt_length, mask, temperature)
+        expected_logps, expected_entropy = _loop_logps_entropy(logits, input_ids, prompt_length, mask, temperature)
+        mistakes = _logps_mistakes(logits, input_ids, prompt_length, mask, temperature)
+        assert_close(logps, expected_logps, name=f"log-probs (temperature {temperature})",
+                     hints={message: wrong for message, wrong in mistakes.items()})
+        assert_close(entropy, expected_entropy, name=f"entropies (temperature {temperature})",
+                     hints={"the entropy is of the tempered distribution: divide the logits by the temperature "
+                            "first.": _loop_logps_entropy(logits, input_ids, prompt_length, mask, 1.0)[1]}
+                     if temperature != 1.0 else None)
+
+    logits, input_ids, prompt_length, mask = _logps_case(3)
+    current = logits.clone().requires_grad_(True)
+    logps, _ = fn(current, input_ids, prompt_length, mask, 1.0)
+    if not logps.requires_grad:
+        raise Hint("the log-probs have no gradient; keep them in the graph (no .detach(), no torch.no_grad()).")

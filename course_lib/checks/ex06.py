@@ -1,5 +1,4 @@
-"""Checks for lesson 06 (GRPO variants): loss aggregation, GSPO's sequence ratio, two-sided clipping,
-CISPO's per-token loss.
+"""Checks for lesson 06 (GRPO variants): loss aggregation, GSPO's sequence ratio, two-sided clipping.
 
 Expected values are hand-worked numbers and `course_lib.algos.grpo.policy_loss` on the same
 inputs; typical mistakes are reproduced to name them in the hint.
@@ -218,43 +217,3 @@ def check_two_sided_clip_objective(fn) -> None:
                      _library_objective(ratio, advantages, epsilon, epsilon_high, delta),
                      name=f"random ratios, epsilon={epsilon}, epsilon_high={epsilon_high}, delta={delta}",
                      hints=_clip_mistakes(ratio, advantages, epsilon, epsilon_high, delta))
-
-
-# ---------------------------------------------------------------------------- cispo_per_token_loss
-def _cispo_value_and_grad(fn, logps, old, advantages, epsilon_max):
-    leaf = logps.clone().requires_grad_(True)
-    loss = fn(leaf, old, advantages, epsilon_max)
-    if not isinstance(loss, torch.Tensor) or loss.shape != logps.shape:
-        raise Hint(f"return the (B, T) per-token losses, got {getattr(loss, 'shape', type(loss))}.")
-    if not loss.requires_grad:
-        raise Hint("the loss carries no gradient: only the clipped weight is detached, logps must stay in the graph.")
-    (grad,) = torch.autograd.grad(loss.sum(), leaf)
-    return loss.detach(), grad
-
-
-def check_cispo_per_token_loss(fn) -> None:
-    logps, old, advantages = _t([[math.log(8.0), math.log(0.5)]]), _t([[0.0, 0.0]]), _t([1.0])
-    loss, grad = _cispo_value_and_grad(fn, logps, old, advantages, 5.0)
-    assert_close(loss, [[-5 * math.log(8.0), -0.5 * math.log(0.5)]], name="the docstring's example (r = 8 and 0.5)",
-                 hints={"clipped the ratio from below as well: CISPO only caps it at epsilon_max.":
-                        [[-5 * math.log(8.0), -math.log(0.5) * 1.0]],
-                        "did not clip the weight: min(r, epsilon_max).": [[-8 * math.log(8.0), -0.5 * math.log(0.5)]],
-                        "returned PPO's -r * A instead of -sg(w) * A * logps.": [[-5.0, -0.5]]})
-
-    generator = torch.Generator().manual_seed(13)
-    logps = -torch.rand(6, 9, generator=generator, dtype=F64) * 3
-    old = logps + torch.randn(6, 9, generator=generator, dtype=F64) * 1.2
-    advantages = torch.randn(6, generator=generator, dtype=F64)
-    for epsilon_max in (5.0, 1.5):
-        leaf = logps.clone().requires_grad_(True)
-        expected = policy_loss(leaf, old, advantages, torch.ones_like(logps), loss_type="cispo",
-                               epsilon_high=epsilon_max).per_token_loss
-        (expected_grad,) = torch.autograd.grad(expected.sum(), leaf)
-        loss, grad = _cispo_value_and_grad(fn, logps, old, advantages, epsilon_max)
-        assert_close(loss, expected.detach(), name=f"per-token losses (epsilon_max={epsilon_max})")
-        ratio = torch.exp(logps - old)
-        undetached = -(torch.clamp(ratio, max=epsilon_max) * (1 + logps) * (ratio < epsilon_max)
-                       + torch.clamp(ratio, max=epsilon_max) * (ratio >= epsilon_max)) * advantages.unsqueeze(1)
-        assert_close(grad, expected_grad, name=f"gradient with respect to logps (epsilon_max={epsilon_max})", hints={
-            "the clipped weight was not detached: its own gradient leaks in (use .detach() on min(r, epsilon_max)).":
-                undetached})

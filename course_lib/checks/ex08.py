@@ -1,5 +1,5 @@
 """Checks for lesson 08 (RLOO): leave-one-out advantages, the KL in the reward, Reinforce++'s
-per-token rewards, and flagging an unhealthy `val/ratio`.
+per-token rewards, and the sequence-level clipped loss.
 
 Expected values are the worked numbers of the RLOO notes (3 prompts x 4 completions, rewards 1..10),
 other hand-worked cases, `course_lib.algos.rloo.rloo_advantages`, and explicit loops
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from ..algos.rloo import generation_major_to_prompt_major
+from ..algos.rloo import generation_major_to_prompt_major, rloo_policy_loss
 from ..algos.rloo import rloo_advantages as library_rloo_advantages
 from ..feedback import Hint, assert_close
 
@@ -198,33 +198,62 @@ def check_token_level_rewards(fn) -> None:
         assert_close(got.sum(1), expected_rlhf, name="per-token rewards summed over the completion")
 
 
-def check_unhealthy_ratio_steps(fn) -> None:
-    history = [{"step": 1, "val/ratio": 1.0}, {"step": 2, "val/ratio": 1.05}, {"step": 3, "val/ratio": 0.4},
-               {"step": 4, "val/ratio": 2.0}, {"step": 5, "val/ratio": None}, {"step": 6, "val/ratio": 1.2}]
-    try:
-        got = fn(history, 0.2)
-    except (TypeError, KeyError) as error:
-        raise Hint(f"rows with val/ratio None (or without the key) must be skipped; your function raised "
-                   f"{type(error).__name__}: {error}.") from error
-    if got == [4]:
-        raise Hint("only ratios above 1 + cliprange were flagged; a ratio of 0.4 (or 0.1) means the policy "
-                   "moved just as drastically, in the other direction.")
-    if got == [3, 4, 6]:
-        raise Hint("a ratio exactly on the band's edge (1.2 with cliprange 0.2) is still inside: use < and >.")
-    if list(got) != [3, 4]:
-        raise Hint(f"ratios 1.0, 1.05, 0.4, 2.0, None, 1.2 with cliprange=0.2: expected steps [3, 4], got {got!r}.")
+def _sequence_loss_variants(logps, old, advantages, mask, c) -> dict[str, torch.Tensor]:
+    """The usual slips, computed so the hint can name them."""
+    valid = mask != 0
+    diff = torch.where(valid, logps - old, torch.zeros_like(logps))
+    ratio_seq = diff.sum(1).exp()
+    token_ratio = diff.exp()
+    adv = advantages.unsqueeze(1)
+    token_loss = torch.max(-adv * token_ratio, -adv * token_ratio.clamp(1 - c, 1 + c))
+    return {
+        "you clipped per token: RLOO's action is the whole completion, one ratio exp(sum of log-ratios) per row.":
+            ((token_loss * mask).sum(1) / mask.sum(1).clamp(min=1)).mean(),
+        "you took min instead of max of the two losses (the pessimistic bound is the larger loss).":
+            torch.min(-advantages * ratio_seq, -advantages * ratio_seq.clamp(1 - c, 1 + c)).mean(),
+        "padded positions entered the sum: mask the log-ratios before summing.":
+            torch.max(-advantages * (logps - old).sum(1).exp(),
+                      -advantages * (logps - old).sum(1).exp().clamp(1 - c, 1 + c)).mean(),
+        "you averaged the log-ratio over the tokens (that is GSPO's ratio); RLOO sums it.":
+            torch.max(-advantages * (diff.sum(1) / mask.sum(1)).exp(),
+                      -advantages * (diff.sum(1) / mask.sum(1)).exp().clamp(1 - c, 1 + c)).mean(),
+    }
 
-    history = [{"step": 10, "loss": 0.1}, {"step": 20, "val/ratio": float("nan")}, {"step": 30, "val/ratio": 1000.0},
-               {"step": 40, "val/ratio": 0.1}, {"step": 50, "val/ratio": 0.95}, {"step": 60, "val/ratio": 1.12}]
-    try:
-        got = fn(history, 0.1)
-    except (TypeError, KeyError) as error:
-        raise Hint(f"rows without val/ratio (or with NaN) must be skipped; your function raised "
-                   f"{type(error).__name__}: {error}.") from error
-    if 20 in list(got):
-        raise Hint("a NaN ratio was flagged; skip it (NaN compares False with everything, so test math.isnan).")
-    if list(got) != [30, 40, 60]:
-        raise Hint(f"with cliprange=0.1 the band is [0.9, 1.1]: expected steps [30, 40, 60], got {got!r}. "
-                   "Did you use the cliprange argument instead of a fixed 0.2?")
-    if fn([], 0.2) != []:
-        raise Hint("an empty history has no unhealthy step: return [].")
+
+def check_rloo_sequence_clipped_loss(fn) -> None:
+    # The docstring's example: r = e^0.3 = 1.35 > 1.2 with A = +1: the clipped branch, loss -1.2, no gradient.
+    logps = torch.tensor([[0.2, 0.1]], dtype=torch.float64, requires_grad=True)
+    loss = fn(logps, torch.zeros(1, 2, dtype=torch.float64), torch.tensor([1.0], dtype=torch.float64),
+              torch.ones(1, 2, dtype=torch.float64), 0.2)
+    if not isinstance(loss, torch.Tensor) or loss.dim() != 0:
+        raise Hint(f"return a scalar tensor (the mean over completions), got {getattr(loss, 'shape', type(loss))}.")
+    example = (logps.detach(), torch.zeros(1, 2, dtype=torch.float64), torch.tensor([1.0], dtype=torch.float64),
+               torch.ones(1, 2, dtype=torch.float64), 0.2)
+    assert_close(loss, -1.2, name="the docstring's example (r = e^0.3, A = +1, c = 0.2)",
+                 hints=_sequence_loss_variants(*example))
+    if loss.requires_grad:
+        (grad,) = torch.autograd.grad(loss, logps)
+        if grad.abs().max() > 1e-12:
+            raise Hint("the clipped branch must give no gradient: clamp the ratio (torch.clamp), do not detach "
+                       "or rebuild it by hand.")
+
+    generator = torch.Generator().manual_seed(8)
+    B, T = 6, 7
+    lengths = torch.tensor([7, 3, 5, 1, 6, 4])
+    mask = (torch.arange(T).unsqueeze(0) < lengths.unsqueeze(1)).to(torch.float64)
+    old = -torch.rand(B, T, generator=generator, dtype=torch.float64) * 2
+    current = old + 0.15 * torch.randn(B, T, generator=generator, dtype=torch.float64)
+    current = torch.where(mask.bool(), current, torch.full_like(current, -1e4))  # garbage in the padding
+    advantages = torch.randn(B, generator=generator, dtype=torch.float64)
+    for c in (0.2, 0.05):
+        leaf = current.clone().requires_grad_(True)
+        expected = rloo_policy_loss(leaf, old, advantages, mask, cliprange=c).loss
+        (expected_grad,) = torch.autograd.grad(expected, leaf)
+        leaf = current.clone().requires_grad_(True)
+        got = fn(leaf, old, advantages, mask, c)
+        assert_close(got, expected.detach(), name=f"random completions of lengths 1 to 7, cliprange={c}",
+                     hints=_sequence_loss_variants(current, old, advantages, mask, c))
+        if not got.requires_grad:
+            raise Hint("the loss carries no gradient: keep logps in the graph (detach nothing).")
+        (grad,) = torch.autograd.grad(got, leaf)
+        assert_close(grad, expected_grad, name=f"gradient with respect to logps (cliprange={c})")

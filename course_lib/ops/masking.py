@@ -113,7 +113,8 @@ def masked_whiten(
         x: values `(B, T)`.
         mask: same shape as `x`.
         shift_mean: subtract the mean; with `False` the mean is added back after scaling
-            (rewards keep their sign, as in reward whitening).
+            (reward whitening: the batch keeps its mean; a single value can change sign,
+            e.g. [-0.1, 0.1, 10] -> [2.74, 2.77, 4.49]).
         eps: added to the variance before the square root.
 
     Returns:

@@ -15,11 +15,17 @@
   advantage step must then give it advantage 0, as TRL does with ``nan_to_num``.
 
 Where we are stricter than TRL, on purpose:
+- each call has a time limit (``timeout_s``, ``RLConfig.reward_timeout_s``): a function that
+  never returns is a ``RewardFunctionError`` naming it, not a hung run; each function gets
+  its own copy of the prompts, completions and columns, so one that edits them cannot
+  change what the next one sees (``course_lib.rewards.calling``);
 - an exception inside a reward function is re-raised as ``RewardFunctionError`` naming
   the function and the first sample that fails on its own (found by calling the
   function one sample at a time), with prompt and completion, chained to the original;
-- ``inf`` / ``-inf`` are treated as NaN with a warning (TRL passes them on, and one
-  infinite reward turns every advantage of its group into NaN);
+- ``inf`` / ``-inf``, and numbers beyond float32's range (``10**400``, ``1e39``: they would
+  become inf in the reward tensor), are treated as NaN with a warning (TRL passes them on,
+  and one infinite reward turns every advantage of its group into NaN); a weighted total
+  that overflows float32 (``reward_weights=[1e308, ...]``) is NaN with a warning too;
 - a value that is not a number (a string, a list) is an error naming function and sample.
 
 What a reward function may return, exactly (anything else is a ``RewardFunctionError``
@@ -42,8 +48,6 @@ long, ...). ``rubric`` sums weighted checks into one reward function, and
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
 import functools
 import inspect
 import math
@@ -53,11 +57,13 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 import numpy as np
 import torch
 
+from .calling import DEFAULT_REWARD_TIMEOUT_S, RewardTimeout, await_all, call_with_timeout, check_timeout, private_copies
 from .extract import completion_text
 
 __all__ = [
     "RewardFunctionError",
     "UnscorableSampleWarning",
+    "RewardOverflowWarning",
     "reward_function_name",
     "predicate_reward",
     "rubric",
@@ -73,6 +79,14 @@ class RewardFunctionError(RuntimeError):
 
 class UnscorableSampleWarning(UserWarning):
     """Every reward function returned None (or NaN) for a sample."""
+
+
+class RewardOverflowWarning(RuntimeWarning):
+    """A reward, or a weighted total of rewards, is infinite or beyond float32's range; it counts as NaN."""
+
+
+#: Largest float32: a reward or weighted total beyond it would be inf in the reward tensor.
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
 def reward_function_name(function: Callable) -> str:
@@ -156,9 +170,28 @@ def _short(value: Any, limit: int = 200) -> str:
     return text if len(text) <= limit else text[:limit] + f"... [{len(text) - limit} more chars]"
 
 
-def _call(function: RewardFunction, prompts, completions, columns, extra) -> Sequence[Any]:
-    output = function(prompts=prompts, completions=completions, **columns, **extra)
-    return _await_all([output])[0] if inspect.isawaitable(output) else output
+# Passed as they are, not copied: the trainer's state, and the rollouts' live environments
+# (whose get_reward reads the state the tools left; they may hold what cannot be copied).
+_LIVE_EXTRAS = ("trainer_state", "environments")
+
+
+def _call(function: RewardFunction, prompts, completions, columns, extra,
+          timeout_s: float | None = DEFAULT_REWARD_TIMEOUT_S) -> Sequence[Any]:
+    """One call on private copies of the inputs, within ``timeout_s`` seconds (``RewardTimeout``)."""
+    label = f"reward function {reward_function_name(function)!r}"
+    prompts, completions, columns, copied_extra = private_copies(
+        prompts, completions, columns, {k: v for k, v in extra.items() if k not in _LIVE_EXTRAS})
+    extra = {**extra, **copied_extra}
+
+    def call():
+        output = function(prompts=prompts, completions=completions, **columns, **extra)
+        if inspect.isawaitable(output):
+            output = await_all([output], None, label)[0]
+            if isinstance(output, BaseException):
+                raise output
+        return output
+
+    return call_with_timeout(call, timeout_s, label)
 
 
 def is_async_reward(function: Callable) -> bool:
@@ -166,26 +199,15 @@ def is_async_reward(function: Callable) -> bool:
     return inspect.iscoroutinefunction(function) or inspect.iscoroutinefunction(getattr(function, "__call__", None))
 
 
-def _await_all(awaitables: list) -> list:
-    """Run awaitables concurrently; each result, or the exception it raised, in order.
-
-    A fresh event loop on a worker thread, so this works from plain scripts and from a
-    notebook alike (whose own loop is already running in the main thread).
-    """
-    async def gather():
-        return await asyncio.gather(*awaitables, return_exceptions=True)
-
-    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
-        return pool.submit(asyncio.run, gather()).result()
-
-
-def _failing_sample(function, prompts, completions, columns, extra) -> int | None:
+def _failing_sample(function, prompts, completions, columns, extra, timeout_s) -> int | None:
     """Call ``function`` one sample at a time; the index of the first that fails alone."""
     for i in range(len(completions)):
         row = {k: [v[i]] for k, v in columns.items()}
-        row_extra = {k: ([v[i]] if k == "completion_ids" else v) for k, v in extra.items()}
+        row_extra = {k: ([v[i]] if k in ("completion_ids", "environments") else v) for k, v in extra.items()}
         try:
-            _call(function, [prompts[i]], [completions[i]], row, row_extra)
+            _call(function, [prompts[i]], [completions[i]], row, row_extra, timeout_s)
+        except RewardTimeout:
+            return None  # a second wait would not say more
         except Exception:  # noqa: BLE001 - only locating the failure; the batch error is reported
             return i
     return None
@@ -213,7 +235,8 @@ def combine_rewards(
     Returns:
         `(B,)` `nansum_f(w_f * r_f)`. A row where *every* function returned NaN is NaN
         (as in TRL 1.16: such a completion is unscorable and later gets advantage 0),
-        not 0 as a plain nansum would give.
+        not 0 as a plain nansum would give. The sum is taken in float64; a total beyond
+        float32's range (huge weights or rewards) is NaN too, with a ``RewardOverflowWarning``.
     """
     if not isinstance(rewards_per_func, torch.Tensor):
         rewards_per_func = torch.tensor(
@@ -222,17 +245,23 @@ def combine_rewards(
     if rewards_per_func.dim() != 2:
         raise ValueError(f"rewards_per_func has shape {tuple(rewards_per_func.shape)}; expected (B, F). "
                          "Fix: stack one column per reward function.")
-    num_funcs = rewards_per_func.shape[1]
+    num_funcs, dtype = rewards_per_func.shape[1], rewards_per_func.dtype
     if reward_weights is None:
-        weights = torch.ones(num_funcs, dtype=rewards_per_func.dtype, device=rewards_per_func.device)
+        weights = torch.ones(num_funcs, dtype=torch.float64, device=rewards_per_func.device)
     else:
-        weights = torch.as_tensor(reward_weights, dtype=rewards_per_func.dtype, device=rewards_per_func.device)
+        weights = torch.as_tensor(reward_weights, dtype=torch.float64, device=rewards_per_func.device)
         if weights.shape != (num_funcs,):
             raise ValueError(f"reward_weights={list(weights.tolist())} has {weights.numel()} entries for "
                              f"{num_funcs} reward functions. Fix: one weight per function, or None.")
-    combined = (rewards_per_func * weights.unsqueeze(0)).nansum(dim=1)  # (B,)
-    unscorable = torch.isnan(rewards_per_func).all(dim=1)
-    return combined.masked_fill(unscorable, float("nan"))
+    combined = (rewards_per_func.double() * weights.unsqueeze(0)).nansum(dim=1)  # (B,) float64
+    overflow = ~(combined.abs() <= _FLOAT32_MAX) & ~combined.isnan()
+    if overflow.any():
+        warnings.warn(f"the weighted total of the rewards overflows float32 for {int(overflow.sum())} of "
+                      f"{len(combined)} samples (reward_weights={weights.tolist()}); those totals count as NaN "
+                      "(advantage 0). Fix: scale the weights or the rewards down.", RewardOverflowWarning,
+                      stacklevel=2)
+    unscorable = torch.isnan(rewards_per_func).all(dim=1) | overflow
+    return combined.masked_fill(unscorable, float("nan")).to(dtype)
 
 
 def compute_rewards(
@@ -244,6 +273,7 @@ def compute_rewards(
     *,
     completion_ids: Sequence[Sequence[int]] | None = None,
     extra_kwargs: Mapping[str, Any] | None = None,
+    timeout_s: float | None = DEFAULT_REWARD_TIMEOUT_S,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Score a batch with several reward functions and combine them with weights.
 
@@ -255,6 +285,7 @@ def compute_rewards(
         weights: F weights (TRL's ``reward_weights``); None means all 1.
         completion_ids: B token-id lists, passed as ``completion_ids`` when given.
         extra_kwargs: passed unchanged to every function (e.g. ``trainer_state``).
+        timeout_s: seconds each function may take on the batch (None: no limit).
 
     Returns:
         ``rewards_per_func``: (B, F) float32, NaN where a function returned None / NaN / inf.
@@ -262,9 +293,10 @@ def compute_rewards(
         unscorable samples (all F entries NaN), as in TRL 1.16.
 
     Raises:
-        RewardFunctionError: a function raised, returned the wrong number of values, or
-            returned a value that is not a number.
+        RewardFunctionError: a function raised, did not return within ``timeout_s``,
+            returned the wrong number of values, or returned a value that is not a number.
     """
+    timeout_s = check_timeout(timeout_s, "timeout_s")
     columns = dict(columns or {})
     extra = dict(extra_kwargs or {})
     batch, n_funcs = len(completions), len(reward_funcs)
@@ -289,16 +321,28 @@ def compute_rewards(
     rewards_per_func = torch.full((batch, n_funcs), math.nan, dtype=torch.float32)
     # async reward functions (remote judges, sandboxes) run concurrently, as in TRL
     waiting = [f for f, function in enumerate(reward_funcs) if is_async_reward(function)]
-    awaited = dict(zip(waiting, _await_all([
-        reward_funcs[f](prompts=prompts, completions=completions, **columns, **extra) for f in waiting])))
+    awaited = {}
+    if waiting:
+        names = ", ".join(repr(reward_function_name(reward_funcs[f])) for f in waiting)
+        calls = []
+        for f in waiting:
+            p, c, cols, copied = private_copies(prompts, completions, columns,
+                                                {k: v for k, v in extra.items() if k != "trainer_state"})
+            calls.append(reward_funcs[f](prompts=p, completions=c, **cols, **{**extra, **copied}))
+        try:
+            awaited = dict(zip(waiting, await_all(calls, timeout_s, f"the async reward function(s) {names}")))
+        except RewardTimeout as error:
+            raise RewardFunctionError(str(error)) from None
     for f, function in enumerate(reward_funcs):
         name = reward_function_name(function)
         try:
-            output = awaited[f] if f in awaited else _call(function, prompts, completions, columns, extra)
+            output = awaited[f] if f in awaited else _call(function, prompts, completions, columns, extra, timeout_s)
             if isinstance(output, BaseException):
                 raise output
+        except RewardTimeout as error:
+            raise RewardFunctionError(str(error)) from None
         except Exception as error:
-            index = _failing_sample(function, prompts, completions, columns, extra)
+            index = _failing_sample(function, prompts, completions, columns, extra, timeout_s)
             where = (f"at {_sample_context(index, prompts, completions, columns)}" if index is not None
                      else "no single sample fails on its own: the error depends on the whole batch")
             raise RewardFunctionError(
@@ -360,12 +404,17 @@ def _as_reward(value: Any, name: str, i: int, prompts, completions, columns) -> 
             f"{_sample_context(i, prompts, completions, columns)}\n  each reward must be a number (int, float, "
             "bool, a NumPy scalar or a 0-d tensor) or None"
         )
-    value = float(value)
-    if math.isinf(value):
+    try:
+        number = float(value)
+    except OverflowError:  # an int beyond float64 (10**400)
+        number = math.inf
+    if math.isinf(number) or abs(number) > _FLOAT32_MAX:
+        shown = _short(repr(value), 40)
         warnings.warn(
-            f"reward function {name!r} returned {value} at sample index {i}; treated as NaN (not applicable)",
-            RuntimeWarning,
+            f"reward function {name!r} returned {shown} at sample index {i}; treated as NaN (not applicable): "
+            "it is infinite or beyond float32's range",
+            RewardOverflowWarning,
             stacklevel=3,
         )
         return math.nan
-    return value
+    return number

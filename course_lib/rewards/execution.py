@@ -61,6 +61,7 @@ def make_code_execution_reward(
     memory_mb: int = 256,
     max_workers: int | None = None,
     name: str = "code_execution_reward",
+    isolation: str = "os",
 ) -> Callable:
     """Build a reward: fraction of the row's tests that the completion's code passes.
 
@@ -70,12 +71,19 @@ def make_code_execution_reward(
         max_workers: completions verified in parallel (threads waiting on child
             processes); default ``min(4, os.cpu_count())``.
         name: the ``__name__`` shown in metrics.
+        isolation: ``"os"`` (default) runs each program in the bubblewrap sandbox and
+            refuses where there is none; ``"process"`` runs it as a plain child process
+            with rlimits and the audit hook, which is no security boundary: only for
+            programs you wrote or read yourself (lesson 09 uses it for its own examples on
+            machines without bubblewrap), never for model output.
 
     Returns:
         A reward function: 0.0 when the completion has no Python block, None when the
         row has no tests (not applicable), else passed / total in [0, 1]. Calling it
         raises ``SandboxUnavailableError`` where no OS isolation is available.
     """
+    if isolation not in ("os", "process"):
+        raise ValueError(f"isolation must be 'os' (the sandbox) or 'process' (your own code only), got {isolation!r}")
     workers = max_workers or min(4, os.cpu_count() or 1)
 
     def score(completion: Any, tests_value: Any) -> float | None:
@@ -85,7 +93,8 @@ def make_code_execution_reward(
         code = extract_code_block(completion_text(completion))
         if code is None:
             return 0.0
-        return run_tests(code, tests, timeout_s=timeout_s, memory_mb=memory_mb).fraction_passed
+        return run_tests(code, tests, timeout_s=timeout_s, memory_mb=memory_mb,
+                         isolation=isolation).fraction_passed
 
     def reward(prompts=None, completions=(), **kwargs) -> list[float | None]:
         if tests_column not in kwargs:

@@ -6,9 +6,10 @@ first step and the numeric comparison; the reward functions that turn a comparis
 a score live beside it.
 
 Simplifications, chosen on purpose: numbers are written in decimal with an optional
-sign, thousands commas and a fractional part (``-1,234.5``); fractions (``3/4``),
-scientific notation in running text, words ("seven") and LaTeX (``\\frac{3}{4}``) are not
-recognised. Math-verify style symbolic equivalence is out of scope.
+sign, thousands commas, a fractional part and an exponent (``-1,234.5``, ``2e5``);
+fractions (``3/4``), words ("seven") and LaTeX (``\\frac{3}{4}``) are not recognised.
+Model text is hostile input: a number of any size (``1e999999999``, ten million digits)
+is read exactly, never rounded and never an exception. Math-verify style symbolic equivalence is out of scope.
 """
 
 from __future__ import annotations
@@ -34,10 +35,15 @@ __all__ = [
 
 # A number in running text. The minus sign counts only where it cannot be a binary
 # minus glued to a previous word or digit ("10-3" is 10 and 3, "x = -3" is -3); a digit
-# run must not continue a previous number; a thousands group needs exactly 3 digits.
+# run must not continue a previous number; a thousands group needs exactly 3 digits; an
+# exponent ("2e5", "1.5E-3") belongs to the number when digits follow the "e".
 _NUMBER = re.compile(
-    r"(?:(?<![\w)\]])-)?(?<![\d.])(?:\d{1,3}(?:,\d{3})+(?!\d)|\d+)(?:\.\d+)?"
+    r"(?:(?<![\w)\]])-)?(?<![\d.])(?:\d{1,3}(?:,\d{3})+(?!\d)|\d+)(?:\.\d+)?(?:[eE][+-]?\d+)?"
 )
+#: Beyond this many digits a normalized number is written in scientific form ("1E+999999999")
+#: instead of spelling out every zero (which would take a gigabyte for that example).
+_MAX_PLAIN_DIGITS = 1000
+_DECIMAL_STR = re.compile(r"(-?)(\d+)(?:\.(\d+))?(?:E([+-]\d+))?")
 _ANSWER_TAG = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
 _CODE_BLOCK = re.compile(r"```[ \t]*([\w+-]*)[^\n]*\n(.*?)```", re.DOTALL)
 _PLAIN_NUMBER = re.compile(r"[+-]?(?:\d{1,3}(?:,\d{3})+|\d+)?(?:\.\d+)?(?:[eE][+-]?\d+)?")
@@ -169,8 +175,25 @@ def normalize_number(text: Any) -> str | None:
         return None
     if number == 0:
         return "0"
-    text = format(number.normalize(), "f")
-    return text
+    # Exact, from the digits: Decimal.normalize() would round to the context's 28 digits and
+    # raise decimal.Overflow beyond its exponent range (model text such as "1e999999999").
+    # str(Decimal) is C-fast even for millions of digits, unlike as_tuple(): read the parts from it.
+    sign, whole, fraction, power = _DECIMAL_STR.fullmatch(str(number)).groups()
+    digits = (whole + (fraction or "")).lstrip("0")
+    exponent = int(power or 0) - len(fraction or "")
+    stripped = digits.rstrip("0")
+    exponent += len(digits) - len(stripped)  # trailing zeros become exponent
+    digits = stripped
+    adjusted = exponent + len(digits) - 1  # the power of ten of the leading digit
+    if abs(adjusted) > _MAX_PLAIN_DIGITS:
+        mantissa = digits[0] + ("." + digits[1:] if len(digits) > 1 else "")
+        return f"{sign}{mantissa}E{adjusted:+d}"
+    if exponent >= 0:
+        return sign + digits + "0" * exponent
+    point = len(digits) + exponent  # digits before the decimal point
+    if point > 0:
+        return f"{sign}{digits[:point]}.{digits[point:]}"
+    return f"{sign}0.{'0' * -point}{digits}"
 
 
 def numbers_equal(a: Any, b: Any, *, rel_tol: float = 1e-6, abs_tol: float = 1e-9) -> bool:
@@ -185,9 +208,18 @@ def numbers_equal(a: Any, b: Any, *, rel_tol: float = 1e-6, abs_tol: float = 1e-
         return False
     if x == y:
         return True
-    if x == x.to_integral_value() and y == y.to_integral_value():
+    if _is_whole(x) and _is_whole(y):
         return False
-    return math.isclose(float(x), float(y), rel_tol=rel_tol, abs_tol=abs_tol)
+    a, b = float(x), float(y)
+    if math.isinf(a) or math.isinf(b):  # beyond float64: unequal Decimals are unequal numbers
+        return False
+    return math.isclose(a, b, rel_tol=rel_tol, abs_tol=abs_tol)
+
+
+def _is_whole(number: Decimal) -> bool:
+    """True for an integer value, decided from the digits (no context: no rounding, no overflow)."""
+    mantissa, _, power = normalize_number(number).partition("E")
+    return len(mantissa.partition(".")[2]) <= int(power or 0)  # decimals <= the power of ten
 
 
 def same_answer(predicted: Any, reference: Any, *, rel_tol: float = 1e-6) -> bool:

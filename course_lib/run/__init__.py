@@ -7,7 +7,9 @@ machinery the trainer and the command line lean on:
 - ``checkpoint.py``, ``state_io.py``: kill-safe checkpoints, read without unpickling code.
 - ``folder.py``: claiming an output folder, refusing to mix two runs in one.
 - ``history.py``: ``history.jsonl`` (one row of metrics per step) and printed samples.
-- ``nonfinite.py``: stop before a NaN/inf loss or gradient reaches the weights.
+- ``nonfinite.py``: stop before a NaN/inf loss or gradient reaches the weights, and before
+  NaN/inf weights are saved or resumed from.
+- ``lifeline.py``: the processes of a launched run die with the command that started them.
 - ``distributed.py``: processes through ``accelerate``, the per-process slice of a batch.
 - ``in_loop_eval.py``: held-out reward and greedy accuracy every ``eval_steps``.
 - ``batches.py``: the prompt sampler and the scored generation batch.

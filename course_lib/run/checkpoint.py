@@ -174,6 +174,35 @@ def checkpoint_problem(folder: str | Path) -> str | None:
         return f"trainer_state.json does not parse ({error})"
     if not isinstance(state, dict) or not {"step", "algo", "sampler"} <= set(state):
         return "trainer_state.json lacks the step, algo or sampler entries"
+    return trainer_state_problem(state)
+
+
+_COUNTERS = ("step", "micro_step", "cycle", "tokens_seen", "batch_position")
+_SAMPLER_KEYS = ("epoch", "position")
+
+
+def _is_count(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def trainer_state_problem(state: dict) -> str | None:
+    """What is wrong with the counters and sampler state of a ``trainer_state.json``, or None.
+
+    Counters are whole numbers >= 0 (``step=-7`` would train from step -6, ``step='2'``
+    would fail deep in the loop); the sampler state holds only ``epoch`` and ``position``.
+    """
+    for key in _COUNTERS:
+        if key in state and not _is_count(state[key]):
+            return f"trainer_state.json has {key}={state[key]!r}, which is not a whole number >= 0"
+    sampler = state.get("sampler")
+    if not isinstance(sampler, dict):
+        return f"trainer_state.json has sampler={sampler!r}, which is not an object"
+    unknown = sorted(set(sampler) - set(_SAMPLER_KEYS))
+    if unknown:
+        return f"trainer_state.json's sampler holds unknown keys {unknown} (known: {', '.join(_SAMPLER_KEYS)})"
+    bad = [k for k in _SAMPLER_KEYS if k in sampler and not _is_count(sampler[k])]
+    if bad:
+        return f"trainer_state.json's sampler has {bad[0]}={sampler[bad[0]]!r}, which is not a whole number >= 0"
     return None
 
 
@@ -245,7 +274,9 @@ class StopOnInterrupt:
 
 
 def restore_weights(folder: str | Path, model, value_head=None) -> None:
-    """Load the checkpoint's weights into ``model`` (full model or LoRA adapters) in place."""
+    """Load the checkpoint's weights into ``model`` (full model or LoRA adapters) in place.
+
+    Weights holding NaN or infinity are a ``CheckpointError`` (``check_finite_state``)."""
     from ..models import is_peft_model
 
     def load_file(path: Path) -> dict:
@@ -268,6 +299,9 @@ def restore_weights(folder: str | Path, model, value_head=None) -> None:
                              f"unexpected {unexpected[:3]}")
     if value_head is not None:
         value_head.load_state_dict(_read_state(Path(folder), load_tensor_state, Path(folder) / "value_head.pt"))
+    check_finite_state(folder, model.named_parameters(), "model weights")
+    if value_head is not None:
+        check_finite_state(folder, value_head.named_parameters(), "value head weights (value_head.pt)")
 
 
 def _read_state(folder: Path, reader, *args):
@@ -284,13 +318,47 @@ def restore_training_state(folder: str | Path, optimizer, scheduler) -> dict | N
     """Load optimizer, scheduler and RNG states; return the saved rollout buffer (or None).
 
     Everything is read before anything is applied, so a damaged file leaves the trainer as it was.
+    An optimizer state holding NaN or infinity is a ``CheckpointError``.
     """
     folder = Path(folder)
     optimizer_state = _read_state(folder, load_tensor_state, folder / "optimizer.pt")
     scheduler_state = _read_state(folder, load_tensor_state, folder / "scheduler.pt")
     rng = _read_state(folder, load_rng, folder)
     rollout = _read_state(folder, load_rollout, folder)
+    check_finite_state(folder, ((f"{key} of parameter {index}", value) for index, entries in
+                                optimizer_state.get("state", {}).items() for key, value in entries.items()),
+                       "optimizer state (optimizer.pt)")
     optimizer.load_state_dict(optimizer_state)
     scheduler.load_state_dict(scheduler_state)
     set_rng_state(rng)
     return rollout
+
+
+def first_non_finite(named_tensors) -> str | None:
+    """The name of the first tensor holding NaN or infinity in ``(name, tensor)`` pairs, else None.
+
+    One device synchronisation for all tensors: the largest magnitude of each (NaN
+    propagates through ``amax``), stacked and checked at once.
+    """
+    named = [(name, t) for name, t in named_tensors if torch.is_tensor(t) and t.is_floating_point() and t.numel()]
+    if not named:
+        return None
+    peaks = torch.stack([t.detach().abs().amax().float().cpu() for _, t in named])
+    finite = torch.isfinite(peaks)
+    if bool(finite.all()):
+        return None
+    return named[int((~finite).nonzero()[0, 0])][0]
+
+
+def check_finite_state(folder: str | Path, named_tensors, where: str) -> None:
+    """Raise ``CheckpointError`` when tensors read from checkpoint ``folder`` hold NaN or infinity.
+
+    Args:
+        named_tensors: ``(name, tensor)`` pairs (a module's ``named_parameters()``, an
+            optimizer state's entries); ``where``: what they are, for the message.
+    """
+    bad = first_non_finite(named_tensors)
+    if bad is not None:
+        raise CheckpointError(f"cannot resume from {folder}: its {where} hold NaN or infinity (first: {bad}); "
+                              "training from them would spread NaN to every weight. Fix: resume from an earlier "
+                              "checkpoint (one saved before the values diverged).")

@@ -93,14 +93,11 @@ def run_train(args) -> int:
     if args.num_processes < 1:
         raise ValueError(f"--num-processes {args.num_processes}: use 1 or more processes.")
     if args.num_processes > 1 and "LOCAL_RANK" not in os.environ:
-        import subprocess
+        return _launch(args)
+    if "LOCAL_RANK" in os.environ:  # a worker of a launched run: it dies with its launcher
+        from .lifeline import die_with_parent
 
-        from .distributed import cuda_requested, launch_command
-
-        config, _, _ = build_run(args)  # fail here, once, on a bad config
-        command = launch_command(args.num_processes, sys.argv[1:], cpu=not cuda_requested(config.device))
-        print("launching:", " ".join(command), file=sys.stderr)
-        return subprocess.call(command)
+        die_with_parent()
     from ..trainer import Trainer
 
     config, reward_funcs, dataset = build_run(args)
@@ -127,9 +124,39 @@ def run_train(args) -> int:
     return 0
 
 
+def _launch(args) -> int:
+    """Run this command on ``args.num_processes`` processes through the launcher; its exit code.
+
+    Everything that can be refused is checked here first, once, as one error line (a bad
+    config, a checkpoint that cannot be resumed, an output folder in use or holding
+    another run) rather than inside N workers' tracebacks. The launcher dies with this
+    process and the workers with the launcher (``course_lib.run.lifeline``).
+    """
+    import subprocess
+
+    from .checkpoint import resolve_resume
+    from .distributed import cuda_requested, launch_command
+    from .lifeline import launcher_preexec
+    from .folder import claim_output_dir
+
+    config, _, _ = build_run(args)
+    resume_folder = resolve_resume(args.resume_from, config.output_dir) if args.resume_from else None
+    with claim_output_dir(config.output_dir, resume_folder=resume_folder, overwrite=config.overwrite_output_dir):
+        pass  # released at once: the main worker takes the lock for the run
+    command = launch_command(args.num_processes, sys.argv[1:], cpu=not cuda_requested(config.device))
+    print("launching:", " ".join(command), file=sys.stderr)
+    launcher = subprocess.Popen(command, preexec_fn=launcher_preexec(os.getpid()))
+    while True:
+        try:
+            return launcher.wait()
+        except KeyboardInterrupt:  # Ctrl-C reached the launcher and the workers too: they save and stop
+            continue
+
+
 def _evaluate(trainer, args) -> float:
     from ..data import get_task
     from ..evaluation import evaluate_accuracy
 
     test = get_task(args.task, split="test", n=args.eval_n, seed=0)
-    return evaluate_accuracy(trainer.model, trainer.tokenizer, test, max_new_tokens=trainer.config.max_completion_length)
+    return evaluate_accuracy(trainer.model, trainer.tokenizer, test, max_new_tokens=trainer.config.max_completion_length,
+                             progress=True)

@@ -58,7 +58,8 @@ class InLoopEvaluator:
         conversational = isinstance(repeated[0], list)
         completions = [[{"role": "assistant", "content": t}] if conversational else t for t in rollout.texts]
         columns = {k: [v for v in values for _ in range(n)] for k, values in self.columns.items() if k != "prompt"}
-        per_func, total = compute_rewards(self.reward_funcs, repeated, completions, columns, self.reward_weights)
+        per_func, total = compute_rewards(self.reward_funcs, repeated, completions, columns, self.reward_weights,
+                                          timeout_s=self.config.reward_timeout_s)
         return rollout.texts, per_func, total
 
     @torch.no_grad()

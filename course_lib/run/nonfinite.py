@@ -1,4 +1,4 @@
-"""Stop a run whose loss or gradient is NaN or infinite, before the optimizer applies it.
+"""Stop a run whose loss, gradient or weights are NaN or infinite, so that NaN weights are never saved.
 
 One non-finite gradient is enough to turn every weight into NaN: Adam's moments absorb
 it and never recover. ``check_finite_update`` runs between the backward passes of an
@@ -6,6 +6,13 @@ optimizer step and ``optimizer.step()``; it raises ``NonFiniteTrainingError`` na
 step, the metric and its value, and the last checkpoint to resume from (with a lower
 learning rate, a smaller ``max_grad_norm``, or ``bf16`` off). The weights are still
 those of the previous step when it raises.
+
+A finite gradient can still give non-finite weights (a huge learning rate or weight
+decay, a NaN in the optimizer's moments): ``check_finite_weights`` looks at the
+parameters after ``optimizer.step()`` and raises before anything is saved or sampled.
+``checkpoint.check_finite_state`` does the same for weights and optimizer state read
+from a checkpoint. ``clip_gradients`` is ``clip_grad_norm_`` where ``max_grad_norm=0`` means
+"no clipping", as documented, instead of scaling every gradient to zero.
 """
 
 from __future__ import annotations
@@ -15,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-__all__ = ["NonFiniteTrainingError", "check_finite_update"]
+__all__ = ["NonFiniteTrainingError", "check_finite_update", "check_finite_weights", "clip_gradients"]
 
 
 class NonFiniteTrainingError(RuntimeError):
@@ -43,12 +50,45 @@ def check_finite_update(grad_norm: torch.Tensor | float, micro_metrics: list[dic
         bad.append(f"grad_norm={norm}")
     if not bad:
         return
+    raise NonFiniteTrainingError(
+        f"training stopped at step {step}: {', '.join(bad)} is not finite; the update was not applied. "
+        f"{_resume_hint(output_dir)}. Fix: lower learning_rate, lower max_grad_norm, check the rewards for "
+        "NaN/inf, or train in float32.")
+
+
+def _resume_hint(output_dir) -> str:
     from .checkpoint import latest_checkpoint
 
     last = latest_checkpoint(output_dir) if output_dir is not None else None
-    resume = (f"the last checkpoint is {last} (resume with --resume-from latest)" if last is not None
-              else "no checkpoint was saved yet (set save_steps to save some)")
-    raise NonFiniteTrainingError(
-        f"training stopped at step {step}: {', '.join(bad)} is not finite; the update was not applied. "
-        f"{resume}. Fix: lower learning_rate, lower max_grad_norm, check the rewards for NaN/inf, "
-        "or train in float32.")
+    return (f"the last checkpoint is {last} (resume with --resume-from latest)" if last is not None
+            else "no checkpoint was saved yet (set save_steps to save some)")
+
+
+def clip_gradients(parameters: list[torch.nn.Parameter], max_grad_norm: float) -> torch.Tensor:
+    """Clip the total gradient norm to ``max_grad_norm`` and return the norm before clipping.
+
+    ``max_grad_norm=0`` disables clipping (TRL's meaning): ``clip_grad_norm_(params, 0)``
+    would multiply every gradient by 0 and the weights would never move. The norm is
+    still computed (it is logged and checked).
+    """
+    return torch.nn.utils.clip_grad_norm_(parameters, max_grad_norm if max_grad_norm > 0 else float("inf"))
+
+
+def check_finite_weights(model: torch.nn.Module, extra: torch.nn.Module | None = None, *, step: int,
+                         output_dir: str | Path | None) -> None:
+    """Raise ``NonFiniteTrainingError`` when a trainable parameter is NaN or infinite after an update.
+
+    Runs after ``optimizer.step()``: nothing is saved and nothing is sampled from such
+    weights. ``extra``: a second module trained with the policy (PPO's value head).
+    """
+    named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    if extra is not None:
+        named += [(f"value_head.{n}", p) for n, p in extra.named_parameters()]
+    from .checkpoint import first_non_finite
+
+    bad = first_non_finite(named)
+    if bad is not None:
+        raise NonFiniteTrainingError(
+            f"training stopped at step {step}: the update made the weights non-finite (first: {bad}), although the "
+            f"loss and the gradient norm were finite; nothing was saved from them. {_resume_hint(output_dir)}. Fix: "
+            "lower learning_rate or weight_decay (the step itself overflowed), or resume from an earlier checkpoint.")

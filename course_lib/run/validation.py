@@ -18,15 +18,23 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["check_field_types", "check_finite_fields", "non_finite"]
+__all__ = ["MAX_MAGNITUDE", "check_field_types", "check_finite_fields", "check_magnitudes", "non_finite"]
+
+#: Largest magnitude a float setting may have, and the reciprocal is the smallest non-zero one.
+#: Every setting multiplies or divides float32 tensors (whose range ends at 3.4e38): a
+#: learning rate or weight decay of 1e308 turns every weight into NaN in one step.
+MAX_MAGNITUDE = 1e30
 
 
 def non_finite(value: Any) -> bool:
-    """True for a float (or a list/tuple holding one) that is NaN or infinite; bools and ints are finite."""
+    """True for a float (or a list/tuple holding one) that is NaN or infinite; bools and ints are finite.
+
+    NumPy floats count as floats: ``np.float32("inf")`` is not a Python ``float``, but it is infinite.
+    """
     if isinstance(value, bool):
         return False
-    if isinstance(value, float):
-        return not math.isfinite(value)
+    if isinstance(value, (float, np.floating)):
+        return not math.isfinite(float(value))
     if isinstance(value, (list, tuple)):
         return any(non_finite(v) for v in value)
     return False
@@ -48,6 +56,33 @@ def check_finite_fields(config: Any) -> None:
             raise ValueError(f"{spec.name}={value!r} is not a finite number (NaN and infinity are refused: they "
                              f"would turn the loss or the sampling distribution into NaN). Fix: set {spec.name} "
                              f"to a finite value; {hint}.")
+
+
+def _floats(value: Any) -> list[float]:
+    if isinstance(value, bool):
+        return []
+    if isinstance(value, (float, np.floating)):
+        return [float(value)]
+    if isinstance(value, (list, tuple)):
+        return [f for v in value for f in _floats(v)]
+    return []
+
+
+def check_magnitudes(config: Any) -> None:
+    """Raise ``ValueError`` naming the first float field outside ``[1/MAX_MAGNITUDE, MAX_MAGNITUDE]``.
+
+    Zero is allowed (it means "off" for many fields); range checks of single fields (e.g.
+    ``adam_epsilon > 0``) are the config's own.
+    """
+    for spec in dataclasses.fields(config):
+        if not spec.init:
+            continue
+        for number in _floats(getattr(config, spec.name)):
+            if number != 0 and not 1 / MAX_MAGNITUDE <= abs(number) <= MAX_MAGNITUDE:
+                raise ValueError(f"{spec.name}={getattr(config, spec.name)!r} is out of range: float settings must "
+                                 f"lie within [{1 / MAX_MAGNITUDE:g}, {MAX_MAGNITUDE:g}] in magnitude (or be 0), "
+                                 "because the training arithmetic runs in float32, whose range ends at 3.4e38. "
+                                 f"Fix: set {spec.name} to a meaningful value.")
 
 
 @functools.lru_cache(maxsize=None)

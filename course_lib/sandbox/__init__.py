@@ -14,11 +14,14 @@ thousands of times, including its worst ideas. The guards, strongest first:
    private, size-capped tmpfs folders (``/sandbox``, its working directory, and
    ``/tmp``). The host's files, processes, network and environment do not exist for it.
 2. **A seccomp filter** (``seccomp.py``, libseccomp): system calls only an escape needs
-   (new namespaces, mounts, ``ptrace``, ``bpf``, ``io_uring``, key rings...) fail.
+   (new namespaces, mounts, ``ptrace``, ``bpf``, ``io_uring``, key rings...) fail, and so
+   do ``memfd_create`` and sockets of any family but ``AF_UNIX`` (plus ``AF_INET`` and
+   ``AF_INET6`` with ``allow_network``).
 3. **Resource limits**: a wall-clock kill of the whole sandbox (the PID namespace dies
-   with it), ``setrlimit`` caps on address space, CPU seconds, file size, open files,
-   core dumps and processes (``RLIMIT_NPROC``, enforced because the child's real uid is
-   not root), and caps on captured output.
+   with it), a memory cgroup per run where one can be made (``cgroup.py``: every process
+   and tmpfs page of the run under ``memory_mb``), ``setrlimit`` caps on address space,
+   CPU seconds, file size, open files (64), core dumps and processes (``RLIMIT_NPROC``,
+   enforced because the child's real uid is not root), and caps on captured output.
 4. **An audit hook** (PEP 578, ``_prelude.py``): the second layer. It refuses process
    creation, sockets, ``ctypes`` calls and file access outside the working directory
    with a readable ``SandboxViolation`` message, which is what a policy that stumbles into
@@ -26,17 +29,22 @@ thousands of times, including its worst ideas. The guards, strongest first:
    security boundary (a subinterpreter has none; Python code can rewrite the functions
    the hook calls); the layers above do not rely on it.
 
-``detect_isolation`` probes once per process. Where bubblewrap is missing or the kernel
-refuses the namespaces, ``run_python`` raises ``SandboxUnavailableError`` with the fix
-(install ``bubblewrap``) instead of running code unprotected; ``isolation="process"``
-opts out explicitly, for code you wrote yourself. Verdicts of ``run_tests`` are computed
-in the parent from plain values (``verify.py``), never from the child's objects.
+``detect_isolation`` probes once per process. Where bubblewrap or libseccomp is missing,
+or the kernel refuses the namespaces, ``run_python`` raises ``SandboxUnavailableError``
+with the fix instead of running code unprotected; there is no weaker fallback (as root,
+the child always becomes uid 65534). ``isolation="process"`` opts out explicitly, for
+code you wrote yourself: a plain child process with rlimits and the audit hook, as your
+user, seeing your files (no security boundary). Limits that make no sense (``memory_mb=-1``,
+``timeout_s=nan``) are refused with the argument's name. Verdicts of ``run_tests`` are
+computed in the parent from plain values, and every assertion must report
+(``verify.py``), never from the child's objects.
 
 A run costs about 60-100 ms (interpreter start-up inside a fresh set of namespaces).
 Remaining gaps, stated plainly: the kernel is shared (a kernel exploit is out of scope;
-use gVisor or a VM per run for that), and the child reports its values over its own
-standard output, so code that deliberately reads the verifier harness could forge a
-report (see ``verify.py``).
+use gVisor or a VM per run for that); the values of an assertion's operands are computed
+by the code under test, so a solution can claim any value it could also have returned
+(hard-coding answers; see ``verify.py``); and without a cgroup (no permission to make
+one) a run's memory is bounded per process, about ``max_processes`` x ``memory_mb``.
 """
 
 from .isolation import INSTALL_HINT, Isolation, SandboxUnavailableError, detect_isolation

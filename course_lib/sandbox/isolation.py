@@ -25,7 +25,13 @@ killing bubblewrap (``--die-with-parent``) kills every process it started.
 
 If bubblewrap is missing or the kernel refuses the namespaces, ``detect_isolation``
 reports why and ``run_python`` refuses to run code (``SandboxUnavailableError``) rather
-than run it unprotected.
+than run it unprotected. There is no weaker fallback: without the seccomp filter (which
+needs libseccomp) no mode is offered, and as root only ``"bwrap-nobody"`` is, because a
+user namespace started by root maps the child's "uid 65534" back to host uid 0, on which
+the kernel enforces no process limit.
+
+The private ``/tmp`` is mounted before the read-only binds, so a virtual environment that
+lives under ``/tmp`` stays visible inside (bound on top of the private ``/tmp``).
 """
 
 from __future__ import annotations
@@ -40,8 +46,8 @@ from dataclasses import dataclass
 
 from .seccomp import seccomp_filter_fd, seccomp_unavailable_reason
 
-__all__ = ["INSTALL_HINT", "Isolation", "SandboxUnavailableError", "bwrap_argv", "detect_isolation",
-           "SANDBOX_DIR", "SANDBOX_UID"]
+__all__ = ["INSTALL_HINT", "SECCOMP_HINT", "Isolation", "SandboxUnavailableError", "bwrap_argv",
+           "detect_isolation", "refusal_for", "SANDBOX_DIR", "SANDBOX_UID"]
 
 SANDBOX_DIR = "/sandbox"  # the child's working directory (a tmpfs)
 SANDBOX_UID = 65534  # "nobody" on Debian, Ubuntu, Fedora and Alpine
@@ -53,6 +59,11 @@ INSTALL_HINT = (
     "kernel.apparmor_restrict_unprivileged_userns=0`, or run as root). Check with "
     "`python -c \"from course_lib.sandbox import detect_isolation; print(detect_isolation())\"`."
 )
+
+
+SECCOMP_HINT = ("Install libseccomp: `sudo apt-get install libseccomp2` (Debian, Ubuntu), `sudo dnf install "
+                "libseccomp` (Fedora), `sudo pacman -S libseccomp` (Arch); the `pyseccomp` package comes with "
+                "the course.")
 
 
 class SandboxUnavailableError(RuntimeError):
@@ -119,7 +130,7 @@ def _outermost(paths: list[str]) -> list[str]:
 def _mounts(extra_files: list[str]) -> list[str]:
     """bwrap arguments for the read-only view: parents as 0755 folders, then binds."""
     args: list[str] = []
-    made = {"/"}
+    made = {"/", "/tmp"}  # /tmp is the private tmpfs, mounted before these binds
     folders = _outermost(_library_dirs() + _python_dirs())
     inside = lambda path: any(path.startswith(folder + "/") for folder in folders)  # noqa: E731
     binds = folders + sorted({f for f in extra_files if not inside(f)})
@@ -170,10 +181,12 @@ def bwrap_argv(isolation: Isolation, command: list[str], *, env: dict[str, str],
     for key, value in env.items():
         argv += ["--setenv", key, value]
     extra = [interpreter()] + ([isolation.setpriv] if isolation.mode == "bwrap-nobody" else [])
-    argv += _mounts(extra)
     size = str(workdir_mb * 2**20)
+    # The private /tmp first: binds of folders under /tmp (a virtual environment made
+    # there) then land on top of it instead of being hidden by it.
+    argv += ["--size", size, "--perms", "01777", "--tmpfs", "/tmp"]
+    argv += _mounts(extra)
     argv += ["--proc", "/proc", "--dev", "/dev",
-             "--size", size, "--perms", "01777", "--tmpfs", "/tmp",
              "--size", size, "--perms", "0777", "--tmpfs", SANDBOX_DIR,
              "--perms", "0644", "--file", str(code_fd), f"{SANDBOX_DIR}/main.py",
              "--remount-ro", "/", "--chdir", SANDBOX_DIR]
@@ -210,35 +223,53 @@ def _probe(isolation: Isolation) -> str | None:
     return None
 
 
+def refusal_for(isolation: Isolation) -> str | None:
+    """Why ``isolation`` must not run untrusted code here, or None when it may.
+
+    Checked on every run, not only at detection: a hand-built ``Isolation`` (or one found
+    before the process gained root) gets the same refusal instead of a silent downgrade.
+    """
+    if not isolation.available:
+        return isolation.reason or "no OS isolation"
+    if not isolation.seccomp:
+        return ("the seccomp filter is off, and without it the child could ask the kernel for new namespaces, "
+                "other socket families or memory files. " + SECCOMP_HINT)
+    if os.geteuid() == 0 and isolation.mode != "bwrap-nobody":
+        return (f"running as root, the {isolation.mode!r} mode would map the child to host uid 0 (no process "
+                "limit, ptrace of its own tree); as root only 'bwrap-nobody' (setpriv to uid 65534) is used. "
+                "Install setpriv (util-linux) or run as an ordinary user.")
+    return None
+
+
 @functools.lru_cache(maxsize=1)
 def detect_isolation() -> Isolation:
-    """Probe (once) for the strongest isolation this machine supports; see the module docstring."""
+    """Probe (once) for the strongest isolation this machine supports; see the module docstring.
+
+    Never returns a weaker mode than the machine's user calls for: without libseccomp, or as
+    root without ``setpriv``, it returns ``mode=None`` with the reason and the fix.
+    """
     if not sys.platform.startswith("linux"):
         return Isolation(None, reason=f"the sandbox needs Linux namespaces; this is {sys.platform}. Run the "
                                       "course on Linux (Colab, a Linux VM or container).")
     bwrap = shutil.which("bwrap")
     if bwrap is None:
         return Isolation(None, reason="bubblewrap (bwrap) is not installed. " + INSTALL_HINT)
-    errors = []
     seccomp_error = seccomp_unavailable_reason()
+    if seccomp_error is not None:
+        return Isolation(None, bwrap=bwrap, reason=f"bubblewrap is installed, but {seccomp_error}. " + SECCOMP_HINT)
     if os.geteuid() == 0:
-        # As a real uid, nobody could create a user namespace of its own and hold every
-        # capability inside it: this mode is only safe with the seccomp filter.
+        # As root, a user namespace would map the child back to host uid 0: the only mode
+        # is a real switch to the unprivileged uid 65534 (which the kernel then limits).
         setpriv = shutil.which("setpriv")
         if setpriv is None:
-            errors.append("bwrap-nobody: setpriv (util-linux) is not installed")
-        elif seccomp_error is not None:
-            errors.append(f"bwrap-nobody: {seccomp_error}")
-        else:
-            candidate = Isolation("bwrap-nobody", bwrap=bwrap, setpriv=setpriv, seccomp=True)
-            error = _probe(candidate)
-            if error is None:
-                return candidate
-            errors.append(f"bwrap-nobody: {error}")
-    candidate = Isolation("bwrap-userns", bwrap=bwrap, seccomp=seccomp_error is None)
+            return Isolation(None, bwrap=bwrap, reason="running as root, the sandbox switches the child to uid "
+                             "65534 with setpriv, which is not installed: `apt-get install util-linux` (it is "
+                             "part of every Debian and Ubuntu base system), or run as an ordinary user.")
+        candidate = Isolation("bwrap-nobody", bwrap=bwrap, setpriv=setpriv, seccomp=True)
+    else:
+        candidate = Isolation("bwrap-userns", bwrap=bwrap, seccomp=True)
     error = _probe(candidate)
     if error is None:
         return candidate
-    errors.append(f"bwrap-userns: {error}")
-    return Isolation(None, bwrap=bwrap, reason="bubblewrap is installed but could not create the sandbox ("
-                     + "; ".join(errors) + "). " + INSTALL_HINT)
+    return Isolation(None, bwrap=bwrap, reason=f"bubblewrap is installed but could not create the sandbox "
+                     f"({candidate.mode}: {error}). " + INSTALL_HINT)

@@ -24,8 +24,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from .cgroup import MemoryCgroup
 from .isolation import (SANDBOX_DIR, SANDBOX_UID, SandboxUnavailableError, bwrap_argv, child_sys_path,
-                        detect_isolation, interpreter)
+                        detect_isolation, interpreter, refusal_for)
 from .seccomp import seccomp_filter_fd
 
 __all__ = ["SandboxResult", "SandboxUnavailableError", "run_python", "sandbox_guards"]
@@ -33,6 +34,11 @@ __all__ = ["SandboxResult", "SandboxUnavailableError", "run_python", "sandbox_gu
 _CLONE_NEWNET = 0x40000000
 _CLONE_NEWUSER = 0x10000000
 _CODE_FILENAME = "main.py"
+# Open files per process: enough for Python, NumPy and a few files of its own. Each open
+# file can hold up to RLIMIT_FSIZE, so this also bounds what one process can write.
+_MAX_OPEN_FILES = 64
+# The smallest memory cap a Python interpreter starts under (it maps ~20 MB at start-up).
+_MIN_MEMORY_MB = 32
 # Passed to the child with -c: the code under test cannot edit it on disk.
 _PRELUDE = (Path(__file__).with_name("_prelude.py")).read_text(encoding="utf-8")
 
@@ -95,10 +101,20 @@ def _user_task_count(uid: int) -> int:
     return total
 
 
-def _make_preexec(limits: list[tuple[int, int]], isolate_network: bool) -> Callable[[], None]:
+def _make_preexec(limits: list[tuple[int, int]], isolate_network: bool,
+                  cgroup_procs: str | None = None) -> Callable[[], None]:
     libc = _libc() if isolate_network else None
 
     def preexec() -> None:  # runs in the forked child, before exec: keep it to syscalls
+        if cgroup_procs is not None:  # enter the run's memory cgroup: all it starts is counted
+            try:
+                fd = os.open(cgroup_procs, os.O_WRONLY)
+                try:
+                    os.write(fd, b"0")
+                finally:
+                    os.close(fd)
+            except OSError:
+                pass  # the kernel would not move us (v2 placement rules): the per-process caps still hold
         if libc is not None and libc.unshare(_CLONE_NEWNET) != 0:
             libc.unshare(_CLONE_NEWUSER | _CLONE_NEWNET)  # unprivileged fallback; may fail too
         for which, value in limits:
@@ -138,7 +154,10 @@ def run_python(
         stdin: text fed to the program's standard input (empty when None).
         timeout_s: wall-clock limit; the whole sandbox is killed when it passes.
             ``RLIMIT_CPU`` is set to ``ceil(timeout_s) + 1`` seconds as a second guard.
-        memory_mb: ``RLIMIT_AS`` cap on the child's address space; None for no cap.
+        memory_mb: ``RLIMIT_AS`` cap on each process's address space and, with
+            ``isolation="os"`` where a control group can be made (``cgroup.py``), on the
+            whole run's memory (all its processes and tmpfs files); None for no cap.
+            At least 32.
         allow_network: when False the child has its own, empty network namespace (and the
             audit hook refuses sockets).
         max_output_bytes: per stream; the run is killed (``"output_limit"``) past it.
@@ -157,25 +176,55 @@ def run_python(
         A ``SandboxResult``. Never raises for anything the child does.
 
     Raises:
-        SandboxUnavailableError: ``isolation="os"`` on a machine without working bubblewrap.
+        SandboxUnavailableError: ``isolation="os"`` on a machine without working bubblewrap
+            and libseccomp (or, as root, without ``setpriv``).
+        ValueError, TypeError: a limit that is not a finite positive number (the message
+            names the argument): ``memory_mb=-1`` would otherwise mean no cap at all.
     """
-    if timeout_s <= 0:
-        raise ValueError(f"timeout_s must be positive, got {timeout_s}; pass e.g. 2.0")
-    if isolation not in ("os", "process"):
-        raise ValueError(f"isolation must be 'os' (bubblewrap) or 'process' (trusted code only), got {isolation!r}")
+    _check_arguments(code=code, stdin=stdin, timeout_s=timeout_s, memory_mb=memory_mb,
+                     max_output_bytes=max_output_bytes, max_file_mb=max_file_mb, max_processes=max_processes,
+                     workdir_mb=workdir_mb, isolation=isolation)
     cpu_s = int(math.ceil(timeout_s)) + 1
     limits = [(resource.RLIMIT_CPU, cpu_s), (resource.RLIMIT_CORE, 0),
-              (resource.RLIMIT_FSIZE, max_file_mb * 2**20), (resource.RLIMIT_NOFILE, 256)]
+              (resource.RLIMIT_FSIZE, max_file_mb * 2**20), (resource.RLIMIT_NOFILE, _MAX_OPEN_FILES)]
     if memory_mb is not None:
         limits.append((resource.RLIMIT_AS, memory_mb * 2**20))
     if isolation == "os":
         found = detect_isolation()
-        if not found.available:
-            raise SandboxUnavailableError(f"refusing to run untrusted code without OS isolation: {found.reason}")
+        refusal = refusal_for(found)
+        if refusal is not None:
+            raise SandboxUnavailableError(f"refusing to run untrusted code without OS isolation: {refusal}")
         return _run_isolated(found, code, stdin, limits, timeout_s, memory_mb, allow_network, max_output_bytes,
                              max_processes, audit_hook, workdir_mb)
     return _run_process(code, stdin, limits, timeout_s, memory_mb, allow_network, max_output_bytes,
                         max_processes, audit_hook)
+
+
+def _is_whole(value, *, minimum: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= minimum
+
+
+def _check_arguments(*, code, stdin, timeout_s, memory_mb, max_output_bytes, max_file_mb, max_processes,
+                     workdir_mb, isolation) -> None:
+    """Refuse limits that would silently mean "no limit" or make every run fail, naming the argument."""
+    if not isinstance(code, str):
+        raise TypeError(f"code must be the program's source as a str, got {type(code).__name__}")
+    if stdin is not None and not isinstance(stdin, str):
+        raise TypeError(f"stdin must be a str or None, got {type(stdin).__name__}")
+    if (isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or not math.isfinite(timeout_s)
+            or timeout_s <= 0):
+        raise ValueError(f"timeout_s must be a finite number of seconds above 0, got {timeout_s!r}; pass e.g. 2.0")
+    if memory_mb is not None and not _is_whole(memory_mb, minimum=_MIN_MEMORY_MB):
+        raise ValueError(f"memory_mb must be a whole number of MiB, at least {_MIN_MEMORY_MB} (a Python "
+                         f"interpreter needs that much to start), or None for no cap; got {memory_mb!r}")
+    checks = (("max_output_bytes", max_output_bytes, 1, "100_000"), ("max_file_mb", max_file_mb, 1, "16"),
+              ("max_processes", max_processes, 1, "32"), ("workdir_mb", workdir_mb, 1, "64"))
+    for name, value, minimum, example in checks:
+        if not _is_whole(value, minimum=minimum):
+            raise ValueError(f"{name} must be a whole number of at least {minimum}, got {value!r}; "
+                             f"the default is {example}")
+    if isolation not in ("os", "process"):
+        raise ValueError(f"isolation must be 'os' (bubblewrap) or 'process' (trusted code only), got {isolation!r}")
 
 
 def _env(home: str) -> dict[str, str]:
@@ -202,15 +251,19 @@ def _run_isolated(found, code, stdin, limits, timeout_s, memory_mb, allow_networ
         limits = limits + [(resource.RLIMIT_NPROC, _user_task_count(os.getuid()) + max_processes)]
     code_fd = _memfd("main.py", code)
     stdin_fd = _memfd("stdin", stdin or "")
-    filter_fd = seccomp_filter_fd() if found.seccomp else None
-    passed = (code_fd,) if filter_fd is None else (code_fd, filter_fd)
+    filter_fd = seccomp_filter_fd(allow_network)
+    passed = (code_fd, filter_fd)
+    # The whole run (every process and every tmpfs page) under one cap, where a cgroup can be made.
+    group = MemoryCgroup.create(memory_mb * 2**20) if memory_mb is not None else None
     try:
         command = [interpreter(), "-I", "-B", "-X", "utf8", "-c", _PRELUDE, json.dumps(config)]
         argv = bwrap_argv(found, command, env=_env(SANDBOX_DIR), allow_network=allow_network,
                           workdir_mb=workdir_mb, code_fd=code_fd, seccomp_fd=filter_fd)
         return _supervise(argv, None, "/", stdin_fd, limits, False, timeout_s, max_output_bytes, memory_mb,
-                          pass_fds=passed, wrapped=True)
+                          pass_fds=passed, wrapped=True, cgroup=group)
     finally:
+        if group is not None:
+            group.close()
         for fd in (*passed, stdin_fd):
             os.close(fd)
 
@@ -238,11 +291,12 @@ def _run_process(code, stdin, limits, timeout_s, memory_mb, allow_network, max_o
 
 
 def _supervise(argv, env, cwd, stdin_fd, limits, isolate_network, timeout_s,
-               max_output_bytes, memory_mb, pass_fds=(), wrapped=False) -> SandboxResult:
+               max_output_bytes, memory_mb, pass_fds=(), wrapped=False, cgroup=None) -> SandboxResult:
     start = time.monotonic()
+    preexec = _make_preexec(limits, isolate_network, cgroup.enter_path if cgroup is not None else None)
     proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=stdin_fd, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, start_new_session=True, close_fds=True, pass_fds=pass_fds,
-                            preexec_fn=_make_preexec(limits, isolate_network))
+                            preexec_fn=preexec)
     chunks = {"stdout": [], "stderr": []}
     sizes = {"stdout": 0, "stderr": 0}
     reason = None
@@ -292,6 +346,8 @@ def _supervise(argv, env, cwd, stdin_fd, limits, isolate_network, timeout_s,
     if wrapped and returncode > 128:
         # bubblewrap reports a child killed by signal N as exit status 128 + N.
         returncode = -(returncode - 128)
+    if reason is None and cgroup is not None and returncode != 0 and cgroup.out_of_memory():
+        reason = "memory"  # the run as a whole reached its cgroup cap
     if reason is None:
         reason = _classify_exit(returncode, stderr, memory_mb)
     return SandboxResult(ok=returncode == 0 and reason is None, returncode=returncode,
@@ -326,6 +382,8 @@ def sandbox_guards() -> dict:
     ``"bwrap-userns"``), or None when there is none (``reason`` says why and how to fix it).
     ``network_namespace``: the child gets its own network namespace.
     ``process_limit``: the kernel enforces ``RLIMIT_NPROC`` on the child's user.
+    ``memory_cgroup``: each run gets a control group capping its total memory
+    (``"v2"``, ``"v1"``), or None (then ``RLIMIT_AS`` per process bounds it).
     """
     found = detect_isolation()
     probe = (
@@ -342,7 +400,11 @@ def sandbox_guards() -> dict:
         "print(json.dumps({'net': os.readlink('/proc/self/ns/net'), 'limited': limited}))\n"
     )
     result = run_python(probe, audit_hook=False, timeout_s=10.0, isolation="os" if found.available else "process")
-    guards = {"isolation": found.mode, "reason": found.reason, "network_namespace": False, "process_limit": False}
+    group = MemoryCgroup.create(64 * 2**20)
+    if group is not None:
+        group.close()
+    guards = {"isolation": found.mode, "reason": found.reason, "network_namespace": False, "process_limit": False,
+              "memory_cgroup": f"v{group.version}" if group is not None else None}
     try:
         seen = json.loads(result.stdout.strip().splitlines()[-1])
     except (ValueError, IndexError):

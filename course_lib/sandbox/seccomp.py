@@ -18,7 +18,13 @@ Refused with ``EPERM``:
   ``kcmp``, ``bpf``, ``perf_event_open``, ``userfaultfd``, ``io_uring_*``, the key
   ring (``keyctl``, ``add_key``, ``request_key``), ``fanotify_init``, ``syslog``;
 - machine administration: module loading, ``kexec_*``, ``reboot``, ``swapon/off``,
-  ``acct``, ``quotactl``, ``settimeofday``/``clock_settime``, ``vhangup``.
+  ``acct``, ``quotactl``, ``settimeofday``/``clock_settime``, ``vhangup``;
+- memory outside the caps: ``memfd_create`` (its pages are not counted by
+  ``RLIMIT_AS``, and a file limit per descriptor would multiply by the open-file limit);
+- sockets of any family but ``AF_UNIX`` (``socket`` and ``socketpair``); with
+  ``allow_network`` also ``AF_INET`` and ``AF_INET6``. The network namespace already
+  hides the host's interfaces, but not every family is namespaced (``AF_VSOCK`` reaches
+  the hypervisor of a virtual machine), so the family itself is checked.
 
 System calls of another architecture (the 32-bit ABI on x86-64) kill the process, the
 libseccomp default, so the filter cannot be sidestepped through ``int 0x80``.
@@ -30,7 +36,7 @@ import errno
 import functools
 import os
 
-__all__ = ["REFUSED_SYSCALLS", "seccomp_filter_fd", "seccomp_unavailable_reason"]
+__all__ = ["REFUSED_SYSCALLS", "allowed_socket_families", "seccomp_filter_fd", "seccomp_unavailable_reason"]
 
 REFUSED_SYSCALLS = (
     "unshare", "setns", "mount", "umount2", "pivot_root", "chroot", "open_by_handle_at", "name_to_handle_at",
@@ -39,7 +45,10 @@ REFUSED_SYSCALLS = (
     "fanotify_init", "syslog", "init_module", "finit_module", "delete_module", "kexec_load",
     "kexec_file_load", "reboot", "swapon", "swapoff", "acct", "quotactl", "settimeofday", "clock_settime",
     "clock_adjtime", "adjtimex", "vhangup", "lookup_dcookie", "fsopen", "fsmount", "move_mount", "open_tree",
+    "memfd_create", "memfd_secret",
 )
+AF_UNIX, AF_INET, AF_INET6 = 1, 2, 10
+_LARGEST_FAMILY = 64  # AF_MAX is 46 in Linux 6.x; every family above this is refused too
 _CLONE_NAMESPACE_FLAGS = {
     "CLONE_NEWNS": 0x00020000, "CLONE_NEWCGROUP": 0x02000000, "CLONE_NEWUTS": 0x04000000,
     "CLONE_NEWIPC": 0x08000000, "CLONE_NEWUSER": 0x10000000, "CLONE_NEWPID": 0x20000000,
@@ -47,8 +56,13 @@ _CLONE_NAMESPACE_FLAGS = {
 }
 
 
-@functools.lru_cache(maxsize=1)
-def _compiled() -> bytes | str:
+def allowed_socket_families(allow_network: bool) -> tuple[int, ...]:
+    """Address families ``socket()`` may open in the sandbox."""
+    return (AF_UNIX, AF_INET, AF_INET6) if allow_network else (AF_UNIX,)
+
+
+@functools.lru_cache(maxsize=2)
+def _compiled(allow_network: bool = False) -> bytes | str:
     """The filter as BPF bytes, or the reason it cannot be built."""
     try:
         import pyseccomp as seccomp
@@ -69,6 +83,16 @@ def _compiled() -> bytes | str:
             rules.add_rule(seccomp.ERRNO(errno.ENOSYS), "clone3")
         except (OSError, ValueError):
             pass
+        # A family outside the allowed set: libseccomp takes one comparison per argument
+        # and rule, so every refused family below the top gets its own rule, and one rule
+        # refuses everything above (the comparison covers all 64 bits of the argument).
+        allowed = allowed_socket_families(allow_network)
+        refuse_family = seccomp.ERRNO(errno.EAFNOSUPPORT)
+        for call in ("socket", "socketpair"):
+            for family in range(_LARGEST_FAMILY + 1):
+                if family not in allowed:
+                    rules.add_rule(refuse_family, call, seccomp.Arg(0, seccomp.EQ, family))
+            rules.add_rule(refuse_family, call, seccomp.Arg(0, seccomp.GT, _LARGEST_FAMILY))
         fd = os.memfd_create("seccomp-export", 0)
         try:
             with os.fdopen(os.dup(fd), "wb") as file:
@@ -90,9 +114,9 @@ def seccomp_unavailable_reason() -> str | None:
     return compiled if isinstance(compiled, str) else None
 
 
-def seccomp_filter_fd() -> int:
+def seccomp_filter_fd(allow_network: bool = False) -> int:
     """A fresh in-memory file holding the BPF filter, positioned at its start; the caller closes it."""
-    compiled = _compiled()
+    compiled = _compiled(bool(allow_network))
     if isinstance(compiled, str):
         raise RuntimeError(compiled)
     fd = os.memfd_create("seccomp", 0)

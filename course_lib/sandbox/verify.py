@@ -11,11 +11,20 @@ types cross the boundary (``bool``, ``int``, ``float``, ``complex``, ``str``, ``
 ``None`` and ``list``/``tuple``/``dict``/``set``/``frozenset`` of them); anything else,
 NumPy scalars included, fails the test with a message saying to convert it.
 
-What stays in the child: ``and``/``or`` expressions are decided operand by operand in the
-parent, but the operands are computed in the child. And the report itself travels over
-the child's standard output, so code that deliberately reads the harness's internals
-(its frames, its marker) could forge one; a process boundary cannot prevent that, and
-random markers plus exact types make it a targeted attack rather than an accident.
+The structure of the verdict is the parent's too. The child is asked for values, and
+every assertion index of the test must come back at least once, each decided in the
+parent; a report that leaves one out passes nothing. So replacing the check function,
+finishing the harness early (``sys._getframe(1)``), or printing a report with a stolen
+marker can at most claim values for the operands, which is no more than a solution that
+hard-codes those return values could do honestly (a hack no verifier of values can see;
+the test's literals never even reach the child). ``assert False`` fails whatever the
+child says. The name the rewritten assertions call is not a Python identifier, so a
+solution's own helper called ``_check`` cannot collide with it, and the marker of the
+report arrives on standard input, not in any source the solution can read.
+
+What stays in the child: the operands (``add(2, 3)``) and any assertion whose operands
+are all computed there (``assert is_sorted(out)`` can only be as honest as the values
+the child reports).
 """
 
 from __future__ import annotations
@@ -81,7 +90,11 @@ class _ChildError(Exception):
 
 
 class _AssertionRewriter(ast.NodeTransformer):
-    """Replace every ``assert`` with ``_check(i, lambda: operand, ...)``, keeping a spec per check."""
+    """Replace every ``assert`` with ``check(i, lambda: operand, ...)``, keeping a spec per check.
+
+    Only operands that are not literals become thunks: a literal such as the ``5`` of
+    ``assert add(2, 3) == 5`` stays in the parent's spec and never reaches the child.
+    """
 
     def __init__(self) -> None:
         self.specs: list[tuple] = []
@@ -91,7 +104,7 @@ class _AssertionRewriter(ast.NodeTransformer):
         thunks: list[ast.expr] = []
         spec = self._spec(node.test, thunks)
         self.specs.append(spec)
-        call = ast.Call(func=ast.Name("_check", ast.Load()),
+        call = ast.Call(func=ast.Name(_PLACEHOLDER, ast.Load()),
                         args=[ast.Constant(len(self.specs) - 1)] + thunks, keywords=[])
         return ast.copy_location(ast.Expr(call), node)
 
@@ -159,16 +172,26 @@ def _decode(value: Any) -> Any:
 
 # --- child side ------------------------------------------------------------------------
 
-# Runs in the sandbox. Names the code under test could reach are bound in a closure before
-# that code runs. ``encode`` accepts exact built-in types only (type(v) is int, not
-# isinstance), so subclasses with rigged methods cannot pass as plain values.
-_HARNESS = r'''
-import json as _json, linecache as _linecache, os as _os
+# The name the rewritten assertions call. It is not a Python identifier, so no solution can
+# define it by accident (a helper called ``_check`` is just a helper); the test source is
+# sent with a valid stand-in (``_PLACEHOLDER``) and renamed in the child before compiling.
+_CHECK_NAME = "assertion check"
+_PLACEHOLDER = "__course_assertion_check__"
 
-def _make_check(marker):
-    _type, _repr, _len, _str = type, repr, len, str
+# Runs in the sandbox. Everything the harness uses is bound before the code under test
+# runs: the test is compiled first, and ``exec``, ``json.dumps`` and ``os.write`` are held
+# in the closure, so rebinding builtins or module attributes from the solution changes
+# nothing here. The report's marker arrives on standard input (read before the solution
+# runs), so it is in no source file and no ``linecache`` entry. ``encode`` accepts exact
+# built-in types only (type(v) is int, not isinstance), so subclasses with rigged methods
+# cannot pass as plain values.
+_HARNESS = r"""
+import ast as _ast, json as _json, linecache as _linecache, os as _os, sys as _sys
+
+def _harness(solution, test, placeholder, check_name):
+    _type, _str, _exec, _dumps, _write = type, str, exec, _json.dumps, _os.write
     _plain = (bool, int, float, str, type(None))
-    _dumps, _write = _json.dumps, _os.write
+    marker = _sys.stdin.readline().strip()
     records = []
 
     def encode(value, depth):
@@ -199,30 +222,32 @@ def _make_check(marker):
                 values.append([False, f"{_type(error).__name__}: {_str(error)[:200]}"])
         records.append([index, values])
 
-    def finish():
-        _write(1, (marker + _dumps(records) + "\n").encode("utf-8"))
+    for name, text in (("solution.py", solution), ("test.py", test)):
+        _linecache.cache[name] = (len(text), None, text.splitlines(True), name)
+    tree = _ast.parse(test, "test.py")
+    for node in _ast.walk(tree):
+        if _type(node) is _ast.Name and node.id == placeholder:
+            node.id = check_name
+    test_code = compile(tree, "test.py", "exec")
+    solution_code = compile(solution, "solution.py", "exec")
+    namespace = {"__name__": "__main__", check_name: check}
+    try:
+        _exec(solution_code, namespace)
+    except SystemExit:
+        pass
+    _exec(test_code, namespace)
+    # A leading newline: the report starts its own line even after print(..., end="").
+    _write(1, ("\n" + marker + _dumps(records) + "\n").encode("utf-8"))
 
-    return check, finish
-
-_sources = {'solution.py': SOLUTION, 'test.py': TEST}
-for _name, _text in _sources.items():
-    _linecache.cache[_name] = (len(_text), None, _text.splitlines(True), _name)
-_check, _finish = _make_check(MARKER)
-_namespace = {'__name__': '__main__', '_check': _check}
-del _make_check
-try:
-    exec(compile(_sources['solution.py'], 'solution.py', 'exec'), _namespace)
-except SystemExit:
-    pass
-exec(compile(_sources['test.py'], 'test.py', 'exec'), _namespace)
-_finish()
-'''
+_harness(SOLUTION, TEST, PLACEHOLDER, CHECK_NAME)
+"""
 
 
-def _assertion_program(code: str, test_source: str, marker: str) -> str:
+def _assertion_program(code: str, test_source: str) -> str:
     # One pass over the template, so text inserted for one name is never rescanned.
-    values = {"SOLUTION": repr(code), "TEST": repr(test_source), "MARKER": repr(marker)}
-    return re.sub(r"\b(SOLUTION|TEST|MARKER)\b", lambda match: values[match.group()], _HARNESS)
+    values = {"SOLUTION": repr(code), "TEST": repr(test_source), "PLACEHOLDER": repr(_PLACEHOLDER),
+              "CHECK_NAME": repr(_CHECK_NAME)}
+    return re.sub(r"\b(SOLUTION|TEST|PLACEHOLDER|CHECK_NAME)\b", lambda match: values[match.group()], _HARNESS)
 
 
 def _judge_assertions(result: SandboxResult, specs: list[tuple], marker: str) -> tuple[bool, str]:
@@ -237,12 +262,19 @@ def _judge_assertions(result: SandboxResult, specs: list[tuple], marker: str) ->
         return False, "the test harness did not finish (the code exited early or printed over its report)"
     try:
         records = json.loads(lines[0][len(marker):])
+        seen = set()
         for index, values in records:
             if type(index) is not int or not 0 <= index < len(specs):
                 return False, f"the child reported an unknown assertion {index!r}"
             decoded = [(bool(ok), _decode(v) if ok else v) for ok, v in values]
             if not _evaluate(specs[index], decoded):
                 return False, f"assertion {index + 1} failed on values {[v for _, v in decoded]!r}"[:300]
+            seen.add(index)
+        # Every assertion must have been decided here at least once: a report that leaves
+        # one out (the check replaced, the harness finished early) passes nothing.
+        missing = [i + 1 for i in range(len(specs)) if i not in seen]
+        if missing:
+            return False, f"assertion(s) {missing[:10]} never reported a value: the test did not run to its end"
     except _ChildError as error:
         return False, f"the child could not compute a value: {error}"
     except (ValueError, TypeError, IndexError, KeyError) as error:
@@ -268,9 +300,15 @@ def run_tests(
     ``run_kwargs`` go to ``run_python`` (``timeout_s``, ``memory_mb``, ...), per test.
 
     Raises:
-        TypeError: a test that is neither kind. SyntaxError: an assertion test that does
+        TypeError: ``tests`` that is not a list (a single string would become one test per
+        character), or a test that is neither kind. SyntaxError: an assertion test that does
         not parse (the test is broken, not the code).
     """
+    if isinstance(tests, (str, bytes)) or not isinstance(tests, Sequence):
+        raise TypeError(f"tests must be a list of tests (assertion strings or (stdin, expected) pairs), got "
+                        f"{type(tests).__name__}: {str(tests)[:60]!r}; wrap a single test as [test]")
+    if not isinstance(code, str):
+        raise TypeError(f"code must be the program's source as a str, got {type(code).__name__}")
     passed, results, reasons = [], [], []
     for index, test in enumerate(tests):
         if isinstance(test, str):
@@ -281,7 +319,7 @@ def run_tests(
             rewriter = _AssertionRewriter()
             tree = ast.fix_missing_locations(rewriter.visit(tree))
             marker = "__verdict_" + os.urandom(12).hex() + ":"
-            result = run_python(_assertion_program(code, ast.unparse(tree), marker), **run_kwargs)
+            result = run_python(_assertion_program(code, ast.unparse(tree)), stdin=marker + "\n", **run_kwargs)
             ok, reason = _judge_assertions(result, rewriter.specs, marker)
         elif isinstance(test, (tuple, list)) and len(test) == 2:
             stdin_text, expected = test

@@ -18,7 +18,8 @@ a two-token completion, where clipping now depends on both tokens together.
 `loss_weight_curve` / `plot_loss_weights` compare the loss types by the weight `w(r)` each
 puts on a token's `grad log pi` (the loss's gradient is `-w(r) A grad log pi`): PPO's clip
 (DAPO) gives `r` inside the range and 0 outside; CISPO (MiniMax-M1) gives `min(r, eps_max)`,
-never 0; SAPO gives the smooth bump `4 sigma(tau (r - 1)) (1 - sigma) r`, 1 at r = 1.
+never 0; SAPO gives `4 sigma(tau (r - 1)) (1 - sigma) r`: 1 at r = 1, fading below it but
+rising above it (about 1.57 near r = 2 with tau = 1) before it decays past r ~ 3.4.
 """
 
 from __future__ import annotations
@@ -295,7 +296,7 @@ def plot_loss_weights(epsilon: float = 0.2, epsilon_high: float = 0.28, cispo_ma
     # the legend names the idea after the loss_type that selects it
     ideas = {"dapo": f"dapo: hard clip to [{1 - epsilon:g}, {1 + epsilon_high:g}]",
              "cispo": f"cispo: weight min(r, {cispo_max:g}), never zero",
-             "sapo": "sapo: soft gate, fades smoothly"}
+             "sapo": "sapo: soft gate times r, rises then fades"}
     for ax, advantage in zip(axes, (1.0, -1.0)):
         for loss_type, options in settings.items():
             ax.plot(ratios, loss_weight_curve(ratios, advantage, loss_type, epsilon, **options), linewidth=2,

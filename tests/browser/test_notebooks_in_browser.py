@@ -25,7 +25,7 @@ import pytest
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
-NOTEBOOKS = sorted((Path(__file__).resolve().parents[2] / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+NOTEBOOKS = sorted((Path(__file__).resolve().parents[2] / "notebooks").glob("[0-9][0-9]*_*.ipynb"))
 CELL_TIMEOUT = float(os.environ.get("COURSE_CELL_TIMEOUT", "300"))
 CONTROL_TIMEOUT = 60.0
 WINDOW = {"width": 1400, "height": 900}

@@ -11,3 +11,7 @@ def test_whiten(exercise):
 
 def test_value_loss(exercise):
     ex04.check_value_loss(exercise("ex04_rlhf_ppo").value_loss)
+
+
+def test_bradley_terry_loss(exercise):
+    ex04.check_bradley_terry_loss(exercise("ex04_rlhf_ppo").bradley_terry_loss)

@@ -7,3 +7,7 @@ def test_group_advantages(exercise):
 
 def test_grpo_clipped_loss(exercise):
     ex05.check_grpo_clipped_loss(exercise("ex05_grpo").grpo_clipped_loss)
+
+
+def test_completion_logps_and_entropy(exercise):
+    ex05.check_completion_logps_and_entropy(exercise("ex05_grpo").completion_logps_and_entropy)

@@ -12,6 +12,3 @@ def test_sequence_level_ratio(exercise):
 def test_two_sided_clip_objective(exercise):
     ex06.check_two_sided_clip_objective(exercise("ex06_grpo_variants").two_sided_clip_objective)
 
-
-def test_cispo_per_token_loss(exercise):
-    ex06.check_cispo_per_token_loss(exercise("ex06_grpo_variants").cispo_per_token_loss)

@@ -13,5 +13,5 @@ def test_token_level_rewards(exercise):
     ex08.check_token_level_rewards(exercise("ex08_rloo").token_level_rewards)
 
 
-def test_unhealthy_ratio_steps(exercise):
-    ex08.check_unhealthy_ratio_steps(exercise("ex08_rloo").unhealthy_ratio_steps)
+def test_rloo_sequence_clipped_loss(exercise):
+    ex08.check_rloo_sequence_clipped_loss(exercise("ex08_rloo").rloo_sequence_clipped_loss)

@@ -6,7 +6,7 @@ import pytest
 from course_lib.lesson_answers import answer_text, load_answers, notebook_questions, show_answer
 from course_lib.grading import project_root
 
-NOTEBOOKS = sorted((project_root() / "notebooks").glob("[0-9][0-9]_*.py"))
+NOTEBOOKS = sorted((project_root() / "notebooks").glob("[0-9][0-9]*_*.py"))
 
 
 def test_notebook_questions_are_read_from_the_questions_section():
@@ -18,13 +18,13 @@ def test_notebook_questions_are_read_from_the_questions_section():
 def test_every_question_has_a_substantive_answer(notebook):
     questions = notebook_questions(notebook.read_text())
     assert questions == list(range(1, len(questions) + 1)) and questions, f"{notebook.name}: no numbered questions"
-    answers = load_answers(notebook.stem[:2])
+    answers = load_answers(notebook.stem.split("_")[0])
     assert sorted(answers) == questions, f"{notebook.name}: questions {questions}, answers {sorted(answers)}"
     for number, text in answers.items():
         words = len(re.findall(r"\w+", text))
         assert words >= 60, f"{notebook.name} question {number}: an answer of {words} words is too thin"
     # The notebook tells the learner how to reveal them.
-    assert f'show_answer("{notebook.stem[:2]}"' in notebook.read_text()
+    assert f'show_answer("{notebook.stem.split("_")[0]}"' in notebook.read_text()
 
 
 def test_show_answer_prints_one_answer_and_names_a_missing_question(capsys):

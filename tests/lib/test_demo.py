@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from course_lib.demo import results_table, run_demo
+from course_lib.demo import pass_at_k_table, results_table, run_demo
 
 
 def test_results_table_on_a_hand_worked_case():
@@ -33,6 +33,24 @@ def test_results_table_says_when_the_lift_is_noise():
     assert "contains 0" in table
 
 
+def test_pass_at_k_table_on_a_hand_worked_case():
+    from course_lib.evaluation import SampledEvaluation, mean_pass_at_k
+
+    # 4 problems x 4 samples; pass@4 of a problem is 1 when any sample is right.
+    before = SampledEvaluation(n=4, temperature=1.0, correct_counts=[0, 1, 2, 0], answers=[])
+    after = SampledEvaluation(n=4, temperature=1.0, correct_counts=[1, 4, 2, 0], answers=[])
+    for result in (before, after):
+        result.pass_at = {k: mean_pass_at_k(result.correct_counts, 4, k) for k in (1, 4)}
+    table, numbers = pass_at_k_table(before, after)
+    assert numbers["pass@1_before"] == pytest.approx(3 / 16) and numbers["pass@1_after"] == pytest.approx(7 / 16)
+    assert numbers["pass@4_before"] == pytest.approx(2 / 4) and numbers["pass@4_after"] == pytest.approx(3 / 4)
+    # pass@1 per problem differences: +1/4, +3/4, 0, 0 -> mean 0.25
+    diffs = [0.25, 0.75, 0.0, 0.0]
+    half = 1.959964 * math.sqrt(sum((d - 0.25) ** 2 for d in diffs) / 3) / 2
+    assert numbers["pass@1_lift_interval"] == pytest.approx([0.25 - half, 0.25 + half], abs=1e-6)
+    assert "pass@1   before  18.8%, after  43.8%" in table and "pass@4" in table
+
+
 @pytest.mark.slow
 def test_tiny_demo_prints_the_table_and_saves_its_numbers(tmp_path, capsys):
     results = run_demo("tiny", output_dir=str(tmp_path), max_steps=4, eval_n=40)
@@ -46,6 +64,7 @@ def test_tiny_demo_prints_the_table_and_saves_its_numbers(tmp_path, capsys):
     assert saved["lift"] == pytest.approx(saved["accuracy_after"] - saved["accuracy_before"])
     assert saved["lift_interval"][0] <= saved["lift"] <= saved["lift_interval"][1]
     assert (tmp_path / "tiny" / "reward.png").exists()
+    assert 0 <= saved["pass@1_before"] <= saved["pass@8_before"] <= 1 and "pass@8" in printed
 
 
 def test_the_examples_shown_are_fixed_and_broken_problems():
@@ -55,3 +74,34 @@ def test_the_examples_shown_are_fixed_and_broken_problems():
     after = [True, True, False, False, True, True]
     assert example_rows(before, after) == [(1, "fixed"), (4, "fixed"), (3, "broken")]
     assert example_rows([True, False], [True, False]) == [(0, "unchanged"), (1, "unchanged")]
+
+
+def test_the_demo_names_its_path_and_estimates_its_time_from_the_measured_pace(monkeypatch):
+    from course_lib import demo
+    from course_lib.run import distributed
+
+    monkeypatch.setattr(distributed, "cpu_supports_bfloat16", lambda: False)
+    settings = {"max_steps": 30}  # what demo_settings gives on a CPU without bfloat16
+    path, why, seconds = demo.path_and_estimate("smollm2-135m", settings, 200)
+    pace = demo.MEASURED_PACE["hf-fp32"]
+    assert path == "hf-fp32" and "no native bfloat16" in why
+    assert seconds == pytest.approx(pace["start_s"] + 400 * pace["eval_s"] + 30 * pace["step_s"])
+    fast = {"max_steps": 30, "engine": "vllm", "vllm_dtype": "bfloat16", "dtype": "bfloat16"}
+    assert demo.path_and_estimate("smollm2-135m", fast, 200)[0] == "vllm-bf16"
+    assert demo.path_and_estimate("tiny", {"max_steps": 200}, 200)[2] is None  # no measured pace: no guess
+
+
+def test_the_demo_evaluation_reports_progress_in_chunks(capsys):
+    from course_lib import demo
+
+    class Engine:
+        calls = []
+
+        def generate(self, prompts):
+            self.calls.append(len(prompts))
+            return type("Batch", (), {"texts": ["<answer>1</answer>"] * len(prompts)})()
+
+    rows = {"prompt": [[{"role": "user", "content": str(i)}] for i in range(60)], "answer": ["1"] * 59 + ["2"]}
+    correct, _ = demo.greedy_correct(Engine(), rows, desc="Before GRPO")
+    assert Engine.calls == [25, 25, 10] and sum(correct) == 59
+    assert "Before GRPO: 60/60 (100%)" in capsys.readouterr().out

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from course_lib.checks import ex01, ex02, ex03, ex04, ex05, ex06, ex08, ex10
+from course_lib.checks import ex01, ex02, ex03, ex04, ex05, ex06, ex06b, ex08, ex10
 from course_lib.feedback import Hint
 
 
@@ -220,6 +220,33 @@ def cispo_weight_not_detached(logps, old_logps, advantages, epsilon_max=5.0):
     return -weight * advantages.unsqueeze(1) * logps
 
 
+def entropy_mask_over_padding(entropies, mask, quantile):
+    cut = torch.quantile(entropies.float().flatten(), 1.0 - quantile)
+    return (entropies >= cut) & mask.bool()
+
+
+def entropy_mask_drops_ties(entropies, mask, quantile):
+    cut = torch.quantile(entropies[mask.bool()].float(), 1.0 - quantile)
+    return (entropies > cut) & mask.bool()
+
+
+def entropy_mask_wrong_quantile(entropies, mask, quantile):
+    cut = torch.quantile(entropies[mask.bool()].float(), quantile)
+    return (entropies >= cut) & mask.bool()
+
+
+def rloo_loss_clipped_per_token(logps, old_logps, advantages, mask, cliprange=0.2):
+    ratio = torch.exp(torch.where(mask != 0, logps - old_logps, torch.zeros_like(logps)))
+    adv = advantages.unsqueeze(1)
+    per_token = torch.max(-adv * ratio, -adv * ratio.clamp(1 - cliprange, 1 + cliprange))
+    return ((per_token * mask).sum(1) / mask.sum(1)).mean()
+
+
+def rloo_loss_padding_summed(logps, old_logps, advantages, mask, cliprange=0.2):
+    ratio = torch.exp((logps - old_logps).sum(1))
+    return torch.max(-advantages * ratio, -advantages * ratio.clamp(1 - cliprange, 1 + cliprange)).mean()
+
+
 def grpo_loss_old_logps_not_detached(logps, old_logps, advantages, mask, epsilon=0.2):
     old = logps if old_logps is None else old_logps
     ratio = torch.exp(logps - old)
@@ -228,11 +255,65 @@ def grpo_loss_old_logps_not_detached(logps, old_logps, advantages, mask, epsilon
     return ((per_token * mask).sum(1) / mask.sum(1)).mean()
 
 
+def group_advantages_without_std(rewards, num_generations):
+    """Centred on the group mean but never divided by the group's std (scale_rewards='none')."""
+    grouped = rewards.view(-1, num_generations)
+    return (grouped - grouped.mean(1, keepdim=True)).view(-1)
+
+
+def grpo_loss_product_clamped(logps, old_logps, advantages, mask, epsilon=0.2):
+    """Clamps r * A to [1 - eps, 1 + eps] instead of clipping r and multiplying by A."""
+    old = logps.detach() if old_logps is None else old_logps.detach()
+    ratio = torch.exp(logps - old)
+    adv = advantages.unsqueeze(1)
+    per_token = -torch.min(ratio * adv, torch.clamp(ratio * adv, 1 - epsilon, 1 + epsilon))
+    return ((per_token * mask).sum(1) / mask.sum(1)).mean()
+
+
+def bradley_terry_swapped(chosen_scores, rejected_scores):
+    return -torch.nn.functional.logsigmoid(rejected_scores - chosen_scores).mean()
+
+
+def bradley_terry_log_of_sigmoid(chosen_scores, rejected_scores):
+    """Right on moderate gaps, infinite on a gap of -2000: log(sigmoid(x)) underflows."""
+    return -torch.log(torch.sigmoid(chosen_scores - rejected_scores)).mean()
+
+
+def logps_without_shift(logits, input_ids, prompt_length, completion_mask, temperature=1.0):
+    log_probs = torch.log_softmax(logits[:, prompt_length:, :] / temperature, dim=-1)
+    logps = log_probs.gather(-1, input_ids[:, prompt_length:].unsqueeze(-1)).squeeze(-1)
+    return logps * completion_mask, -(log_probs.exp() * log_probs).sum(-1) * completion_mask
+
+
+def logps_temperature_after_log_softmax(logits, input_ids, prompt_length, completion_mask, temperature=1.0):
+    log_probs = torch.log_softmax(logits[:, prompt_length - 1:-1, :], dim=-1) / temperature
+    logps = log_probs.gather(-1, input_ids[:, prompt_length:].unsqueeze(-1)).squeeze(-1)
+    return logps * completion_mask, -(log_probs.exp() * log_probs).sum(-1) * completion_mask
+
+
+def logps_unmasked(logits, input_ids, prompt_length, completion_mask, temperature=1.0):
+    log_probs = torch.log_softmax(logits[:, prompt_length - 1:-1, :] / temperature, dim=-1)
+    logps = log_probs.gather(-1, input_ids[:, prompt_length:].unsqueeze(-1)).squeeze(-1)
+    return logps, -(log_probs.exp() * log_probs).sum(-1)
+
+
 MORE_CASES = [
     (ex08.check_token_level_rewards, token_level_rewards_kl_flipped, "the KL sign is flipped"),
     (ex10.check_correction_weight, correction_weight_ignores_clip_min, "clip_min=0.5 was ignored"),
-    (ex06.check_cispo_per_token_loss, cispo_weight_not_detached, "not detached"),
+    (ex06b.check_cispo_per_token_loss, cispo_weight_not_detached, "not detached"),
+    (ex08.check_rloo_sequence_clipped_loss, rloo_loss_clipped_per_token, "clipped per token"),
+    (ex08.check_rloo_sequence_clipped_loss, rloo_loss_padding_summed, "padded positions"),
+    (ex06b.check_high_entropy_token_mask, entropy_mask_over_padding, "padding included"),
+    (ex06b.check_high_entropy_token_mask, entropy_mask_drops_ties, "ties at the cut"),
+    (ex06b.check_high_entropy_token_mask, entropy_mask_wrong_quantile, "1 - quantile"),
     (ex05.check_grpo_clipped_loss, grpo_loss_old_logps_not_detached, "detach the old log-probs"),
+    (ex05.check_group_advantages, group_advantages_without_std, "scale_rewards='none'"),
+    (ex05.check_grpo_clipped_loss, grpo_loss_product_clamped, "clip the RATIO"),
+    (ex04.check_bradley_terry_loss, bradley_terry_swapped, "swapped"),
+    (ex04.check_bradley_terry_loss, bradley_terry_log_of_sigmoid, "logsigmoid"),
+    (ex05.check_completion_logps_and_entropy, logps_without_shift, "no shift"),
+    (ex05.check_completion_logps_and_entropy, logps_temperature_after_log_softmax, "divide the LOGITS"),
+    (ex05.check_completion_logps_and_entropy, logps_unmasked, "multiply by completion_mask"),
 ]
 
 

@@ -452,7 +452,7 @@ def test_every_registered_reward_takes_both_formats_and_unknown_kwargs():
 # --- code execution ----------------------------------------------------------------------
 
 
-def test_code_execution_reward_fraction_of_tests_passed():
+def test_code_execution_reward_fraction_of_tests_passed(working_sandbox):
     good = "Here you go:\n```python\ndef add(a, b):\n    return a + b\n```"
     buggy = "```python\ndef add(a, b):\n    return a * b\n```"  # passes add(2, 2) only
     tests = ["assert add(2, 3) == 5", "assert add(2, 2) == 4"]
@@ -462,10 +462,14 @@ def test_code_execution_reward_fraction_of_tests_passed():
     assert rewards == [1.0, 0.5, 0.0, None]
 
 
-def test_code_execution_reward_with_stdin_tests_stored_as_json():
+def test_code_execution_reward_parses_tests_stored_as_json():
+    assert parse_tests('[["3", "9"], ["4", "15"]]') == [("3", "9"), ("4", "15")]
+    assert parse_tests("assert f(1) == 2") == ["assert f(1) == 2"]
+
+
+def test_code_execution_reward_with_stdin_tests_stored_as_json(working_sandbox):
     program = "```python\nprint(int(input()) ** 2)\n```"
     tests = '[["3", "9"], ["4", "15"]]'
-    assert parse_tests(tests) == [("3", "9"), ("4", "15")]
     assert code_execution_reward(completions=[program], tests=[tests]) == [0.5]
 
 

@@ -29,7 +29,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 ROOT = Path(__file__).resolve().parents[2]
-NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.py"))
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]*_*.py"))
 RUNNER = Path(__file__).with_name("run_notebook.py")
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 REPOSITORY = PYPROJECT["project"]["urls"]["Repository"]

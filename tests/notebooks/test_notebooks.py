@@ -14,7 +14,7 @@ import nbformat
 import pytest
 
 NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
-SOURCES = sorted(NOTEBOOKS.glob("[0-9][0-9]_*.py"))
+SOURCES = sorted(NOTEBOOKS.glob("[0-9][0-9]*_*.py"))
 RUNNER = Path(__file__).with_name("run_notebook.py")
 
 

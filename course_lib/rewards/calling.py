@@ -1,0 +1,91 @@
+"""Calling a reward function so that it can neither hang the run nor change what the next one sees.
+
+Two guards around every call that ``compute_rewards`` makes:
+
+- **a time limit**: a reward function that never returns (a remote judge that does not
+  answer, a loop on hostile model text) would stop training without a word. The call runs
+  on a daemon thread and the caller waits at most ``timeout_s`` seconds; past that,
+  :class:`RewardTimeout` names the function and the limit. Python cannot stop a thread,
+  so the stuck call is abandoned, not killed: it ends with the process (a daemon thread
+  never keeps the interpreter alive).
+- **private copies**: every function gets its own deep copy of the prompts, completions
+  and columns, so one that edits them in place (sorts ``answer``, strips a completion
+  dict) cannot change the inputs of the functions after it, nor the trainer's data.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import threading
+from typing import Any, Callable
+
+__all__ = ["DEFAULT_REWARD_TIMEOUT_S", "RewardTimeout", "call_with_timeout", "check_timeout", "private_copies"]
+
+#: Seconds one call of a reward function on one batch may take (``RLConfig.reward_timeout_s``).
+DEFAULT_REWARD_TIMEOUT_S = 600.0
+
+
+class RewardTimeout(TimeoutError):
+    """A reward function did not return within its time limit."""
+
+
+def check_timeout(timeout_s: float | None, name: str = "reward_timeout_s") -> float | None:
+    """``timeout_s`` if it is None (no limit) or a positive finite number of seconds, else ``ValueError``."""
+    if timeout_s is None:
+        return None
+    if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or not 0 < timeout_s < float("inf"):
+        raise ValueError(f"{name}={timeout_s!r} is not a time limit. Fix: give a positive number of seconds "
+                         f"(default {DEFAULT_REWARD_TIMEOUT_S:g}), or None for no limit.")
+    return float(timeout_s)
+
+
+def call_with_timeout(function: Callable[..., Any], timeout_s: float | None, label: str, *args, **kwargs) -> Any:
+    """``function(*args, **kwargs)``, or :class:`RewardTimeout` after ``timeout_s`` seconds.
+
+    ``label`` names what was called in the message. Exceptions of the call are re-raised
+    as they are. ``timeout_s=None`` calls in the current thread, without a limit.
+    """
+    if timeout_s is None:
+        return function(*args, **kwargs)
+    return _in_thread(lambda: function(*args, **kwargs), timeout_s, label)
+
+
+def _in_thread(call: Callable[[], Any], timeout_s: float | None, label: str) -> Any:
+    """``call()`` on a daemon thread, waited for at most ``timeout_s`` seconds (None: no limit)."""
+    outcome: dict[str, Any] = {}
+    finished = threading.Event()
+
+    def run() -> None:
+        try:
+            outcome["value"] = call()
+        except BaseException as error:  # noqa: BLE001 - handed to the caller's thread
+            outcome["error"] = error
+        finally:
+            finished.set()
+
+    threading.Thread(target=run, name=label, daemon=True).start()
+    if not finished.wait(timeout_s):
+        raise RewardTimeout(f"{label} did not return within {timeout_s:g} s. Fix: make it faster or give it a "
+                            "time limit of its own (a request timeout), or raise reward_timeout_s "
+                            "(None removes the limit).")
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["value"]
+
+
+def await_all(awaitables: list, timeout_s: float | None, label: str) -> list:
+    """Run awaitables concurrently on a fresh event loop; each result, or the exception it raised.
+
+    The loop runs on a worker thread, so this works from plain scripts and from a notebook
+    (whose own loop already runs in the main thread); the whole batch shares ``timeout_s``.
+    """
+    async def gather():
+        return await asyncio.gather(*awaitables, return_exceptions=True)
+
+    return _in_thread(lambda: asyncio.run(gather()), timeout_s, label)
+
+
+def private_copies(*values: Any) -> tuple:
+    """A deep copy of each value (one set per reward function call)."""
+    return copy.deepcopy(values)
