@@ -194,3 +194,25 @@ def test_environments_chosen_by_column_log_their_own_reward(tmp_path):
         expected[name] = sum(c.value == c.target for c in used) / len(used)
         assert batch.metrics[f"environments/{name}/reward"] == pytest.approx(expected[name])
     assert batch.metrics["rewards/Counter/mean"] == pytest.approx((expected["two"] + expected["one"]) / 2)
+
+
+class LockedCounter(Counter):
+    """An environment holding something that cannot be copied (a lock, like a socket or a process)."""
+
+    def reset(self, target, **row):
+        import threading
+
+        self.lock = threading.Lock()
+        return super().reset(target, **row)
+
+
+def test_reward_reads_the_live_environments_not_copies(tmp_path):
+    model, tokenizer = load_policy("tiny")
+    model.config.max_position_embeddings = 512
+    config = make_config("grpo", model_name_or_path="tiny", output_dir=str(tmp_path), max_steps=1,
+                         per_device_train_batch_size=4, num_generations=4, max_completion_length=160, seed=3)
+    trainer = Trainer(config, None, _dataset(), model, tokenizer, progress=False, environment_factory=LockedCounter)
+    trainer.engine = ScriptedCalls(trainer.engine, tokenizer)
+    batch = trainer._generate_and_score()
+    counters = trainer.tool_run.environments.pool[None][:4]
+    assert batch.metrics["rewards/LockedCounter/mean"] == pytest.approx(sum(c.value == 2 for c in counters) / 4)
