@@ -445,3 +445,62 @@ def test_multi_turn_rollout_on_hf_reads_the_tool_result():
         answer = [t for t in range(trajectory.tool_mask.index(0), len(trajectory.tool_mask)) if trajectory.tool_mask[t]]
         assert answer
         torch.testing.assert_close(torch.tensor(trajectory.logps)[answer], reference[answer], atol=1e-4, rtol=0)
+
+
+class Greeter:
+    """An environment whose reset adds to the prompt."""
+
+    def reset(self, name, **row):
+        self.name = name
+        return f" (you are {name})"
+
+    def greet(self, polite: bool) -> str:
+        """Greet the user.
+
+        Args:
+            polite: whether to be formal
+        """
+        return ("Good day, " if polite else "Hi, ") + self.name
+
+
+async def shout_async(text: str) -> str:
+    """Shout a text.
+
+    Args:
+        text: what to shout
+    """
+    return text.upper()
+
+
+def test_tool_run_renders_tools_appends_reset_text_and_runs_async_tools(tokenizer):
+    from course_lib.rollout.tool_run import ToolRun
+    from course_lib.rollout.warmup import ScriptedPolicy
+
+    def respond(text):
+        if "<|im_start|>tool" in text:
+            return "done"
+        return ('<tool_call>{"name": "greet", "arguments": {"polite": true}}</tool_call>'
+                '<tool_call>{"name": "shout_async", "arguments": {"text": "hey"}}</tool_call>')
+
+    columns = {"prompt": [[{"role": "user", "content": "Hello"}]] * 2, "name": ["Ada", "Bo"]}
+    run = ToolRun([shout_async], Greeter, tokenizer, columns, max_tool_calling_iterations=2, tool_timeout=5,
+                  max_completion_length=200)
+    out = run.rollout(ScriptedPolicy(tokenizer, respond, context_limit=512), tokenizer, columns["prompt"],
+                      {"name": columns["name"]}, rows=[4, 9], sampling=SamplingConfig(max_tokens=200))
+    prompt = tokenizer.decode(out.agent.batch.prompt_ids[1][out.agent.batch.prompt_mask[1].bool()])
+    assert "- shout_async(text: string): Shout a text.\n" in prompt
+    assert "- greet(polite: boolean): Greet the user.\n" in prompt
+    assert prompt.endswith("<|im_start|>user\nHello (you are Bo)<|im_end|>\n<|im_start|>assistant\n")
+    messages = out.completions[1]
+    assert [m["content"] for m in messages if m["role"] == "tool"] == ["Good day, Bo", "HEY"]
+    assert messages[-1] == {"role": "assistant", "content": "done"}
+    assert out.reward_kwargs["environments"][0].name == "Ada"
+    assert columns["prompt"][1] == [{"role": "user", "content": "Hello"}]  # the dataset row is untouched
+
+
+def test_reset_returning_a_non_string_is_refused_with_the_row():
+    class Odd:
+        def reset(self, **row):
+            return 42
+    with pytest.raises(EnvironmentResetError, match="Odd.reset returned a int on dataset row 5; return None or a string"):
+        Environments.reset([Odd()], [{}], [5])
