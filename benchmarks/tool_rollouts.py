@@ -114,15 +114,15 @@ def _run(model, tokenizer, steps: int, tools: bool, length: int | None, output_d
                           progress=False, tools=[multiply] if tools else None,
                           on_step=lambda row: stamps.append((time.perf_counter(), tool_seconds[0])))
         model_tokens, all_tokens = [], []
-        generate = trainer._generate_and_score
+        score = trainer._score
 
-        def counting():
-            batch = generate()
+        def counting(generated):
+            batch = score(generated)
             model_tokens.append(batch.completion_mask.sum(1).float().mean().item())
             attention = batch.attention_mask if batch.attention_mask is not None else batch.completion_mask
             all_tokens.append(attention.sum(1).float().mean().item())
             return batch
-        trainer._generate_and_score = counting
+        trainer._score = counting
         rows = trainer.train()
     finally:
         tool_module.ToolBox.call, agents._ResultFitter.fit = call, fit

@@ -31,16 +31,11 @@ from typing import Any, ClassVar, Literal
 
 from course_lib.config_options import RunOptions, fail
 from course_lib.run.config_tools import ConfigWarning, apply_overrides, field_docs, from_dict, to_dict
-from course_lib.models import TORCH_DTYPES
 from course_lib.ops.importance import check_is_settings
-from course_lib.rollout import ENGINES
-from course_lib.run.validation import check_field_types, check_finite_fields, check_magnitudes
+from course_lib.run.validation import check_choices, check_field_types, check_finite_fields, check_magnitudes
 
 __all__ = ["ConfigWarning", "RLConfig", "apply_overrides", "field_docs", "fail", "warn"]
 
-DTYPES = ("auto", *TORCH_DTYPES)
-LR_SCHEDULERS = ("constant", "linear", "cosine")
-REPORT_TO = ("none", "wandb", "tensorboard")
 _ALL_PROJECTIONS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
 
@@ -254,7 +249,7 @@ class RLConfig(RunOptions):
         check_finite_fields(self)
         check_magnitudes(self)
         self._normalize()
-        self._check_choices()
+        check_choices(self)  # every Literal field: its annotation lists the allowed values
         self._check_ranges()
         self._derive_batches()
         self._derive_rest()
@@ -276,20 +271,6 @@ class RLConfig(RunOptions):
             self._set("vllm_importance_sampling_clip_max", self.vllm_importance_sampling_cap)
             self._set("vllm_importance_sampling_cap", None)  # moved: saved configs carry clip_max only
         self._set("lora_target_modules", list(self.lora_target_modules))
-
-    def _check_choices(self) -> None:
-        choices = {
-            "engine": ENGINES,
-            "device": ("auto", "cpu", "cuda"),
-            "dtype": DTYPES,
-            "vllm_dtype": DTYPES,
-            "lr_scheduler_type": LR_SCHEDULERS,
-            "report_to": REPORT_TO,
-        }
-        for name, allowed in choices.items():
-            value = getattr(self, name)
-            if value not in allowed:
-                fail(name, value, "is not a known choice", f"use one of {', '.join(allowed)}")
 
     def _check_ranges(self) -> None:
         super()._check_ranges()

@@ -14,8 +14,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-EVAL_STRATEGIES = ("no", "steps")
-
 
 def fail(name: str, value: Any, problem: str, fix: str) -> None:
     """The config error format of `course_lib.config.fail` (which re-exports this one)."""
@@ -79,8 +77,6 @@ class RunOptions:
             if value is not None and not isinstance(value, dict):
                 fail(name, value, "must be a dict of keyword arguments or None",
                      f'pass e.g. {name}={{"key": value}} (on the command line: JSON)')
-        if self.eval_strategy not in EVAL_STRATEGIES:
-            fail("eval_strategy", self.eval_strategy, "is not a known choice", "use 'no' or 'steps'")
         for name in ("eval_steps", "num_generations_eval"):
             value = getattr(self, name)
             if value is not None and value < 1:
@@ -92,8 +88,6 @@ class RunOptions:
         if self.sync_ref_model and getattr(self, "use_lora", False):
             fail("sync_ref_model", True, "cannot move a LoRA run's reference: it is the base model with the "
                  "adapters switched off", "set use_lora=False, or sync_ref_model=False")
-        if self.vllm_model_impl not in ("vllm", "transformers"):
-            fail("vllm_model_impl", self.vllm_model_impl, "is not a known choice", "use 'vllm' or 'transformers'")
         if self.model_init_kwargs and {"dtype", "torch_dtype"} & set(self.model_init_kwargs):
             fail("model_init_kwargs", self.model_init_kwargs, "sets the dtype, which the `dtype` field owns",
                  "set dtype=... instead and drop it from model_init_kwargs")

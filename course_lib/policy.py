@@ -11,6 +11,9 @@
   (the value head itself is PPO's, in :mod:`course_lib.algos.ppo`). A prompt repeated in the
   micro-batch (GRPO's G completions of one prompt) goes through the body once; its
   key/value cache is shared by the completions (see :func:`_shared_prompt_hidden`).
+- :class:`PolicyForward`: the policy and PPO's value head as one module whose forward is
+  :func:`completion_forward`, so that DDP (which syncs the gradients of the module it
+  wraps) wraps the forward the trainer runs.
 
 Position ids are derived from the attention mask, as ``generate`` does, so that a
 left-padded prompt gets the same positions in training as when it was sampled.
@@ -23,6 +26,7 @@ import copy
 import inspect
 
 import torch
+from torch import nn
 
 from .models import is_peft_model, resolve_dtype, unwrap_peft
 from .ops.logprobs import head_logprobs, lm_head, selective_log_softmax
@@ -214,3 +218,21 @@ def _own_forward(model, input_ids, attention_mask, position_ids, completion_ids,
         hidden = outputs.hidden_states[-1][:, start: start + width]
         values = value_head.values_for(hidden, input_ids, attention_mask, position_ids, start, width)
     return logps, values, entropies
+
+
+class PolicyForward(nn.Module):
+    """The policy (and PPO's value head) as one module whose forward is `completion_forward`.
+
+    DDP synchronises gradients of the module it wraps when that module's forward runs;
+    the trainer's forward goes through the decoder body and the fused head rather than the
+    model's own `forward`, so this wrapper is what DDP wraps.
+    """
+
+    def __init__(self, policy: nn.Module, value_head: nn.Module | None):
+        super().__init__()
+        self.policy = policy
+        self.value_head = value_head
+
+    def forward(self, prompt_ids, prompt_mask, completion_ids, completion_mask, **options):
+        return completion_forward(self.policy, prompt_ids, prompt_mask, completion_ids, completion_mask,
+                                  value_head=self.value_head, **options)

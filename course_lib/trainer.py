@@ -1,58 +1,79 @@
 """The training loop shared by GRPO, RLOO and PPO.
 
-Read it top to bottom, as in CleanRL: ``train()`` repeats
+Read it top to bottom, as CleanRL's ``ppo.py``: the ``while`` loop of ``_train()`` repeats
 
-1. **generate** a batch: ``unique prompts x num_generations`` completions from the rollout
-   engine (``hf`` or ``vllm``), prompt-major;
-2. **score** it: reward functions -> rewards; the algorithm's advantages
-   (``algorithm.advantages``); old / reference log-probs when the schedule or KL needs them;
-   the truncated importance-sampling weight when a separate engine sampled;
-3. **learn** from it: ``steps_per_generation`` micro-batches, replayed ``num_iterations``
-   times; one optimizer step every ``gradient_accumulation_steps`` micro-batches
+1. **generate** (``_generate``): ``unique prompts x num_generations`` completions from the
+   rollout engine (``hf`` or ``vllm``), prompt-major;
+2. **score** (``_score``): reward functions -> rewards; old / reference log-probs when the
+   schedule or the KL needs them; the sampler-mismatch weight when a correction is on; the
+   algorithm's advantages (``algorithm.advantages``);
+3. **learn** (``_micro_step``): ``steps_per_generation`` micro-batches, replayed
+   ``num_iterations`` times, each a forward, ``algorithm.loss`` and a backward;
+4. **step** (``_optimizer_step``): every ``gradient_accumulation_steps`` micro-batches
    (``course_lib.schedule`` gives the same table);
-4. **log** TRL-named metrics per optimizer step to ``history.jsonl``, a progress bar, a
-   periodic sample table; **checkpoint** every ``save_steps``.
+5. **log** (``_log_step``): TRL-named metrics to ``history.jsonl``, a progress bar, the
+   in-loop evaluation when due, a periodic sample table; then **save** every ``save_steps``
+   (``course_lib.run.trainer_state``).
 
 What differs between GRPO, RLOO and PPO is two calls on the algorithm object
 (``course_lib/algos``): ``advantages(...)`` after scoring and ``loss(...)`` in each
 micro-step; the shared maths is in ``course_lib/ops``. This file only orders the calls
 and has no per-algorithm branch.
 
-Simplifications vs TRL: one process (``num_processes`` > 1 only shapes the schedule
-arithmetic); the generation batch is consumed in order, not shuffled (so the schedule
-matches the seed's tables); weights are pushed to the engine lazily, right before the
-next generation that follows an optimizer step (the samples are the same as with an
-eager push after every step, with fewer pushes).
+Simplifications vs TRL: the generation batch is consumed in order, not shuffled (so the
+schedule matches the seed's tables); weights are pushed to the engine lazily, right before
+the next generation that follows an optimizer step (the samples are the same as with an
+eager push after every step, with fewer pushes). Several processes run through accelerate
+(``course_lib.run.distributed``) and give the result of one process on the same global batch.
 """
 
 from __future__ import annotations
 
 import contextlib
-import copy
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
 import torch
 from tqdm.auto import tqdm
 
-from .run import checkpoint as ckpt
 from .algos import get_algorithm
-from .algos.base import PolicyOutputs, ScoredBatch
-from .run.batches import GenerationBatch, PromptSampler, completion_metrics
-from .run.distributed import PolicyForward, Shards, make_accelerator
-from .run.nonfinite import check_finite_update, check_finite_weights, clip_gradients
-from .run.in_loop_eval import InLoopEvaluator
-from .run.history import MetricsLogger, format_samples, load_history, unique_prompt_samples
-from .run.model_options import apply_model_options, load_kwargs, mix_into_reference
-from .models import resolve_dtype, unwrap_peft
+from .algos.base import MicroBatch, PolicyOutputs, ScoredBatch
+from .models import resolve_dtype
 from .ops.importance import sampling_correction
 from .ops.stats import nanstd
-from .policy import ReferencePolicy, completion_forward, prepare_policy
+from .policy import PolicyForward, ReferencePolicy, completion_forward, prepare_policy
 from .rewards import compute_rewards, reward_function_name
 from .rollout import SamplingConfig, make_engine
-from .rollout.tool_run import setup_tools
-from .run.folder import check_resume_config, check_resume_run, claim_output_dir, run_identity
+from .rollout.base import RolloutBatch
+from .rollout.tool_run import ToolRollout, setup_tools
+from .run import checkpoint as ckpt
+from .run.batches import GenerationBatch, PromptSampler, completion_metrics
+from .run.distributed import Shards, make_accelerator
+from .run.folder import claim_output_dir, run_identity
+from .run.history import MetricsLogger, format_samples, unique_prompt_samples
+from .run.in_loop_eval import InLoopEvaluator
+from .run.model_options import apply_model_options, load_kwargs, mix_into_reference
+from .run.nonfinite import check_finite_update, check_finite_weights, clip_gradients
+from .run.trainer_state import resume_trainer, save_final_model, save_trainer_checkpoint
+
+
+@dataclass
+class Generated:
+    """Step 1's output on this process: the dataset rows, their prompts and columns, the engine's completions."""
+
+    rows: list[int]
+    prompts: list
+    columns: dict[str, list]
+    rollout: RolloutBatch
+    tools: ToolRollout | None = None  # multi-turn rollouts: trajectories, tool mask, environments
+
+    @property
+    def loss_mask(self) -> torch.Tensor:
+        """(B, T) the tokens the model wrote: multi-turn rollouts attend to tool results but do not train on them."""
+        mask = self.rollout.completion_mask
+        return mask if self.tools is None else mask * self.tools.agent.tool_mask
 
 
 class Trainer:
@@ -101,8 +122,9 @@ class Trainer:
         self.value_head = self.algorithm.make_value_head(self.model, config)
         if self.value_head is not None:
             self.value_head.to(device=self.accelerator.device, dtype=next(self.model.parameters()).dtype)
-        # What DDP wraps (gradients averaged across processes); the plain module in one process.
-        self.trained = self.accelerator.prepare_model(PolicyForward(self.model, self.value_head))
+        # The forward the loss differentiates: policy (+ value head) through `completion_forward`,
+        # wrapped by DDP when there are several processes (gradients averaged); plain in one.
+        self.policy_forward = self.accelerator.prepare_model(PolicyForward(self.model, self.value_head))
         needs_reference = config.beta != 0.0
         self.reference = ReferencePolicy(self.model) if needs_reference else None
         parameters = [p for p in self.model.parameters() if p.requires_grad]
@@ -132,8 +154,13 @@ class Trainer:
         self.tokens_seen = 0
         self.batch: GenerationBatch | None = None
         self.batch_position = 0  # micro-batches of self.batch consumed
-        self._weights_dirty = False
-        self._window: list[dict] = []
+        self._weights_dirty = False  # True after an optimizer step, until the engine has the new weights
+        self._window: list[dict] = []  # metrics of the micro-steps since the last optimizer step
+        self._last_samples: tuple | None = None  # (prompts, completions, rewards, advantages) to print
+        self.logger: MetricsLogger | None = None  # created by train()
+        self.interrupted = False  # True when Ctrl-C stopped train() early (no final/ then)
+        self._bar: tqdm | None = None
+        self._clock = (time.time(), 0)  # (start of train(), tokens_seen then): throughput
 
     def _engine_options(self) -> dict:
         config = self.config
@@ -166,14 +193,15 @@ class Trainer:
             values.append(v.float() if v is not None else None)
         return torch.cat(logps), (torch.cat(values) if with_values else None)
 
-    def _generate_and_score(self) -> GenerationBatch:
+    def _generate(self) -> Generated:
+        """Step 1: ``unique prompts x G`` completions of this process's rows, prompt-major."""
         config, G = self.config, self.config.num_generations
         self._sync_engine()
         # Every process draws the same prompts; it owns rows `self.shards.rows` of the U x G
         # completions (prompt-major) and samples them with their global indices as seeds.
         prompt_rows = self.sampler.take(config.unique_prompts_per_generation)
         rows = [row for row in prompt_rows for _ in range(G)][self.shards.rows]
-        repeated_prompts, repeated_columns = self._prompts_and_columns(rows)
+        prompts, columns = self._prompts_and_columns(rows)
         sampling = SamplingConfig(temperature=config.temperature, top_p=config.top_p, top_k=config.top_k,
                                   min_p=config.min_p, repetition_penalty=config.repetition_penalty,
                                   max_tokens=config.max_completion_length,
@@ -183,37 +211,84 @@ class Trainer:
         was_training = self.model.training
         self.model.eval()
         tools = None if self.tool_run is None else self.tool_run.rollout(  # multi-turn (course_lib.rollout.agents)
-            self.engine, self.tokenizer, list(repeated_prompts), repeated_columns, rows, sampling)
-        rollout = self.engine.generate(list(repeated_prompts), n=1, sampling=sampling) if tools is None else tools.agent.batch
+            self.engine, self.tokenizer, list(prompts), columns, rows, sampling)
+        rollout = self.engine.generate(list(prompts), n=1, sampling=sampling) if tools is None else tools.agent.batch
         self.model.train(was_training)
-        conversational = isinstance(repeated_prompts[0], list)
-        completions = ([[{"role": "assistant", "content": t}] if conversational else t for t in rollout.texts]
-                       if tools is None else tools.completions)
-        per_func, total = compute_rewards(self.reward_funcs, repeated_prompts, completions, repeated_columns,
-                                          self.reward_weights, timeout_s=config.reward_timeout_s,
-                                          completion_ids=[ids[m.bool()].tolist() for ids, m in
-                                                          zip(rollout.completion_ids, rollout.completion_mask)],
-                                          extra_kwargs=None if tools is None else tools.reward_kwargs)
-        loss_mask = rollout.completion_mask if tools is None else rollout.completion_mask * tools.agent.tool_mask
-        mask = loss_mask.clone()
+        generated = Generated(rows=rows, prompts=prompts, columns=columns, rollout=rollout, tools=tools)
+        self.tokens_seen += int(self.shards.sum(int(generated.loss_mask.sum() + rollout.prompt_mask.sum())))
+        self.cycle += 1
+        return generated
+
+    def _score(self, generated: Generated) -> GenerationBatch:
+        """Step 2: rewards, log-probs before learning, sampler correction, then the algorithm's advantages."""
+        config, shards, rollout = self.config, self.shards, generated.rollout
+        per_func, total = self._rewards(generated)
+        mask = generated.loss_mask.clone()
         if config.mask_truncated_completions:  # DAPO: truncated answers carry no signal
             mask = mask * rollout.is_eos.unsqueeze(1).to(mask.dtype)
-        tensors = {"prompt_ids": rollout.prompt_ids, "prompt_mask": rollout.prompt_mask,
-                   "completion_ids": rollout.completion_ids, "completion_mask": rollout.completion_mask}
-        shards = self.shards
-        all_per_func = shards.gather_rows(per_func.to(self.accelerator.device)).cpu()
-        all_is_eos = shards.gather_rows(rollout.is_eos.to(self.accelerator.device)).cpu()
-        metrics = completion_metrics(shards.gather_rows(loss_mask.to(self.accelerator.device)).cpu(), all_is_eos)
-        if tools is not None:
-            metrics.update(self.tool_run.metrics(tools, total, lambda t: shards.gather_rows(t.to(self.accelerator.device)).cpu()))
+        metrics = self._rollout_metrics(rollout, per_func, generated.loss_mask)
+        if generated.tools is not None:
+            metrics.update(self.tool_run.metrics(generated.tools, total,
+                                                 lambda t: shards.gather_rows(t.to(self.accelerator.device)).cpu()))
+        old_logps, old_values, ref_logps = self._logps_before_learning(rollout)
+        sampling_ratio = None
+        if config.effective_vllm_importance_sampling_correction and rollout.sampling_logps is not None:
+            sampling_ratio = self._sampling_correction(old_logps, rollout.sampling_logps.float(),
+                                                       generated.loss_mask, metrics)
+        # Advantages see the whole generation batch: gather what they read, keep this process's rows.
+        gather = lambda t: shards.gather_rows(None if t is None else t.to(self.accelerator.device))  # noqa: E731
+        scored = ScoredBatch(rewards=gather(total), mask=gather(mask), is_eos=gather(rollout.is_eos),
+                             num_generations=config.num_generations, old_logps=gather(old_logps),
+                             ref_logps=gather(ref_logps), old_values=gather(old_values), rewards_per_func=gather(per_func))
+        result = self.algorithm.advantages(scored, config)
+        width = mask.shape[1]
+        advantages, returns = shards.local_rows(result.advantages, width), shards.local_rows(result.returns, width)
+        metrics.update(shards.mean_metrics({k: v for k, v in metrics.items() if k.startswith("sampling/")}))
+        metrics.update(result.metrics)
+        self._last_samples = ([_prompt_text(p) for p in generated.prompts], rollout.texts,
+                              torch.nan_to_num(total).tolist(),
+                              advantages.float().reshape(len(generated.rows), -1)[:, 0].tolist())
+        return GenerationBatch(prompt_ids=rollout.prompt_ids, prompt_mask=rollout.prompt_mask,
+                               completion_ids=rollout.completion_ids, completion_mask=mask, advantages=advantages,
+                               rows=generated.rows, num_items_in_batch=int(scored.mask.sum()),
+                               old_logps=old_logps,  # None when on-policy: the loss detaches logps
+                               ref_logps=ref_logps, sampling_ratio=sampling_ratio, old_values=old_values,
+                               sampling_logps=None if rollout.sampling_logps is None else rollout.sampling_logps.float(),
+                               returns=returns, metrics=metrics,
+                               attention_mask=None if generated.tools is None else rollout.completion_mask)
+
+    def _rewards(self, generated: Generated) -> tuple[torch.Tensor, torch.Tensor]:
+        """(B, K) each reward function's score and (B,) their weighted sum (NaN where none applied)."""
+        rollout = generated.rollout
+        conversational = isinstance(generated.prompts[0], list)
+        completions = [[{"role": "assistant", "content": t}] if conversational else t for t in rollout.texts]
+        completion_ids = [ids[m.bool()].tolist() for ids, m in zip(rollout.completion_ids, rollout.completion_mask)]
+        tools = generated.tools  # multi-turn: each completion is its messages; rewards may read the environments
+        return compute_rewards(self.reward_funcs, generated.prompts, completions if tools is None else tools.completions,
+                               generated.columns, self.reward_weights, timeout_s=self.config.reward_timeout_s,
+                               completion_ids=completion_ids, extra_kwargs=None if tools is None else tools.reward_kwargs)
+
+    def _rollout_metrics(self, rollout, per_func: torch.Tensor, loss_mask: torch.Tensor) -> dict:
+        """TRL's completion-length (model tokens) and per-reward-function metrics over the whole generation batch."""
+        device, shards = self.accelerator.device, self.shards
+        all_per_func = shards.gather_rows(per_func.to(device)).cpu()
+        metrics = completion_metrics(shards.gather_rows(loss_mask.to(device)).cpu(),
+                                     shards.gather_rows(rollout.is_eos.to(device)).cpu())
         for f, function in enumerate(self.reward_funcs):
             name = reward_function_name(function)
             metrics[f"rewards/{name}/mean"] = torch.nanmean(all_per_func[:, f]).item()
             metrics[f"rewards/{name}/std"] = nanstd(all_per_func[:, f]).nan_to_num(0.0).item()
+        return metrics
 
+    def _logps_before_learning(self, rollout):
+        """Old log-probs (and values) when the schedule, the correction or the algorithm needs them; reference log-probs when beta != 0."""
+        config = self.config
         off_policy = config.num_iterations > 1 or config.effective_steps_per_generation > config.gradient_accumulation_steps
-        use_tis = bool(config.effective_vllm_importance_sampling_correction)
-        needs_old = off_policy or use_tis or self.algorithm.always_needs_old_logps
+        needs_old = (off_policy or bool(config.effective_vllm_importance_sampling_correction)
+                     or self.algorithm.always_needs_old_logps)
+        tensors = {"prompt_ids": rollout.prompt_ids, "prompt_mask": rollout.prompt_mask,
+                   "completion_ids": rollout.completion_ids, "completion_mask": rollout.completion_mask}
+        was_training = self.model.training
         self.model.eval()  # no dropout in the reference passes
         old_logps, old_values = (self._forward_in_chunks(self.model, tensors, with_values=self.value_head is not None)
                                  if needs_old else (None, None))
@@ -222,34 +297,7 @@ class Trainer:
             with self.reference.model() as reference:
                 ref_logps, _ = self._forward_in_chunks(reference, tensors)
         self.model.train(was_training)
-
-        sampling_ratio = None
-        if use_tis and rollout.sampling_logps is not None:
-            sampling_ratio = self._sampling_correction(old_logps, rollout.sampling_logps.float(), loss_mask, metrics)
-        # Advantages see the whole generation batch: gather what they read, keep this process's rows.
-        gather = lambda t: shards.gather_rows(None if t is None else t.to(self.accelerator.device))  # noqa: E731
-        scored = ScoredBatch(rewards=gather(total), mask=gather(mask), is_eos=gather(rollout.is_eos), num_generations=G,
-                             old_logps=gather(old_logps), ref_logps=gather(ref_logps), old_values=gather(old_values),
-                             rewards_per_func=gather(per_func))
-        result = self.algorithm.advantages(scored, config)
-        width = mask.shape[1]
-        advantages, returns = shards.local_rows(result.advantages, width), shards.local_rows(result.returns, width)
-        metrics.update(shards.mean_metrics({k: v for k, v in metrics.items() if k.startswith("sampling/")}))
-        metrics.update(result.metrics)
-        self.tokens_seen += int(shards.sum(int(loss_mask.sum() + rollout.prompt_mask.sum())))  # model tokens
-        self.cycle += 1
-        batch = GenerationBatch(prompt_ids=rollout.prompt_ids, prompt_mask=rollout.prompt_mask,
-                                completion_ids=rollout.completion_ids, completion_mask=mask, advantages=advantages,
-                                rows=rows, num_items_in_batch=int(scored.mask.sum()),
-                                old_logps=old_logps,  # None when on-policy: the loss detaches logps
-                                ref_logps=ref_logps, sampling_ratio=sampling_ratio, old_values=old_values,
-                                sampling_logps=rollout.sampling_logps if rollout.sampling_logps is None
-                                else rollout.sampling_logps.float(),
-                                returns=returns, metrics=metrics,
-                                attention_mask=None if tools is None else rollout.completion_mask)
-        self._last_samples = ([_prompt_text(p) for p in repeated_prompts], rollout.texts,
-                              torch.nan_to_num(total).tolist(), advantages.float().reshape(len(rows), -1)[:, 0].tolist())
-        return batch
+        return old_logps, old_values, ref_logps
 
     def _sync_engine(self) -> None:
         if self._weights_dirty:
@@ -268,16 +316,17 @@ class Trainer:
         return weight
 
     # ------------------------------------------------------------------ learn
-    def _micro_step(self, mb: dict) -> dict:
+    def _micro_step(self, mb: MicroBatch) -> dict:
+        """Step 3: forward, loss, backward on one micro-batch; the gradients accumulate."""
         config = self.config
         # Tokens of this micro-step on all processes: token-mean losses divide by it (PPO).
-        mb["num_tokens_all_processes"] = self.shards.sum(float(mb["completion_mask"].sum()))
+        mb.num_tokens_all_processes = self.shards.sum(float(mb.completion_mask.sum()))
         closes_window = (self.micro_step + 1) % config.gradient_accumulation_steps == 0
-        sync = contextlib.nullcontext() if closes_window else self.accelerator.no_sync(self.trained)
+        sync = contextlib.nullcontext() if closes_window else self.accelerator.no_sync(self.policy_forward)
         with sync:  # DDP averages gradients only at the last micro-step of an accumulation window
-            attention = mb["completion_mask"] if mb.get("attention_mask") is None else mb["attention_mask"]
-            logps, values, entropies = self.trained(
-                mb["prompt_ids"], mb["prompt_mask"], mb["completion_ids"], attention,
+            attention = mb.completion_mask if mb.attention_mask is None else mb.attention_mask  # tool results: read
+            logps, values, entropies = self.policy_forward(
+                mb.prompt_ids, mb.prompt_mask, mb.completion_ids, attention,
                 temperature=config.temperature, fused=config.use_fused_logprobs, chunk_size=config.logprob_chunk_size,
                 with_entropy=True)
             out = self.algorithm.loss(mb, PolicyOutputs(logps=logps, entropies=entropies, values=values), config,
@@ -288,6 +337,7 @@ class Trainer:
         return metrics
 
     def _optimizer_step(self) -> dict:
+        """Step 4: clip, check for NaN/inf, apply the accumulated gradients; the reference follows if asked."""
         parameters = [p for group in self.optimizer.param_groups for p in group["params"]]
         grad_norm = clip_gradients(parameters, self.config.max_grad_norm)
         check_finite_update(grad_norm, self._window, step=self.step + 1, output_dir=self.output_dir)
@@ -322,22 +372,20 @@ class Trainer:
 
     def _train(self, resume_folder, interrupt) -> list[dict]:
         config = self.config
-        self.interrupted = False
-        previous_rows = self._resume(resume_folder) if resume_folder else []
+        previous_rows = resume_trainer(self, resume_folder) if resume_folder else []
         # Only the main process writes files; the others keep their rows in memory.
         self.logger = MetricsLogger(self.output_dir, config.report_to, config.to_dict(), previous_rows,
                                     write=self.shards.is_main)
         micro_per_cycle = config.effective_steps_per_generation * config.num_iterations
-        bar = tqdm(total=self.max_steps, initial=self.step, desc=self.algorithm.name.upper(),
-                   disable=not (self.progress and self.shards.is_main))
+        self._bar = tqdm(total=self.max_steps, initial=self.step, desc=self.algorithm.name.upper(),
+                         disable=not (self.progress and self.shards.is_main))
+        self._clock = (time.time(), self.tokens_seen)
         self.model.train()
-        started, tokens_at_start = time.time(), self.tokens_seen
         while self.step < self.max_steps:
             if self.batch is None or self.batch_position >= micro_per_cycle:
-                self.batch, self.batch_position = self._generate_and_score(), 0
+                self.batch, self.batch_position = self._score(self._generate()), 0
             index = self.batch_position % config.effective_steps_per_generation
-            mb = self.batch.micro_batch(index, config.per_device_train_batch_size)
-            self._window.append(self._micro_step(mb))
+            self._window.append(self._micro_step(self.batch.micro_batch(index, config.per_device_train_batch_size)))
             self.batch_position += 1
             self.micro_step += 1
             if self.micro_step % config.gradient_accumulation_steps:
@@ -345,48 +393,48 @@ class Trainer:
             window = self.shards.mean_metrics(_mean_rows(self._window))  # averaged over processes
             row = {"step": self.step + 1, **self._optimizer_step(), **window, **self.batch.metrics}
             self._window = []
-            elapsed = max(time.time() - started, 1e-9)
-            row.update({"epoch": self.sampler.epoch + self.sampler.position / len(self.dataset),
-                        "num_tokens": self.tokens_seen, "tokens/s": (self.tokens_seen - tokens_at_start) / elapsed,
-                        "episode": self.cycle * config.effective_generation_batch_size, "eps": self.cycle *
-                        config.effective_generation_batch_size / elapsed, "lr": row["learning_rate"]})
-            if self.evaluator is not None and self.evaluator.due(self.step, self.max_steps):
-                self._sync_engine()
-                row.update(self.evaluator.run(self.engine, self.model, self.step))
-            self.logger.log(row)
-            if self.on_step is not None:
-                self.on_step(row)
-            bar.update(1)
-            bar.set_postfix(reward=f"{row.get('reward', float('nan')):.3f}", loss=f"{row['loss']:.4f}")
-            if config.log_completions and self.step % config.logging_steps == 0 and self.shards.is_main:
-                limit = config.num_completions_to_print or 4
-                samples = self._last_samples
-                if config.log_unique_prompts:
-                    samples = unique_prompt_samples(*samples)
-                tqdm.write(f"step {self.step}\n" + format_samples(*samples, limit=limit))
+            self._log_step(row)
             stop = self.shards.sum(float(interrupt.requested)) > 0  # Ctrl-C on any process stops them all
             if config.save_steps > 0 and self.step % config.save_steps == 0 or stop:
                 self.save_checkpoint()
             if stop:
                 self.interrupted = True
                 break
-        bar.close()
+        self._bar.close()
         if not self.interrupted and self.shards.is_main:
             self.save_final()
         self.accelerator.wait_for_everyone()
         self.logger.close()
         return self.logger.rows
 
-    # ------------------------------------------------------------------ persistence
-    def _state(self) -> dict:
-        return {"step": self.step, "micro_step": self.micro_step, "cycle": self.cycle, "tokens_seen": self.tokens_seen,
-                "batch_position": self.batch_position, "sampler": self.sampler.state(), "algo": self.algorithm.name,
-                "algorithm_state": getattr(self.algorithm, "state", dict)(),  # e.g. GRPO's adaptive entropy coef
-                "config": self.config.to_dict(), "run": self._run_identity()}
+    def _log_step(self, row: dict) -> None:
+        """Step 5: throughput, in-loop evaluation when due, ``history.jsonl``, progress bar, sample table."""
+        config, (started, tokens_at_start) = self.config, self._clock
+        elapsed = max(time.time() - started, 1e-9)
+        episodes = self.cycle * config.effective_generation_batch_size
+        row.update({"epoch": self.sampler.epoch + self.sampler.position / len(self.dataset),
+                    "num_tokens": self.tokens_seen, "tokens/s": (self.tokens_seen - tokens_at_start) / elapsed,
+                    "episode": episodes, "eps": episodes / elapsed, "lr": row["learning_rate"]})
+        if self.evaluator is not None and self.evaluator.due(self.step, self.max_steps):
+            self._sync_engine()
+            row.update(self.evaluator.run(self.engine, self.model, self.step))
+        self.logger.log(row)
+        if self.on_step is not None:
+            self.on_step(row)
+        self._bar.update(1)
+        self._bar.set_postfix(reward=f"{row.get('reward', float('nan')):.3f}", loss=f"{row['loss']:.4f}")
+        if config.log_completions and self.step % config.logging_steps == 0 and self.shards.is_main:
+            limit = config.num_completions_to_print  # None: every row
+            samples = self._last_samples
+            if config.log_unique_prompts:
+                samples = unique_prompt_samples(*samples)
+            tqdm.write(f"step {self.step}\n" + format_samples(*samples, limit=limit))
 
-    def _run_identity(self) -> dict:  # the rows and rewards a resume must match (course_lib.run.folder)
+    def _run_identity(self) -> dict:
+        """The rows and rewards a resume must match (``course_lib.run.folder``)."""
         return run_identity(self._columns, [reward_function_name(f) for f in self.reward_funcs])
 
+    # ------------------------------------------------------------------ use and persistence
     @torch.no_grad()
     def generate(self, prompts, n: int = 1, sampling: SamplingConfig | None = None):
         """Completions of the *current* policy by the run's rollout engine (weights pushed first).
@@ -406,67 +454,12 @@ class Trainer:
             self.model.train(was_training)
 
     def save_checkpoint(self) -> Path:
-        """``checkpoint-<step>``, written by the main process; every process must call it.
-
-        The other processes' in-flight rows of the generation batch travel to the main
-        process and are saved with its own (``other_ranks``), so a run of N processes resumes
-        where it stopped.
-        """
-        folder = self.output_dir / f"checkpoint-{self.step}"
-        rollout = None if self.batch is None else {"batch": self.batch, "samples": self._last_samples}
-        if self.shards.size > 1:
-            from accelerate.utils import gather_object
-
-            everyone = gather_object([rollout])
-            if rollout is not None:
-                rollout = {**rollout, "other_ranks": everyone[1:]}
-        if not self.shards.is_main:
-            self.accelerator.wait_for_everyone()
-            return folder
-        saved = ckpt.save_checkpoint(folder, model=self.model, tokenizer=self.tokenizer, optimizer=self.optimizer,
-                                    scheduler=self.scheduler, trainer_state=self._state(), rollout=rollout,
-                                    value_head=self.value_head, history=self.logger.rows,
-                                    save_total_limit=self.config.save_total_limit)
-        self.accelerator.wait_for_everyone()
-        return saved
+        """``checkpoint-<step>`` (every process must call it): see :mod:`course_lib.run.trainer_state`."""
+        return save_trainer_checkpoint(self)
 
     def save_final(self) -> Path:
         """``<output_dir>/final``: the model (merged with its adapters when LoRA) + tokenizer."""
-        model = self.model
-        if hasattr(model, "merge_and_unload"):  # merge a copy: the trainer keeps its adapters
-            model = copy.deepcopy(model).merge_and_unload()
-        with ckpt.atomic_folder(self.output_dir / "final") as folder:
-            model.save_pretrained(folder, safe_serialization=True)
-            self.tokenizer.save_pretrained(folder)
-            if self.value_head is not None:
-                torch.save(self.value_head.state_dict(), folder / "value_head.pt")
-        return self.output_dir / "final"
-
-    def _resume(self, folder: str | Path) -> list[dict]:
-        """Restore everything saved in a checkpoint; return the history logged up to it."""
-        state = ckpt.load_trainer_state(folder)
-        if state["algo"] != self.algorithm.name:
-            raise ValueError(f"checkpoint {folder} is a {state['algo']} run; this trainer is {self.algorithm.name}.")
-        check_resume_config(state.get("config"), self.config.to_dict(), folder)
-        check_resume_run(state.get("run"), self._run_identity(), folder)
-        ckpt.restore_weights(folder, self.model, self.value_head)
-        saved = ckpt.restore_training_state(folder, self.optimizer, self.scheduler)
-        self.step, self.micro_step, self.cycle = state["step"], state["micro_step"], state["cycle"]
-        self.tokens_seen, self.batch_position = state["tokens_seen"], state["batch_position"]
-        if state.get("algorithm_state") and hasattr(self.algorithm, "load_state"):
-            self.algorithm.load_state(state["algorithm_state"], self.config)
-        self.sampler = PromptSampler(len(self.dataset), self.config.seed, **state["sampler"],
-                                     shuffle=self.config.shuffle_dataset)
-        if saved is not None:
-            saved_processes = 1 + len(saved.get("other_ranks", []))
-            if saved_processes != self.shards.size:
-                raise ValueError(f"checkpoint {folder} holds the generation batch of {saved_processes} process(es); "
-                                 f"this run has {self.shards.size}. Fix: resume with num_processes={saved_processes}.")
-            if self.shards.rank > 0:  # this process's own rows of the generation batch in flight
-                saved = saved["other_ranks"][self.shards.rank - 1]
-            self.batch, self._last_samples = saved["batch"], saved["samples"]
-        self._weights_dirty = True
-        return [row for row in load_history(folder) if row["step"] <= self.step]
+        return save_final_model(self)
 
 
 def _mean_rows(rows: list[dict]) -> dict:

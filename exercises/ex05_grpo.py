@@ -91,3 +91,37 @@ def completion_logps_and_entropy(logits: torch.Tensor, input_ids: torch.Tensor, 
     """
     # HINT: logits[:, P - 1 : -1] are the ones that predict the completion tokens input_ids[:, P:].
     raise NotImplementedError("Exercise: replace this line with your code.")
+
+
+def grpo_loop(model, tokenizer, dataset, reward_fn, steps: int, prompts_per_step: int = 4, num_generations: int = 8,
+              learning_rate: float = 3e-5, epsilon: float = 0.2, max_tokens: int = 6, seed: int = 0) -> list[dict]:
+    """GRPO from scratch: on-policy, `beta = 0`, `loss_type="grpo"`; returns one log row per step.
+
+    Each step, in order:
+
+    1. **generate**: take `prompts_per_step` dataset rows with
+       `PromptSampler(len(dataset), seed).take(prompts_per_step)` (one sampler for the whole
+       run), repeat each row `num_generations` times (prompt-major), and sample one
+       completion per repeated prompt with `HFEngine(model, tokenizer).generate(prompts, n=1,
+       sampling=SamplingConfig(temperature=1.0, max_tokens=max_tokens, seed=...))`, with
+       `seed = seed * 2**40 + step * B` (B = completions per step, step counted from 0) and
+       the model in eval mode while it samples (train mode again after);
+    2. **score**: `reward_fn(completion_texts, answers)` -> one float per completion
+       (`answers` = the rows' `"answer"` column);
+    3. **advantages**: Exercise 1, the z-score within each prompt's group;
+    4. **log-probs**: `course_lib.policy.completion_forward(model, prompt_ids, prompt_mask,
+       completion_ids, completion_mask)` -> `(B, T)` token log-probs (Exercise 3 inside);
+    5. **loss**: Exercise 2 on-policy (the old log-probs are `logps.detach()`);
+    6. **step**: `torch.optim.AdamW(model.parameters(), lr=learning_rate, weight_decay=0.0)`
+       created once before the loop (after `torch.manual_seed(seed)`), zero the gradients,
+       backward, clip the gradient norm at 1.0 (`torch.nn.utils.clip_grad_norm_`, TRL's
+       `max_grad_norm`), step.
+
+    These are the choices `course_lib.trainer.Trainer` makes with the same settings, so the
+    two must sample the same completions and end with the same weights.
+
+    Returns:
+        `[{"step": 1, "reward": mean reward of the step, "loss": loss value}, ...]`.
+    """
+    # HINT: the sampler is created once; the sampling seed changes with the step; AdamW once, outside the loop.
+    raise NotImplementedError("Exercise: replace this line with your code.")

@@ -18,7 +18,9 @@
 # 4. put a **value head** on the policy, run **GAE over tokens**, **whiten** the
 #    advantages, and train the critic with the **clipped value loss**;
 # 5. list the **implementation details** that make PPO for RLHF work in practice;
-# 6. train the tiny model with PPO and read a **live dashboard** of its metrics.
+# 6. train the tiny model with PPO and read a **live dashboard** of its metrics;
+# 7. put the **H** in RLHF: train a **Bradley-Terry reward model** on preference pairs,
+#    use it as PPO's reward, and watch **reward over-optimisation** happen.
 
 # %%
 # On Colab (or with COURSE_SETUP=1): clone the course, install what the runtime lacks, keep its torch.
@@ -671,10 +673,119 @@ for gap in (0.05, 0.25, 1.0):
 # With the labeller's temperature `T = 0.25`, two answers whose true scores differ by
 # 0.05 are ordered right only slightly more often than by chance: most of the information
 # in preference data is about *large* differences. A reward model learns the ordering its
-# labellers could see, and nothing tells it what they could not: that gap between the
-# learned reward and the true one is what PPO can exploit (**reward over-optimisation**,
-# Gao et al. 2022: the learned reward keeps rising while the true quality peaks and
-# falls). The KL penalty of section 3 is the classic guard.
+# labellers could see, and nothing tells it what they could not.
+#
+# ### A reward model for the additions, and PPO against it
+#
+# The whole pipeline on the tiny model. The labeller's hidden true score is the reward of
+# section 8 (correct first number + proximity). The pairs are two answers of the tiny
+# policy to each of 600 training questions, sampled at temperature 1.5 so that the
+# labeller sees clean numbers and garbled ones. The reward model starts from a copy of
+# the policy's body (as InstructGPT's started from the SFT model), gets a scalar head and
+# is trained on 80% of the pairs; the other 20% measure it.
+
+# %%
+from course_lib.evaluation import wilson_interval
+from course_lib.reward_model import RewardModel, reward_model_function, score_texts, train_reward_model
+from course_lib.rollout import SamplingConfig, make_engine
+
+rm_policy, rm_tokenizer = load_policy("tiny")
+pair_questions = get_task("arithmetic", n=600, seed=1)
+two_answers = make_engine("hf", rm_policy, rm_tokenizer).generate(
+    list(pair_questions["prompt"]), n=2, sampling=SamplingConfig(max_tokens=8, temperature=1.5, seed=0))
+_, true_scores = compute_rewards(reward_funcs, [p for p in pair_questions["prompt"] for _ in range(2)], two_answers.texts,
+                                 {"answer": [a for a in pair_questions["answer"] for _ in range(2)]})
+pairs = simulated_preferences(list(pair_questions["prompt"]), two_answers.texts[0::2], two_answers.texts[1::2],
+                              true_scores[0::2].tolist(), true_scores[1::2].tolist(), temperature=0.25, seed=0)
+rm_train, rm_test = pairs.split(0.2, seed=0)
+print(f"{len(pairs)} pairs (identical answers dropped): {len(rm_train)} to train, {len(rm_test)} to test; e.g. "
+      f"{rm_train.chosen[0]!r} preferred to {rm_train.rejected[0]!r}")
+reward_net = RewardModel.from_causal_lm(rm_policy)
+for row in train_reward_model(reward_net, rm_tokenizer, rm_train, epochs=2, learning_rate=3e-4, test_pairs=rm_test):
+    right = round(row["test_accuracy"] * len(rm_test))
+    low, high = wilson_interval(right, len(rm_test))
+    print(f"epoch {row['epoch']}: loss {row['loss']:.3f}, held-out pairs ordered right {row['test_accuracy']:.1%} "
+          f"[{100 * low:.1f}, {100 * high:.1f}]")
+chosen_scores = score_texts(reward_net, rm_tokenizer, rm_test.prompts, rm_test.chosen)
+rejected_scores = score_texts(reward_net, rm_tokenizer, rm_test.prompts, rm_test.rejected)
+for kind, keep in (("both answers clean numbers", True), ("at least one garbled", False)):
+    rows = [i for i in range(len(rm_test))
+            if (rm_test.chosen[i].isdigit() and rm_test.rejected[i].isdigit()) == keep]
+    right = int(sum(chosen_scores[i] > rejected_scores[i] for i in rows))
+    low, high = wilson_interval(right, len(rows))
+    print(f"  {kind:<27}: {right}/{len(rows)} ordered right, {right / len(rows):.1%} [{100 * low:.1f}, {100 * high:.1f}]")
+
+# %% [markdown]
+# The reward model orders held-out pairs better than a coin (its interval excludes 50%),
+# and far from perfectly. The split by kind of pair shows where its knowledge lies: it
+# orders pairs with a garbled answer well, and pairs of two clean numbers, where the
+# labeller was judging the sum, close to chance. It has learned what is easy to see more
+# than whether the sum is right. Now it becomes PPO's only reward
+# (`reward_model_function` gives it TRL's reward-function signature), with no KL penalty
+# (`kl_coef = beta = 0`), so that nothing holds the policy near its start. Every few steps the
+# cell measures, on the 200 held-out questions, the **learned** reward of the greedy
+# answers (mean with a 95% interval) and their **true** accuracy (95% Wilson interval).
+
+# %%
+import math
+
+learned_reward = reward_model_function(reward_net, rm_tokenizer)
+rlhf_model, _ = load_policy("tiny")
+eval_every, rlhf_steps = 20, scaled(60, 150)
+curve = []
+
+
+def measure(step: int) -> None:
+    answers = greedy_completions(rlhf_model, tokenizer, test_prompts["prompt"], max_new_tokens=8)
+    right = sum(is_correct(c, a) for c, a in zip(answers, test_prompts["answer"]))
+    scores = torch.tensor(learned_reward(list(test_prompts["prompt"]), answers))
+    curve.append({"step": step, "accuracy": right / n_test, "accuracy_interval": wilson_interval(right, n_test),
+                  "reward": scores.mean().item(), "reward_half_width": 1.96 * scores.std().item() / math.sqrt(n_test),
+                  "answers": answers[:4]})
+
+
+measure(0)
+rlhf_config = replace(config, output_dir=str(OUTPUT / "04_rlhf_learned_reward"), max_steps=rlhf_steps,
+                      lr_scheduler_type="constant", learning_rate=1e-4, beta=0.0, value_learning_rate=3e-3)
+Trainer(rlhf_config, [learned_reward], train_prompts, rlhf_model, tokenizer, progress=False,
+        on_step=lambda row: measure(row["step"]) if row["step"] % eval_every == 0 else None).train()
+
+fig, (ax_reward, ax_accuracy) = plt.subplots(1, 2, figsize=(10, 3.4), layout="constrained")
+steps = [point["step"] for point in curve]
+ax_reward.errorbar(steps, [p["reward"] for p in curve], yerr=[p["reward_half_width"] for p in curve], marker="o",
+                   capsize=3, color="tab:purple")
+ax_reward.set(title="learned reward (the reward model's score)", xlabel="PPO step", ylabel="mean score, 95% interval")
+accuracy = [100 * p["accuracy"] for p in curve]
+ax_accuracy.errorbar(steps, accuracy, marker="o", capsize=3, color="tab:green",
+                     yerr=[[a - 100 * p["accuracy_interval"][0] for a, p in zip(accuracy, curve)],
+                           [100 * p["accuracy_interval"][1] - a for a, p in zip(accuracy, curve)]])
+ax_accuracy.set(title="true accuracy (greedy, 200 held-out questions)", xlabel="PPO step",
+                ylabel="% correct, 95% Wilson interval")
+for ax in (ax_reward, ax_accuracy):
+    ax.grid(alpha=0.3)
+fig.suptitle("PPO against a learned reward model: over-optimisation")
+plt.show()
+for point in curve:
+    low, high = point["accuracy_interval"]
+    print(f"step {point['step']:>3}: learned reward {point['reward']:.3f} ± {point['reward_half_width']:.3f}, "
+          f"accuracy {100 * point['accuracy']:.1f}% [{100 * low:.1f}, {100 * high:.1f}], first answers "
+          f"{point['answers']}")
+print("references:", list(test_prompts["answer"][:4]))
+
+# %% [markdown]
+# Read the two panels together. The learned reward rises beyond its interval at step 0,
+# while the true accuracy collapses far outside its own: PPO found answers the reward
+# model rates higher than the policy's own (look at the first answers: clean numbers,
+# drifting away from the sums) without the quality the labeller's preferences were
+# about. This is **reward over-optimisation** (Gao, Schulman and Hilton 2022, *Scaling
+# Laws for Reward Model Overoptimization*): past some point, optimising a learned proxy
+# harder makes the true objective worse. Here the proxy is weak and the collapse quick;
+# Gao et al. measured the same shape with reward models of up to 3B parameters, the true
+# score rising first and then falling as the policy moves away from its start. The guards
+# are the ones this
+# lesson built: the KL penalty to the reference (β, section 3), early stopping on a
+# held-out true measure, a larger and fresher preference set, and, where answers can be
+# checked, a verifier instead of a learned reward (RLVR, lesson 05).
 
 # %% [markdown]
 # ## Questions
@@ -691,6 +802,9 @@ for gap in (0.05, 0.25, 1.0):
 # 5. Four models sit in memory for PPO RLHF. Which of them could you drop, share or
 #    replace for a task whose answers can be checked by a program, and what would each
 #    change cost you?
+# 6. The reward model of section 10 orders about 6 pairs in 10 right, yet PPO raised its
+#    score while the accuracy fell. How can both happen at once, and what would you change
+#    first to make the learned reward safer to optimise?
 
 # %% [markdown]
 # ### Answers

@@ -332,8 +332,9 @@ feedback(ex05.check_group_advantages, ex.group_advantages);
 #
 # the per-token loss is $-\min(r_{i,t} A_i,\ \operatorname{clip}(r_{i,t}, 1-\varepsilon, 1+\varepsilon) A_i)$,
 # plus $\beta \cdot \mathrm{KL}_{i,t}$ when β > 0 (the k3 estimator of lesson 03 against the
-# reference model; as lesson 03 showed, its gradient as a loss term is that of
-# KL(π_ref ‖ π_θ), which matches the stated KL(π_θ ‖ π_ref) only near the reference). The original GRPO averages the tokens of each completion, then the
+# reference model; as lesson 03 showed, its gradient as a loss term is that of the
+# forward KL(π_ref ‖ π_θ), which matches the reverse KL(π_θ ‖ π_ref) the objective states
+# only near the reference). The original GRPO averages the tokens of each completion, then the
 # completions: $\frac{1}{G}\sum_i \frac{1}{|o_i|}\sum_t \ell_{i,t}$. TRL calls that
 # `loss_type="grpo"`; lesson 06 shows why newer defaults aggregate differently.
 #
@@ -528,15 +529,15 @@ from course_lib.widgets import plot_training_history
 display(plot_training_history(history, keys=["reward", "reward_std", "frac_reward_zero_std", "kl"]))
 
 # %% [markdown]
-# ## 7. GRPO in forty lines: a loop you write
+# ## 7. GRPO in forty lines: the loop you write
 #
-# `Trainer` hides the loop. Here it is in the open, on the same tiny model: generate a
-# group per prompt, score it, turn rewards into group advantages (Exercise 1), compute
-# per-token log-probs (Exercise 3 below shows what that step does inside), take the
-# clipped loss (Exercise 2) and an optimizer step. It is on-policy (one optimizer step
-# per generation batch), with `beta = 0` and `loss_type="grpo"`, and it reuses the
-# trainer's seeds (`PromptSampler` for the prompts, the sampling seed of each step), so
-# that it can be checked against `Trainer` run with the same settings.
+# `Trainer` hides the loop. Here you write it, on the same tiny model: generate a group
+# per prompt, score it, turn rewards into group advantages (Exercise 1), compute per-token
+# log-probs (Exercise 3 below shows what that step does inside), take the clipped loss
+# (Exercise 2) and an optimizer step (Exercise 4). It is on-policy (one optimizer step per
+# generation batch), with `beta = 0` and `loss_type="grpo"`, and it reuses the trainer's
+# seeds (`PromptSampler` for the prompts, the sampling seed of each step), so that it can
+# be checked against `Trainer` run with the same settings.
 #
 # ### Exercise 3 — per-token log-probs and entropy
 #
@@ -579,50 +580,28 @@ print(f"largest difference: log-probs {(mine_logps - library_logps)[valid].abs()
       f"entropies {(mine_entropy - library_entropy)[valid].abs().max():.1e}")
 
 # %% [markdown]
-# ### The loop
+# ### Exercise 4 — the loop
+#
+# Now write `grpo_loop(model, tokenizer, dataset, reward_fn, steps)` in
+# `exercises/ex05_grpo.py`, about forty lines: each step generates a group per prompt
+# (`PromptSampler` picks the prompts, `HFEngine` samples them), scores the completions,
+# turns the rewards into group advantages (your Exercise 1), computes the per-token
+# log-probs with `completion_forward`, takes your Exercise 2 loss on-policy, and makes an
+# AdamW step with the gradient norm clipped at 1.0. The docstring gives the seeds and the
+# order of operations `Trainer` uses, because the check runs your loop and `Trainer`
+# for two steps on the same seed and asks for the same rewards and the same weights.
 
 # %%
-from course_lib.run.batches import PromptSampler
+ex = load_exercise("ex05_grpo")
+feedback(ex05.check_grpo_loop, ex.grpo_loop);
 
+# %% [markdown]
+# The same comparison in the open, with the reference solution (so the cell runs before
+# you finish yours), over three steps:
 
-def my_grpo(model, tokenizer, dataset, reward_fn, steps, prompts_per_step=4, G=8, lr=3e-5, epsilon=0.2,
-            max_tokens=6, seed=0):
-    """On-policy GRPO (beta = 0, loss_type="grpo"): generate, score, advantages, log-probs, loss, step."""
-    torch.manual_seed(seed)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
-    engine, sampler, log = HFEngine(model, tokenizer), PromptSampler(len(dataset), seed), []
-    for step in range(steps):
-        # 1. generate: G completions per prompt, prompt-major
-        rows = [row for row in sampler.take(prompts_per_step) for _ in range(G)]
-        model.eval()  # no dropout while sampling
-        batch = engine.generate([dataset[r]["prompt"] for r in rows], n=1, sampling=SamplingConfig(
-            temperature=1.0, max_tokens=max_tokens, seed=seed * 2**40 + step * len(rows)))
-        model.train()
-        # 2. score
-        rewards = torch.tensor(reward_fn(batch.texts, [dataset[r]["answer"] for r in rows]))  # (B,)
-        # 3. group advantages (Exercise 1)
-        grouped = rewards.view(-1, G)  # (prompts, G)
-        advantages = ((grouped - grouped.mean(1, keepdim=True)) / (grouped.std(1, keepdim=True) + 1e-4)).view(-1)
-        # 4. per-token log-probs (Exercise 3)
-        logps, _, _ = completion_forward(model, batch.prompt_ids, batch.prompt_mask, batch.completion_ids,
-                                         batch.completion_mask)  # (B, T)
-        # 5. the clipped loss (Exercise 2); on-policy the old log-probs are logps.detach()
-        ratio = torch.exp(logps - logps.detach())  # (B, T): 1, carrying the gradient of log pi
-        adv = advantages.unsqueeze(1)  # (B, 1)
-        per_token = -torch.min(ratio * adv, torch.clamp(ratio, 1 - epsilon, 1 + epsilon) * adv)
-        mask = batch.completion_mask.float()
-        loss = ((per_token * mask).sum(1) / mask.sum(1).clamp(min=1)).mean()  # per sequence, then batch
-        # 6. step
-        optimizer.zero_grad()
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)  # TRL's max_grad_norm
-        optimizer.step()
-        log.append({"step": step + 1, "reward": rewards.mean().item(), "loss": loss.item()})
-    return log
-
-
+# %%
 loop_model, _ = load_policy("tiny")
-loop_log = my_grpo(loop_model, tokenizer, train_prompts, first_number_is_correct, steps=3)
+loop_log = reference_solution.grpo_loop(loop_model, tokenizer, train_prompts, first_number_is_correct, steps=3)
 
 trainer_model, _ = load_policy("tiny")
 same_settings = GRPOConfig(output_dir=str(OUTPUT / "05_grpo_loop_check"), overwrite_output_dir=True,
@@ -641,7 +620,7 @@ print(f"after 3 steps: largest weight difference loop vs Trainer {gap:.1e}; larg
 # %% [markdown]
 # The loop and `Trainer` sample the same completions, see the same rewards, and end with
 # the same weights up to float rounding, while the weights themselves moved by orders of
-# magnitude more: the forty lines above are GRPO as `Trainer` runs it in this setting.
+# magnitude more: the forty lines of the loop are GRPO as `Trainer` runs it in this setting.
 # Everything else in `Trainer` is schedule and bookkeeping: several micro-batches per
 # step (lesson 07), reusing a batch (`num_iterations`, where the stored old log-probs
 # and the clip start to matter), the reference model and its KL term, other loss types

@@ -110,3 +110,62 @@ def completion_logps_and_entropy(logits: torch.Tensor, input_ids: torch.Tensor, 
     mask = completion_mask.to(logps.dtype)
     return logps * mask, entropy * mask
     # END SOLUTION
+
+
+def grpo_loop(model, tokenizer, dataset, reward_fn, steps: int, prompts_per_step: int = 4, num_generations: int = 8,
+              learning_rate: float = 3e-5, epsilon: float = 0.2, max_tokens: int = 6, seed: int = 0) -> list[dict]:
+    """GRPO from scratch: on-policy, `beta = 0`, `loss_type="grpo"`; returns one log row per step.
+
+    Each step, in order:
+
+    1. **generate**: take `prompts_per_step` dataset rows with
+       `PromptSampler(len(dataset), seed).take(prompts_per_step)` (one sampler for the whole
+       run), repeat each row `num_generations` times (prompt-major), and sample one
+       completion per repeated prompt with `HFEngine(model, tokenizer).generate(prompts, n=1,
+       sampling=SamplingConfig(temperature=1.0, max_tokens=max_tokens, seed=...))`, with
+       `seed = seed * 2**40 + step * B` (B = completions per step, step counted from 0) and
+       the model in eval mode while it samples (train mode again after);
+    2. **score**: `reward_fn(completion_texts, answers)` -> one float per completion
+       (`answers` = the rows' `"answer"` column);
+    3. **advantages**: Exercise 1, the z-score within each prompt's group;
+    4. **log-probs**: `course_lib.policy.completion_forward(model, prompt_ids, prompt_mask,
+       completion_ids, completion_mask)` -> `(B, T)` token log-probs (Exercise 3 inside);
+    5. **loss**: Exercise 2 on-policy (the old log-probs are `logps.detach()`);
+    6. **step**: `torch.optim.AdamW(model.parameters(), lr=learning_rate, weight_decay=0.0)`
+       created once before the loop (after `torch.manual_seed(seed)`), zero the gradients,
+       backward, clip the gradient norm at 1.0 (`torch.nn.utils.clip_grad_norm_`, TRL's
+       `max_grad_norm`), step.
+
+    These are the choices `course_lib.trainer.Trainer` makes with the same settings, so the
+    two must sample the same completions and end with the same weights.
+
+    Returns:
+        `[{"step": 1, "reward": mean reward of the step, "loss": loss value}, ...]`.
+    """
+    # BEGIN SOLUTION
+    # HINT: the sampler is created once; the sampling seed changes with the step; AdamW once, outside the loop.
+    from course_lib.policy import completion_forward
+    from course_lib.rollout import HFEngine, SamplingConfig
+    from course_lib.run.batches import PromptSampler
+
+    torch.manual_seed(seed)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=learning_rate, weight_decay=0.0)
+    engine, sampler, log = HFEngine(model, tokenizer), PromptSampler(len(dataset), seed), []
+    for step in range(steps):
+        rows = [row for row in sampler.take(prompts_per_step) for _ in range(num_generations)]  # prompt-major
+        model.eval()  # no dropout while sampling
+        batch = engine.generate([dataset[r]["prompt"] for r in rows], n=1, sampling=SamplingConfig(
+            temperature=1.0, max_tokens=max_tokens, seed=seed * 2**40 + step * len(rows)))
+        model.train()
+        rewards = torch.tensor(reward_fn(batch.texts, [dataset[r]["answer"] for r in rows]), dtype=torch.float32)
+        advantages = group_advantages(rewards, num_generations)  # (B,)
+        logps, _, _ = completion_forward(model, batch.prompt_ids, batch.prompt_mask, batch.completion_ids,
+                                         batch.completion_mask)  # (B, T)
+        loss = grpo_clipped_loss(logps, None, advantages, batch.completion_mask, epsilon)
+        optimizer.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        log.append({"step": step + 1, "reward": rewards.mean().item(), "loss": loss.item()})
+    return log
+    # END SOLUTION

@@ -6,9 +6,16 @@ differs is two functions, gathered in an object that follows :class:`Algorithm`:
 1. ``advantages(scored, config)``: from one scored generation batch (:class:`ScoredBatch`:
    rewards, masks, sampling-time and reference log-probs, values) to per-completion or
    per-token advantages (:class:`Advantages`), with the metrics the algorithm logs;
-2. ``loss(micro_batch, outputs, config, num_items_in_batch)``: from one micro-batch and
-   the policy's fresh log-probs / values / entropies (:class:`PolicyOutputs`) to the scalar
-   to differentiate (:class:`LossOutput`), already scaled for gradient accumulation.
+2. ``loss(micro_batch, outputs, config, num_items_in_batch)``: from one micro-batch
+   (:class:`MicroBatch`) and the policy's fresh log-probs / values / entropies
+   (:class:`PolicyOutputs`) to the scalar to differentiate (:class:`LossOutput`), already
+   scaled for gradient accumulation.
+
+Three facts about each algorithm (``name``, ``config_class``, ``always_needs_old_logps``,
+``sampling_correction_level``) tell the trainer what to compute, and three members have
+defaults in :class:`Algorithm` that an algorithm overrides when it needs them:
+``make_value_head`` (PPO's critic), ``state`` / ``load_state`` (what a checkpoint keeps,
+e.g. GRPO's adaptive entropy coefficient).
 
 Shared helpers for the loss functions live here too (input checks, the advantage column).
 """
@@ -76,6 +83,43 @@ class Advantages:
 
 
 @dataclass
+class MicroBatch:
+    """The rows of one micro-step, as ``Algorithm.loss`` reads them.  B = rows of the micro-batch."""
+
+    completion_mask: Tensor
+    """(B, T) completion tokens that count in the loss."""
+    advantages: Tensor
+    """(B,) per completion (GRPO, RLOO) or (B, T) per token (PPO)."""
+    old_logps: Tensor | None = None
+    """(B, T) log-probs under the policy at sampling time; None on-policy (the loss then
+    uses the detached fresh log-probs, ratio 1)."""
+    ref_logps: Tensor | None = None
+    """(B, T) log-probs under the reference policy, when beta != 0."""
+    sampling_ratio: Tensor | None = None
+    """(B, T) or (B, 1) sampler/trainer mismatch weight (no gradient), when a correction is on."""
+    sampling_logps: Tensor | None = None
+    """(B, T) the sampler's own log-probs, when recorded (off-policy sequence masking)."""
+    old_values: Tensor | None = None
+    """(B, T) value estimates at sampling time (PPO)."""
+    returns: Tensor | None = None
+    """(B, T) value targets (PPO)."""
+    num_tokens_all_processes: float | None = None
+    """Valid completion tokens of this micro-step summed over every process; a token-mean
+    loss divides by it so that N processes average like one (PPO). None: this micro-batch's own."""
+    prompt_ids: Tensor | None = None
+    """(B, P) left-padded prompt tokens (the trainer's forward reads them; losses do not)."""
+    prompt_mask: Tensor | None = None
+    """(B, P)."""
+    completion_ids: Tensor | None = None
+    """(B, T) right-padded completion tokens."""
+    attention_mask: Tensor | None = None
+    """(B, T) what the forward attends to when it is more than ``completion_mask``: multi-turn
+    rollouts read their tool results but do not train on them. None: ``completion_mask``."""
+    rows: list[int] = field(default_factory=list)
+    """The dataset row of each completion."""
+
+
+@dataclass
 class PolicyOutputs:
     """The policy's forward pass on one micro-batch."""
 
@@ -89,7 +133,10 @@ class PolicyOutputs:
 
 
 class Algorithm(Protocol):
-    """The two functions (and three facts) by which GRPO, RLOO and PPO differ in the trainer."""
+    """Two functions, four facts and three members with defaults: how GRPO, RLOO and PPO differ in the trainer.
+
+    The algorithms subclass it, so the defaults below apply where they do not override them.
+    """
 
     name: str
     """Registry key: "grpo", "rloo", "ppo"."""
@@ -102,21 +149,24 @@ class Algorithm(Protocol):
     """Where the sampler/trainer mismatch weight applies: per token, or once per completion
     when the completion is the action (RLOO)."""
 
-    def make_value_head(self, policy, config) -> torch.nn.Module | None:
-        """A critic to train beside the policy (PPO), or None."""
-
     def advantages(self, scored: ScoredBatch, config) -> Advantages:
         """Advantages of one scored generation batch."""
+        ...
 
-    def loss(self, micro_batch: dict, outputs: PolicyOutputs, config, num_items_in_batch: int) -> LossOutput:
+    def loss(self, micro_batch: MicroBatch, outputs: PolicyOutputs, config, num_items_in_batch: int) -> LossOutput:
         """The micro-batch's loss, divided for gradient accumulation, with metrics."""
+        ...
 
-
-class WithoutCritic:
-    """Base of the algorithms that train no value function (GRPO, RLOO)."""
-
-    def make_value_head(self, policy, config) -> None:
+    def make_value_head(self, policy, config) -> torch.nn.Module | None:
+        """A critic to train beside the policy (PPO); None by default."""
         return None
+
+    def state(self) -> dict:
+        """What a checkpoint keeps of the algorithm between steps (JSON-safe); empty by default."""
+        return {}
+
+    def load_state(self, state: dict, config) -> None:
+        """Restore what :meth:`state` returned; nothing to restore by default."""
 
 
 # ---------------------------------------------------------------------------------------

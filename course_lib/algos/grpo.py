@@ -46,10 +46,11 @@ import torch
 
 from course_lib.algos.base import (
     Advantages,
+    Algorithm,
     LossOutput,
+    MicroBatch,
     PolicyOutputs,
     ScoredBatch,
-    WithoutCritic,
     advantage_column,
     check_groups,
     check_per_token,
@@ -350,7 +351,7 @@ def policy_loss(
 # ---------------------------------------------------------------------------------------
 # 4. The algorithm, as the trainer calls it
 # ---------------------------------------------------------------------------------------
-class GRPO(WithoutCritic):
+class GRPO(Algorithm):
     """GRPO for the trainer: group advantages, then :func:`policy_loss` with the config's knobs.
 
     One instance per run: it holds the entropy coefficient's controller, which counts the
@@ -398,15 +399,15 @@ class GRPO(WithoutCritic):
             self._entropy_coef(config).load_state(state)
             self._micro_batches = state["micro_batches"]
 
-    def loss(self, micro_batch: dict, outputs: PolicyOutputs, config: GRPOConfig,
+    def loss(self, micro_batch: MicroBatch, outputs: PolicyOutputs, config: GRPOConfig,
              num_items_in_batch: int) -> LossOutput:
         control = self._entropy_coef(config)
         out = policy_loss(
-            outputs.logps, micro_batch["old_logps"], micro_batch["advantages"], micro_batch["completion_mask"],
+            outputs.logps, micro_batch.old_logps, micro_batch.advantages, micro_batch.completion_mask,
             loss_type=config.loss_type, epsilon=config.epsilon, epsilon_high=config.epsilon_high,
             delta=config.delta, importance_sampling_level=config.importance_sampling_level, beta=config.beta,
-            ref_logps=micro_batch["ref_logps"], sampling_ratio=micro_batch["sampling_ratio"],
-            sampling_logps=micro_batch.get("sampling_logps"),
+            ref_logps=micro_batch.ref_logps, sampling_ratio=micro_batch.sampling_ratio,
+            sampling_logps=micro_batch.sampling_logps,
             off_policy_mask_threshold=config.off_policy_mask_threshold,
             max_completion_length=config.max_completion_length, num_items_in_batch=num_items_in_batch,
             gradient_accumulation_steps=config.gradient_accumulation_steps,
@@ -420,7 +421,7 @@ class GRPO(WithoutCritic):
         if control.enabled and outputs.entropies is not None:
             self._micro_batches += 1
             end_of_step = self._micro_batches % config.gradient_accumulation_steps == 0
-            mask = micro_batch["completion_mask"]
+            mask = micro_batch.completion_mask
             if config.top_entropy_quantile < 1.0:
                 mask = mask * high_entropy_mask(outputs.entropies, mask, config.top_entropy_quantile)
             control.observe(outputs.entropies, mask, end_of_step)

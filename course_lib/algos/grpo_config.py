@@ -10,13 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar, Literal
 
-from course_lib.algos.grpo_losses import LOSS_TYPES
 from course_lib.config import RLConfig, fail, warn
 from course_lib.run.config_tools import to_trl_grpo_config
-
-IMPORTANCE_SAMPLING_LEVELS: tuple[str, ...] = ("token", "sequence")
-SCALE_REWARDS: tuple[str, ...] = ("group", "batch", "none")
-AGGREGATIONS: tuple[str, ...] = ("sum_then_normalize", "normalize_then_sum")
 
 
 @dataclass(frozen=True)
@@ -88,13 +83,6 @@ class GRPOConfig(RLConfig):
         super()._normalize()
         if isinstance(self.scale_rewards, bool):  # TRL: True == "group", False == "none"
             self._set("scale_rewards", "group" if self.scale_rewards else "none")
-
-    def _check_choices(self) -> None:
-        super()._check_choices()
-        for name, allowed in (("loss_type", LOSS_TYPES), ("importance_sampling_level", IMPORTANCE_SAMPLING_LEVELS),
-                              ("scale_rewards", SCALE_REWARDS), ("multi_objective_aggregation", AGGREGATIONS)):
-            if getattr(self, name) not in allowed:
-                fail(name, getattr(self, name), "is not a known choice", f"use one of {', '.join(allowed)}")
 
     def _check_ranges(self) -> None:
         super()._check_ranges()

@@ -50,7 +50,7 @@ class OnPolicyConfig(RLConfig):
     }
 
     beta: float = 0.05
-    """KL coefficient (`kl_coef` in TRL's PPOTrainer and older RLOOTrainer): subtracted from the reward as beta * KL(pi ||
+    """KL coefficient (`kl_coef` in TRL's former PPOTrainer and older RLOOTrainer): subtracted from the reward as beta * KL(pi ||
     pi_ref) (Ziegler et al. 2019), not added to the loss as in GRPO."""
     num_iterations: int = 4
     """PPO epochs over each generation batch (`num_ppo_epochs`, default 4); 1 with one mini-batch

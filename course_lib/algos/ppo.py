@@ -31,7 +31,9 @@ from torch import nn
 
 from course_lib.algos.base import (
     Advantages,
+    Algorithm,
     LossOutput,
+    MicroBatch,
     PolicyOutputs,
     ScoredBatch,
     advantage_column,
@@ -78,6 +80,9 @@ class PPOConfig(OnPolicyConfig):
 
     def _check_ranges(self) -> None:
         super()._check_ranges()
+        if self.epsilon_high is not None:  # accepted and ignored would be worse than refused
+            fail("epsilon_high", self.epsilon_high, "has no effect on PPO, whose loss clips the ratio to "
+                 "[1 - epsilon, 1 + epsilon]", "leave epsilon_high unset (clip-higher is GRPO's and RLOO's)")
         if self.value_learning_rate is not None and self.value_learning_rate <= 0:
             fail("value_learning_rate", self.value_learning_rate, "must be None or positive",
                  "use None (the policy's learning_rate) or e.g. 1e-3")
@@ -347,7 +352,7 @@ def value_loss(
 # ---------------------------------------------------------------------------------------
 # 5. The algorithm, as the trainer calls it
 # ---------------------------------------------------------------------------------------
-class PPO:
+class PPO(Algorithm):
     """PPO for the trainer: KL-shaped token rewards, GAE, clipped policy + value losses."""
 
     name = "ppo"
@@ -366,16 +371,16 @@ class PPO:
                        reward_std=nanstd(scored.rewards).nan_to_num(0.0).item())
         return Advantages(advantages=advantages, metrics=metrics, returns=returns)
 
-    def loss(self, micro_batch: dict, outputs: PolicyOutputs, config: PPOConfig,
+    def loss(self, micro_batch: MicroBatch, outputs: PolicyOutputs, config: PPOConfig,
              num_items_in_batch: int) -> LossOutput:
-        mask = micro_batch["completion_mask"]
+        mask = micro_batch.completion_mask
         # The mean over this micro-step's tokens on every process (one process: a masked mean).
-        num_tokens = micro_batch.get("num_tokens_all_processes")
+        num_tokens = micro_batch.num_tokens_all_processes
         num_tokens = None if num_tokens is None else num_tokens / config.num_processes
-        pg = ppo_policy_loss(outputs.logps, micro_batch["old_logps"], micro_batch["advantages"], mask,
-                             cliprange=config.epsilon, sampling_ratio=micro_batch["sampling_ratio"],
+        pg = ppo_policy_loss(outputs.logps, micro_batch.old_logps, micro_batch.advantages, mask,
+                             cliprange=config.epsilon, sampling_ratio=micro_batch.sampling_ratio,
                              num_tokens=num_tokens)
-        vf = value_loss(outputs.values, micro_batch["old_values"], micro_batch["returns"], mask,
+        vf = value_loss(outputs.values, micro_batch.old_values, micro_batch.returns, mask,
                         cliprange_value=config.cliprange_value, num_tokens=num_tokens)
         loss = (pg.loss + config.vf_coef * vf.loss) / config.gradient_accumulation_steps
         metrics = {**pg.metrics, **vf.metrics,

@@ -24,10 +24,11 @@ import torch
 
 from course_lib.algos.base import (
     Advantages,
+    Algorithm,
     LossOutput,
+    MicroBatch,
     PolicyOutputs,
     ScoredBatch,
-    WithoutCritic,
     check_cliprange,
     check_groups,
     entropy_metrics,
@@ -263,7 +264,7 @@ def rloo_policy_loss(
 # ---------------------------------------------------------------------------------------
 # 4. The algorithm, as the trainer calls it
 # ---------------------------------------------------------------------------------------
-class RLOO(WithoutCritic):
+class RLOO(Algorithm):
     """RLOO for the trainer: KL in the reward, leave-one-out advantages, sequence-level PPO clip."""
 
     name = "rloo"
@@ -279,12 +280,12 @@ class RLOO(WithoutCritic):
                        reward_std=nanstd(scored.rewards).nan_to_num(0.0).item())
         return Advantages(advantages=advantages, metrics=metrics)
 
-    def loss(self, micro_batch: dict, outputs: PolicyOutputs, config: RLOOConfig,
+    def loss(self, micro_batch: MicroBatch, outputs: PolicyOutputs, config: RLOOConfig,
              num_items_in_batch: int) -> LossOutput:
-        mask = micro_batch["completion_mask"]
-        out = rloo_policy_loss(outputs.logps, micro_batch["old_logps"], micro_batch["advantages"], mask,
+        mask = micro_batch.completion_mask
+        out = rloo_policy_loss(outputs.logps, micro_batch.old_logps, micro_batch.advantages, mask,
                                cliprange=config.epsilon, cliprange_high=config.epsilon_high,
-                               sampling_ratio=micro_batch["sampling_ratio"])
+                               sampling_ratio=micro_batch.sampling_ratio)
         out.metrics.update(entropy_metrics(outputs.entropies, mask, "entropy", "policy/entropy_avg"))
         # TRL's RLOO returns the mean over completions; the HF Trainer divides it by the accumulation.
         out.loss = out.loss / config.gradient_accumulation_steps

@@ -249,3 +249,52 @@ def check_completion_logps_and_entropy(fn) -> None:
     logps, _ = fn(current, input_ids, prompt_length, mask, 1.0)
     if not logps.requires_grad:
         raise Hint("the log-probs have no gradient; keep them in the graph (no .detach(), no torch.no_grad()).")
+
+
+# ----------------------------------------------------------------------------- the loop
+def _first_number_is_correct(completions, answer, **kwargs):
+    from ..rewards import completion_text, extract_first_number, same_answer
+
+    return [1.0 if same_answer(extract_first_number(completion_text(c)), a) else 0.0
+            for c, a in zip(completions, answer)]
+
+
+def check_grpo_loop(fn, steps: int = 2) -> None:
+    """The learner's loop against `Trainer` with the same settings: same rewards, same weights."""
+    from ..algos import GRPOConfig
+    from ..data import get_task
+    from ..models import load_policy
+    from ..trainer import Trainer
+    import tempfile
+
+    dataset = get_task("arithmetic", split="train", n=64, seed=0)
+    model, tokenizer = load_policy("tiny")
+    start = [p.detach().clone() for p in model.parameters()]
+    log = fn(model, tokenizer, dataset, lambda texts, answers: _first_number_is_correct(texts, answers), steps=steps)
+    if not isinstance(log, list) or len(log) != steps or not all(isinstance(row, dict) and "reward" in row
+                                                                   for row in log):
+        raise Hint(f"return a list of {steps} dicts, one per step, each with a 'reward' key; got {log!r}.")
+    with tempfile.TemporaryDirectory() as folder:
+        reference, _ = load_policy("tiny")
+        config = GRPOConfig(output_dir=folder, overwrite_output_dir=True, loss_type="grpo", beta=0.0,
+                            num_generations=8, per_device_train_batch_size=32, gradient_accumulation_steps=1,
+                            learning_rate=3e-5, lr_scheduler_type="constant", max_completion_length=6,
+                            temperature=1.0, max_steps=steps, logging_steps=1, save_steps=0, seed=0)
+        expected = Trainer(config, [_first_number_is_correct], dataset, reference, tokenizer, progress=False).train()
+    sampling = ("create ONE PromptSampler(len(dataset), seed) before the loop, repeat each row num_generations "
+                "times (prompt-major), sample with n=1 and seed = seed * 2**40 + step * B (step from 0), the model "
+                "in eval mode")
+    for mine, theirs in zip(log, expected):
+        if abs(mine["reward"] - theirs["reward"]) > 1e-6:
+            raise Hint(f"step {theirs['step']}: mean reward {mine['reward']:.4f}, Trainer's {theirs['reward']:.4f}: "
+                       f"the completions differ. To sample what Trainer samples, {sampling}.")
+    if all(torch.equal(p, q) for p, q in zip(model.parameters(), start)):
+        raise Hint("the weights did not change: call loss.backward() and optimizer.step() every step "
+                   "(and create the optimizer on model.parameters()).")
+    gap = max((p - q).abs().max().item() for p, q in zip(model.parameters(), reference.parameters()))
+    if gap > 1e-6:
+        raise Hint(f"the weights differ from Trainer's by up to {gap:.1e} after {steps} steps (the mean rewards "
+                   "matched, which does not prove the completions did). Sampling: " + sampling + ". The update: "
+                   "group advantages with the sample std + 1e-4, the 'grpo' loss (per sequence, then over the "
+                   "batch) on-policy, AdamW(lr, weight_decay=0.0) created once after torch.manual_seed(seed), and "
+                   "clip_grad_norm_(..., 1.0) before optimizer.step().")

@@ -3,15 +3,18 @@
 - :class:`PromptSampler`: dataset rows in a fresh seeded permutation each epoch (as TRL's
   sampler does), resumable from ``(epoch, position)``.
 - :class:`GenerationBatch`: one generation cycle after scoring: tensors the loss reads,
-  sliced into micro-batches in order (prompt-major rows).
+  sliced in order into micro-batches (:class:`~course_lib.algos.base.MicroBatch`, prompt-major rows).
 - :func:`completion_metrics`: TRL's completion-length metrics of a generation batch.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 import torch
+
+from ..algos.base import MicroBatch
 
 
 class PromptSampler:
@@ -62,15 +65,15 @@ class GenerationBatch:
     metrics: dict = field(default_factory=dict)
     attention_mask: torch.Tensor | None = None  # (B, T) multi-turn: 1 on tool results too; None = completion_mask
 
-    def micro_batch(self, index: int, size: int) -> dict:
+    def micro_batch(self, index: int, size: int) -> MicroBatch:
+        """Rows ``[index * size, (index + 1) * size)``: the ``index``-th micro-batch, in order."""
         sl = slice(index * size, (index + 1) * size)
-        out = {}
-        for name in ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask", "advantages", "old_logps",
-                     "ref_logps", "sampling_ratio", "sampling_logps", "old_values", "returns", "attention_mask"):
-            value = getattr(self, name, None)  # None too for fields newer than a saved batch
-            out[name] = value[sl] if value is not None else None
-        out["rows"] = self.rows[sl]
-        return out
+        tensors = {}
+        for spec in dataclasses.fields(MicroBatch):
+            value = getattr(self, spec.name, None)  # None too for fields newer than a saved batch
+            if isinstance(value, torch.Tensor):
+                tensors[spec.name] = value[sl]
+        return MicroBatch(**tensors, rows=self.rows[sl])
 
 
 def completion_metrics(completion_mask: torch.Tensor, is_eos: torch.Tensor) -> dict:

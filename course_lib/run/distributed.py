@@ -25,9 +25,7 @@ import os
 import sys
 
 import torch
-from torch import nn
 
-from ..policy import completion_forward
 
 Tensor = torch.Tensor
 
@@ -99,24 +97,6 @@ def _check_same_config(accelerator, config) -> None:
         differing = sorted(k for other in everyone for k, v in json.loads(other).items() if first.get(k) != v)
         raise ValueError(f"the {accelerator.num_processes} processes were given different configs (fields: "
                          f"{', '.join(differing)}). Fix: launch every process with the same command and settings.")
-
-
-class PolicyForward(nn.Module):
-    """The policy (and PPO's value head) as one module whose forward is `completion_forward`.
-
-    DDP synchronises gradients of the module it wraps when that module's forward runs;
-    the trainer's forward goes through the decoder body and the fused head rather than the
-    model's own `forward`, so this wrapper is what DDP wraps.
-    """
-
-    def __init__(self, policy: nn.Module, value_head: nn.Module | None):
-        super().__init__()
-        self.policy = policy
-        self.value_head = value_head
-
-    def forward(self, prompt_ids, prompt_mask, completion_ids, completion_mask, **options):
-        return completion_forward(self.policy, prompt_ids, prompt_mask, completion_ids, completion_mask,
-                                  value_head=self.value_head, **options)
 
 
 class Shards:

@@ -84,8 +84,8 @@ def load_history(path: str | Path) -> list[dict]:
 
 
 def format_samples(prompts: list[str], completions: list[str], rewards: list[float], advantages: list[float],
-                   limit: int = 4, width: int = 48) -> str:
-    """A small text table of samples: what the model is actually doing."""
+                   limit: int | None = 4, width: int = 48) -> str:
+    """A small text table of samples: what the model is actually doing; ``limit=None`` shows every row."""
 
     def cut(text: str) -> str:
         text = text.replace("\n", "\\n")

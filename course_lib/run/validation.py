@@ -147,3 +147,29 @@ def check_field_types(config: Any) -> None:
         else:
             fix = f"give a value of type {_type_name(hint)}"
         raise ValueError(f"{spec.name}={value!r} is a {type(value).__name__}, not {_type_name(hint)}. Fix: {fix}.")
+
+
+def literal_choices(hint: Any) -> tuple | None:
+    """The strings a ``Literal[...]`` in ``hint`` allows (``Literal[...] | bool`` and ``| None`` included), or None."""
+    if typing.get_origin(hint) is typing.Literal:
+        return typing.get_args(hint)
+    for arg in typing.get_args(hint):
+        if typing.get_origin(arg) is typing.Literal:
+            return typing.get_args(arg)
+    return None
+
+
+def check_choices(config: Any) -> None:
+    """Raise ``ValueError`` naming the first string field whose value its ``Literal`` annotation does not allow.
+
+    The annotation is the one list of allowed values: the command line's help, this check
+    and the widgets read it, so a new choice is added in one place.
+    """
+    hints = _hints(type(config))
+    for spec in dataclasses.fields(config):
+        allowed = literal_choices(hints.get(spec.name)) if spec.init else None
+        if allowed is None:
+            continue
+        value = getattr(config, spec.name)
+        if isinstance(value, str) and value not in allowed:
+            raise ValueError(f"{spec.name}={value!r} is not a known choice. Fix: use one of {', '.join(allowed)}.")

@@ -33,16 +33,16 @@ def main(out: str, algo: str, *overrides: str) -> None:
     else:
         trainer = Trainer(config, rewards, get_task("arithmetic", n=64, seed=0), model, tokenizer, progress=False)
     rollouts = []
-    generate = trainer._generate_and_score
+    score = trainer._score
 
-    def recording_generate():
-        batch = generate()
+    def recording_score(generated):
+        batch = score(generated)
         from accelerate.utils import gather_object
 
         rollouts.append(gather_object(list(trainer._last_samples[1])))
         return batch
 
-    trainer._generate_and_score = recording_generate
+    trainer._score = recording_score
     rows = trainer.train(resume_from=os.environ.get("RESUME_FROM") or None)
     if trainer.accelerator.is_main_process:
         parameters = {name: p.detach().cpu().clone() for name, p in trainer.model.named_parameters() if p.requires_grad}

@@ -11,3 +11,7 @@ def test_grpo_clipped_loss(exercise):
 
 def test_completion_logps_and_entropy(exercise):
     ex05.check_completion_logps_and_entropy(exercise("ex05_grpo").completion_logps_and_entropy)
+
+
+def test_grpo_loop(exercise):
+    ex05.check_grpo_loop(exercise("ex05_grpo").grpo_loop)

@@ -83,7 +83,7 @@ def _trainer(tmp_path, algo="grpo", **overrides):
 @pytest.mark.parametrize("algo", ["grpo", "rloo", "ppo"])
 def test_tool_runs_train_with_masked_tool_tokens(tmp_path, algo):
     trainer = _trainer(tmp_path, algo)
-    batch = trainer._generate_and_score()
+    batch = trainer._score(trainer._generate())
     attention, loss_mask = batch.attention_mask, batch.completion_mask
     assert attention is not None and (loss_mask <= attention).all()
     holes = (attention == 1) & (loss_mask == 0)
@@ -184,7 +184,7 @@ def test_environments_chosen_by_column_log_their_own_reward(tmp_path):
     trainer = Trainer(config, None, rows, model, tokenizer, progress=False,
                       environment_factory={"two": Counter, "one": Counter})
     trainer.engine = ScriptedCalls(trainer.engine, tokenizer)
-    batch = trainer._generate_and_score()
+    batch = trainer._score(trainer._generate())
     names = [rows[r]["environment"] for r in batch.rows]
     pools = trainer.tool_run.environments.pool
     expected = {}
@@ -213,6 +213,6 @@ def test_reward_reads_the_live_environments_not_copies(tmp_path):
                          per_device_train_batch_size=4, num_generations=4, max_completion_length=160, seed=3)
     trainer = Trainer(config, None, _dataset(), model, tokenizer, progress=False, environment_factory=LockedCounter)
     trainer.engine = ScriptedCalls(trainer.engine, tokenizer)
-    batch = trainer._generate_and_score()
+    batch = trainer._score(trainer._generate())
     counters = trainer.tool_run.environments.pool[None][:4]
     assert batch.metrics["rewards/LockedCounter/mean"] == pytest.approx(sum(c.value == 2 for c in counters) / 4)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import warnings
 
 import pytest
@@ -383,3 +384,46 @@ def test_ppo_value_learning_rate_defaults_to_the_policy_rate_and_refuses_non_pos
     assert make_config("ppo", value_learning_rate=1e-3).value_learning_rate == 1e-3
     with pytest.raises(ValueError, match="value_learning_rate"):
         make_config("ppo", value_learning_rate=0.0)
+
+
+@pytest.mark.parametrize("algo", ["grpo", "rloo", "ppo"])
+def test_every_literal_field_refuses_a_value_its_annotation_does_not_list(algo):
+    """The annotation is the list of allowed values: no second tuple to keep in step."""
+    import dataclasses
+    import typing
+
+    from course_lib.algos import ALGORITHMS
+    from course_lib.run.validation import literal_choices
+
+    config_class = ALGORITHMS[algo].config_class
+    hints = typing.get_type_hints(config_class)
+    literal_fields = {spec.name: literal_choices(hints[spec.name]) for spec in dataclasses.fields(config_class)
+                      if spec.init and literal_choices(hints[spec.name])}
+    assert {"engine", "dtype", "device", "lr_scheduler_type", "report_to", "eval_strategy"} <= set(literal_fields)
+    for name, allowed in literal_fields.items():
+        with pytest.raises(ValueError, match=rf"^{name}='not-a-choice' is not a known choice\. Fix: use one of "
+                                             rf"{re.escape(', '.join(allowed))}\.$"):
+            make_config(algo, **{name: "not-a-choice"})
+
+
+def test_the_grpo_loss_types_are_the_config_annotation():
+    import typing
+
+    from course_lib.algos.grpo import LOSS_TYPES, GRPOConfig
+    from course_lib.run.validation import literal_choices
+
+    assert literal_choices(typing.get_type_hints(GRPOConfig)["loss_type"]) == LOSS_TYPES
+
+
+def test_ppo_refuses_epsilon_high_which_its_symmetric_clip_would_ignore():
+    with pytest.raises(ValueError, match=r"^epsilon_high=0\.28 has no effect on PPO.*Fix: leave epsilon_high unset"):
+        make_config("ppo", epsilon_high=0.28)
+    assert make_config("rloo", epsilon_high=0.28).epsilon_high == 0.28  # RLOO's sequence clip reads it
+
+
+def test_num_completions_to_print_none_prints_every_row():
+    from course_lib.run.history import format_samples
+
+    rows = [f"p{i}" for i in range(6)], [f"c{i}" for i in range(6)], [1.0] * 6, [0.5] * 6
+    assert len(format_samples(*rows, limit=None).splitlines()) == 1 + 6  # header + every row
+    assert len(format_samples(*rows, limit=2).splitlines()) == 1 + 2

@@ -297,6 +297,20 @@ def logps_unmasked(logits, input_ids, prompt_length, completion_mask, temperatur
     return logps, -(log_probs.exp() * log_probs).sum(-1)
 
 
+def grpo_loop_fresh_sampler_each_step(model, tokenizer, dataset, reward_fn, steps, prompts_per_step=4,
+                                      num_generations=8, learning_rate=3e-5, epsilon=0.2, max_tokens=6, seed=0):
+    """The reference loop, but a new PromptSampler every step: the same prompts come back."""
+    from course_lib.grading import load_exercise
+
+    reference = load_exercise("ex05_grpo", impl="solutions")
+    log = []
+    for step in range(steps):  # one step at a time, each with a fresh loop (and a fresh sampler)
+        row = reference.grpo_loop(model, tokenizer, dataset, reward_fn, 1, prompts_per_step, num_generations,
+                                  learning_rate, epsilon, max_tokens, seed)[0]
+        log.append({**row, "step": step + 1})
+    return log
+
+
 MORE_CASES = [
     (ex08.check_token_level_rewards, token_level_rewards_kl_flipped, "the KL sign is flipped"),
     (ex10.check_correction_weight, correction_weight_ignores_clip_min, "clip_min=0.5 was ignored"),
@@ -314,6 +328,7 @@ MORE_CASES = [
     (ex05.check_completion_logps_and_entropy, logps_without_shift, "no shift"),
     (ex05.check_completion_logps_and_entropy, logps_temperature_after_log_softmax, "divide the LOGITS"),
     (ex05.check_completion_logps_and_entropy, logps_unmasked, "multiply by completion_mask"),
+    (ex05.check_grpo_loop, grpo_loop_fresh_sampler_each_step, "ONE PromptSampler"),
 ]
 
 

@@ -24,7 +24,7 @@ from trl_stand_ins import SingleProcessAccelerator
 
 from course_lib.algos.grpo import GRPO, policy_loss
 from course_lib.algos.grpo_config import GRPOConfig
-from course_lib.algos.base import PolicyOutputs
+from course_lib.algos.base import MicroBatch, PolicyOutputs
 from course_lib.ops.entropy import AdaptiveEntropyCoef
 from course_lib.ops.importance import IS_MODES, importance_sampling_ratio
 
@@ -249,8 +249,7 @@ def test_adaptive_entropy_controller_matches_trl_over_steps():
                   "advantages": batch["advantages"], "num_items_in_batch": batch["mask"].sum() * 2,
                   "old_per_token_logps": batch["old"]}
         trl_loss = Trainer._compute_loss(fake, None, inputs)
-        micro_batch = {"old_logps": batch["old"], "advantages": batch["advantages"],
-                       "completion_mask": batch["mask"], "ref_logps": None, "sampling_ratio": None}
+        micro_batch = MicroBatch(old_logps=batch["old"], advantages=batch["advantages"], completion_mask=batch["mask"])
         out = algorithm.loss(micro_batch, PolicyOutputs(logps=batch["logps"].clone(), entropies=batch["entropies"]),
                              config, num_items_in_batch=batch["mask"].sum() * 2)
         torch.testing.assert_close(out.loss, trl_loss.detach(), **TOL)

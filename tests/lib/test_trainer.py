@@ -37,7 +37,7 @@ def _record_schedule(trainer):
     micro, opt = trainer._micro_step, trainer._optimizer_step
 
     def micro_step(mb):
-        events.append(["micro", list(mb["rows"])])
+        events.append(["micro", list(mb.rows)])
         return micro(mb)
 
     def optimizer_step():
@@ -264,11 +264,12 @@ def test_the_sampling_correction_reaches_every_algorithm(tmp_path, algo, mode, l
     loss = trainer.algorithm.loss
 
     def recording_loss(micro_batch, outputs, config, num_items_in_batch):
-        seen.append(micro_batch["sampling_ratio"])
+        seen.append(micro_batch.sampling_ratio)
         return loss(micro_batch, outputs, config, num_items_in_batch)
 
     trainer.algorithm = type("Recording", (), {k: getattr(trainer.algorithm, k) for k in (
-        "name", "always_needs_old_logps", "sampling_correction_level", "advantages", "make_value_head")})()
+        "name", "always_needs_old_logps", "sampling_correction_level", "advantages", "make_value_head", "state",
+        "load_state")})()
     trainer.algorithm.loss = recording_loss
     trainer.train()
     ratio = seen[0]

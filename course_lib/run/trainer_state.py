@@ -1,0 +1,101 @@
+"""What a :class:`~course_lib.trainer.Trainer` saves, and how it picks up where it stopped.
+
+- :func:`save_trainer_checkpoint`: ``checkpoint-<step>`` with the weights, the optimizer
+  and scheduler, the counters of the loop, the sampler's position, the algorithm's own
+  state, and the generation batch in flight (every process's rows), through
+  :func:`course_lib.run.checkpoint.save_checkpoint`.
+- :func:`save_final_model`: ``final/``, the model alone (merged with its LoRA adapters).
+- :func:`resume_trainer`: the inverse of the first, after checking that the checkpoint is
+  of the same algorithm, config and process count.
+
+The functions read and set the trainer's attributes; the loop itself stays in ``trainer.py``.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import torch
+
+from . import checkpoint as ckpt
+from .batches import PromptSampler
+from .folder import check_resume_config, check_resume_run
+from .history import load_history
+
+
+def trainer_state(trainer) -> dict:
+    """The loop's counters, the sampler's position, the algorithm's state and the config (JSON-safe)."""
+    return {"step": trainer.step, "micro_step": trainer.micro_step, "cycle": trainer.cycle,
+            "tokens_seen": trainer.tokens_seen, "batch_position": trainer.batch_position,
+            "sampler": trainer.sampler.state(), "algo": trainer.algorithm.name,
+            "algorithm_state": trainer.algorithm.state(),  # e.g. GRPO's adaptive entropy coefficient
+            "config": trainer.config.to_dict(), "run": trainer._run_identity()}
+
+
+def save_trainer_checkpoint(trainer) -> Path:
+    """``checkpoint-<step>``, written by the main process; every process must call it.
+
+    The other processes' in-flight rows of the generation batch travel to the main
+    process and are saved with its own (``other_ranks``), so a run of N processes resumes
+    where it stopped.
+    """
+    folder = trainer.output_dir / f"checkpoint-{trainer.step}"
+    rollout = None if trainer.batch is None else {"batch": trainer.batch, "samples": trainer._last_samples}
+    if trainer.shards.size > 1:
+        from accelerate.utils import gather_object
+
+        everyone = gather_object([rollout])
+        if rollout is not None:
+            rollout = {**rollout, "other_ranks": everyone[1:]}
+    if not trainer.shards.is_main:
+        trainer.accelerator.wait_for_everyone()
+        return folder
+    saved = ckpt.save_checkpoint(folder, model=trainer.model, tokenizer=trainer.tokenizer,
+                                 optimizer=trainer.optimizer, scheduler=trainer.scheduler,
+                                 trainer_state=trainer_state(trainer), rollout=rollout,
+                                 value_head=trainer.value_head, history=trainer.logger.rows,
+                                 save_total_limit=trainer.config.save_total_limit)
+    trainer.accelerator.wait_for_everyone()
+    return saved
+
+
+def save_final_model(trainer) -> Path:
+    """``<output_dir>/final``: the model (merged with its adapters when LoRA) + tokenizer."""
+    model = trainer.model
+    if hasattr(model, "merge_and_unload"):  # a peft model: merge a copy, the trainer keeps its adapters
+        model = copy.deepcopy(model).merge_and_unload()
+    with ckpt.atomic_folder(trainer.output_dir / "final") as folder:
+        model.save_pretrained(folder, safe_serialization=True)
+        trainer.tokenizer.save_pretrained(folder)
+        if trainer.value_head is not None:
+            torch.save(trainer.value_head.state_dict(), folder / "value_head.pt")
+    return trainer.output_dir / "final"
+
+
+def resume_trainer(trainer, folder: str | Path) -> list[dict]:
+    """Restore everything saved in a checkpoint into ``trainer``; return the history logged up to it."""
+    state = ckpt.load_trainer_state(folder)
+    if state["algo"] != trainer.algorithm.name:
+        raise ValueError(f"checkpoint {folder} is a {state['algo']} run; this trainer is {trainer.algorithm.name}.")
+    config = trainer.config
+    check_resume_config(state.get("config"), config.to_dict(), folder)
+    check_resume_run(state.get("run"), trainer._run_identity(), folder)
+    ckpt.restore_weights(folder, trainer.model, trainer.value_head)
+    saved = ckpt.restore_training_state(folder, trainer.optimizer, trainer.scheduler)
+    trainer.step, trainer.micro_step, trainer.cycle = state["step"], state["micro_step"], state["cycle"]
+    trainer.tokens_seen, trainer.batch_position = state["tokens_seen"], state["batch_position"]
+    if state.get("algorithm_state"):
+        trainer.algorithm.load_state(state["algorithm_state"], config)
+    trainer.sampler = PromptSampler(len(trainer.dataset), config.seed, **state["sampler"],
+                                    shuffle=config.shuffle_dataset)
+    if saved is not None:
+        saved_processes = 1 + len(saved.get("other_ranks", []))
+        if saved_processes != trainer.shards.size:
+            raise ValueError(f"checkpoint {folder} holds the generation batch of {saved_processes} process(es); "
+                             f"this run has {trainer.shards.size}. Fix: resume with num_processes={saved_processes}.")
+        if trainer.shards.rank > 0:  # this process's own rows of the generation batch in flight
+            saved = saved["other_ranks"][trainer.shards.rank - 1]
+        trainer.batch, trainer._last_samples = saved["batch"], saved["samples"]
+    trainer._weights_dirty = True
+    return [row for row in load_history(folder) if row["step"] <= trainer.step]
