@@ -1,0 +1,35 @@
+"""The library the lessons import: where each formula a lesson teaches lives.
+
+One line a formula, ``lesson: formula -> file: function``; the file is the one to open,
+the function is the formula (``tests/lib/test_packaging.py`` checks that every name
+resolves and that the README's module table names every file listed here).
+
+01 rl basics: bandit action values, epsilon-greedy, UCB1, gradient bandit -> course_lib/toy/bandits.py: EpsilonGreedy, UCB1, GradientBandit
+01 rl basics: verifier vs reward -> course_lib/toy/answer_policy.py: verify_answer, is_number_reward, correctness_reward
+02 policy gradients: REINFORCE with discounted returns -> course_lib/toy/gridworld_agents.py: reinforce
+02 policy gradients: baselines and gradient variance -> course_lib/toy/variance.py: exact_policy_gradient, gradient_variance
+03 ppo: clipped surrogate -min(rA, clip(r, 1-eps, 1+eps)A) -> course_lib/algos/ppo.py: ppo_policy_loss
+03 ppo: generalised advantage estimation -> course_lib/algos/ppo.py: gae
+04 rlhf ppo: Bradley-Terry reward model -> course_lib/reward_model.py: bradley_terry_loss
+04 rlhf ppo: KL folded into the reward, missing-EOS penalty -> course_lib/algos/onpolicy.py: kl_penalized_rewards, penalize_missing_eos
+04 rlhf ppo: whitened advantages, clipped value loss -> course_lib/algos/ppo.py: ppo_advantages, whiten, value_loss
+05 grpo: group-relative advantage (r - mean) / (std + eps) -> course_lib/algos/grpo.py: group_advantages
+05 grpo: the GRPO loss (clipped surrogate, KL, aggregation) -> course_lib/algos/grpo.py: policy_loss
+05 grpo: the clipped surrogate of every loss type -> course_lib/algos/grpo_losses.py: surrogate
+05 grpo: k1 / k2 / k3 KL estimators -> course_lib/ops/kl.py: kl_k1, kl_k2, kl_k3
+06 grpo variants: grpo / bnpo / dr_grpo / dapo / luspo averaging -> course_lib/algos/grpo_losses.py: aggregate
+06 grpo variants: Dr. GRPO's constant normaliser -> course_lib/ops/masking.py: masked_normalize
+06 grpo variants: multi-reward normalisation (GDPO) -> course_lib/algos/grpo.py: multi_objective_advantages
+06b trl family: CISPO, SAPO, VESPO weights -> course_lib/algos/grpo_losses.py: surrogate, vespo_weights
+06b trl family: high-entropy tokens, entropy bonus -> course_lib/ops/entropy.py: high_entropy_mask, entropy_bonus, AdaptiveEntropyCoef
+06b trl family: sampler-mismatch correction (TIS / MIS), off-policy masking -> course_lib/ops/importance.py: sampling_correction, truncated_is_ratio, off_policy_sequence_mask
+07 batch schedule: generation batch, unique prompts, optimizer steps -> course_lib/schedule.py: generation_batch_size, unique_prompts_per_generation, optimizer_steps_per_generation, schedule_table
+08 rloo: leave-one-out baseline -> course_lib/algos/rloo.py: rloo_advantages, rloo_advantages_with_kl
+08 rloo: sequence-level clipped loss -> course_lib/algos/rloo.py: rloo_policy_loss
+09 rewards: weighted sum of reward functions, rubrics -> course_lib/rewards/combine.py: compute_rewards, rubric, predicate_reward
+09 rewards: the "correct" rule shared by rewards and evaluation -> course_lib/rewards/answers.py: is_correct
+10 inference memory: log-probs without (B, T, V) logits -> course_lib/ops/logprobs.py: selective_log_softmax, fused_linear_logprobs
+10 inference memory: the completion forward with a shared prompt -> course_lib/policy.py: completion_forward
+11 capstone: accuracy with a Wilson interval, lift between two runs -> course_lib/evaluation.py: wilson_interval, lift_interval
+11 capstone: pass@k and maj@k -> course_lib/sampled_evaluation.py: pass_at_k, maj_at_k
+"""

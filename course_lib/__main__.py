@@ -20,6 +20,11 @@ def _cmd_build_tiny(args) -> int:
 
     from .tiny import TINY_DIR, TinyRecipe, train_tiny
 
+    from pathlib import Path
+
+    if args.output_dir is not None and Path(args.output_dir).exists() and not Path(args.output_dir).is_dir():
+        raise ValueError(f"--output-dir {args.output_dir} is a file, not a folder. Fix: pass a folder path (it is "
+                         "created when missing).")
     recipe = TinyRecipe() if args.steps is None else replace(TinyRecipe(), steps=args.steps)
     report = train_tiny(args.output_dir or TINY_DIR, recipe)
     print(json.dumps(report, indent=2))
@@ -102,6 +107,14 @@ def _cmd_check_fail_on_stubs(args) -> int:
     return 0
 
 
+def _cmd_doctor(args) -> int:
+    from .doctor.report import doctor_run
+
+    findings, text, _ = doctor_run(args.run_dir, figure=args.figure)
+    print(text)
+    return 1 if any(f.severity == "error" for f in findings) else 0
+
+
 def _cmd_train(args) -> int:
     from .run.cli_train import run_train
 
@@ -131,7 +144,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("build-tiny", help="rebuild the embedded tiny model (reproducible, ~3 min on CPU)")
     p.add_argument("--output-dir", default=None, help="default: course_lib/assets/tiny")
-    p.add_argument("--steps", type=int, default=None, help="SFT steps (default: the recipe's)")
+    p.add_argument("--steps", type=count_argument(1), default=None, help="SFT steps (default: the recipe's)")
     p.set_defaults(func=_cmd_build_tiny)
 
     p = sub.add_parser("eval", help="greedy accuracy of a model on a task; last line is JSON")
@@ -166,6 +179,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_train_arguments(p)
     p.set_defaults(func=_cmd_train)
+
+    p = sub.add_parser("doctor", help="diagnose a run folder or a TRL trainer_state.json: each failure and its fix")
+    p.add_argument("run_dir", help="the run's output_dir, or a TRL trainer_state.json (or its folder)")
+    p.add_argument("--figure", default=None, help="where to save the signals' figure (default: RUN_DIR/doctor.png)")
+    p.set_defaults(func=_cmd_doctor)
 
     p = sub.add_parser("export-trl", help="write a TRL config, reward module and command for the same GRPO run")
     add_train_arguments(p)

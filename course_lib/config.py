@@ -4,8 +4,9 @@
 defaults of TRL 1.16's `GRPOConfig`. Each field carries a docstring right below it,
 CleanRL style; `field_docs(cls)` reads those strings from the source so that the
 command line can print them as help. Each algorithm's own config (`GRPOConfig` in
-`course_lib/algos/grpo.py`, `RLOOConfig` and `PPOConfig` beside it) adds only the fields
-that algorithm reads, so a knob that would be ignored cannot be set.
+`course_lib/algos/grpo_config.py`, `RLOOConfig` in `rloo.py`, `PPOConfig` in `ppo.py`) adds
+only the fields that algorithm reads; a shared field an algorithm would ignore is refused
+there (PPO's `epsilon_high`). The allowed values of a choice are its field's `Literal`.
 
 A config is checked once, when it is built: a bad value raises `ValueError` naming the
 field, the value and the fix, and a legal but risky setting emits a `ConfigWarning`.
@@ -15,13 +16,14 @@ computed in `__post_init__` and never mutated afterwards: configs are frozen;
 `apply_overrides` and `dataclasses.replace` build a new, re-validated one. Build a
 config by algorithm name with `course_lib.algos.make_config`.
 
-Simplifications compared to TRL: no Hub, DeepSpeed, FSDP or evaluation-loop options;
-`num_processes` is a field (TRL reads it from the launcher) so that the batch
+Simplifications compared to TRL: no Hub, DeepSpeed or FSDP options, and in-loop
+evaluation limited to `eval_strategy` "no" / "steps"; `num_processes` is a field (TRL reads it from the launcher) so that the batch
 arithmetic can be shown for any number of GPUs on one machine.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import math
 import sys
 import warnings
@@ -205,11 +207,13 @@ class RLConfig(RunOptions):
     sets clip_max and warns."""
 
     # --- memory-efficient log-probs ---------------------------------------------
-    use_fused_logprobs: bool = True
-    """Compute token log-probs from hidden states chunk by chunk, never holding the (B, T, V) logits
-    at once."""
+    logprob_kernel: Literal["auto", "triton", "chunked", "full"] = "auto"
+    """How token log-probs are computed from the hidden states: "triton" (fused kernels, never the
+    (B, T, V) logits), "chunked" (the same in PyTorch, chunk by chunk), "full" (the whole logits at
+    once, the textbook way), or "auto" (Triton on CUDA, chunked elsewhere)."""
     logprob_chunk_size: int = 1024
-    """Tokens per chunk of the fused log-prob path."""
+    """Tokens per chunk of the chunked path (read by "chunked", and by "auto" off CUDA; the Triton
+    kernels tile by themselves)."""
 
     # --- LoRA (Hu et al. 2021) ------------------------------------------------------
     use_lora: bool = False
@@ -238,6 +242,10 @@ class RLConfig(RunOptions):
     """Rows printed when `log_completions` is on; None prints all."""
     report_to: Literal["none", "wandb", "tensorboard"] = "none"
     """Where metrics go besides the console."""
+    doctor: Literal["warn", "stop", "off"] = "warn"
+    """The run doctor (`course_lib.doctor`) every `logging_steps`: "warn" prints each finding once
+    and writes it to history.jsonl; "stop" also ends the run (checkpoint saved) on an error-level
+    finding; "off" skips it. `python -m course_lib doctor OUTPUT_DIR` reads the same rules."""
 
     # --- derived in __post_init__ (not arguments, not saved) --------------------
     effective_steps_per_generation: int = field(init=False, repr=False)
@@ -274,6 +282,9 @@ class RLConfig(RunOptions):
 
     def _check_ranges(self) -> None:
         super()._check_ranges()
+        if self.logprob_kernel in ("triton", "full") and self.logprob_chunk_size != 1024:
+            fail("logprob_chunk_size", self.logprob_chunk_size, f"is not read with logprob_kernel={self.logprob_kernel!r}",
+                 "leave logprob_chunk_size at 1024, or set logprob_kernel='chunked'")
         for name in ("per_device_train_batch_size", "gradient_accumulation_steps", "num_processes",
                      "num_iterations", "max_completion_length", "logging_steps", "logprob_chunk_size",
                      "lora_r", "lora_alpha"):
@@ -313,7 +324,8 @@ class RLConfig(RunOptions):
                   "set epsilon_high >= 0 (DAPO uses 0.28) or None to reuse epsilon")
         if not self.temperature >= 1e-3:
             fail("temperature", self.temperature, "must be at least 1e-3 (the logits are divided by it: logits of "
-                 "100 over a smaller temperature exceed float16's range, 65504)", "use e.g. 1.0 (0.7 for lower diversity)")
+                 "100 over a smaller temperature exceed float16's range, 65504)",
+                 "use e.g. 1.0 (0.7 for lower diversity)")
         if not self.adam_epsilon > 0:
             fail("adam_epsilon", self.adam_epsilon, "must be > 0 (Adam divides by sqrt(v) + adam_epsilon, and v is 0 "
                  "for a parameter whose gradient has been 0: 0/0 is NaN)", "use 1e-8, the default")
@@ -340,9 +352,18 @@ class RLConfig(RunOptions):
                   "use 0.9 and 0.999")
         if self.reward_weights is not None and len(self.reward_weights) == 0:
             fail("reward_weights", self.reward_weights, "is empty", "use None for equal weights")
+        if "\0" in self.output_dir:
+            fail("output_dir", self.output_dir[:80], "holds a NUL character, which no path may hold",
+                 "pass a plain folder path")
+        if self.use_lora and not self.lora_target_modules:
+            fail("lora_target_modules", self.lora_target_modules, "is empty, so LoRA would adapt no layer",
+                 "name the projections to adapt, e.g. ['q_proj', 'v_proj'] (the default lists every projection)")
         if self.reward_timeout_s is not None and not self.reward_timeout_s > 0:
             fail("reward_timeout_s", self.reward_timeout_s, "must be a positive number of seconds",
                  "use e.g. 600, or None for no limit")
+        if self.report_to != "none" and importlib.util.find_spec(self.report_to) is None:
+            fail("report_to", self.report_to, f"needs the {self.report_to} package, which is not installed",
+                 f"pip install {self.report_to}, or report_to='none' (history.jsonl is written either way)")
 
     def _requested_steps_per_generation(self) -> int | None:
         """Steps per generation asked for by the user (RLOO/PPO may derive it)."""
@@ -437,4 +458,3 @@ class RLConfig(RunOptions):
         """Rebuild a config of this class from `to_dict` output (`course_lib.algos.config_from_dict`
         picks the class from the `algo` key)."""
         return from_dict(data, cls)
-

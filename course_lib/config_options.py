@@ -70,6 +70,13 @@ class RunOptions:
     """Optimizer steps between evaluations; None = `logging_steps` (TRL's rule)."""
     num_generations_eval: int | None = None
     """Completions sampled per held-out prompt for the eval reward; None = `num_generations`."""
+    dynamic_sampling: bool = False
+    """DAPO's dynamic sampling (Yu et al. 2025; verl's `filter_groups.enable`): drop the groups whose
+    rewards are all equal (no signal) and sample more prompts until the generation batch is full
+    of groups with a spread (`course_lib.run.dynamic_sampling`). TRL 1.16 has no equivalent."""
+    max_num_gen_batches: int = 10
+    """With dynamic_sampling: most generation rounds per batch (verl's name); a batch still short
+    after them is completed with zero-spread groups."""
 
     def _check_ranges(self) -> None:
         for name in ("model_init_kwargs", "generation_kwargs", "chat_template_kwargs"):
@@ -81,6 +88,14 @@ class RunOptions:
             value = getattr(self, name)
             if value is not None and value < 1:
                 fail(name, value, "must be None or at least 1", f"set {name}=None or a positive integer")
+        if self.max_num_gen_batches < 1:
+            fail("max_num_gen_batches", self.max_num_gen_batches, "must be at least 1",
+                 "use e.g. 10 (verl's 0 = unlimited is not offered: a constant reward would never fill a batch)")
+        if self.dynamic_sampling and getattr(self, "num_generations", 1) < 2:
+            fail("dynamic_sampling", True, "needs groups of at least 2 completions to see a reward spread",
+                 "set num_generations >= 2 or dynamic_sampling=False")
+        if self.dynamic_sampling and getattr(self, "num_processes", 1) > 1:
+            fail("dynamic_sampling", True, "runs in one process only", "set num_processes=1 or dynamic_sampling=False")
         if not 0 <= self.ref_model_mixup_alpha <= 1:
             fail("ref_model_mixup_alpha", self.ref_model_mixup_alpha, "must lie in [0, 1]", "use TR-DPO's 0.6")
         if self.ref_model_sync_steps < 1:

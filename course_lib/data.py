@@ -223,13 +223,27 @@ GSM8K_TEST_FRACTION = 0.15
 
 
 def _read_jsonl(file: Path) -> list[dict]:
-    """Rows of a JSONL file with ``question`` and ``answer``; a bad line is named by number."""
+    """Rows of a JSONL file with ``question`` and ``answer``; a bad line is named by number.
+
+    Each line must be UTF-8 text holding a JSON object whose ``question`` is a non-empty
+    string and whose ``answer`` is a string ending in ``#### <number>``.
+    """
+    from .rewards.extract import parse_number
+
     rows = []
-    for number, line in enumerate(file.read_text(encoding="utf-8").splitlines(), start=1):
+    for number, raw in enumerate(file.read_bytes().splitlines(), start=1):
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as error:
+            raise DataError(f"{file}: line {number} is not UTF-8 text (byte {error.start + 1}). Fix: save the file "
+                            "as UTF-8.") from None
         if not line.strip():
             continue
         try:
             row = json.loads(line)
+        except RecursionError:
+            raise DataError(f"{file}: line {number} nests too deeply to read. Fix: one flat JSON object per "
+                            "line.") from None
         except json.JSONDecodeError as error:
             raise DataError(f"{file}: line {number} is not JSON ({error.msg} at column {error.colno}). Fix: one "
                             'JSON object per line, e.g. {"question": ..., "answer": "... #### 42"}.') from None
@@ -238,11 +252,24 @@ def _read_jsonl(file: Path) -> list[dict]:
             found = sorted(row) if isinstance(row, dict) else type(row).__name__
             raise DataError(f"{file}: line {number} lacks {' and '.join(map(repr, missing))} (it holds {found}). "
                             "Fix: give every row a 'question' and an 'answer' ending in '#### <number>'.")
-        if "####" not in str(row["answer"]):
+        for key in ("question", "answer"):
+            if not isinstance(row[key], str) or not row[key].strip():
+                raise DataError(f"{file}: line {number}: {key}={_short_repr(row[key])} is not text. Fix: give every "
+                                f"row a {key} string.")
+        if "####" not in row["answer"]:
             raise DataError(f"{file}: line {number}: the answer has no '#### <number>' final line. Fix: end every "
                             "answer with '#### <number>', as GSM8K does.")
+        final = row["answer"].rsplit("####", 1)[1].strip()
+        if parse_number(final) is None:
+            raise DataError(f"{file}: line {number}: the final answer {final[:40]!r} after '####' is not a number, "
+                            "so no completion could match it. Fix: end the answer with '#### <number>'.")
         rows.append(row)
     return rows
+
+
+def _short_repr(value, limit: int = 40) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + "..."
 
 
 def _local_gsm8k_rows(path: str | os.PathLike, split: str) -> list[dict]:
@@ -255,7 +282,10 @@ def _local_gsm8k_rows(path: str | os.PathLike, split: str) -> list[dict]:
         if not file.is_file():
             raise DataError(f"No GSM8K file at {file}. Fix: put train.jsonl and test.jsonl in {file.parent}, or "
                             "pass one JSONL file (it is then split in two).")
-        return _read_jsonl(file)
+        rows = _read_jsonl(file)
+        if split == "test" and (file.parent / "train.jsonl").is_file():
+            _check_held_out(rows, _read_jsonl(file.parent / "train.jsonl"), file)
+        return rows
     if not file.is_file():
         raise DataError(f"No GSM8K file or folder at {file}. Fix: pass a JSONL file, or a folder holding "
                         "train.jsonl and test.jsonl.")
@@ -266,6 +296,19 @@ def _local_gsm8k_rows(path: str | os.PathLike, split: str) -> list[dict]:
                   "test.jsonl.", SplitNotice, stacklevel=4)
     want_test = split == "test"
     return [r for r in rows if _is_test_problem(str(r["question"]), GSM8K_TEST_FRACTION) == want_test]
+
+
+def _check_held_out(test_rows: list[dict], train_rows: list[dict], file: Path) -> None:
+    """A test split that repeats train questions measures memory, not skill: refuse all, warn some."""
+    train = {" ".join(r["question"].split()) for r in train_rows}
+    shared = sum(" ".join(r["question"].split()) in train for r in test_rows)
+    if shared and shared == len(test_rows):
+        raise DataError(f"{file}: every test question is also in {file.parent / 'train.jsonl'}, so the evaluation "
+                        "would not be held out. Fix: put different problems in test.jsonl (or pass one file: it is "
+                        "split by question).")
+    if shared:
+        warnings.warn(f"{file}: {shared} of {len(test_rows)} test questions are also in train.jsonl; accuracy on "
+                      "them is not held out.", SplitNotice, stacklevel=4)
 
 
 def load_gsm8k(path: str | os.PathLike | None = None, *, split: str = "train", n: int | None = None,

@@ -228,13 +228,16 @@ def run_demo(model: str = "smollm2-135m", output_dir: str = "outputs/demo", max_
         print(f"\n{label}: {sum(correct)}/{len(correct)} held-out problems right (greedy)")
         return correct, texts
 
-    from .evaluation import evaluate_sampled
+    from .evaluation import group_texts, score_samples
+    from .rollout import SamplingConfig
 
     pass_rows = test.select(range(min(PASS_AT_K["problems"], len(test))))
+    pass_sampling = SamplingConfig(temperature=config.temperature, max_tokens=config.max_completion_length, seed=0)
 
-    def sample(model) -> Any:
-        return evaluate_sampled(model, tokenizer, pass_rows, n=PASS_AT_K["n"], ks=(1, PASS_AT_K["n"]),
-                                temperature=config.temperature, max_new_tokens=config.max_completion_length, seed=0)
+    def sample(_model) -> Any:  # through the run's engine (vLLM where the run samples with it)
+        texts = trainer.generate(pass_rows["prompt"], n=PASS_AT_K["n"], sampling=pass_sampling).texts
+        return score_samples(group_texts(texts, PASS_AT_K["n"]), pass_rows["answer"], (1, PASS_AT_K["n"]),
+                             config.temperature)
 
     before, texts_before = evaluate("Before GRPO")
     sampled_before = sample(trainer.model)

@@ -17,16 +17,18 @@ from .rewards.answers import is_correct
 from .sampled_evaluation import (  # pass@k, maj@k and sampled accuracy live beside greedy evaluation
     SampledEvaluation,
     evaluate_sampled,
+    group_texts,
     maj_at_k,
     majority_answer,
     mean_pass_at_k,
     pass_at_k,
     sampled_completions,
+    score_samples,
 )
 
 __all__ = ["evaluate_accuracy", "greedy_completions", "is_correct", "lift_interval", "wilson_interval",
            "format_accuracy", "pass_at_k", "mean_pass_at_k", "majority_answer", "maj_at_k", "sampled_completions",
-           "SampledEvaluation", "evaluate_sampled"]
+           "SampledEvaluation", "score_samples", "group_texts", "evaluate_sampled"]
 
 # Two-sided 95% normal quantile.
 Z95 = 1.959963984540054
@@ -76,6 +78,26 @@ def format_accuracy(correct: int, total: int) -> str:
 
 
 @torch.no_grad()
+def _check_positions(model, tokenizer, texts: list[str], max_new_tokens: int) -> None:
+    """Refuse what the model cannot read: a prompt plus ``max_new_tokens`` beyond its positions
+    (the generation would run past the trained positions, or fail inside the model)."""
+    from .rollout.base import ContextLengthError
+
+    if max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens={max_new_tokens}: generate at least 1 token (--max-new-tokens).")
+    limit = getattr(getattr(model, "config", None), "max_position_embeddings", None)
+    if not limit:
+        return
+    lengths = [len(ids) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]]
+    longest = max(range(len(lengths)), key=lengths.__getitem__)
+    if lengths[longest] + max_new_tokens > limit:
+        raise ContextLengthError(f"prompt {longest} has {lengths[longest]} tokens; with "
+                                 f"max_new_tokens={max_new_tokens} "
+                                 f"it needs {lengths[longest] + max_new_tokens} positions, but the model reads at most "
+                                 f"{limit}. Fix: lower --max-new-tokens (max_new_tokens), or evaluate shorter "
+                                 "prompts.")
+
+
 def greedy_completions(model, tokenizer, prompts, max_new_tokens: int = 32, batch_size: int = 32,
                        progress: bool | None = None, desc: str = "eval") -> list[str]:
     """Greedy completions (text, special tokens removed) for conversational prompts.
@@ -86,6 +108,7 @@ def greedy_completions(model, tokenizer, prompts, max_new_tokens: int = 32, batc
     model.eval()
     tokenizer.padding_side = "left"
     texts = [tokenizer.apply_chat_template(p, add_generation_prompt=True, tokenize=False) for p in prompts]
+    _check_positions(model, tokenizer, texts, max_new_tokens)
     completions = []
     device = next(model.parameters()).device
     show = len(texts) > batch_size if progress is None else progress

@@ -250,6 +250,17 @@ def load_policy(name: str | os.PathLike = "tiny", *, dtype: torch.dtype | str = 
         raise ModelNotAvailableError(
             f"Could not load {name!r} from {path}: {error}. Hub ids need a network (unset HF_HUB_OFFLINE); "
             "the embedded models 'tiny' and 'smollm2-135m' work offline.") from error
+    except RuntimeError as error:
+        if not any(word in str(error) for word in ("size mismatch", "mismatched", "shape")):
+            raise
+        raise ModelNotAvailableError(f"The weights of {name!r} in {path} do not fit its config.json: some tensors "
+                                     "have other shapes than the config describes. Fix: keep each weights file "
+                                     "with the config.json it was saved with.") from None
+    bad = first_non_finite(model.named_parameters())
+    if bad is not None:
+        raise ModelNotAvailableError(f"The weights of {name!r} in {path} hold NaN or infinity (first: {bad}); "
+                                     "sampling from them fails and training cannot repair them. Fix: load the "
+                                     "model saved before its training diverged.")
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     tokenizer.padding_side = "left"
@@ -257,6 +268,24 @@ def load_policy(name: str | os.PathLike = "tiny", *, dtype: torch.dtype | str = 
         model.to(device)
     model.eval()
     return model, tokenizer
+
+
+def first_non_finite(named_tensors) -> str | None:
+    """The name of the first tensor holding NaN or infinity in ``(name, tensor)`` pairs, else None.
+
+    One device synchronisation for all tensors: the largest and smallest value of each
+    (NaN propagates through both; +inf and -inf show in one of them, and neither needs a
+    copy of the tensor), stacked and checked at once.
+    """
+    named = [(name, t) for name, t in named_tensors if torch.is_tensor(t) and t.is_floating_point() and t.numel()]
+    if not named:
+        return None
+    device = named[0][1].device
+    peaks = torch.stack([torch.stack([t.detach().amax(), t.detach().amin()]).float().to(device) for _, t in named])
+    finite = torch.isfinite(peaks).all(dim=1).cpu()
+    if bool(finite.all()):
+        return None
+    return named[int((~finite).nonzero()[0, 0])][0]
 
 
 def count_parameters(model, trainable_only: bool = False) -> int:

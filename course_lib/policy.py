@@ -155,7 +155,7 @@ def _shared_prompt_hidden(body, cache, prompt_ids, prompt_mask, completion_ids, 
 
 def completion_forward(model, prompt_ids, prompt_mask, completion_ids, completion_mask, *, temperature: float = 1.0,
                        fused: bool = True, chunk_size: int | None = None, value_head=None,
-                       with_entropy: bool = False):
+                       with_entropy: bool = False, triton: bool | None = None):
     """Per-token log-probs of the completion under ``model`` (and values, entropies).
 
     Rows that share a prompt (prompt-major GRPO batches, whole or partial groups) run the
@@ -170,6 +170,8 @@ def completion_forward(model, prompt_ids, prompt_mask, completion_ids, completio
         completion_ids, completion_mask: ``(B, T)`` right-padded completions.
         temperature: log-probs of the temperature-scaled distribution the sampler used.
         fused: chunked LM head (never the ``(B, T, V)`` logits).
+        triton: the Triton kernels for the fused head: None picks them on CUDA, True insists,
+            False keeps the chunked PyTorch path (``config.logprob_kernel``).
         value_head: PPO's critic (:class:`course_lib.algos.ppo.ValueHead`), or None.
         with_entropy: also return the exact entropy of each next-token distribution.
     Returns:
@@ -196,7 +198,7 @@ def completion_forward(model, prompt_ids, prompt_mask, completion_ids, completio
         hidden = _full_pass_hidden(body, input_ids, attention_mask, position_ids, start, width)
     # hidden: (B, T, H), the state that predicts completion token t
     logps, entropies = head_logprobs(head, hidden, completion_ids, temperature=temperature, fused=fused,
-                                     chunk_size=chunk_size, with_entropy=with_entropy)
+                                     chunk_size=chunk_size, with_entropy=with_entropy, triton=triton)
     values = None
     if value_head is not None:
         values = value_head.values_for(hidden, input_ids, attention_mask, position_ids, start, width)

@@ -35,7 +35,7 @@ from .rewards.answers import ANSWER_EXTRACTORS, is_correct
 from .rewards.extract import normalize_number, same_answer
 
 __all__ = ["pass_at_k", "mean_pass_at_k", "majority_answer", "maj_at_k", "sampled_completions",
-           "SampledEvaluation", "evaluate_sampled"]
+           "SampledEvaluation", "score_samples", "group_texts", "evaluate_sampled"]
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -146,18 +146,22 @@ class SampledEvaluation:
         return [pass_at_k(self.n, c, k) for c in self.correct_counts]
 
 
-def evaluate_sampled(model, tokenizer, dataset, n: int, ks: Sequence[int], temperature: float = 1.0,
-                     max_new_tokens: int = 32, seed: int = 0, extractor: str = "tag_or_first_number",
-                     batch_size: int = 256, progress: bool = False) -> SampledEvaluation:
-    """Sample ``n`` completions per row of ``dataset`` (columns ``prompt``, ``answer``); pass@k and maj@k for ``ks``."""
-    if len(dataset) == 0:
-        raise ValueError("evaluate_sampled got a dataset with no rows. Fix: evaluate at least one row.")
+def score_samples(samples: Sequence[Sequence[str]], references: Sequence[object], ks: Sequence[int],
+                  temperature: float = 1.0, extractor: str = "tag_or_first_number") -> SampledEvaluation:
+    """pass@k and maj@k for ``ks`` from ``samples[problem][i]`` (n texts per problem, any engine).
+
+    Every problem must have the same number n of samples, and every k must lie in [1, n].
+    """
+    if len(samples) == 0 or len(samples) != len(references):
+        raise ValueError(f"score_samples needs one list of samples per reference, got {len(samples)} and "
+                         f"{len(references)}. Fix: evaluate at least one problem.")
+    n = len(samples[0])
+    if n < 1 or any(len(row) != n for row in samples):
+        raise ValueError("score_samples needs the same number (>= 1) of samples for every problem.")
     if any(not 1 <= k <= n for k in ks):
         raise ValueError(f"every k must lie in [1, n={n}], got ks={list(ks)}. Fix: raise n or drop the larger k.")
-    samples = sampled_completions(model, tokenizer, dataset["prompt"], n, temperature, max_new_tokens,
-                                  batch_size, seed, progress)
     extract = ANSWER_EXTRACTORS[extractor]
-    references = list(dataset["answer"])
+    references = list(references)
     counts = [sum(is_correct(text, ref, extractor) for text in row) for row, ref in zip(samples, references)]
     read = (extract(text) for row in samples for text in row)
     flat = [None if a is None else (normalize_number(a) or a) for a in read]  # "4.0" and "4" vote together
@@ -166,3 +170,26 @@ def evaluate_sampled(model, tokenizer, dataset, n: int, ks: Sequence[int], tempe
     result.pass_at = {k: mean_pass_at_k(counts, n, k) for k in ks}
     result.maj_at = {k: maj_at_k(answers, references, k) for k in ks}
     return result
+
+
+def group_texts(texts: Sequence[str], n: int) -> list[list[str]]:
+    """Prompt-major flat texts (an engine's ``RolloutBatch.texts`` with ``n`` per prompt) -> ``[prompt][sample]``."""
+    if n < 1 or len(texts) % n:
+        raise ValueError(f"group_texts: {len(texts)} texts do not split into groups of n={n}.")
+    return [list(texts[i:i + n]) for i in range(0, len(texts), n)]
+
+
+def evaluate_sampled(model, tokenizer, dataset, n: int, ks: Sequence[int], temperature: float = 1.0,
+                     max_new_tokens: int = 32, seed: int = 0, extractor: str = "tag_or_first_number",
+                     batch_size: int = 256, progress: bool = False) -> SampledEvaluation:
+    """Sample ``n`` completions per row of ``dataset`` (columns ``prompt``, ``answer``) with Hugging Face
+    ``generate``; pass@k and maj@k for ``ks``. With a run's trainer at hand, sample through its engine
+    instead (``Trainer.generate(prompts, n, sampling)``, vLLM where the run uses it) and call
+    :func:`score_samples`: Hugging Face sampling of a 135M model on a CPU takes minutes per few hundred."""
+    if len(dataset) == 0:
+        raise ValueError("evaluate_sampled got a dataset with no rows. Fix: evaluate at least one row.")
+    if any(not 1 <= k <= n for k in ks):
+        raise ValueError(f"every k must lie in [1, n={n}], got ks={list(ks)}. Fix: raise n or drop the larger k.")
+    samples = sampled_completions(model, tokenizer, dataset["prompt"], n, temperature, max_new_tokens,
+                                  batch_size, seed, progress)
+    return score_samples(samples, dataset["answer"], ks, temperature, extractor)

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import contextlib
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -46,34 +45,19 @@ from .ops.stats import nanstd
 from .policy import PolicyForward, ReferencePolicy, completion_forward, prepare_policy
 from .rewards import compute_rewards, reward_function_name
 from .rollout import SamplingConfig, make_engine
-from .rollout.base import RolloutBatch
-from .rollout.tool_run import ToolRollout, setup_tools
+from .rollout.tool_run import setup_tools
 from .run import checkpoint as ckpt
-from .run.batches import GenerationBatch, PromptSampler, completion_metrics
+from .run.batches import Generated, GenerationBatch, PromptSampler, completion_metrics
 from .run.distributed import Shards, make_accelerator
 from .run.folder import claim_output_dir, run_identity
-from .run.history import MetricsLogger, format_samples, unique_prompt_samples
+from .doctor.live import LiveDoctor
+from .run.dynamic_sampling import draw_batch
+from .run.history import MetricsLogger, StepClock, format_samples, unique_prompt_samples
 from .run.in_loop_eval import InLoopEvaluator
 from .run.model_options import apply_model_options, load_kwargs, mix_into_reference
 from .run.nonfinite import check_finite_update, check_finite_weights, clip_gradients
 from .run.trainer_state import resume_trainer, save_final_model, save_trainer_checkpoint
-
-
-@dataclass
-class Generated:
-    """Step 1's output on this process: the dataset rows, their prompts and columns, the engine's completions."""
-
-    rows: list[int]
-    prompts: list
-    columns: dict[str, list]
-    rollout: RolloutBatch
-    tools: ToolRollout | None = None  # multi-turn rollouts: trajectories, tool mask, environments
-
-    @property
-    def loss_mask(self) -> torch.Tensor:
-        """(B, T) the tokens the model wrote: multi-turn rollouts attend to tool results but do not train on them."""
-        mask = self.rollout.completion_mask
-        return mask if self.tools is None else mask * self.tools.agent.tool_mask
+from .run.validation import check_train_dataset
 
 
 class Trainer:
@@ -95,8 +79,7 @@ class Trainer:
                  tools: list[Callable] | None = None, environment_factory=None):
         if not reward_funcs and environment_factory is None:
             raise ValueError("reward_funcs is empty: pass at least one reward function.")
-        if "prompt" not in train_dataset.column_names:
-            raise ValueError(f"train_dataset has no 'prompt' column (columns: {train_dataset.column_names}).")
+        check_train_dataset(train_dataset)  # a table with usable prompts (course_lib.run.validation)
         if len(train_dataset) < config.unique_prompts_per_generation:
             raise ValueError(f"train_dataset has {len(train_dataset)} rows but one generation batch needs "
                              f"{config.unique_prompts_per_generation} distinct prompts; add rows or lower "
@@ -148,6 +131,9 @@ class Trainer:
         self.evaluator = (None if config.eval_strategy == "no" else
                           InLoopEvaluator(config, eval_dataset, self.reward_funcs, self.reward_weights))
         self.output_dir = Path(config.output_dir)
+        kernel = config.logprob_kernel  # -> completion_forward's fused / triton switches
+        self._logprob_options = {"fused": kernel != "full", "chunk_size": config.logprob_chunk_size,
+                                 "triton": {"auto": None, "triton": True}.get(kernel, False)}
         self.step = 0          # optimizer steps done
         self.micro_step = 0    # micro-batches done
         self.cycle = 0         # generation batches made
@@ -161,6 +147,8 @@ class Trainer:
         self.interrupted = False  # True when Ctrl-C stopped train() early (no final/ then)
         self._bar: tqdm | None = None
         self._clock = (time.time(), 0)  # (start of train(), tokens_seen then): throughput
+        self.step_clock = StepClock()  # timing/*: wall and generation seconds between logged rows
+        self.doctor = LiveDoctor(config)  # course_lib.doctor, every logging_steps
 
     def _engine_options(self) -> dict:
         config = self.config
@@ -186,17 +174,22 @@ class Trainer:
             sl = slice(start, start + size)
             lp, v, _ = completion_forward(model, batch_tensors["prompt_ids"][sl], batch_tensors["prompt_mask"][sl],
                                           batch_tensors["completion_ids"][sl], batch_tensors["completion_mask"][sl],
-                                          temperature=config.temperature, fused=config.use_fused_logprobs,
-                                          chunk_size=config.logprob_chunk_size,
+                                          temperature=config.temperature, **self._logprob_options,
                                           value_head=self.value_head if with_values else None)
             logps.append(lp.float())
             values.append(v.float() if v is not None else None)
         return torch.cat(logps), (torch.cat(values) if with_values else None)
 
     def _generate(self) -> Generated:
-        """Step 1: ``unique prompts x G`` completions of this process's rows, prompt-major."""
-        config, G = self.config, self.config.num_generations
+        """Step 1: ``unique prompts x G`` completions of this process's rows, prompt-major, scored;
+        with ``dynamic_sampling``, rounds until the groups' rewards differ (DAPO)."""
         self._sync_engine()
+        generated, generated.metrics, _ = draw_batch(self._generate_round, self.config, self.tokenizer.pad_token_id)
+        self.cycle += 1
+        return generated
+
+    def _generate_round(self, round_index: int = 0) -> Generated:
+        config, G = self.config, self.config.num_generations
         # Every process draws the same prompts; it owns rows `self.shards.rows` of the U x G
         # completions (prompt-major) and samples them with their global indices as seeds.
         prompt_rows = self.sampler.take(config.unique_prompts_per_generation)
@@ -205,28 +198,30 @@ class Trainer:
         sampling = SamplingConfig(temperature=config.temperature, top_p=config.top_p, top_k=config.top_k,
                                   min_p=config.min_p, repetition_penalty=config.repetition_penalty,
                                   max_tokens=config.max_completion_length,
-                                  seed=config.seed * 2**40 + self.cycle * config.effective_generation_batch_size,
+                                  seed=config.seed * 2**40 + self.cycle * config.effective_generation_batch_size
+                                  + round_index * 2**36,  # dynamic sampling's refill rounds
                                   max_prompt_length=config.max_prompt_length, first_row=self.shards.rows.start,
                                   generation_kwargs=config.sampling_extras, chat_template_kwargs=config.chat_template_kwargs)
         was_training = self.model.training
         self.model.eval()
-        tools = None if self.tool_run is None else self.tool_run.rollout(  # multi-turn (course_lib.rollout.agents)
-            self.engine, self.tokenizer, list(prompts), columns, rows, sampling)
-        rollout = self.engine.generate(list(prompts), n=1, sampling=sampling) if tools is None else tools.agent.batch
+        with self.step_clock.generating():
+            tools = None if self.tool_run is None else self.tool_run.rollout(  # multi-turn (course_lib.rollout.agents)
+                self.engine, self.tokenizer, list(prompts), columns, rows, sampling)
+            rollout = self.engine.generate(list(prompts), n=1, sampling=sampling) if tools is None else tools.agent.batch
         self.model.train(was_training)
         generated = Generated(rows=rows, prompts=prompts, columns=columns, rollout=rollout, tools=tools)
         self.tokens_seen += int(self.shards.sum(int(generated.loss_mask.sum() + rollout.prompt_mask.sum())))
-        self.cycle += 1
+        generated.per_func, generated.total = self._rewards(generated)
         return generated
 
     def _score(self, generated: Generated) -> GenerationBatch:
         """Step 2: rewards, log-probs before learning, sampler correction, then the algorithm's advantages."""
         config, shards, rollout = self.config, self.shards, generated.rollout
-        per_func, total = self._rewards(generated)
+        per_func, total = generated.per_func, generated.total
         mask = generated.loss_mask.clone()
         if config.mask_truncated_completions:  # DAPO: truncated answers carry no signal
             mask = mask * rollout.is_eos.unsqueeze(1).to(mask.dtype)
-        metrics = self._rollout_metrics(rollout, per_func, generated.loss_mask)
+        metrics = {**self._rollout_metrics(rollout, per_func, generated.loss_mask), **generated.metrics}
         if generated.tools is not None:
             metrics.update(self.tool_run.metrics(generated.tools, total,
                                                  lambda t: shards.gather_rows(t.to(self.accelerator.device)).cpu()))
@@ -269,10 +264,10 @@ class Trainer:
                                completion_ids=completion_ids, extra_kwargs=None if tools is None else tools.reward_kwargs)
 
     def _rollout_metrics(self, rollout, per_func: torch.Tensor, loss_mask: torch.Tensor) -> dict:
-        """TRL's completion-length (model tokens) and per-reward-function metrics over the whole generation batch."""
+        """TRL's completion-length and per-reward-function metrics over the whole generation batch."""
         device, shards = self.accelerator.device, self.shards
         all_per_func = shards.gather_rows(per_func.to(device)).cpu()
-        metrics = completion_metrics(shards.gather_rows(loss_mask.to(device)).cpu(),
+        metrics = completion_metrics(shards.gather_rows(loss_mask.to(device)).cpu(),  # model tokens
                                      shards.gather_rows(rollout.is_eos.to(device)).cpu())
         for f, function in enumerate(self.reward_funcs):
             name = reward_function_name(function)
@@ -327,7 +322,7 @@ class Trainer:
             attention = mb.completion_mask if mb.attention_mask is None else mb.attention_mask  # tool results: read
             logps, values, entropies = self.policy_forward(
                 mb.prompt_ids, mb.prompt_mask, mb.completion_ids, attention,
-                temperature=config.temperature, fused=config.use_fused_logprobs, chunk_size=config.logprob_chunk_size,
+                temperature=config.temperature, **self._logprob_options,
                 with_entropy=True)
             out = self.algorithm.loss(mb, PolicyOutputs(logps=logps, entropies=entropies, values=values), config,
                                       num_items_in_batch=self.batch.num_items_in_batch)
@@ -340,10 +335,11 @@ class Trainer:
         """Step 4: clip, check for NaN/inf, apply the accumulated gradients; the reference follows if asked."""
         parameters = [p for group in self.optimizer.param_groups for p in group["params"]]
         grad_norm = clip_gradients(parameters, self.config.max_grad_norm)
-        check_finite_update(grad_norm, self._window, step=self.step + 1, output_dir=self.output_dir)
         learning_rate = self.scheduler.get_last_lr()[0]
-        self.optimizer.step()
-        check_finite_weights(self.model, self.value_head, step=self.step + 1, output_dir=self.output_dir)
+        with self.doctor.reporting_non_finite(self.step + 1, self.logger, self.shards.is_main):  # then re-raised
+            check_finite_update(grad_norm, self._window, step=self.step + 1, output_dir=self.output_dir)
+            self.optimizer.step()
+            check_finite_weights(self.model, self.value_head, step=self.step + 1, output_dir=self.output_dir)
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
         self._weights_dirty = True
@@ -380,6 +376,7 @@ class Trainer:
         self._bar = tqdm(total=self.max_steps, initial=self.step, desc=self.algorithm.name.upper(),
                          disable=not (self.progress and self.shards.is_main))
         self._clock = (time.time(), self.tokens_seen)
+        self.step_clock.restart()
         self.model.train()
         while self.step < self.max_steps:
             if self.batch is None or self.batch_position >= micro_per_cycle:
@@ -393,8 +390,9 @@ class Trainer:
             window = self.shards.mean_metrics(_mean_rows(self._window))  # averaged over processes
             row = {"step": self.step + 1, **self._optimizer_step(), **window, **self.batch.metrics}
             self._window = []
-            self._log_step(row)
-            stop = self.shards.sum(float(interrupt.requested)) > 0  # Ctrl-C on any process stops them all
+            doctor_stop = self._log_step(row)
+            # Ctrl-C on any process stops them all, as does an error finding under doctor="stop"
+            stop = self.shards.sum(float(interrupt.requested or doctor_stop)) > 0
             if config.save_steps > 0 and self.step % config.save_steps == 0 or stop:
                 self.save_checkpoint()
             if stop:
@@ -407,8 +405,9 @@ class Trainer:
         self.logger.close()
         return self.logger.rows
 
-    def _log_step(self, row: dict) -> None:
-        """Step 5: throughput, in-loop evaluation when due, ``history.jsonl``, progress bar, sample table."""
+    def _log_step(self, row: dict) -> bool:
+        """Step 5: throughput, in-loop evaluation when due, ``history.jsonl``, the run doctor, progress bar,
+        sample table. True when the doctor asks the run to stop (``doctor="stop"``)."""
         config, (started, tokens_at_start) = self.config, self._clock
         elapsed = max(time.time() - started, 1e-9)
         episodes = self.cycle * config.effective_generation_batch_size
@@ -418,7 +417,9 @@ class Trainer:
         if self.evaluator is not None and self.evaluator.due(self.step, self.max_steps):
             self._sync_engine()
             row.update(self.evaluator.run(self.engine, self.model, self.step))
+        row.update(self.step_clock.lap())
         self.logger.log(row)
+        doctor_stop = self.doctor.after_step(self.step, self.logger, self.shards.is_main)
         if self.on_step is not None:
             self.on_step(row)
         self._bar.update(1)
@@ -429,6 +430,7 @@ class Trainer:
             if config.log_unique_prompts:
                 samples = unique_prompt_samples(*samples)
             tqdm.write(f"step {self.step}\n" + format_samples(*samples, limit=limit))
+        return doctor_stop
 
     def _run_identity(self) -> dict:
         """The rows and rewards a resume must match (``course_lib.run.folder``)."""

@@ -536,7 +536,7 @@ display(plot_memory_vs_chunk_size(results))
 # logits, log-softmax, and their gradients coexist in the backward pass. The fused peak
 # falls with the chunk size, roughly in proportion, down to the floor of the inputs'
 # gradients; very small chunks start to cost time. The trainer uses the fused path
-# (`use_fused_logprobs=True`, `logprob_chunk_size`).
+# (`logprob_kernel="auto"`, `logprob_chunk_size`).
 #
 # ### The naive peak at the guide's shapes
 #

@@ -318,6 +318,12 @@ answers_before = greedy_completions(policy, tokenizer, shown["prompt"], max_new_
 print(f"greedy accuracy before training: {format_accuracy(sum(correct_before), len(correct_before))} "
       "(95% Wilson interval)")
 
+from course_lib.rollout import SamplingConfig
+
+# For section 7's pass@k: 64 samples per problem at the training temperature, through the run's engine.
+pass_problems = test_prompts.select(range(scaled(50, 100)))
+pass_sampling = SamplingConfig(temperature=config.temperature, max_tokens=max_tokens, seed=0)
+
 # %% [markdown]
 # ## 5. Train, and watch
 #
@@ -332,6 +338,7 @@ from course_lib.widgets import LiveDashboard, plot_training_history
 dashboard = LiveDashboard(every=scaled(4, 25), columns=4, smooth=scaled(1, 10))
 trainer = Trainer(config, reward_funcs, train_prompts, policy, tokenizer, progress=not fast_mode(),
                   on_step=dashboard.update)
+samples_before = trainer.generate(pass_problems["prompt"], n=64, sampling=pass_sampling).texts  # for section 7
 started = time.time()
 history = trainer.train()
 print(f"{len(history)} steps in {time.time() - started:.0f} s")
@@ -420,18 +427,18 @@ for row, before, after in zip(shown, answers_before, answers_after):
 # Model?") found RL raising pass@1 while the base model caught up, or won, at pass@256:
 # RL **sharpens** the distribution toward answers the base model already sampled. A
 # method that **expands** what the model can do would lift pass@k at large k too. The
-# cell samples n = 64 answers per problem from the model before and after training (the
-# base model reloaded) and compares the curves, with paired intervals at k = 1 and 64.
+# cell takes n = 64 answers per problem sampled through the run's engine (vLLM where the
+# run uses it: Hugging Face sampling of a 135M model on a CPU would take hours here), just
+# before training (section 5) and now, and compares the curves, with paired intervals at
+# k = 1 and 64.
 
 # %%
-from course_lib.evaluation import evaluate_sampled
+from course_lib.evaluation import group_texts, score_samples
 
-pass_problems = test_prompts.select(range(scaled(50, 200)))
 ks = (1, 2, 4, 8, 16, 32, 64)
-base_policy, _ = load_policy(MODEL)
-sampled = {label: evaluate_sampled(the_model, tokenizer, pass_problems, n=64, ks=ks, temperature=config.temperature,
-                                   max_new_tokens=max_tokens, seed=0)
-           for label, the_model in (("before", base_policy), ("after", trainer.model))}
+samples_after = trainer.generate(pass_problems["prompt"], n=64, sampling=pass_sampling).texts
+sampled = {label: score_samples(group_texts(texts, 64), pass_problems["answer"], ks, config.temperature)
+           for label, texts in (("before", samples_before), ("after", samples_after))}
 greedy = {"before": correct_before[:len(pass_problems)], "after": correct_after[:len(pass_problems)]}
 print(f"{len(pass_problems)} held-out problems, 64 samples each at temperature {config.temperature}:")
 print(f"{'':<8} {'greedy':>7}" + "".join(f" {'pass@' + str(k):>8}" for k in ks) + f" {'maj@64':>8}")

@@ -33,8 +33,9 @@ Everything a lesson on GRPO points at, top to bottom:
 Layout: prompt-major, the G completions of a prompt are contiguous, so
 `rewards.view(-1, G)` has one row per prompt.
 
-Simplifications vs TRL: single process (TRL gathers rewards and entropies across
-processes before the same computation); no MoE auxiliary loss.
+Simplifications vs TRL: with several processes the trainer gathers the rewards before
+:func:`group_advantages`, as TRL does, but ``top_entropy_quantile``'s threshold is taken over
+this process's micro-batch (TRL gathers every process's entropies first); no MoE auxiliary loss.
 """
 
 from __future__ import annotations

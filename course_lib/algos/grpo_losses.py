@@ -33,7 +33,7 @@ import math
 
 import torch
 
-from course_lib.ops.masking import masked_sum
+from course_lib.ops.masking import masked_normalize, masked_sum
 
 Tensor = torch.Tensor
 
@@ -116,7 +116,7 @@ def aggregate(loss_type: str, per_token_loss: Tensor, mask: Tensor, *, accumulat
     elif loss_type == "bnpo":
         unscaled = masked_sum(per_token_loss, mask) / mask.sum().clamp(min=1.0)
     elif loss_type == "dr_grpo":
-        unscaled = masked_sum(per_token_loss, mask) / (mask.shape[0] * max_completion_length)
+        unscaled = masked_normalize(per_token_loss, mask, mask.shape[0] * max_completion_length)  # Dr. GRPO
     elif loss_type == "luspo":
         unscaled = masked_sum(per_token_loss, mask, dim=-1).mean()
     elif loss_type in GLOBAL_TOKEN_LOSSES:

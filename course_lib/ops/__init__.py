@@ -8,7 +8,12 @@
   the trainer (TIS and TRL's four modes).
 - :mod:`~course_lib.ops.logprobs`: token log-probs and entropies from hidden states, chunked
   so that the ``(B, T, V)`` logits never exist at once, and the one LM-head rule every
-  caller uses.
+  caller uses; :mod:`~course_lib.ops.triton_logprobs`: the same as Triton kernels, the
+  default on CUDA.
+- :mod:`~course_lib.ops.entropy`: the high-entropy token mask and the entropy bonus, and
+  ``AdaptiveEntropyCoef``, the one stateful object here (a controller that steers the bonus
+  between steps); GRPO is their only user today, they stay here because they act on the
+  entropies any algorithm's forward returns.
 
-Each module is pure tensor code: no trainer, engine or widget imports.
+No module imports the trainer, an engine or a widget.
 """

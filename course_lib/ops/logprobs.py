@@ -22,8 +22,9 @@ vocabulary that is tens of gigabytes, while the answer is `N` numbers.
   for turning a model's final hidden states into logits: its output embedding, bias, logit
   scale and soft cap (Gemma-2), read from its config.
 
-Simplifications: no Triton kernel here; a model whose config transforms its logits in a
-way `LMHead` does not model is scored through its own forward pass (full logits).
+The Triton kernels live in :mod:`course_lib.ops.triton_logprobs`; `head_logprobs` picks them
+on CUDA. A model whose config transforms its logits in a way `LMHead` does not model is
+scored through its own forward pass (full logits).
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from course_lib.ops.triton_logprobs import prefer_triton, triton_linear_logprobs
+from course_lib.ops.triton_logprobs import prefer_triton, triton_available, triton_linear_logprobs
 
 Tensor = torch.Tensor
 
@@ -358,7 +359,8 @@ def lm_head(model) -> LMHead | None:
 
 
 def head_logprobs(head: LMHead, hidden: Tensor, ids: Tensor, *, temperature: float = 1.0, fused: bool = True,
-                  chunk_size: int | None = None, with_entropy: bool = False) -> tuple[Tensor, Tensor | None]:
+                  chunk_size: int | None = None, with_entropy: bool = False,
+                  triton: bool | None = None) -> tuple[Tensor, Tensor | None]:
     """Log-probs of `ids` (and exact entropies) from final hidden states through `head`.
 
     Args:
@@ -366,16 +368,21 @@ def head_logprobs(head: LMHead, hidden: Tensor, ids: Tensor, *, temperature: flo
         hidden: `(..., H)` hidden states, each predicting the token at the same index of `ids`.
         ids: `hidden.shape[:-1]` target ids.
         temperature: the sampler's temperature.
-        fused: fused path (never the full logits): the Triton kernels on CUDA (unless
-            `COURSE_LIB_TRITON_LOGPROBS=0`), the chunked PyTorch autograd function elsewhere;
-            a head with a bias uses full logits.
-        chunk_size: rows per chunk of the fused path.
+        fused: fused path (never the full logits): the Triton kernels on CUDA, the chunked
+            PyTorch autograd function elsewhere; a head with a bias uses full logits.
+        chunk_size: rows per chunk of the chunked PyTorch path (the Triton kernels tile by themselves).
+        triton: with `fused`, None picks the Triton kernels where they run (CUDA), True
+            insists on them (an error where Triton cannot run), False keeps the chunked path.
         with_entropy: also return the entropies (differentiable), else None.
 
     Returns:
         `(logps, entropies)`, each shaped like `ids`.
     """
-    if fused and head.bias is None and prefer_triton(hidden.device):
+    use_triton = prefer_triton(hidden.device) if triton is None else triton
+    if use_triton and fused and not triton_available(hidden.device):
+        raise ValueError(f"logprob_kernel='triton' needs Triton on a CUDA device; this head runs on {hidden.device}. "
+                         "Fix: set logprob_kernel='auto' (Triton where it runs, the chunked path elsewhere).")
+    if fused and head.bias is None and use_triton:
         # On CUDA: the Triton kernels (course_lib.ops.triton_logprobs), same head, same results.
         logps, entropies = triton_linear_logprobs(hidden.to(head.weight.dtype), head.weight, ids,
                                                   temperature=temperature, softcap=head.softcap,

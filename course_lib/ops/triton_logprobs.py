@@ -99,10 +99,9 @@ def triton_available(device: torch.device | str | None = None) -> bool:
 
 def prefer_triton(device: torch.device | str) -> bool:
     """Whether callers should pick the Triton head on `device` by default: a CUDA device
-    where Triton runs, unless the environment sets `COURSE_LIB_TRITON_LOGPROBS=0` (to
-    compare with the chunked PyTorch path). Never the interpreter: it is for tests."""
-    return (not _INTERPRET and torch.device(device).type == "cuda" and triton_available(device)
-            and os.environ.get("COURSE_LIB_TRITON_LOGPROBS", "1") != "0")
+    where Triton runs (`logprob_kernel="chunked"` compares with the PyTorch path). Never the
+    interpreter: it is for tests."""
+    return not _INTERPRET and torch.device(device).type == "cuda" and triton_available(device)
 
 
 if triton is not None:

@@ -65,9 +65,11 @@ from .gsm8k import (
     gsm8k_xmlcount,
     gsm8k_xmlcount_reward,
 )
+from .overlong import soft_overlong_punishment
 from .registry import REWARD_FUNCTIONS, get_reward_functions
 
 __all__ = [
+    "soft_overlong_punishment",
     "combine_rewards",
     "RewardModel",
     "ANSWER_EXTRACTORS",

@@ -12,6 +12,7 @@ column to reward functions by name) and accept string or conversational completi
 
 from __future__ import annotations
 
+import math
 from typing import Any, Callable, Sequence
 
 from .extract import (
@@ -96,6 +97,11 @@ def _column(kwargs: dict, column: str, function_name: str, size: int) -> Sequenc
     values = kwargs[column]
     if len(values) != size:
         raise ValueError(f"column {column!r} has {len(values)} values for {size} completions")
+    for row, value in enumerate(values):
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ValueError(f"column {column!r} holds {value} at row {row}: no answer can equal it, so every "
+                             "completion would score as wrong. Fix: give the reference answer, or None for a row "
+                             "the reward does not apply to.")
     return values
 
 

@@ -57,7 +57,8 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 import numpy as np
 import torch
 
-from .calling import DEFAULT_REWARD_TIMEOUT_S, RewardTimeout, await_all, call_with_timeout, check_timeout, private_copies
+from .calling import (DEFAULT_REWARD_TIMEOUT_S, RewardTimeout, await_all, call_with_timeout, check_timeout,
+                      private_copies)
 from .extract import completion_text
 
 __all__ = [

@@ -41,6 +41,9 @@ def parse_tests(value: Any) -> list:
             return [value]
         if isinstance(value, str):
             return [value]
+    if not isinstance(value, (list, tuple)):  # a dict would iterate over its keys
+        raise ValueError(f"a tests cell must be a list of tests (assertion strings or [stdin, expected_stdout] "
+                         f"pairs), got a {type(value).__name__}: {str(value)[:80]}")
     tests = []
     for test in value:
         if isinstance(test, str):

@@ -136,6 +136,9 @@ def setup_tools(config, reward_funcs: list, tools, environment_factory, tokenize
             run = ToolRun(tools, environment_factory, tokenizer, columns,
                           max_tool_calling_iterations=config.max_tool_calling_iterations,
                           tool_timeout=config.tool_timeout, max_completion_length=config.max_completion_length)
+        if getattr(config, "dynamic_sampling", False):
+            raise ValueError("dynamic_sampling=True: refilling groups does not carry tool trajectories yet. Fix: set "
+                             "dynamic_sampling=False for a run with tools or environment_factory.")
         if config.eval_strategy != "no":
             raise ValueError(f"eval_strategy={config.eval_strategy!r}: in-loop evaluation runs single-turn and cannot "
                              "score tool runs. Fix: set eval_strategy='no' and evaluate after training.")

@@ -39,6 +39,7 @@ from typing import Iterator
 import numpy as np
 import torch
 
+from ..models import first_non_finite
 from .state_io import StateFileError, load_rng, load_rollout, load_tensor_state, read_tensors, save_rng, save_rollout
 
 
@@ -291,7 +292,12 @@ def restore_weights(folder: str | Path, model, value_head=None) -> None:
         state = {}
         for shard in sorted(model_dir.glob("*.safetensors")):
             state.update(load_file(shard))
-        missing, unexpected = model.load_state_dict(state, strict=False)
+        try:
+            missing, unexpected = model.load_state_dict(state, strict=False)
+        except RuntimeError as error:  # a tensor of another shape: another model's weights
+            first = str(error).strip().splitlines()[-1].strip()[:300]
+            raise CheckpointError(f"cannot resume from {folder}: its model weights do not fit this model ({first}). "
+                                  "Fix: resume with the --model the checkpoint was trained from.") from None
         # Tied embeddings are saved once; anything else missing means a different model.
         missing = [k for k in missing if "lm_head" not in k]
         if missing or unexpected:
@@ -332,22 +338,6 @@ def restore_training_state(folder: str | Path, optimizer, scheduler) -> dict | N
     scheduler.load_state_dict(scheduler_state)
     set_rng_state(rng)
     return rollout
-
-
-def first_non_finite(named_tensors) -> str | None:
-    """The name of the first tensor holding NaN or infinity in ``(name, tensor)`` pairs, else None.
-
-    One device synchronisation for all tensors: the largest magnitude of each (NaN
-    propagates through ``amax``), stacked and checked at once.
-    """
-    named = [(name, t) for name, t in named_tensors if torch.is_tensor(t) and t.is_floating_point() and t.numel()]
-    if not named:
-        return None
-    peaks = torch.stack([t.detach().abs().amax().float().cpu() for _, t in named])
-    finite = torch.isfinite(peaks)
-    if bool(finite.all()):
-        return None
-    return named[int((~finite).nonzero()[0, 0])][0]
 
 
 def check_finite_state(folder: str | Path, named_tensors, where: str) -> None:

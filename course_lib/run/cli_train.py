@@ -61,6 +61,22 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
                              "launcher with gloo; GPUs: accelerate launch --multi_gpu)")
 
 
+def check_run_arguments(args) -> None:
+    """Refuse arguments that would otherwise be read silently as something else."""
+    if args.rewards is not None and not [name for name in args.rewards.split(",") if name.strip()]:
+        raise ValueError(f"--rewards {args.rewards!r} names no reward function (an empty list would silently "
+                         "mean the task's defaults). Fix: name them, e.g. --rewards correctness_reward,format_reward, "
+                         "or leave --rewards out for the task's own.")
+    if getattr(args, "resume_from", None) is not None and not args.resume_from.strip():
+        raise ValueError("--resume-from '' names no checkpoint (it would silently start a new run). Fix: "
+                         "--resume-from latest, or a <output-dir>/checkpoint-<step> folder, or leave it out.")
+    for item in args.overrides:
+        if item.partition("=")[0].strip().removeprefix("--").replace("-", "_") == "num_processes":
+            raise ValueError(f"--set {item} conflicts with --num-processes {args.num_processes}: the processes "
+                             "are started by the command, so their number has one source. Fix: use "
+                             "--num-processes N instead of --set num_processes=N.")
+
+
 def build_run(args):
     """Config, reward functions and dataset for the parsed arguments (no model loaded)."""
     from ..config import apply_overrides
@@ -69,6 +85,7 @@ def build_run(args):
     from ..presets import run_settings, task_settings
     from ..rewards import get_reward_functions
 
+    check_run_arguments(args)
     settings = run_settings(args.model, args.task, args.algo)
     if args.max_steps is not None:
         settings["max_steps"] = args.max_steps
@@ -134,13 +151,19 @@ def _launch(args) -> int:
     """
     import subprocess
 
-    from .checkpoint import resolve_resume
+    from .checkpoint import load_trainer_state, resolve_resume
     from .distributed import cuda_requested, launch_command
+    from .folder import check_resume_config, claim_output_dir
     from .lifeline import launcher_preexec
-    from .folder import claim_output_dir
 
     config, _, _ = build_run(args)
     resume_folder = resolve_resume(args.resume_from, config.output_dir) if args.resume_from else None
+    if resume_folder is not None:
+        check_resume_config(load_trainer_state(resume_folder).get("config"), config.to_dict(), resume_folder)
+    cores = os.cpu_count() or 1
+    if not cuda_requested(config.device) and args.num_processes > cores:
+        print(f"warning: --num-processes {args.num_processes} on a machine with {cores} CPU cores: the processes "
+              "take turns on the cores, so the run is slower than with fewer processes.", file=sys.stderr)
     with claim_output_dir(config.output_dir, resume_folder=resume_folder, overwrite=config.overwrite_output_dir):
         pass  # released at once: the main worker takes the lock for the run
     command = launch_command(args.num_processes, sys.argv[1:], cpu=not cuda_requested(config.device))

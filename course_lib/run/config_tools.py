@@ -170,10 +170,14 @@ def apply_overrides(config: Any, overrides: Iterable[str] | Mapping[str, Any]) -
     changes = {}
     for name, value in resolved.items():
         if isinstance(value, str):
+            shown = value if len(value) <= 80 else f"{value[:80]}... ({len(value)} characters)"
             try:
                 value = _coerce(value, hints[name])
+            except RecursionError:
+                raise ValueError(f"{name}={shown!r} nests too deeply to read. Fix: see --help for {name}.") from None
             except ValueError as error:
-                raise ValueError(f"{name}={value!r} does not fit the field's type {hints[name]}: {error}. "
+                reason = str(error) if len(str(error)) <= 200 else str(error)[:200] + "..."
+                raise ValueError(f"{name}={shown!r} does not fit the field's type {hints[name]}: {reason}. "
                                  f"Fix: see --help for {name}.") from None
         changes[name] = value
     return dataclasses.replace(config, **changes)

@@ -63,6 +63,7 @@ RESUME_SAFE_FIELDS = {
     "log_completions": "logging",
     "num_completions_to_print": "logging",
     "report_to": "logging",
+    "doctor": "logging",
     "save_steps": "checkpointing",
     "save_total_limit": "checkpointing",
     "gradient_checkpointing": "memory (recomputes the same values)",
@@ -192,7 +193,8 @@ def _earlier_logs(output_dir: Path) -> tuple[str, ...]:
 
 
 def _symlinks(output_dir: Path) -> list[str]:
-    return sorted(p.name for p in output_dir.iterdir() if p.is_symlink() and _is_run_file(p.name, ("wandb", "tensorboard")))
+    return sorted(p.name for p in output_dir.iterdir()
+                  if p.is_symlink() and _is_run_file(p.name, ("wandb", "tensorboard")))
 
 
 @contextlib.contextmanager
@@ -233,9 +235,18 @@ def claim_output_dir(output_dir: str | Path, *, resume_folder: str | Path | None
 
 def _lock_and_check(output_dir: Path, resume_folder: str | Path | None, overwrite: bool):
     """The lock file's open handle, locked, once the folder may be written; else ``OutputDirError``."""
-    if output_dir.exists() and not output_dir.is_dir():
-        raise OutputDirError(f"output_dir={str(output_dir)!r} is a file, not a folder. Fix: pass a folder path.")
-    output_dir.mkdir(parents=True, exist_ok=True)
+    text = str(output_dir)
+    shown = text if len(text) <= 120 else f"{text[:120]}... ({len(text)} characters)"
+    if "\0" in str(output_dir):
+        raise OutputDirError(f"output_dir={shown!r} holds a NUL character, which no path may hold. Fix: pass a "
+                             "plain folder path.")
+    try:
+        if output_dir.exists() and not output_dir.is_dir():
+            raise OutputDirError(f"output_dir={shown!r} is a file, not a folder. Fix: pass a folder path.")
+        output_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise OutputDirError(f"cannot create output_dir={shown!r}: {error.strerror}. Fix: pass a shorter path "
+                             "(at most 255 characters per folder name) in a folder you may write to.") from None
     links = _symlinks(output_dir)
     if links and not overwrite:
         raise OutputDirError(f"output_dir={str(output_dir)!r} holds symbolic links where a run writes its files "
@@ -328,7 +339,8 @@ def _owner_record() -> dict:
 
 def _owner_is_dead(owner: dict) -> bool:
     """True when the recorded owner of a lock is known to be gone (same host, no such process)."""
-    if not isinstance(owner, dict) or owner.get("host") != socket.gethostname() or not isinstance(owner.get("pid"), int):
+    if (not isinstance(owner, dict) or owner.get("host") != socket.gethostname()
+            or not isinstance(owner.get("pid"), int)):
         return False
     pid = owner["pid"]
     try:
@@ -368,9 +380,11 @@ def _take_lock(output_dir: Path):
             owner = _read_owner(handle)
             handle.close()
             if not _owner_is_dead(owner):
-                who = f" (process {owner['pid']} on {owner['host']})" if isinstance(owner, dict) and "pid" in owner else ""
+                known = isinstance(owner, dict) and "pid" in owner
+                who = f" (process {owner['pid']} on {owner.get('host')})" if known else ""
                 raise OutputDirError(f"output_dir={str(output_dir)!r} is in use by another training run{who}; it "
-                                     f"holds {path}. Fix: wait for that run to end, or pick another --output-dir.") from None
+                                     f"holds {path}. Fix: wait for that run to end, or pick another "
+                                     "--output-dir.") from None
             warnings.warn(f"{path} was held for run process {owner['pid']}, which is dead (a process it forked kept "
                           "the lock); the stale lock is replaced.", RuntimeWarning, stacklevel=4)
             with contextlib.suppress(FileNotFoundError):

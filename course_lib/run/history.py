@@ -1,4 +1,4 @@
-"""Training metrics: one JSON row per optimizer step, sample tables, and plots.
+"""Training metrics: one JSON row per optimizer step, and sample tables (plots: ``course_lib.widgets``).
 
 Rows are appended to ``<output_dir>/history.jsonl`` as they are produced, so a run that
 stops early keeps everything it logged. Optional mirrors: Weights & Biases and
@@ -7,9 +7,40 @@ TensorBoard (``report_to``), imported only when asked for.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
+import time
 from pathlib import Path
+
+
+#: Metrics that measure the machine's speed, not the run: they differ between identical runs.
+WALL_CLOCK_KEYS = ("tokens/s", "eps", "timing/step_s", "timing/generation_s")
+
+
+class StepClock:
+    """``timing/step_s`` (wall seconds between logged rows) and ``timing/generation_s`` (seconds
+    spent in the rollout engine in that time): the run doctor's generation-share signal."""
+
+    def __init__(self):
+        self.restart()
+
+    def restart(self) -> None:
+        self.last, self.generation_s = time.perf_counter(), 0.0
+
+    @contextlib.contextmanager
+    def generating(self):
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.generation_s += time.perf_counter() - started
+
+    def lap(self) -> dict[str, float]:
+        now = time.perf_counter()
+        row = {"timing/step_s": now - self.last, "timing/generation_s": self.generation_s}
+        self.last, self.generation_s = now, 0.0
+        return row
 
 
 class MetricsLogger:
@@ -18,13 +49,18 @@ class MetricsLogger:
         """``previous_rows``: the history of a resumed run, written back before new rows.
         ``write=False`` keeps the rows in memory only (the non-main processes of a run)."""
         self.path = Path(output_dir) / "history.jsonl"
-        self.rows: list[dict] = list(previous_rows or [])
+        previous = list(previous_rows or [])
+        # Metric rows (one per optimizer step) and events (rows with a "type", e.g. the run
+        # doctor's findings) share the file; `rows` holds the metric rows only.
+        self.rows: list[dict] = [r for r in previous if "type" not in r]
+        self.events: list[dict] = [r for r in previous if "type" in r]
+        self.entries: list[dict] = previous  # both, in the file's order (what a checkpoint saves)
         self.write = write
         self._wandb = self._tensorboard = None
         if not write:
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.path.write_text("".join(json.dumps(r) + "\n" for r in self.rows))
+        self.path.write_text("".join(json.dumps(r) + "\n" for r in previous))
         if report_to == "wandb":
             import wandb
 
@@ -37,6 +73,7 @@ class MetricsLogger:
     def log(self, row: dict) -> None:
         clean = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in row.items()}
         self.rows.append(clean)
+        self.entries.append(clean)
         if not self.write:
             return
         with self.path.open("a") as handle:
@@ -48,6 +85,16 @@ class MetricsLogger:
             for key, value in row.items():
                 if isinstance(value, (int, float)) and value is not None:
                     self._tensorboard.add_scalar(key, value, step)
+
+    def log_event(self, row: dict) -> None:
+        """Append a row that is not a step's metrics (it carries a ``"type"``) to the file."""
+        if "type" not in row:
+            raise ValueError("an event row needs a 'type' key (e.g. 'doctor'); metric rows go through log().")
+        self.events.append(row)
+        self.entries.append(row)
+        if self.write:
+            with self.path.open("a") as handle:
+                handle.write(json.dumps(row) + "\n")
 
     def close(self) -> None:
         if self._wandb is not None:

@@ -84,7 +84,7 @@ def check_finite_weights(model: torch.nn.Module, extra: torch.nn.Module | None =
     named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
     if extra is not None:
         named += [(f"value_head.{n}", p) for n, p in extra.named_parameters()]
-    from .checkpoint import first_non_finite
+    from ..models import first_non_finite
 
     bad = first_non_finite(named)
     if bad is not None:

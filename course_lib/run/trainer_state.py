@@ -54,7 +54,7 @@ def save_trainer_checkpoint(trainer) -> Path:
     saved = ckpt.save_checkpoint(folder, model=trainer.model, tokenizer=trainer.tokenizer,
                                  optimizer=trainer.optimizer, scheduler=trainer.scheduler,
                                  trainer_state=trainer_state(trainer), rollout=rollout,
-                                 value_head=trainer.value_head, history=trainer.logger.rows,
+                                 value_head=trainer.value_head, history=trainer.logger.entries,
                                  save_total_limit=trainer.config.save_total_limit)
     trainer.accelerator.wait_for_everyone()
     return saved

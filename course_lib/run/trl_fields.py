@@ -39,6 +39,17 @@ LEFT_OUT: dict[str, str] = {
 }
 
 
+#: Our fields that TRL 1.16's `GRPOConfig` has no counterpart for (the other direction), with what
+#: a TRL run does instead. `to_trl_grpo_config` drops them.
+COURSE_ONLY: dict[str, str] = {
+    "dynamic_sampling": "DAPO's dynamic sampling (verl's filter_groups): TRL 1.16 has none; a TRL run keeps "
+                        "the zero-spread groups (advantage 0) and logs their share as frac_reward_zero_std.",
+    "max_num_gen_batches": "verl's cap on dynamic sampling's generation rounds; TRL has no dynamic sampling.",
+    "doctor": "The run doctor (course_lib.doctor); for a TRL run, `python -m course_lib doctor` reads its "
+              "trainer_state.json after the fact.",
+}
+
+
 def trl_grpo_fields() -> list[str]:
     """The fields TRL's `GRPOConfig` adds to `TrainingArguments`, in declaration order."""
     import trl

@@ -18,7 +18,8 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["MAX_MAGNITUDE", "check_field_types", "check_finite_fields", "check_magnitudes", "non_finite"]
+__all__ = ["MAX_MAGNITUDE", "check_choices", "check_field_types", "check_finite_fields", "check_magnitudes",
+           "check_train_dataset", "literal_choices", "non_finite"]
 
 #: Largest magnitude a float setting may have, and the reciprocal is the smallest non-zero one.
 #: Every setting multiplies or divides float32 tensors (whose range ends at 3.4e38): a
@@ -147,6 +148,40 @@ def check_field_types(config: Any) -> None:
         else:
             fix = f"give a value of type {_type_name(hint)}"
         raise ValueError(f"{spec.name}={value!r} is a {type(value).__name__}, not {_type_name(hint)}. Fix: {fix}.")
+
+
+def check_train_dataset(dataset: Any, name: str = "train_dataset") -> None:
+    """Raise ``ValueError`` unless ``dataset`` is a table with a ``prompt`` column of usable prompts.
+
+    A prompt is a non-empty string, or a list of chat messages each with a string ``role``
+    and a string ``content`` (a message without a role, or with ``content=None``, would
+    reach the chat template and fail there, or be rendered as the text "None").
+    """
+    if isinstance(dataset, (list, tuple)) or not hasattr(dataset, "column_names"):
+        raise ValueError(f"{name} is a {type(dataset).__name__}, not a datasets.Dataset. Fix: wrap the rows, "
+                         "datasets.Dataset.from_list(rows) (a list of dicts with a 'prompt' key).")
+    if "prompt" not in dataset.column_names:
+        raise ValueError(f"{name} has no 'prompt' column (columns: {dataset.column_names}).")
+    for row, prompt in enumerate(dataset["prompt"]):
+        problem = _prompt_problem(prompt)
+        if problem is not None:
+            raise ValueError(f"{name} row {row}: {problem}. Fix: a prompt is a non-empty string or a list of "
+                             "{'role': ..., 'content': <string>} messages.")
+
+
+def _prompt_problem(prompt: Any) -> str | None:
+    if isinstance(prompt, str):
+        return None if prompt else "the prompt is an empty string"
+    if not isinstance(prompt, list) or not prompt:
+        return f"the prompt is {type(prompt).__name__} {str(prompt)[:60]!r}"
+    for index, message in enumerate(prompt):
+        if not isinstance(message, dict):
+            return f"message {index} is a {type(message).__name__}, not a dict"
+        if not isinstance(message.get("role"), str):
+            return f"message {index} has no 'role' (it holds {sorted(message)})"
+        if not isinstance(message.get("content"), str):
+            return f"message {index} has content={message.get('content')!r}, not a string"
+    return None
 
 
 def literal_choices(hint: Any) -> tuple | None:

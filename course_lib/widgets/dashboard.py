@@ -9,6 +9,9 @@ reward panel and `eval/greedy_accuracy` gets its own.
 the step; rows may miss keys and values may be NaN or None, those points are skipped.
 `LiveDashboard` collects rows during training and, inside a notebook, redraws every
 `every` rows in an ipywidgets `Output`; elsewhere it only collects.
+Rows of type "doctor" (the run doctor's findings, in `history.jsonl`, or handed live with
+`trainer.doctor.on_finding = dashboard.update`) are drawn as dashed lines, coloured by
+severity, on the panels of the metrics their rule reads.
 """
 
 from __future__ import annotations
@@ -185,6 +188,7 @@ def plot_training_history(history: Sequence[Mapping[str, Any]] | str | Path,
                               alpha=0.35 if smooth > 1 else 1.0, label=short)
             if smooth > 1 and values.size:
                 ax.plot(steps, _moving_average(values, smooth), color=line.get_color(), linewidth=1.8)
+        _mark_findings(ax, history, group)
         if not any(metric_series(history, metric)[1].size for metric in group):
             ax.text(0.5, 0.5, "no data", ha="center", va="center", transform=ax.transAxes, color="0.5")
         ax.set_title(" / ".join(group) if len(group) == 1 else _common_prefix(group), fontsize=9)
@@ -202,6 +206,28 @@ def plot_training_history(history: Sequence[Mapping[str, Any]] | str | Path,
         suffix = f" (moving average of {smooth}, raw faint)" if smooth > 1 else ""
         fig.suptitle((title or "Training metrics") + suffix, fontsize=11)
     return fig
+
+
+_SEVERITY_COLORS = {"info": "tab:blue", "warning": "tab:orange", "error": "tab:red"}
+
+
+def _reads(signal: str, metric: str) -> bool:
+    if "<name>" in signal:
+        prefix, suffix = signal.split("<name>")
+        return metric.startswith(prefix) and metric.endswith(suffix)
+    return signal == metric
+
+
+def _mark_findings(ax, history: Sequence[Mapping[str, Any]], group: Sequence[str]) -> None:
+    """A dashed line, coloured by severity, where a run-doctor finding (a row of type "doctor")
+    that reads one of the panel's metrics first fired; its rule's name beside it."""
+    for row in history:
+        if row.get("type") != "doctor" or not any(_reads(s, m) for s in row.get("signals", ()) for m in group):
+            continue
+        color = _SEVERITY_COLORS.get(row.get("severity"), "0.4")
+        ax.axvline(row["step"], color=color, linestyle="--", linewidth=1)
+        ax.text(row["step"], 0.98, " " + str(row.get("rule", "")), transform=ax.get_xaxis_transform(),
+                fontsize=6, color=color, va="top", rotation=90)
 
 
 def _common_prefix(keys: Sequence[str]) -> str:

@@ -119,6 +119,10 @@ def test_tool_run_refusals(tmp_path):
         Trainer(config, None, rows, model, tokenizer, environment_factory={"counter": Counter})
     with pytest.raises(ValueError, match="no 'environment' column"):
         Trainer(config, None, _dataset(), model, tokenizer, environment_factory={"counter": Counter})
+    with pytest.raises(ValueError, match="dynamic_sampling=True: refilling groups does not carry tool trajectories"):
+        Trainer(make_config("grpo", model_name_or_path="tiny", output_dir=str(tmp_path), max_steps=1,
+                            per_device_train_batch_size=4, num_generations=4, dynamic_sampling=True),
+                None, _dataset(), model, tokenizer, environment_factory=Counter)
     with pytest.raises(ValueError, match="max_tool_calling_iterations"):
         make_config("grpo", max_tool_calling_iterations=-1)
     with pytest.raises(ValueError, match="tool_timeout"):

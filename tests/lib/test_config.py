@@ -421,6 +421,13 @@ def test_ppo_refuses_epsilon_high_which_its_symmetric_clip_would_ignore():
     assert make_config("rloo", epsilon_high=0.28).epsilon_high == 0.28  # RLOO's sequence clip reads it
 
 
+def test_logprob_chunk_size_is_refused_where_the_kernel_does_not_read_it():
+    assert make_config("grpo", logprob_kernel="chunked", logprob_chunk_size=256).logprob_chunk_size == 256
+    for kernel in ("triton", "full"):
+        with pytest.raises(ValueError, match=rf"^logprob_chunk_size=256 is not read with logprob_kernel='{kernel}'"):
+            make_config("grpo", logprob_kernel=kernel, logprob_chunk_size=256)
+
+
 def test_num_completions_to_print_none_prints_every_row():
     from course_lib.run.history import format_samples
 

@@ -10,6 +10,7 @@ import pytest
 
 from course_lib.algos import make_config
 from course_lib.data import get_task
+from course_lib.doctor.report import first_firing
 from course_lib.evaluation import evaluate_accuracy
 from course_lib.models import load_policy
 from course_lib.presets import run_settings, task_settings
@@ -29,6 +30,8 @@ def _run(algo: str, tmp_path):
     trainer = Trainer(make_config(algo, **settings), get_reward_functions(task_settings("arithmetic")["rewards"]),
                       get_task("arithmetic", split="train", n=4000, seed=0), model, tokenizer, progress=False)
     history = trainer.train()
+    # The healthy preset runs of the failure museum: the doctor finds nothing above "info".
+    assert [str(f) for f in first_firing(history, trainer.config.to_dict()) if f.severity != "info"] == []
     after = evaluate_accuracy(trainer.model, tokenizer, test, max_new_tokens=6)
     print(f"{algo}: held-out accuracy {before:.3f} -> {after:.3f}; reward {history[0]['reward']:.3f} -> "
           f"{history[-1]['reward']:.3f}")

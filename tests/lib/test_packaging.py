@@ -107,3 +107,41 @@ def test_no_library_module_is_over_about_450_lines():
     long = {str(p.relative_to(ROOT)): n for p in (ROOT / "course_lib").rglob("*.py")
             if (n := len(p.read_text().splitlines())) > 480}
     assert not long, f"split these modules: {long}"
+
+
+_MAP_LINE = re.compile(r"^(\w+) [^\n]*-> (course_lib/[\w/]+\.py): ([\w, ]+)$", re.MULTILINE)
+
+
+def _lesson_map() -> list[tuple[str, str, list[str]]]:
+    import course_lib
+
+    return [(lesson, path, [n.strip() for n in names.split(",")])
+            for lesson, path, names in _MAP_LINE.findall(course_lib.__doc__)]
+
+
+def test_the_package_docstring_maps_every_lesson_to_functions_that_exist():
+    """course_lib/__init__.py: lesson -> file -> function; each name is defined in that file."""
+    import importlib
+
+    entries = _lesson_map()
+    assert len(entries) >= 20
+    for lesson, path, names in entries:
+        module = importlib.import_module(path.removesuffix(".py").replace("/", "."))
+        missing = [n for n in names if not hasattr(module, n) or getattr(getattr(module, n), "__module__", None)
+                   not in (module.__name__, None)]
+        assert not missing, f"lesson {lesson}: {path} does not define {missing}"
+    lessons = {lesson for lesson, _, _ in entries}
+    taught = {p.name.split("_")[0] for p in (ROOT / "notebooks").glob("[0-9]*.py")} - {"00"}
+    assert taught <= lessons, f"lessons without an entry in course_lib/__init__.py: {sorted(taught - lessons)}"
+
+
+def test_the_readme_module_table_names_every_file_of_the_lesson_map():
+    table = [line.split("|")[1] for line in (ROOT / "README.md").read_text().splitlines()
+             if line.startswith("| `")]
+    named = {token for cell in table for token in re.findall(r"`([^`]+)`", cell)}
+    for _, path, _ in _lesson_map():
+        relative = path.removeprefix("course_lib/")
+        stem = relative.removesuffix(".py")
+        top = relative.split("/")[0]
+        candidates = {relative, stem, stem.split("/")[-1] + ".py", stem.split("/")[-1], top, top + "/"}
+        assert candidates & named, f"README's module table does not name {path}"

@@ -124,3 +124,20 @@ def test_evaluate_sampled_refuses_k_above_n(tiny_policy):
     rows = get_task("arithmetic", split="test", n=2, seed=0)
     with pytest.raises(ValueError, match=r"\[1, n=4\]"):
         evaluate_sampled(model, tokenizer, rows, n=4, ks=(1, 8))
+
+
+def test_score_samples_from_texts_of_any_engine():
+    from course_lib.evaluation import group_texts, score_samples
+
+    texts = ["<answer>4</answer>", "5", "4.0", "4",   # problem 1: 3 right of 4, majority "4"
+             "7", "7", "8", "no idea"]                 # problem 2: reference 8, 1 right, majority "7"
+    result = score_samples(group_texts(texts, 4), ["4", "8"], ks=(1, 4), temperature=0.7)
+    assert result.n == 4 and result.temperature == 0.7 and result.correct_counts == [3, 1]
+    assert result.pass_at[1] == pytest.approx((3 / 4 + 1 / 4) / 2)
+    assert result.pass_at[4] == pytest.approx(1.0)
+    assert result.maj_at[4] == pytest.approx(1 / 2)  # "4" wins problem 1 ("4.0" votes with "4"), "7" loses 2
+    assert result.answers[1][3] is None
+    with pytest.raises(ValueError, match="groups of n=3"):
+        group_texts(texts, 3)
+    with pytest.raises(ValueError, match=r"\[1, n=4\]"):
+        score_samples(group_texts(texts, 4), ["4", "8"], ks=(8,))

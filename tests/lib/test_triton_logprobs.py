@@ -271,8 +271,20 @@ def test_default_selection(monkeypatch):
     assert not triton_logprobs.prefer_triton("cpu")  # the chunked PyTorch path stays the CPU default
     if torch.cuda.is_available():
         assert triton_logprobs.prefer_triton("cuda")
-        monkeypatch.setenv("COURSE_LIB_TRITON_LOGPROBS", "0")
-        assert not triton_logprobs.prefer_triton("cuda")
+
+
+@pytest.mark.skipif(INTERPRETED, reason="plain Python; runs in the parent")
+def test_logprob_kernel_triton_where_triton_cannot_run_is_refused_with_the_fix():
+    from course_lib.ops.logprobs import LMHead, head_logprobs
+
+    head = LMHead(weight=torch.randn(11, 4), bias=None, scale=1.0, softcap=None)
+    hidden, ids = torch.randn(3, 4), torch.tensor([1, 5, 7])
+    with pytest.raises(ValueError, match=r"logprob_kernel='triton' needs Triton on a CUDA device.*Fix: set "
+                                         r"logprob_kernel='auto'"):
+        head_logprobs(head, hidden, ids, triton=True)
+    chunked, _ = head_logprobs(head, hidden, ids, triton=False, chunk_size=2)
+    full, _ = head_logprobs(head, hidden, ids, fused=False)
+    torch.testing.assert_close(chunked, full)
 
 
 @interpreted

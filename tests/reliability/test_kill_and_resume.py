@@ -31,6 +31,7 @@ import torch
 from safetensors.torch import load_file
 
 from course_lib.run import checkpoint as ckpt
+from course_lib.run.history import WALL_CLOCK_KEYS
 from course_lib.algos import make_config
 from course_lib.data import get_task
 from course_lib.models import load_policy
@@ -147,7 +148,7 @@ def _final_state(output_dir: Path) -> tuple[dict, list]:
         weights.update(load_file(shard))
     assert weights, f"{output_dir / 'final'} holds no weights"
     rows = [json.loads(line) for line in (output_dir / "history.jsonl").read_text().splitlines()]
-    comparable = [{k: v for k, v in row.items() if k not in ("tokens/s", "eps")} for row in rows]
+    comparable = [{k: v for k, v in row.items() if k not in WALL_CLOCK_KEYS} for row in rows]
     return weights, comparable
 
 

@@ -158,3 +158,27 @@ def test_a_weighted_total_that_overflows_is_nan_with_a_warning(weights, values):
     assert any(issubclass(w.category, combine.RewardOverflowWarning) and "overflows float32" in str(w.message)
                for w in caught), [str(w.message) for w in caught]
     assert total.isnan().all()
+
+
+def test_a_training_run_stops_on_a_reward_that_never_returns(tmp_path):
+    from tiny_runs import tiny_trainer
+
+    release = threading.Event()
+
+    def never_answers(prompts, completions, **kwargs):
+        release.wait()
+        return [0.0] * len(completions)
+
+    trainer = tiny_trainer(tmp_path / "run", rewards=(never_answers,), reward_timeout_s=1.0, max_steps=1)
+    try:
+        with pytest.raises(RewardFunctionError, match=r"'never_answers' did not return within 1 s"):
+            trainer.train()
+    finally:
+        release.set()
+
+
+def test_a_reference_answer_of_nan_is_refused_naming_the_column():
+    for name in ("correctness_reward", "proximity_reward", "correctness_first_number_reward"):
+        with pytest.raises(RewardFunctionError, match=r"column 'answer' holds nan at row 1"):
+            compute_rewards([REWARD_FUNCTIONS[name]], ["p", "p"], ["<answer>1</answer>", "1"],
+                            {"answer": ["1", float("nan")]})

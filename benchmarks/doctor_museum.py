@@ -1,0 +1,45 @@
+"""The failure museum's confusion matrix: which doctor rule fires on which run.
+
+Trains every museum run (``course_lib.doctor.museum.EXHIBITS``: the tiny model, made to fail
+one way each, plus the healthy preset runs of GRPO, RLOO and PPO), runs the doctor over each
+history as it would live, and prints a rules x runs table (E/W/I = the severity of a rule
+that fired; '.' = silent) with each run's seconds.
+
+    OMP_NUM_THREADS=1 python benchmarks/doctor_museum.py [--runs name ...] [--output-dir DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+from pathlib import Path
+
+from course_lib.doctor import RULES
+from course_lib.doctor.museum import EXHIBITS, confusion, run_exhibit
+from course_lib.doctor.report import first_firing
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--runs", nargs="*", default=list(EXHIBITS), choices=list(EXHIBITS))
+    parser.add_argument("--output-dir", default=None, help="keep the run folders here (default: a temp folder)")
+    args = parser.parse_args()
+    root = Path(args.output_dir or tempfile.mkdtemp(prefix="museum-"))
+    results = {}
+    for name in args.runs:
+        started = time.time()
+        rows, config = run_exhibit(name, root / name)
+        results[name] = first_firing(rows, config.to_dict())
+        expected = set(EXHIBITS[name].expect)
+        fired = {f.rule for f in results[name]}
+        verdict = ("ok" if expected <= fired else f"MISSING {sorted(expected - fired)}") if expected else (
+            "ok" if all(f.severity == "info" for f in results[name]) else "FALSE ALARM")
+        print(f"{name:20s} {time.time() - started:6.1f} s  {len(rows):4d} steps  {verdict}", flush=True)
+    print()
+    print(confusion(results, list(RULES)))
+    print(f"\nrun folders: {root}")
+
+
+if __name__ == "__main__":
+    main()

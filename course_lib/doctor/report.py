@@ -1,0 +1,136 @@
+"""After the fact: load a run's history (ours or TRL's), diagnose it, draw the signals.
+
+``python -m course_lib doctor RUN_DIR`` calls :func:`doctor_run`. ``RUN_DIR`` is
+
+- a run folder of this trainer (``history.jsonl``; the config comes from its newest
+  checkpoint's ``trainer_state.json`` when one exists), or
+- a TRL run: its ``trainer_state.json`` or a folder (or ``checkpoint-*`` folder) holding
+  one. TRL's ``log_history`` uses the same metric names; rows sharing a step (training
+  and evaluation) are merged, and TRL's ``eval_<name>`` keys are read as ``eval/<name>``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ..run.history import load_history
+from .core import Finding, format_report, metric_rows
+
+__all__ = ["load_run", "doctor_run", "plot_findings"]
+
+
+def _trl_rows(log_history: list[dict]) -> list[dict]:
+    merged: dict[int, dict] = {}
+    for entry in log_history:
+        if "step" not in entry or "train_runtime" in entry:  # the run summary, not a training step
+            continue
+        row = merged.setdefault(int(entry["step"]), {"step": int(entry["step"])})
+        for key, value in entry.items():
+            if key.startswith("eval_") and key not in ("eval_runtime", "eval_samples_per_second",
+                                                        "eval_steps_per_second"):
+                key = "eval/" + key[5:]
+            row[key] = value
+    return [r for _, r in sorted(merged.items())]
+
+
+def _trl_state_file(path: Path) -> Path | None:
+    if path.is_file() and path.name.endswith(".json"):
+        return path
+    if (path / "trainer_state.json").is_file():
+        return path / "trainer_state.json"
+    checkpoints = sorted(path.glob("checkpoint-*/trainer_state.json"), key=lambda p: int(p.parent.name.split("-")[-1])
+                         if p.parent.name.split("-")[-1].isdigit() else -1)
+    return checkpoints[-1] if checkpoints else None
+
+
+def load_run(path: str | Path) -> tuple[list[dict], dict, str]:
+    """``(rows, config, kind)`` of a run folder or a TRL ``trainer_state.json``; kind is ``"course"``
+    or ``"trl"``. Raises ``FileNotFoundError`` naming what was looked for."""
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"{path} does not exist. Fix: pass a run folder (with history.jsonl) or a "
+                                "TRL trainer_state.json.")
+    if path.is_dir() and (path / "history.jsonl").is_file():
+        from ..run.checkpoint import latest_checkpoint, load_trainer_state
+
+        last = latest_checkpoint(path)
+        config = load_trainer_state(last).get("config", {}) if last is not None else {}
+        return load_history(path), config, "course"
+    state_file = _trl_state_file(path)
+    if state_file is not None:
+        state = json.loads(state_file.read_text(encoding="utf-8"))
+        if "log_history" in state:
+            return _trl_rows(state["log_history"]), {}, "trl"
+        if "config" in state and (state_file.parent.parent / "history.jsonl").is_file():
+            return load_history(state_file.parent.parent), state["config"], "course"
+    raise FileNotFoundError(f"{path}: no history.jsonl and no TRL trainer_state.json with a log_history. "
+                            "Fix: pass the run's output_dir.")
+
+
+def _signal_keys(signals: tuple[str, ...], rows: list[dict]) -> list[str]:
+    keys = []
+    for signal in signals:
+        if "<name>" in signal:
+            prefix, suffix = signal.split("<name>")
+            keys += sorted({k for r in rows for k in r if k.startswith(prefix) and k.endswith(suffix)})
+        elif any(signal in r for r in rows):
+            keys.append(signal)
+    return keys
+
+
+def plot_findings(rows: list[dict], findings: list[Finding], path: str | Path):
+    """One panel per finding: the signals its rule reads against the step, a line where it fired.
+
+    Returns the saved path, or None when there is no finding to draw.
+    """
+    rows = metric_rows(rows)
+    if not findings:
+        return None
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(len(findings), 1, figsize=(8, 2.6 * len(findings)), squeeze=False)
+    for ax, finding in zip(axes[:, 0], findings):
+        for key in _signal_keys(finding.signals, rows):
+            points = [(r["step"], r[key]) for r in rows if isinstance(r.get(key), (int, float))]
+            if points:
+                ax.plot(*zip(*points), marker="." if len(points) < 30 else None, label=key)
+        ax.axvline(finding.step, color="red", linestyle="--", linewidth=1, label="fired")
+        ax.set_title(f"{finding.severity}: {finding.rule}", fontsize=10, loc="left")
+        ax.set_xlabel("optimizer step")
+        ax.legend(fontsize=7, loc="best")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return Path(path)
+
+
+def first_firing(rows: list[dict], config: dict) -> list[Finding]:
+    """The findings of the whole run, each dated at the step where it first fired (as live)."""
+    from .core import Doctor
+
+    doctor, found = Doctor(config), []
+    rows = metric_rows(rows)
+    for end in range(1, len(rows) + 1):
+        found += doctor.check(rows[:end])
+    return found
+
+
+def doctor_run(path: str | Path, figure: str | Path | None = None) -> tuple[list[Finding], str, Path | None]:
+    """Diagnose a run; return ``(findings, text report, figure path or None)``.
+
+    A finding is reported when its rule fired at any logged step (dated at the first);
+    the figure goes to ``figure`` or ``<run>/doctor.png`` (beside a TRL state file).
+    """
+    rows, config, kind = load_run(path)
+    findings = first_firing(rows, config)
+    findings.sort(key=lambda f: (-("info", "warning", "error").index(f.severity), f.step))
+    text = format_report(findings, len(metric_rows(rows)))
+    if kind == "trl":
+        text += "\n(TRL log: rules that read the run's config name fields without their values)"
+    base = Path(path)
+    target = Path(figure) if figure else (base if base.is_dir() else base.parent) / "doctor.png"
+    saved = plot_findings(rows, findings, target)
+    if saved is not None:
+        text += f"\nfigure: {saved}"
+    return findings, text, saved

@@ -1,0 +1,188 @@
+"""The doctor's rules: one small function per failure of an RL run, with its fix.
+
+Every rule reads the metric rows (TRL's names, so a TRL ``log_history`` works too) and the
+run's config, and returns a :class:`~course_lib.doctor.core.Diagnosis` (cause and fix) or
+``None``. Thresholds sit next to the reason they have that value. "Recent" means the last
+``WINDOW`` logged steps; "start" the first ``WINDOW``. Lesson 13 walks through each rule on a
+run made to fail that way (``course_lib.doctor.museum``).
+"""
+
+from __future__ import annotations
+
+import math
+
+from .core import (Diagnosis, first_key, is_finite, mean, median, pearson, rule, stderr, values)
+
+#: Logged steps averaged for "recent" and "start": one noisy batch must not fire a rule.
+WINDOW = 10
+CLIP_KEYS = ("clip_ratio/region_mean", "policy/clipfrac_avg")
+APPROX_KL_KEYS = ("policy/approxkl_avg",)
+HELD_OUT_KEYS = ("eval/greedy_accuracy", "eval/reward")
+
+
+def _recent(rows, key, n=WINDOW):
+    return values(rows[-n:], key)
+
+
+def _start(rows, key, n=WINDOW):
+    return values(rows, key)[:n]
+
+
+def _field(config: dict, name: str, fallback: str = "its current value") -> str:
+    return f"{name}={config[name]!r}" if name in config else f"{name} ({fallback})"
+
+
+# ---------------------------------------------------------------------- 1, 2: the loss
+@rule("loss_near_zero_is_normal", "info", ("loss", "grad_norm"),
+      {"loss_abs": (1e-3, "group advantages sum to 0, so an on-policy GRPO loss is 0 up to length "
+                          "weighting; a z-scored advantage is O(1), so 1e-3 is 'zero'"),
+       "grad_norm": (1e-6, "below this the update is nothing (see no_learning_signal)")})
+def loss_near_zero_is_normal(rows, config):
+    """A loss near 0 with a non-zero gradient: normal for GRPO, not a failure."""
+    loss, grad = _recent(rows, "loss"), _recent(rows, "grad_norm")
+    if len(loss) < 3 or len(grad) < 3:
+        return None
+    if median([abs(x) for x in loss]) < 1e-3 and median(grad) > 1e-6:
+        return Diagnosis(
+            "the loss is about 0 but the gradient is not: this is normal. On-policy (num_iterations=1) the "
+            "ratio is 1, so the loss is minus the mean advantage, and group advantages sum to 0; its gradient, "
+            "the advantage-weighted sum of grad log pi, is not 0. Read reward and grad_norm, not the loss "
+            "(lesson 05).", {"median_abs_loss": median([abs(x) for x in loss]), "median_grad_norm": median(grad)})
+    return None
+
+
+@rule("no_learning_signal", "error", ("loss", "grad_norm", "frac_reward_zero_std", "completions/clipped_ratio"),
+      {"zero": (1e-8, "float32 round-off of a real gradient is far above this"),
+       "rows": (3, "three steps in a row: one all-zero batch can happen by chance")})
+def no_learning_signal(rows, config):
+    """Loss and gradient both 0: the update does nothing, and the likely reason."""
+    recent = rows[-3:]
+    if len(recent) < 3 or not all(is_finite(r.get("grad_norm")) and abs(r["grad_norm"]) < 1e-8
+                                  and is_finite(r.get("loss")) and abs(r["loss"]) < 1e-8 for r in recent):
+        return None
+    zero_std = mean(values(recent, "frac_reward_zero_std"))
+    clipped = mean(values(recent, "completions/clipped_ratio"))
+    if zero_std > 0.999:
+        why = (f"every group's rewards are equal (frac_reward_zero_std={zero_std:.2f}), so every advantage is 0 "
+               "(see zero_spread_groups for the fix).")
+    elif clipped > 0.999 and config.get("mask_truncated_completions"):
+        why = ("every completion is truncated and mask_truncated_completions=True masks them all. Fix: raise "
+               f"{_field(config, 'max_completion_length')} or set mask_truncated_completions=False.")
+    else:
+        why = ("no trainable parameter gets a gradient. Fix: check that the model's parameters (or the LoRA "
+               f"adapters: {_field(config, 'lora_target_modules')}) have requires_grad=True.")
+    return Diagnosis("loss and grad_norm are 0: the optimizer step changes nothing. Cause: " + why,
+                     {"frac_reward_zero_std": zero_std, "clipped_ratio": clipped})
+
+
+# ---------------------------------------------------------------------- 3, 4, 5: the batch and the rewards
+def _generations_for(p: float, target: float = 0.25, limit: int = 64) -> int | None:
+    """Smallest G with p**G + (1-p)**G <= target: a 0/1 reward with success rate p."""
+    for g in range(2, limit + 1):
+        if p ** g + (1 - p) ** g <= target:
+            return g
+    return None
+
+
+@rule("zero_spread_groups", "warning", ("frac_reward_zero_std", "reward"),
+      {"fraction": (0.5, "above half, most of each batch has advantage 0: the run pays for the "
+                         "generations and learns from fewer than half of them")})
+def zero_spread_groups(rows, config):
+    """Most groups have equal rewards: no signal from them (task too easy or too hard)."""
+    frac = _recent(rows, "frac_reward_zero_std")
+    if len(frac) < 3 or mean(frac) <= 0.5:
+        return None
+    reward = mean(_recent(rows, "reward"))
+    advice = ""
+    if 0.0 < reward < 1.0:  # a 0/1 reward: a group is all-equal with probability p^G + (1-p)^G
+        needed = _generations_for(reward)
+        side = "too easy" if reward > 0.5 else "too hard"
+        advice = (f" With a mean reward of {reward:.2f} the task looks {side} for this model: a group of G "
+                  f"0/1 rewards is all-equal with probability p^G + (1-p)^G"
+                  + (f", which falls to 25% at num_generations={needed}." if needed else "."))
+    hotter = ("" if config.get("temperature", 0.0) >= 1.0 else
+              f" a higher temperature ({_field(config, 'temperature')}; 1.0 is the usual),")
+    return Diagnosis(
+        f"{mean(frac):.0%} of the groups have rewards that are all equal, so their advantages are 0.{advice} "
+        f"Fixes: more generations ({_field(config, 'num_generations')}),{hotter} data matched to the model "
+        "(harder if it solves everything, easier if it solves nothing), or dynamic sampling "
+        "(dynamic_sampling=True: drop the equal groups and generate more, DAPO).",
+        {"frac_reward_zero_std": mean(frac), "reward": reward})
+
+
+@rule("completions_truncated", "warning", ("completions/clipped_ratio", "completions/mean_length"),
+      {"ratio": (0.2, "a truncated answer is scored as if finished; when a fifth of the batch is cut "
+                      "mid-answer their rewards are mostly noise")})
+def completions_truncated(rows, config):
+    """Many completions hit max_completion_length before their end-of-sequence token."""
+    clipped = _recent(rows, "completions/clipped_ratio")
+    if len(clipped) < 3 or mean(clipped) <= 0.2:
+        return None
+    length = config.get("max_completion_length")
+    if mean(clipped) > 0.95:
+        cause = ("almost no completion ends: the model may never emit its end-of-sequence token (check the chat "
+                 "template and the tokenizer's eos_token, or fine-tune on finished answers first), or the budget "
+                 "is far too short.")
+    else:
+        cause = "the completion budget is too short for the answers this task needs."
+    fix = f"max_completion_length={2 * length}" if isinstance(length, int) else "a larger max_completion_length"
+    return Diagnosis(
+        f"{mean(clipped):.0%} of completions are truncated: {cause} Fixes: {fix}; or "
+        "mask_truncated_completions=True (truncated answers carry no signal, DAPO) or a soft overlong "
+        "punishment (DAPO) so the model learns to finish (lesson 06).",
+        {"clipped_ratio": mean(clipped), "mean_length": mean(_recent(rows, "completions/mean_length"))})
+
+
+def _reward_names(rows) -> list[str]:
+    names = []
+    for r in rows:
+        for key in r:
+            if key.startswith("rewards/") and key.endswith("/std") and key[8:-4] not in names:
+                names.append(key[8:-4])
+    return names
+
+
+@rule("dead_reward_function", "warning", ("rewards/<name>/std",),
+      {"rows": (5, "a live reward on a batch of 8 or more completions is constant over five batches "
+                   "only by a rare accident")})
+def dead_reward_function(rows, config):
+    """A reward function returns the same value for every completion."""
+    dead = []
+    for name in _reward_names(rows):
+        std = values(rows[-5:], f"rewards/{name}/std")
+        if len(std) == 5 and max(std) < 1e-9:
+            dead.append((name, mean(values(rows[-5:], f"rewards/{name}/mean"))))
+    if not dead:
+        return None
+    listing = ", ".join(f"{n} (always {v:g})" for n, v in dead)
+    return Diagnosis(
+        f"constant reward: {listing}. A function that gives every completion the same score adds nothing to "
+        "any advantage. Fix: call it on a few real completions and check what it parses (a format the model "
+        "never writes, a column name that does not match, an exception caught into a default); or remove it "
+        "(lesson 09).", {name: value for name, value in dead})
+
+
+@rule("dominant_reward_function", "warning", ("rewards/<name>/std", "reward_weights"),
+      {"share": (0.9, "when one function carries 90% of the weighted spread, the others change "
+                      "advantages by less than a tenth: they are decoration")})
+def dominant_reward_function(rows, config):
+    """One reward function carries nearly all of the weighted sum's spread."""
+    names = _reward_names(rows)
+    if len(names) < 2:
+        return None
+    weights = config.get("reward_weights") or [1.0] * len(names)
+    if len(weights) != len(names):
+        return None
+    spreads = [abs(w) * mean(_recent(rows, f"rewards/{n}/std")) for n, w in zip(names, weights)]
+    if any(math.isnan(s) for s in spreads) or sum(spreads) <= 0:
+        return None
+    top = max(range(len(names)), key=lambda i: spreads[i])
+    share = spreads[top] / sum(spreads)
+    live_others = [n for i, n in enumerate(names) if i != top and spreads[i] > 0]
+    if share <= 0.9 or not live_others:
+        return None
+    return Diagnosis(
+        f"{names[top]} carries {share:.0%} of the weighted reward spread; {', '.join(live_others)} barely move "
+        f"the advantages. Fix: rebalance reward_weights (now {weights}) so each function's weight x std is "
+        "comparable, or multi_objective_aggregation='normalize_then_sum' (GDPO: each reward normalised in its "
+        "group before the sum).", {"share": share, "dominant": names[top]})

@@ -1,0 +1,253 @@
+# %% [markdown]
+# # Lesson 13 — When RL does not learn
+#
+# [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/rl-for-llms/course/blob/main/notebooks/13_debugging.ipynb)
+#
+# "Why is my loss 0?", "why is the reward flat?", "why did it collapse?" are the questions
+# people ask most about GRPO runs. The trainers log the signals that answer them
+# (`frac_reward_zero_std`, `completions/clipped_ratio`, clip fractions, entropy, KL, the
+# sampler's log-prob gap) and leave the reading to you. This lesson teaches the reading.
+#
+# In this lesson you will:
+# 1. meet the **run doctor** (`course_lib.doctor`): one small rule per common failure, each
+#    naming the cause and the fix, run live by the trainer and after the fact by
+#    `python -m course_lib doctor RUN_DIR` (a TRL `trainer_state.json` works too);
+# 2. walk through the **failure museum**: tiny runs broken on purpose, their curves, the
+#    doctor's diagnosis, and the curves after the fix;
+# 3. name failures from dashboards yourself, and write a doctor rule;
+# 4. learn two of DAPO's remedies: **dynamic sampling** (drop the groups whose rewards are
+#    all equal and sample more) and the **soft overlong punishment**.
+
+# %%
+# On Colab (or with COURSE_SETUP=1): clone the course, install what the runtime lacks, keep its torch.
+# COURSE_REPO_URL and COURSE_DIR choose another repository or folder (README, "On Colab").
+import importlib, importlib.util, os, subprocess, sys  # noqa: E401
+
+if importlib.util.find_spec("course_lib") is None:
+    on_colab = "google.colab" in sys.modules or "COLAB_RELEASE_TAG" in os.environ
+    if not (on_colab or os.environ.get("COURSE_SETUP") == "1"):
+        raise ModuleNotFoundError("course_lib is not installed for this kernel: run `make lab` in the course folder, "
+                                  "or set COURSE_SETUP=1 to clone and install it into this Python.")
+    course_dir = os.environ.get("COURSE_DIR", "/content/course")
+    if not os.path.isdir(course_dir):
+        url = os.environ.get("COURSE_REPO_URL", "https://github.com/rl-for-llms/course")
+        subprocess.run(["git", "clone", "-q", "--depth", "1", url, course_dir], check=True)
+    subprocess.run([sys.executable, "-m", "course_lib.colab"], cwd=course_dir, check=True)
+    sys.path.insert(0, course_dir)
+    importlib.invalidate_caches()
+
+# %%
+# %matplotlib inline
+import tempfile
+import warnings
+from pathlib import Path
+
+from IPython.display import display
+
+from course_lib.doctor import RULES, diagnose
+from course_lib.doctor.museum import EXHIBITS, run_exhibit
+from course_lib.machine import fast_mode
+from course_lib.run.history import load_history
+from course_lib.widgets.dashboard import plot_training_history
+
+warnings.filterwarnings("ignore")  # the broken runs warn a lot; the doctor says it better
+RUNS = Path(tempfile.mkdtemp(prefix="museum-"))
+print("fast mode:", fast_mode())
+
+# %% [markdown]
+# ## 1. The doctor's rules
+#
+# A rule is a small pure function over the logged rows (one dict per optimizer step, TRL's
+# metric names) and the run's config. It reads a few signals, compares them with thresholds
+# that each carry their reason, and returns a message naming the likely cause and the fix
+# (a config field and a value, or a lesson). Severity: **info** (normal behaviour that looks
+# alarming), **warning** (compute wasted or drifting), **error** (the run cannot learn or is
+# breaking; `doctor="stop"` ends it). The table lists them all; `course_lib/doctor/rules.py`
+# and `rules_policy.py` are short enough to read top to bottom.
+
+# %%
+for spec in RULES.values():
+    print(f"{spec.severity:7s} {spec.name:26s} reads {', '.join(spec.signals)}")
+    print(f"        {spec.summary}")
+    for key, (value, why) in spec.thresholds.items():
+        print(f"          {key} = {value:g}: {why}")
+
+# %% [markdown]
+# ## 2. Four broken runs: name the failure (exercise 1)
+#
+# Each dashboard below is a real run of the tiny model on two-digit addition, broken in one
+# way (the museum, `course_lib.doctor.museum`). The doctor's markers are hidden. For each,
+# find the curve that no healthy run shows. Healthy values for this model: reward 0.3-0.5,
+# `frac_reward_zero_std` near 0.1, entropy 0.6-0.8 nats, clip fraction 0 (one pass per
+# batch) to a few percent, `completions/clipped_ratio` 0, sampler gap 0 (the same model
+# samples and trains).
+
+# %%
+PANELS = ["reward", "frac_reward_zero_std", "entropy", "grad_norm", "clip_ratio/region_mean",
+          "completions/clipped_ratio", "completions/mean_length", "sampling/sampling_logp_difference/mean"]
+MYSTERY = {"A": "learning_rate_100x", "B": "short_budget", "C": "stale_sampler", "D": "near_greedy"}
+histories = {}
+for letter, name in MYSTERY.items():
+    rows, config = run_exhibit(name, RUNS / name)
+    histories[name] = (rows, config)
+    keys = [k for k in PANELS if any(k in r for r in rows)]
+    display(plot_training_history(rows, keys=keys, columns=4, title=f"Dashboard {letter}"))
+
+# %% [markdown]
+# Open `exercises/ex13_debugging.py` and fill in `name_the_failures()`: one of `FAILURES`
+# for each dashboard. The check says which dashboard is wrong and which curve to look at.
+
+# %%
+from course_lib.checks import ex13
+from course_lib.feedback import feedback
+from course_lib.grading import load_exercise
+
+ex = load_exercise("ex13_debugging")
+feedback(lambda fn: ex13.check_name_the_failures(fn, ex.FAILURES), ex.name_the_failures);
+
+# %% [markdown]
+# ## 3. What the doctor says, and the fix
+#
+# The trainer ran the doctor every `logging_steps` (`doctor="warn"`, the default): each
+# finding was printed once, when it first fired, and written to `history.jsonl` as a row of
+# type `"doctor"`. Here is its report for each run, from the saved folders, as
+# `python -m course_lib doctor RUN_DIR` prints it; the figure beside each report shows the
+# signals behind each finding and where it fired.
+
+# %%
+from course_lib.doctor.report import doctor_run
+
+for letter, name in MYSTERY.items():
+    findings, text, figure = doctor_run(RUNS / name, figure=RUNS / f"{name}.png")
+    print(f"--- dashboard {letter}: {EXHIBITS[name].story}\n{text}\n")
+
+# %% [markdown]
+# Several rules fire on one run because one cause has several symptoms: a learning rate
+# 100x too high first clips most of each update (`policy_moves_too_fast`), then the policy
+# degenerates: it stops finishing its answers, every group fails alike, and the gradient
+# vanishes. Read the **earliest** finding first: it is usually the cause.
+#
+# Now apply two fixes the doctor named and compare the curves. The dashboard marks the
+# findings (dashed lines, coloured by severity) on the curves each rule reads.
+
+# %%
+for name, fix in (("short_budget", {"max_completion_length": 8}), ("near_greedy", {"temperature": 1.0})):
+    run_exhibit(name, RUNS / f"{name}-fixed", **fix)
+    before, after = RUNS / name / "history.jsonl", RUNS / f"{name}-fixed" / "history.jsonl"
+    keys = ["reward", "frac_reward_zero_std", "entropy", "completions/clipped_ratio"]
+    display(plot_training_history(before, keys=keys, columns=4, title=f"{name}: before"))
+    display(plot_training_history(after, keys=keys, columns=4, title=f"{name}: after {fix}"))
+    fired = [f.rule for f in diagnose(load_history(after)) if f.severity != "info"]
+    print(f"{name} after {fix}: warnings and errors: {fired or 'none'}")
+
+# %% [markdown]
+# ## 4. Write a doctor rule (exercise 2)
+#
+# A rule is ten lines: read a signal over a recent window, compare, say the fix. Fill in
+# `truncation_rule(rows, config)` in `exercises/ex13_debugging.py` (its docstring has the
+# exact contract), then run it on the museum's `short_budget` run and on the fixed one.
+
+# %%
+ex = load_exercise("ex13_debugging")
+if feedback(ex13.check_truncation_rule, ex.truncation_rule):
+    for name in ("short_budget", "short_budget-fixed"):
+        rows = [r for r in load_history(RUNS / name) if "type" not in r]
+        print(f"{name}: {ex.truncation_rule(rows, {'max_completion_length': 2 if 'fixed' not in name else 8})}")
+
+# %% [markdown]
+# ## 5. Two remedies from DAPO
+#
+# **Dynamic sampling.** A group whose G rewards are all equal has advantage 0 for every
+# completion: its generations cost compute and teach nothing. For a 0/1 reward with success
+# rate p, a group is all-equal with probability p^G + (1-p)^G: at p = 0.3 that is 24% of
+# groups with G = 4 and 6% with G = 8. DAPO (Yu et al. 2025) samples, **drops** those groups
+# and **samples more prompts** until the batch is full of groups with a spread.
+# `dynamic_sampling=True` does this (verl's name for the cap on rounds, `max_num_gen_batches`,
+# is kept); TRL 1.16 has no equivalent. The metrics `dynamic_sampling/num_gen_batches`
+# (rounds used) and `dynamic_sampling/groups_dropped` say what it cost. Here on the
+# near-greedy run, where most groups are alike:
+
+# %%
+rows_ds, _ = run_exhibit("near_greedy", RUNS / "near_greedy-dynamic", dynamic_sampling=True, max_num_gen_batches=4)
+plain = histories["near_greedy"][0]
+mean = lambda rows, key: sum(r[key] for r in rows) / len(rows)  # noqa: E731
+print(f"frac_reward_zero_std of the trained batches: {mean(plain, 'frac_reward_zero_std'):.2f} without, "
+      f"{mean(rows_ds, 'frac_reward_zero_std'):.2f} with dynamic sampling")
+print(f"generation rounds per batch: {mean(rows_ds, 'dynamic_sampling/num_gen_batches'):.2f}; "
+      f"tokens through the sampler: {plain[-1]['num_tokens']:,} without, {rows_ds[-1]['num_tokens']:,} with")
+
+# %% [markdown]
+# Dynamic sampling trades sampler time for signal: every trained group carries a gradient,
+# but each batch may take several rounds. Whether that buys more held-out accuracy per token
+# or per minute depends on how many groups are alike; `benchmarks/dynamic_sampling.py`
+# measures it on the tiny model (see its table in `benchmarks/README.md`).
+#
+# **Soft overlong punishment.** A completion cut at `max_completion_length` is scored as if
+# it were finished, so a correct but long reasoning chain is punished for its length, not
+# its content. DAPO adds a reward that is 0 up to `L_max - L_cache` tokens, falls linearly to
+# -1 over the last `L_cache` tokens of the budget, and is -1 beyond (eq. 13 of the paper).
+# `course_lib.rewards.soft_overlong_punishment(L_max, L_cache)` gives TRL's values; add it to
+# the reward functions. Its companion, `mask_truncated_completions=True`, removes truncated
+# completions from the loss altogether (lesson 06).
+
+# %%
+import matplotlib.pyplot as plt
+
+from course_lib.rewards import soft_overlong_punishment
+
+L_max, L_cache = 100, 20
+lengths = list(range(0, 121))
+penalty = soft_overlong_punishment(L_max, L_cache)(completion_ids=[[0] * n for n in lengths])
+fig, ax = plt.subplots(figsize=(6, 2.6))
+ax.plot(lengths, penalty)
+ax.axvline(L_max - L_cache, color="0.6", linestyle=":", label="L_max - L_cache")
+ax.axvline(L_max, color="0.3", linestyle="--", label="L_max")
+ax.set_xlabel("completion length (tokens)")
+ax.set_ylabel("reward")
+ax.set_title("DAPO's soft overlong punishment (L_max=100, L_cache=20)")
+ax.legend(fontsize=8)
+plt.show()
+
+# %% [markdown]
+# ## 6. The doctor on your own runs
+#
+# - **Live**: every run of `course_lib.trainer.Trainer` has the doctor on (`doctor="warn"`).
+#   `doctor="stop"` ends a run (checkpoint saved) at its first error-level finding;
+#   `doctor="off"` skips it. `trainer.doctor.on_finding = dashboard.update` marks findings on a
+#   `LiveDashboard` as they fire.
+# - **After the fact**: `python -m course_lib doctor outputs/my_run` prints the report and
+#   saves `doctor.png`; point it at a TRL run's `trainer_state.json` (or its output folder) and
+#   the same rules read TRL's log, whose metric names match.
+# - **Not every finding is a bug**: `loss_near_zero_is_normal` is info on purpose. On-policy
+#   GRPO's loss is minus the mean advantage, and group advantages sum to 0: the loss sits near
+#   0 while the gradient does the work.
+
+# %% [markdown]
+# ## Questions
+#
+# 1. A GRPO run logs `loss` = 0.0000 and `grad_norm` = 3.1 at every step. Is it learning?
+#    Which two metrics would you read to find out?
+# 2. The tiny model solves 90% of the training problems and you use 4 completions per
+#    prompt. What fraction of groups carry no signal, and how many completions per prompt
+#    would bring it under 25%?
+# 3. `completions/clipped_ratio` is 0.97 and `completions/mean_terminated_length` is 0.
+#    Why would doubling `max_completion_length` probably not help, and what would?
+# 4. Training reward rose from 0.3 to 0.8 in 200 steps while held-out greedy accuracy stayed
+#    at 31%. Name two explanations and the check that tells them apart.
+# 5. Why does the doctor's `nothing_moves` rule use the sum of the learning rates instead of
+#    the entropy's change alone? What would go wrong on the tiny model with the entropy alone?
+# 6. Dynamic sampling kept the trained batches free of zero-spread groups but used 2.4
+#    generation rounds per batch. When does it pay for itself, and when is raising
+#    `num_generations` the better fix?
+
+# %% [markdown]
+# ### Answers
+#
+# Try each question on your own first. Then reveal an answer: `show_answer("13", k)`
+# prints the answer to question k (`show_answer("13")` prints them all). They are also in
+# `notebooks/answers/13_debugging.md`.
+
+# %%
+from course_lib.lesson_answers import show_answer
+
+# show_answer("13", 1)

@@ -1,0 +1,66 @@
+"""The failure museum: each run made to fail one way makes the doctor name that failure, and
+the healthy preset runs of every algorithm fire nothing above "info".
+
+Runs are trained once per session (tiny model, one CPU thread) and shared by the tests.
+The healthy GRPO and RLOO presets are checked where they already train, in
+``tests/lib/test_learning.py``; ``benchmarks/doctor_museum.py`` prints the confusion matrix
+of rules x runs.
+"""
+
+import pytest
+
+from course_lib.doctor import RULES
+from course_lib.doctor.museum import EXHIBITS, run_exhibit
+from course_lib.doctor.report import doctor_run, first_firing
+
+SLOW = {"healthy_ppo", "length_paid", "long_rollouts"}  # 100 steps, 60 steps, 80-token completions
+CHECKED_IN_LEARNING_TESTS = {"healthy_grpo", "healthy_rloo"}
+_RESULTS: dict[str, tuple] = {}
+
+
+@pytest.fixture(scope="module")
+def museum(tmp_path_factory):
+    def run(name):
+        if name not in _RESULTS:
+            folder = tmp_path_factory.mktemp(name)
+            rows, config = run_exhibit(name, folder)
+            _RESULTS[name] = (rows, config, first_firing(rows, config.to_dict()), folder)
+        return _RESULTS[name]
+
+    return run
+
+
+def _params(names):
+    return [pytest.param(n, marks=pytest.mark.slow) if n in SLOW else n for n in names]
+
+
+@pytest.mark.parametrize("name", _params([n for n, e in EXHIBITS.items() if e.expect]))
+def test_each_broken_run_triggers_its_rule(museum, name):
+    rows, config, findings, _ = museum(name)
+    fired = {f.rule for f in findings}
+    missing = set(EXHIBITS[name].expect) - fired
+    assert not missing, f"{name} ({EXHIBITS[name].story}): {sorted(missing)} did not fire; fired {sorted(fired)}"
+
+
+@pytest.mark.parametrize("name", _params([n for n, e in EXHIBITS.items()
+                                          if not e.expect and n not in CHECKED_IN_LEARNING_TESTS]))
+def test_healthy_preset_runs_fire_nothing_above_info(museum, name):
+    rows, config, findings, _ = museum(name)
+    assert [str(f) for f in findings if f.severity != "info"] == []
+
+
+def test_every_rule_has_a_museum_run():
+    assert set(RULES) == {rule for e in EXHIBITS.values() for rule in e.expect}
+
+
+def test_the_cli_reports_a_museum_run_and_saves_its_figure(museum, tmp_path):
+    _, _, _, folder = museum("short_budget")
+    from course_lib.__main__ import main
+
+    figure = tmp_path / "signals.png"
+    assert main(["doctor", str(folder), "--figure", str(figure)]) == 0  # warnings only: exit 0
+    assert figure.stat().st_size > 10_000
+    findings, text, _ = doctor_run(folder, figure=tmp_path / "again.png")
+    assert "completions_truncated" in text and "max_completion_length=4" in text
+    _, _, _, broken = museum("constant_reward")
+    assert main(["doctor", str(broken), "--figure", str(tmp_path / "b.png")]) == 1  # an error-level finding

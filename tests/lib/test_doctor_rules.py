@@ -1,0 +1,181 @@
+"""The doctor's rules on hand-built histories: each fires on its failure and stays silent on a
+healthy-looking run (values and thresholds worked by hand from the rule's documented reason)."""
+
+import math
+
+import pytest
+
+from course_lib.doctor import RULES, SEVERITIES, Doctor, diagnose, format_report
+
+
+def rows(n=40, **series):
+    """``n`` metric rows; each keyword is a constant, a list (one value a row) or f(step)."""
+    out = []
+    for i in range(n):
+        row = {"step": i + 1}
+        for key, value in series.items():
+            row[key] = value[i] if isinstance(value, list) else value(i) if callable(value) else value
+        out.append(row)
+    return out
+
+
+# A run that learns: the reward rises, entropy drifts down a little, losses and gradients are O(1).
+HEALTHY = dict(loss=lambda i: 0.05 * math.sin(i), grad_norm=2.0, reward=lambda i: 0.3 + 0.004 * i,
+               reward_std=0.4, frac_reward_zero_std=0.1, entropy=lambda i: 0.6 - 0.002 * i,
+               learning_rate=3e-5, **{"completions/clipped_ratio": 0.0, "completions/mean_length": 4.0,
+                                      "rewards/correct/mean": 0.3, "rewards/correct/std": 0.45,
+                                      "clip_ratio/region_mean": 0.0})
+
+
+def fired(history, config=None, only=None):
+    return {f.rule: f for f in diagnose(history, config, rules=only)}
+
+
+def test_every_rule_is_documented():
+    assert len(RULES) >= 12
+    for spec in RULES.values():
+        assert spec.severity in SEVERITIES and spec.signals and spec.summary
+        for value, why in spec.thresholds.values():
+            assert isinstance(value, (int, float)) and len(why) > 20
+
+
+def test_a_healthy_run_fires_nothing_above_info():
+    found = fired(rows(**HEALTHY), {"num_generations": 8, "learning_rate": 3e-5})
+    assert [f for f in found.values() if f.severity != "info"] == []
+
+
+def test_loss_near_zero_with_a_gradient_is_info():
+    found = fired(rows(**{**HEALTHY, "loss": 1e-9}))
+    assert found["loss_near_zero_is_normal"].severity == "info"
+    assert "loss_near_zero_is_normal" not in fired(rows(**HEALTHY))
+
+
+@pytest.mark.parametrize("extra, config, cause", [
+    ({"frac_reward_zero_std": 1.0}, {}, "every group's rewards are equal"),
+    ({"frac_reward_zero_std": 0.0, "completions/clipped_ratio": 1.0}, {"mask_truncated_completions": True},
+     "mask_truncated_completions"),
+    ({"frac_reward_zero_std": 0.0}, {"lora_target_modules": "all-linear"}, "requires_grad"),
+])
+def test_no_learning_signal_names_its_cause(extra, config, cause):
+    found = fired(rows(**{**HEALTHY, "loss": 0.0, "grad_norm": 0.0, **extra}), config)
+    assert cause in found["no_learning_signal"].message
+    # Two zero steps after normal ones are not enough (the rule asks for three in a row).
+    history = rows(**HEALTHY)
+    for row in history[-2:]:
+        row.update(loss=0.0, grad_norm=0.0)
+    assert "no_learning_signal" not in fired(history)
+
+
+def test_zero_spread_groups_suggests_the_group_size_from_the_success_rate():
+    found = fired(rows(**{**HEALTHY, "frac_reward_zero_std": 0.8, "reward": 0.9}), {"num_generations": 4})
+    message = found["zero_spread_groups"].message
+    # p = 0.9: 0.9^G + 0.1^G <= 0.25 first at G = 14 (0.9^13 = 0.254, 0.9^14 = 0.229).
+    assert "too easy" in message and "num_generations=14" in message and "dynamic sampling" in message
+    assert "zero_spread_groups" not in fired(rows(**{**HEALTHY, "frac_reward_zero_std": 0.5}))
+
+
+def test_truncation_doubles_the_completion_budget():
+    found = fired(rows(**{**HEALTHY, "completions/clipped_ratio": 0.4}), {"max_completion_length": 16})
+    assert "max_completion_length=32" in found["completions_truncated"].message
+    never_ends = fired(rows(**{**HEALTHY, "completions/clipped_ratio": 1.0}))
+    assert "end-of-sequence" in never_ends["completions_truncated"].message
+
+
+def test_a_dead_reward_function_is_named():
+    found = fired(rows(**{**HEALTHY, "rewards/format/mean": 0.0, "rewards/format/std": 0.0}))
+    assert "format (always 0)" in found["dead_reward_function"].message
+    assert "correct" not in found["dead_reward_function"].evidence
+
+
+def test_a_dominant_reward_function_is_named_with_the_weights():
+    history = rows(**{**HEALTHY, "rewards/length/mean": 50.0, "rewards/length/std": 20.0})
+    found = fired(history, {"reward_weights": None})
+    # spreads 0.45 and 20: length holds 20 / 20.45 = 98% of the weighted spread.
+    assert found["dominant_reward_function"].evidence["dominant"] == "length"
+    # Weights that even the spreads (0.45 * 40 = 18 vs 20 * 1) leave no dominant function.
+    assert "dominant_reward_function" not in fired(history, {"reward_weights": [40.0, 1.0]})
+
+
+def test_reward_hacking_from_held_out_accuracy_and_from_length():
+    history = rows(**HEALTHY)
+    for row in history[::10]:
+        row["eval/greedy_accuracy"] = 0.40 - row["step"] * 0.001  # falls while reward rises by 0.16
+    assert "sorting" in fired(history)["reward_hacking"].message
+    lengths = rows(**{**HEALTHY, "completions/mean_length": lambda i: 10.0 + 0.5 * i})
+    assert fired(lengths)["reward_hacking"].evidence["correlation"] > 0.99
+    learning = rows(**HEALTHY)
+    for row in learning[::10]:
+        row["eval/greedy_accuracy"] = 0.30 + row["step"] * 0.004  # held-out rises with the reward
+    assert "reward_hacking" not in fired(learning)
+
+
+def test_entropy_collapse_and_explosion():
+    collapse = fired(rows(**{**HEALTHY, "entropy": lambda i: 0.6 * 0.9 ** i}))
+    assert "entropy_collapse" in collapse and "entropy_explosion" not in collapse
+    greedy = fired(rows(**{**HEALTHY, "entropy": 0.06}), {"temperature": 0.05})
+    assert "temperature=0.05" in greedy["entropy_collapse"].message
+    explosion = fired(rows(**{**HEALTHY, "entropy": lambda i: 0.6 + 0.1 * i}))
+    assert explosion["entropy_explosion"].severity == "error"
+
+
+@pytest.mark.parametrize("key, value, quiet", [("clip_ratio/region_mean", 0.35, 0.1),
+                                              ("policy/approxkl_avg", 0.2, 0.02)])
+def test_policy_moving_too_fast(key, value, quiet):
+    found = fired(rows(**{**HEALTHY, key: value}), {"learning_rate": 3e-3, "num_iterations": 4})
+    assert "learning_rate=0.003" in found["policy_moves_too_fast"].message
+    assert "policy_moves_too_fast" not in fired(rows(**{**HEALTHY, key: quiet}))
+
+
+def test_nothing_moves_needs_a_tiny_learning_rate_and_flat_curves():
+    still = dict(HEALTHY, reward=lambda i: 0.3 + 0.05 * (-1) ** i, entropy=lambda i: 0.6 + 0.01 * (-1) ** i,
+                 learning_rate=1e-9)
+    found = fired(rows(**still), {"use_lora": True})
+    assert "lora_target_modules" in found["nothing_moves"].message
+    # 40 steps x 1e-9 = 4e-8: the bound in the message.
+    assert found["nothing_moves"].evidence["total_learning_rate"] == pytest.approx(4e-8)
+    assert "nothing_moves" not in fired(rows(**{**still, "learning_rate": 3e-5}))  # 40 x 3e-5 = 1.2e-3
+    assert "nothing_moves" not in fired(rows(**{**still, "reward": lambda i: 0.3 + 0.01 * i}))
+    assert "nothing_moves" not in fired(rows(n=20, **still))
+
+
+def test_sampler_mismatch_level_and_jump():
+    key = "sampling/sampling_logp_difference/mean"
+    assert "sampler_mismatch" in fired(rows(**{**HEALTHY, key: 0.3}))
+    assert "sampler_mismatch" not in fired(rows(**{**HEALTHY, key: 0.02}))
+    jump = fired(rows(**{**HEALTHY, key: lambda i: 0.6 if i == 20 else 0.01}))
+    assert jump["sampler_mismatch"].evidence["jump_steps"] == [21]
+
+
+def test_generation_share_advises_the_engine():
+    history = rows(**{**HEALTHY, "timing/generation_s": 0.8, "timing/step_s": 1.0})
+    assert "engine='vllm'" in fired(history, {"engine": "hf"})["generation_dominates"].message
+    assert "engine='vllm'" not in fired(history, {"engine": "vllm"})["generation_dominates"].message
+    assert "generation_dominates" not in fired(rows(**{**HEALTHY, "timing/generation_s": 0.5, "timing/step_s": 1.0}))
+
+
+def test_non_finite_values_name_the_step():
+    history = rows(**HEALTHY)
+    history[7]["grad_norm"] = None  # the logger writes NaN/inf as null
+    found = fired(history)["non_finite_values"]
+    assert found.severity == "error" and found.evidence == {"step": 8, "keys": ["grad_norm"]}
+
+
+def test_the_live_doctor_reports_each_finding_once():
+    doctor, history, reports = Doctor({"max_completion_length": 8}), rows(**HEALTHY), []
+    for row in history[10:]:
+        row["completions/clipped_ratio"] = 0.5
+    for end in range(1, len(history) + 1):
+        reports += doctor.check(history[:end])
+    truncated = [f for f in reports if f.rule == "completions_truncated"]
+    # The last 10 rows average 4 x 0.5 / 10 = 0.2 at step 14 (not above), 0.25 at step 15.
+    assert len(truncated) == 1 and truncated[0].step == 15
+    row = truncated[0].as_row()
+    assert row["type"] == "doctor" and row["severity"] == "warning"
+    # Doctor rows in the history are not read as metrics.
+    assert diagnose(history + [row]) == diagnose(history)
+    assert "completions_truncated" in format_report(reports, len(history))
+
+
+def test_unknown_rule_names_the_known_ones():
+    with pytest.raises(ValueError, match="known"):
+        diagnose(rows(**HEALTHY), rules=["no_such_rule"])
