@@ -235,7 +235,9 @@ def run_demo(model: str = "smollm2-135m", output_dir: str = "outputs/demo", max_
     pass_sampling = SamplingConfig(temperature=config.temperature, max_tokens=config.max_completion_length, seed=0)
 
     def sample(_model) -> Any:  # through the run's engine (vLLM where the run samples with it)
+        began = time.time()
         texts = trainer.generate(pass_rows["prompt"], n=PASS_AT_K["n"], sampling=pass_sampling).texts
+        print(f"sampled {len(texts)} completions for pass@k in {time.time() - began:.0f} s")
         return score_samples(group_texts(texts, PASS_AT_K["n"]), pass_rows["answer"], (1, PASS_AT_K["n"]),
                              config.temperature)
 

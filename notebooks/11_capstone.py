@@ -21,8 +21,8 @@
 #
 # The run is one cell with two budgets. In fast mode (`COURSE_FAST=1`, how the tests run
 # this notebook on a CPU) it trains the tiny model for 200 steps (25 to 100 s on our CPU,
-# depending on its load), enough for a held-out gain larger than its noise: 35.5% → 46.5%
-# on 200 problems, +11.0 points [+4.2, +17.8] in our run. Without it, the same cell
+# depending on its load), enough for a held-out gain larger than its noise: 35.5% → 45.0%
+# on 200 problems, +9.5 points [+3.3, +15.7] in our run (section 7 prints yours). Without it, the same cell
 # trains SmolLM2-135M-Instruct with LoRA for 300 steps (minutes on a GPU; on a CPU, roughly
 # 300 × 7 to 15 s with the vLLM bfloat16 sampler, depending on the machine). Section 8 then
 # trains SmolLM2 on a task of your own, sorting, with the reward you write.

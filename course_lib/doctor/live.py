@@ -1,7 +1,8 @@
 """The doctor inside the trainer: every ``logging_steps`` it reads the history so far.
 
 ``config.doctor``: ``"warn"`` prints each finding once, when it first fires, and writes it to
-``history.jsonl`` as a row of type ``"doctor"``; ``"stop"`` does the same and asks the
+``history.jsonl`` as a row of type ``"doctor"`` (and the run's config once, a row of type
+``"config"``, for the after-the-fact report); ``"stop"`` does the same and asks the
 trainer to stop (checkpoint saved) on an error-level finding; ``"off"`` does nothing. A
 non-finite loss or gradient, which the trainer refuses before the update, is reported
 through the doctor too (rule ``non_finite_values``) before the error propagates.
@@ -42,6 +43,8 @@ class LiveDoctor:
         """Check the history at a logging step; True when ``doctor="stop"`` and an error fired."""
         if self.mode == "off" or step % self.every:
             return False
+        if not any(e.get("type") == "config" for e in logger.events):  # for `python -m course_lib doctor`
+            logger.log_event({"type": "config", "step": 0, "config": self.doctor.config})
         for event in logger.events:  # a resumed run does not report again what it reported before
             if event.get("type") == "doctor" and event.get("rule") in RULES and event["rule"] not in self.doctor.reported:
                 self.doctor.reported[event["rule"]] = event

@@ -54,9 +54,12 @@ def load_run(path: str | Path) -> tuple[list[dict], dict, str]:
     if path.is_dir() and (path / "history.jsonl").is_file():
         from ..run.checkpoint import latest_checkpoint, load_trainer_state
 
+        rows = load_history(path)
         last = latest_checkpoint(path)
         config = load_trainer_state(last).get("config", {}) if last is not None else {}
-        return load_history(path), config, "course"
+        # The live doctor writes the run's config into the history once (a row of type "config").
+        config = config or next((r["config"] for r in rows if r.get("type") == "config"), {})
+        return rows, config, "course"
     state_file = _trl_state_file(path)
     if state_file is not None:
         state = json.loads(state_file.read_text(encoding="utf-8"))
