@@ -423,7 +423,9 @@ def _history_untouched(tmp: Path) -> None:
 
 def _only_the_new_run(tmp: Path) -> None:
     assert [c.name for c in ckpt.list_checkpoints(tmp / "run")] == ["checkpoint-1"]  # the old checkpoint-2 is gone
-    assert len((tmp / "run" / "history.jsonl").read_text().splitlines()) == 1
+    rows = [json.loads(line) for line in (tmp / "run" / "history.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows if "type" not in r] == [1]  # one metric row: the earlier run's are gone
+    assert all(r["step"] <= 1 for r in rows)  # event rows (the doctor's config, findings) are the new run's
 
 
 def _resume_into_another_run(tmp: Path, first_run: Path):
