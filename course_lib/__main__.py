@@ -38,8 +38,11 @@ def _cmd_eval(args) -> int:
 
     model, tokenizer = load_policy(args.model)
     dataset = get_task(args.task, split=args.split, n=args.n, seed=args.seed)
+    from .run.cli_train import correct_function
+
     accuracy, completions = evaluate_accuracy(model, tokenizer, dataset, max_new_tokens=args.max_new_tokens,
-                                              return_completions=True, progress=True)
+                                              return_completions=True, progress=True,
+                                              correct_fn=correct_function(args))
     for question, completion, answer in list(zip(dataset["prompt"], completions, dataset["answer"]))[:args.show]:
         print(f"Q: {question[-1]['content']}\nA: {completion.strip()!r}  (reference {answer})")
     print(json.dumps({"model": str(args.model), "task": args.task, "split": args.split, "n": len(dataset),
@@ -134,7 +137,7 @@ def _cmd_export_trl(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from .run.cli_train import add_train_arguments, count_argument
+    from .run.cli_train import CORRECT_HELP, TASK_HELP, add_train_arguments, count_argument
 
     parser = argparse.ArgumentParser(prog="python -m course_lib", description=__doc__)
     parser.add_argument("--debug", action="store_true", help="show the Python traceback of an error (any position)")
@@ -148,8 +151,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_build_tiny)
 
     p = sub.add_parser("eval", help="greedy accuracy of a model on a task; last line is JSON")
-    p.add_argument("--model", default="tiny", help="tiny, smollm2-135m, a folder, or a hub id")
-    p.add_argument("--task", default="arithmetic")
+    p.add_argument("--model", default="tiny", help="tiny, smollm2-135m, a folder (a run's checkpoint-<step> or "
+                   "final/ too), or a hub id")
+    p.add_argument("--task", default="arithmetic", help=TASK_HELP)
+    p.add_argument("--correct", default=None, metavar="MODULE:FUNCTION", help=CORRECT_HELP)
     p.add_argument("--split", default="test")
     p.add_argument("--n", type=count_argument(1), default=200, help="held-out problems to evaluate")
     p.add_argument("--seed", type=int, default=0)
@@ -213,6 +218,10 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv or bool(os.environ.get("COURSE_TRACEBACK"))
     args = build_parser().parse_args([a for a in argv if a != "--debug"])
+    from .run.wording import command_line_active, use_command_line
+
+    was_active = command_line_active()
+    use_command_line()  # fixes in error messages name flags, not Python arguments
     try:
         return args.func(args)
     except _user_errors() as error:
@@ -226,6 +235,8 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print("interrupted", file=sys.stderr)
         return 130
+    finally:
+        use_command_line(was_active)
 
 
 if __name__ == "__main__":

@@ -32,7 +32,8 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
 from course_lib.config_options import RunOptions, fail
-from course_lib.run.config_tools import ConfigWarning, apply_overrides, field_docs, from_dict, to_dict
+from course_lib.run.config_tools import (ConfigWarning, SuggestingFields, apply_overrides, check_logger_installed,
+                                         field_docs, from_dict, to_dict)
 from course_lib.ops.importance import check_is_settings
 from course_lib.run.validation import check_choices, check_field_types, check_finite_fields, check_magnitudes
 
@@ -47,7 +48,8 @@ def warn(message: str) -> None:
     The stack level is counted past the config classes' own frames (their validation
     methods and the dataclass-generated `__init__`), however deep the class hierarchy.
     """
-    internal = (str(Path(__file__).parent / "config"), str(Path(__file__).parent / "algos"), "<string>")
+    internal = (str(Path(__file__).parent / "config"), str(Path(__file__).parent / "algos"), "<string>",
+                str(Path(__file__).parent / "run" / "config_tools"))  # its metaclass builds the configs
     frame, level = sys._getframe(1), 1
     while frame is not None and frame.f_code.co_filename.startswith(internal):
         frame, level = frame.f_back, level + 1
@@ -55,7 +57,7 @@ def warn(message: str) -> None:
 
 
 @dataclass(frozen=True)
-class RLConfig(RunOptions):
+class RLConfig(RunOptions, metaclass=SuggestingFields):
     """Settings shared by every algorithm of the course (GRPO, RLOO, PPO)."""
 
     algo: ClassVar[str] = "rl"
@@ -250,6 +252,7 @@ class RLConfig(RunOptions):
         check_magnitudes(self)
         self._normalize()
         check_choices(self)  # every Literal field: its annotation lists the allowed values
+        check_logger_installed(self.report_to)  # now, not inside train() after the model loaded
         self._check_ranges()
         self._derive_batches()
         self._derive_rest()

@@ -43,6 +43,26 @@ TAGGED_EXAMPLE = (
     {"role": "assistant", "content": "12 + 7 = 19. <answer>19</answer>"},
 )
 
+#: GSM8K's instruction and worked example: the layout its five rewards score
+#: (``course_lib.rewards.gsm8k``), so a perfect answer to the prompt earns their maximum, 4.0.
+GSM8K_SYSTEM_PROMPT = (
+    "Solve the problem. Think it through inside <reasoning> tags, then give the final number alone inside "
+    "<answer> tags. Put each tag on its own line, as in the example, and write nothing after </answer>."
+)
+GSM8K_EXAMPLE = (
+    {"role": "user", "content": "Tom has 3 boxes of 4 pens and gives away 5 pens. How many pens does he have left?"},
+    {"role": "assistant", "content": "<reasoning>\n3 boxes of 4 pens are 3 * 4 = 12 pens. After giving away 5 "
+                                     "he has 12 - 5 = 7.\n</reasoning>\n<answer>\n7\n</answer>\n"},
+)
+
+
+def gsm8k_messages(question: str, tagged: bool = True) -> list[dict]:
+    """A GSM8K prompt: with ``tagged``, the instruction and example of the ``<reasoning>/<answer>`` layout."""
+    if not tagged:
+        return [{"role": "user", "content": question}]
+    return [{"role": "system", "content": GSM8K_SYSTEM_PROMPT}, *GSM8K_EXAMPLE, {"role": "user", "content": question}]
+
+
 #: The sorting task's instruction and worked example (lesson 11's task of your own).
 SORTING_SYSTEM_PROMPT = (
     "Sort the numbers in ascending order. Give the sorted list, separated by commas, inside "
@@ -355,7 +375,7 @@ def load_gsm8k(path: str | os.PathLike | None = None, *, split: str = "train", n
                             "(--n, --eval-n, --train-rows).")
         rows = random.Random(seed).sample(rows, n)
     return Dataset.from_dict({
-        "prompt": [_messages(r["question"], tagged) for r in rows],
+        "prompt": [gsm8k_messages(r["question"], tagged) for r in rows],
         "answer": [gsm8k_answer(r["answer"]) for r in rows],
         "solution": [r["answer"] for r in rows],
     })
@@ -383,11 +403,16 @@ TASKS: dict[str, Callable[..., Dataset]] = {
 
 
 def get_task(name: str, *, split: str = "train", n: int | None = 1000, seed: int = 0) -> Dataset:
-    """A task by name: one of :data:`TASKS`, ``"gsm8k"`` (hub) or ``"gsm8k:<path>"`` (local)."""
+    """A task by name: one of :data:`TASKS`, ``"gsm8k"`` (hub) or ``"gsm8k:<path>"`` (local), or your own:
+    a ``.jsonl`` file or ``module:function`` (:mod:`course_lib.run.user_tasks`)."""
+    from .run.user_tasks import is_user_task, load_user_task
+
     if name == "gsm8k" or name.startswith("gsm8k:"):
         path = name.partition(":")[2] or None
         return load_gsm8k(path, split=split, n=n, seed=seed)
+    if name not in TASKS and is_user_task(name):
+        return load_user_task(name, split=split, n=n, seed=seed)
     if name not in TASKS:
         raise ValueError(f"Unknown task {name!r}. Known tasks: {', '.join(TASKS)}, gsm8k, gsm8k:<folder or "
-                         "jsonl file>. Fix: pass one of them as --task.")
+                         "jsonl file>, or your own: a .jsonl file with 'prompt' and 'answer', or module:function.")
     return TASKS[name](n=n, split=split, seed=seed)

@@ -125,8 +125,9 @@ def greedy_completions(model, tokenizer, prompts, max_new_tokens: int = 32, batc
 
 
 def evaluate_accuracy(model, tokenizer, dataset, max_new_tokens: int = 32, batch_size: int = 32,
-                      return_completions: bool = False, progress: bool | None = None):
-    """Fraction of rows whose greedy completion is correct (see :func:`is_correct`).
+                      return_completions: bool = False, progress: bool | None = None, correct_fn=None):
+    """Fraction of rows whose greedy completion is correct: ``correct_fn(completion, answer) -> bool``,
+    by default :func:`is_correct` (the number in ``<answer>`` tags, else the first number).
 
     Raises ``ValueError`` on an empty dataset: an accuracy of nothing is not 0.0.
     """
@@ -134,6 +135,10 @@ def evaluate_accuracy(model, tokenizer, dataset, max_new_tokens: int = 32, batch
         raise ValueError("evaluate_accuracy got a dataset with no rows, which has no accuracy. Fix: evaluate at "
                          "least one row (--n / --eval-n >= 1).")
     completions = greedy_completions(model, tokenizer, dataset["prompt"], max_new_tokens, batch_size, progress)
-    correct = [is_correct(c, a) for c, a in zip(completions, dataset["answer"])]
+    if "answer" not in dataset.column_names:
+        raise ValueError(f"evaluate_accuracy needs an 'answer' column (columns: {dataset.column_names}). Fix: add "
+                         "the reference answers to the rows.")
+    check = correct_fn or is_correct
+    correct = [bool(check(c, a)) for c, a in zip(completions, dataset["answer"])]
     accuracy = sum(correct) / len(correct)
     return (accuracy, completions) if return_completions else accuracy

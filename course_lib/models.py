@@ -106,6 +106,39 @@ def smollm2_folder() -> Path:
     return target
 
 
+def _is_model_folder(path: Path) -> bool:
+    return (path / "config.json").is_file() or (path / "adapter_config.json").is_file()
+
+
+def embedded_model_name(path: str | os.PathLike) -> str | None:
+    """``"tiny"`` or ``"smollm2-135m"`` when ``path`` is that embedded model's folder on this machine."""
+    try:
+        resolved = Path(path).expanduser().resolve()
+    except (OSError, RuntimeError, TypeError):
+        return None
+    folders = {"tiny": TINY_DIR, "smollm2-135m": cache_dir() / "smollm2-135m-instruct-fp32"}
+    return next((name for name, folder in folders.items() if folder.resolve() == resolved), None)
+
+
+def make_adapter_portable(folder: str | os.PathLike) -> None:
+    """Name an embedded base model by its name, not this machine's path, in ``adapter_config.json``.
+
+    PEFT records the base model's ``name_or_path``: for the embedded models an absolute
+    path into this install or its cache, which does not exist on another machine.
+    :func:`load_policy` resolves the name back to the local folder wherever it runs.
+    """
+    import json
+
+    config_path = Path(folder) / "adapter_config.json"
+    if not config_path.is_file():
+        return
+    config = json.loads(config_path.read_text())
+    name = embedded_model_name(config.get("base_model_name_or_path") or "")
+    if name is not None:
+        config["base_model_name_or_path"] = name
+        config_path.write_text(json.dumps(config, indent=2, sort_keys=True))
+
+
 def resolve_model_path(name: str | os.PathLike) -> Path | str:
     """The folder (or hub id) behind a model name."""
     name = str(name)
@@ -118,9 +151,12 @@ def resolve_model_path(name: str | os.PathLike) -> Path | str:
         return smollm2_folder()
     path = Path(name).expanduser()
     if path.exists():
-        if not (path / "config.json").exists() and not (path / "adapter_config.json").exists():
+        if not _is_model_folder(path):
+            inner = next((path / sub for sub in ("model", "final") if _is_model_folder(path / sub)), None)
+            if inner is not None:  # a checkpoint-<step> folder (its model/) or a run folder (its final/)
+                return inner
             raise ModelNotAvailableError(f"{path} exists but has no config.json; point to a folder saved by "
-                                         "save_pretrained (or a training run's final/ folder).")
+                                         "save_pretrained, a training run's checkpoint-<step> or final/ folder.")
         return path
     if name.startswith((".", "/", "~")) or name.count("/") != 1:
         raise ModelNotAvailableError(
@@ -236,9 +272,15 @@ def load_policy(name: str | os.PathLike = "tiny", *, dtype: torch.dtype | str = 
 
     try:
         if isinstance(path, Path) and (path / "adapter_config.json").exists():
-            from peft import AutoPeftModelForCausalLM
+            import json
 
-            model = AutoPeftModelForCausalLM.from_pretrained(path, dtype=dtype, **from_pretrained_kwargs)
+            from peft import PeftModel
+
+            # The base by its recorded name ("tiny", "smollm2-135m", a folder or a hub id), resolved here.
+            base_name = json.loads((path / "adapter_config.json").read_text()).get("base_model_name_or_path")
+            base = AutoModelForCausalLM.from_pretrained(resolve_model_path(base_name), dtype=dtype,
+                                                        **from_pretrained_kwargs)
+            model = PeftModel.from_pretrained(base, path)
         else:
             model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, **from_pretrained_kwargs)
         tokenizer = AutoTokenizer.from_pretrained(

@@ -54,6 +54,29 @@ MEASURED: dict[tuple[str, str, str], dict[str, Any]] = {
 }
 
 
+#: Named sets of config values: ``make_config(algo, preset=name)``, ``train --preset name``.
+#: Each says which algorithm it is for; ``--set`` / keyword values still win over it.
+NAMED: dict[str, dict[str, Any]] = {
+    # The defaults of TRL's older on-policy RLOOTrainer (the source notes' trainer): 4 passes
+    # over each batch, temperature 0.7, KL coefficient 0.05. The library's RLOO defaults are
+    # TRL 1.16's RLOOConfig (1 pass, temperature 1.0, beta 0.05), like for like with GRPO.
+    "older_trl_rloo": {"algo": "rloo", "values": dict(beta=0.05, num_iterations=4, temperature=0.7)},
+}
+
+
+def named_preset(name: str, algo: str) -> dict[str, Any]:
+    """The config values of preset ``name`` for ``algo``; a clear error for an unknown name or algorithm."""
+    from .run.config_tools import suggest
+
+    if name not in NAMED:
+        raise ValueError(f"preset={name!r} is not a named preset.{suggest(name, NAMED)} Known: {', '.join(NAMED)}.")
+    entry = NAMED[name]
+    if entry["algo"] != algo:
+        raise ValueError(f"preset={name!r} is for {entry['algo']!r}, not {algo!r}. Fix: use it with algo "
+                         f"{entry['algo']!r}.")
+    return dict(entry["values"])
+
+
 def fast_engine_settings() -> dict[str, Any]:
     """Rollouts in vLLM where this machine runs them fast, else ``{}`` (Hugging Face ``generate``).
 

@@ -57,6 +57,7 @@ from .run.history import MetricsLogger, StepClock, format_samples, unique_prompt
 from .run.in_loop_eval import InLoopEvaluator
 from .run.model_options import apply_model_options, load_kwargs, mix_into_reference
 from .run.nonfinite import check_finite_update, check_finite_weights, clip_gradients
+from .run.step_report import StepReport
 from .run.trainer_state import resume_trainer, save_final_model, save_trainer_checkpoint
 from .run.validation import check_train_dataset
 
@@ -85,10 +86,12 @@ class Trainer:
             reward functions read (e.g. ``answer``).
         model, tokenizer: the policy; loaded from ``config.model_name_or_path`` when None.
         eval_dataset: held-out rows for ``config.eval_strategy="steps"`` (``course_lib.run.in_loop_eval``).
+        correct_fn: ``f(completion, answer) -> bool``, the in-loop greedy accuracy's rule (default ``is_correct``).
     """
 
     def __init__(self, config, reward_funcs: list[Callable], train_dataset, model=None, tokenizer=None,
-                 progress: bool = True, on_step: Callable[[dict], None] | None = None, eval_dataset=None):
+                 progress: bool = True, on_step: Callable[[dict], None] | None = None, eval_dataset=None,
+                 correct_fn: Callable | None = None):
         if not reward_funcs:
             raise ValueError("reward_funcs is empty: pass at least one reward function.")
         check_train_dataset(train_dataset)  # a table with usable prompts (course_lib.run.validation)
@@ -141,7 +144,7 @@ class Trainer:
         self.engine = make_engine(config.engine, self.model, tokenizer, **self._engine_options())
         self.sampler = PromptSampler(len(train_dataset), config.seed, shuffle=config.shuffle_dataset)
         self.evaluator = (None if config.eval_strategy == "no" else
-                          InLoopEvaluator(config, eval_dataset, self.reward_funcs, self.reward_weights))
+                          InLoopEvaluator(config, eval_dataset, self.reward_funcs, self.reward_weights, correct_fn))
         self.output_dir = Path(config.output_dir)
         kernel = config.logprob_kernel  # -> completion_forward's fused / triton switches
         self._logprob_options = {"fused": kernel != "full", "chunk_size": config.logprob_chunk_size,
@@ -156,8 +159,8 @@ class Trainer:
         self._window: list[dict] = []  # metrics of the micro-steps since the last optimizer step
         self._last_samples: tuple | None = None  # (prompts, completions, rewards, advantages) to print
         self.logger: MetricsLogger | None = None  # created by train()
-        self.interrupted = False  # True when Ctrl-C stopped train() early (no final/ then)
-        self._bar: tqdm | None = None
+        self.interrupted, self.stop_signal = False, None  # Ctrl-C/SIGTERM/SIGHUP stopped train() early: which
+        self._report: StepReport | None = None  # the bar, notes, the closing line (course_lib.run.step_report)
         self._clock = (time.time(), 0)  # (start of train(), tokens_seen then): throughput
         self.step_clock = StepClock()  # timing/*: wall and generation seconds between logged rows
         self.doctor = LiveDoctor(config)  # course_lib.doctor, every logging_steps
@@ -360,9 +363,9 @@ class Trainer:
 
         ``resume_from``: a checkpoint folder, or ``"latest"`` for the newest complete one in
         ``output_dir``. A non-empty ``output_dir`` is refused unless the run resumes the one
-        there or ``config.overwrite_output_dir`` is set (``course_lib.run.folder``). Ctrl-C
-        saves a checkpoint at the next optimizer step and returns (``self.interrupted`` is
-        then True and no ``final/`` is written).
+        there or ``config.overwrite_output_dir`` is set (``course_lib.run.folder``). Ctrl-C, SIGTERM
+        or SIGHUP saves a checkpoint at the next optimizer step and returns (``self.interrupted``
+        True, ``self.stop_signal`` that signal, no ``final/``; ``course_lib.run.signals``).
         """
         resume_folder = ckpt.resolve_resume(resume_from, self.output_dir) if resume_from else None
         with ckpt.StopOnInterrupt() as interrupt, claim_output_dir(
@@ -377,8 +380,8 @@ class Trainer:
         self.logger = MetricsLogger(self.output_dir, config.report_to, config.to_dict(), previous_rows,
                                     write=self.shards.is_main)
         micro_per_cycle = config.effective_steps_per_generation * config.num_iterations
-        self._bar = tqdm(total=self.max_steps, initial=self.step, desc=self.algorithm.name.upper(),
-                         disable=not (self.progress and self.shards.is_main))
+        self._report = StepReport(self.max_steps, self.step, self.algorithm.name.upper(), config.max_grad_norm,
+                                  shown=self.progress and self.shards.is_main)
         self._clock = (time.time(), self.tokens_seen)
         self.step_clock.restart()
         self.model.train()
@@ -400,13 +403,14 @@ class Trainer:
             if config.save_steps > 0 and self.step % config.save_steps == 0 or stop:
                 self.save_checkpoint()
             if stop:
-                self.interrupted = True
+                self.interrupted, self.stop_signal = True, interrupt.signum
                 break
-        self._bar.close()
+        self._report.close_bar()
         if not self.interrupted and self.shards.is_main:
             self.save_final()
         self.accelerator.wait_for_everyone()
         self.logger.close()
+        self._report.closing(self.output_dir, self.step, self.interrupted, config.report_to)
         return self.logger.rows
 
     def _log_step(self, row: dict) -> bool:
@@ -426,8 +430,7 @@ class Trainer:
         doctor_stop = self.doctor.after_step(self.step, self.logger, self.shards.is_main)
         if self.on_step is not None:
             self.on_step(row)
-        self._bar.update(1)
-        self._bar.set_postfix(reward=f"{row.get('reward', float('nan')):.3f}", loss=f"{row['loss']:.4f}")
+        self._report.step(self.step, row)
         if config.log_completions and self.step % config.logging_steps == 0 and self.shards.is_main:
             limit = config.num_completions_to_print  # None: every row
             samples = self._last_samples

@@ -433,7 +433,9 @@ for name, default, new_name, note in documented:
 # at temperature 0.7. The last column shows the course's own defaults; the course accepts
 # both spellings (`rloo_k` and `num_generations`, `kl_coef` and `beta`, ...), so the source
 # notes' commands read the same here. Section 6 passes every value explicitly, so its
-# runs do not depend on either library's defaults.
+# runs do not depend on either library's defaults. The course's defaults are TRL 1.16's, so
+# switching a GRPO run to RLOO changes the advantage and nothing else; the older trainer's
+# are one argument away: `make_config("rloo", preset="older_trl_rloo")`.
 #
 # **The EOS trick** (`missing_eos_penalty`): subtract a fixed penalty from the score of
 # every completion that did not end with an EOS token — it ran into `max_completion_length`

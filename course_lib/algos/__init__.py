@@ -61,13 +61,18 @@ def config_class(algo: str) -> type:
     return _lookup(algo).config_class
 
 
-def make_config(algo: str, **overrides: Any) -> Any:
+def make_config(algo: str, preset: str | None = None, **overrides: Any) -> Any:
     """Build the config of `algo` ("grpo", "rloo", "ppo"); aliases such as `rloo_k` work.
 
     A field the algorithm does not read (say `loss_type` for RLOO) is refused with the
-    list of fields, so no knob is silently ignored.
+    list of fields, so no knob is silently ignored. `preset` names a set of values from
+    `course_lib.presets.NAMED` (e.g. "older_trl_rloo"); `overrides` win over it.
     """
     cls = config_class(algo)
+    if preset is not None:
+        from course_lib.presets import named_preset
+
+        overrides = {**named_preset(preset, algo), **resolve_keys(cls, overrides)}
     return cls(**resolve_keys(cls, overrides))
 
 

@@ -208,6 +208,22 @@ def check_groups(rewards: Tensor, num_generations: int) -> None:
                          "Fix: pass whole groups, B = num_prompts * num_generations, prompt-major.")
 
 
+def frac_reward_zero_std(rewards: Tensor, num_generations: int) -> float:
+    """TRL's ``frac_reward_zero_std``: the fraction of prompts whose completions all got the same reward.
+
+    Such a group gives every completion a zero advantage under a group baseline (GRPO's mean,
+    RLOO's leave-one-out mean): it teaches nothing. NaN (unscorable) rewards are left out of
+    their group's spread. ``rewards`` is (B,) prompt-major; with one completion per prompt
+    (PPO's default) there is no group and the value is NaN (logged as null).
+    """
+    if num_generations < 2:
+        return float("nan")
+    from course_lib.ops.stats import nanstd
+
+    spread = nanstd(rewards.view(-1, num_generations), dim=1).nan_to_num(0.0)
+    return torch.isclose(spread, torch.zeros_like(spread)).float().mean().item()
+
+
 def check_cliprange(name: str, value: float) -> None:
     """Raise unless a clip range is >= 0."""
     if not 0 <= value:

@@ -95,7 +95,7 @@ class GRPOConfig(RLConfig):
         for name in ("vespo_k_pos", "vespo_k_neg", "vespo_lambda_pos", "vespo_lambda_neg", "entropy_coef_delta",
                      "entropy_coef_min", "entropy_target"):
             if getattr(self, name) < 0:
-                fail(name, getattr(self, name), "must be non-negative", f"set {name} >= 0 (see --list-fields)")
+                fail(name, getattr(self, name), "must be non-negative", f"set {name} >= 0")
         if not 0 < self.top_entropy_quantile <= 1:
             fail("top_entropy_quantile", self.top_entropy_quantile, "must lie in (0, 1]",
                  "use 1.0 (every token) or e.g. 0.2 (the top 20% of tokens by entropy)")

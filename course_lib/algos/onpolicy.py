@@ -19,7 +19,9 @@ once and the older name is an alias, accepted by `make_config` / `apply_override
 `num_mini_batches` (optimizer steps per generation batch) is expressed through the
 shared batch arithmetic: it sets `steps_per_generation = num_mini_batches *
 gradient_accumulation_steps`. Defaults follow those older trainers (KL coefficient 0.05,
-4 PPO epochs, temperature 0.7); TRL 1.16's rewritten `RLOOConfig` differs (see lesson 08).
+4 PPO epochs, temperature 0.7), which PPO keeps (TRL 1.16's PPOConfig is that trainer); RLOO
+takes TRL 1.16's rewritten `RLOOConfig` defaults instead (1 pass, temperature 1.0, the same
+beta 0.05), with the older ones as the preset `older_trl_rloo` (see lesson 08).
 """
 
 from __future__ import annotations
@@ -104,10 +106,14 @@ class KLPenalizedRewards:
     """(B, T) k1 estimate per valid token (0 elsewhere, and everywhere without a reference)."""
     non_score_reward: Tensor
     """(B,) `-beta * sum_t k1`: the reward the KL penalty adds to each completion."""
+    has_reference: bool = True
+    """False when no reference was loaded (beta = 0): there is no KL to report."""
 
     def metrics(self, scores: Tensor, logps: Tensor, mask: Tensor, is_eos: Tensor) -> dict[str, float]:
-        """The `objective/*` metrics of the on-policy trainers' docs."""
-        return {
+        """The `objective/*` metrics of the on-policy trainers' docs, and `kl` as GRPO and TRL 1.16's
+        RLOO name it: the k1 estimate averaged over the batch's valid tokens (only with a reference)."""
+        shared = {"kl": (self.kl.sum() / mask.sum().clamp(min=1.0)).item()} if self.has_reference else {}
+        return {**shared,
             "objective/kl": self.kl.sum(1).mean().item(),
             "objective/entropy": (-(logps * mask).sum(1)).mean().item(),
             "objective/non_score_reward": self.non_score_reward.mean().item(),
@@ -134,4 +140,5 @@ def kl_penalized_rewards(scores: Tensor, logps: Tensor, ref_logps: Tensor | None
     non_score_reward = token_rewards.sum(1)
     token_rewards = token_rewards.clone()
     token_rewards[torch.arange(len(scores)), last_token_index(mask)] += scores
-    return KLPenalizedRewards(token_rewards=token_rewards, kl=kl, non_score_reward=non_score_reward)
+    return KLPenalizedRewards(token_rewards=token_rewards, kl=kl, non_score_reward=non_score_reward,
+                              has_reference=ref_logps is not None)

@@ -39,6 +39,7 @@ from course_lib.algos.base import (
     advantage_column,
     check_cliprange,
     entropy_metrics,
+    frac_reward_zero_std,
 )
 from course_lib.algos.onpolicy import OnPolicyConfig, kl_penalized_rewards, penalize_missing_eos
 from course_lib.config import fail
@@ -345,7 +346,8 @@ class PPO(Algorithm):
         advantages, returns, metrics = ppo_advantages(scores, scored.old_logps, scored.ref_logps, scored.old_values,
                                                       scored.mask, scored.is_eos, config)
         metrics.update(reward=torch.nanmean(scored.rewards).item(),
-                       reward_std=nanstd(scored.rewards).nan_to_num(0.0).item())
+                       reward_std=nanstd(scored.rewards).nan_to_num(0.0).item(),
+                       frac_reward_zero_std=frac_reward_zero_std(scored.rewards, scored.num_generations))
         return Advantages(advantages=advantages, metrics=metrics, returns=returns)
 
     def loss(self, micro_batch: MicroBatch, outputs: PolicyOutputs, config: PPOConfig,

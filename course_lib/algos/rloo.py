@@ -32,6 +32,7 @@ from course_lib.algos.base import (
     check_cliprange,
     check_groups,
     entropy_metrics,
+    frac_reward_zero_std,
 )
 from course_lib.algos.onpolicy import OnPolicyConfig, _alias, kl_penalized_rewards, penalize_missing_eos
 from course_lib.config import fail
@@ -56,6 +57,13 @@ class RLOOConfig(OnPolicyConfig):
     num_generations: int = 2
     """Completions per prompt, K of RLOO (`rloo_k`, default 2); the baseline of each is the mean of
     the other K - 1."""
+    num_iterations: int = 1
+    """Passes over each generation batch (`num_ppo_epochs`): 1, TRL 1.16's RLOOConfig default, so that
+    RLOO is on-policy REINFORCE with a leave-one-out baseline like GRPO's default. The older
+    RLOOTrainer's 4 is the preset `older_trl_rloo` (`course_lib.presets.NAMED`)."""
+    temperature: float = 1.0
+    """Sampling temperature: 1.0, TRL 1.16's RLOOConfig default (the older trainer's 0.7 is in the
+    preset `older_trl_rloo`)."""
     token_level_kl: bool = False
     """Reinforce++ (Hu 2025, eq. 1): KL penalty per token instead of summed per sequence. Default
     False as in TRL's code signature; its older parameter list says True, which contradicts it."""
@@ -277,7 +285,8 @@ class RLOO(Algorithm):
         advantages, metrics = rloo_advantages_with_kl(scores, scored.old_logps, scored.ref_logps, scored.mask,
                                                       scored.is_eos, config)
         metrics.update(reward=torch.nanmean(scored.rewards).item(),
-                       reward_std=nanstd(scored.rewards).nan_to_num(0.0).item())
+                       reward_std=nanstd(scored.rewards).nan_to_num(0.0).item(),
+                       frac_reward_zero_std=frac_reward_zero_std(scored.rewards, scored.num_generations))
         return Advantages(advantages=advantages, metrics=metrics)
 
     def loss(self, micro_batch: MicroBatch, outputs: PolicyOutputs, config: RLOOConfig,

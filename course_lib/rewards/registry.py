@@ -47,9 +47,15 @@ REWARD_FUNCTIONS: dict[str, Callable] = {f.__name__: f for f in _ENTRIES}
 def get_reward_functions(names: Sequence[str | Callable]) -> list[Callable]:
     """Look reward functions up by name; callables are passed through unchanged.
 
+    A name holding ``:`` or ``.`` is your own function, ``module:function``,
+    ``module.function`` or ``file.py:function`` (``course_lib.run.user_code``), as TRL's
+    ``reward_funcs`` takes dotted paths.
+
     Raises:
         ValueError: for an unknown name, listing the known ones.
     """
+    from ..run.user_code import looks_like_reference, resolve_callable
+
     if isinstance(names, str):
         names = [names]
     functions = []
@@ -58,9 +64,11 @@ def get_reward_functions(names: Sequence[str | Callable]) -> list[Callable]:
             functions.append(name)
         elif name in REWARD_FUNCTIONS:
             functions.append(REWARD_FUNCTIONS[name])
+        elif isinstance(name, str) and looks_like_reference(name):
+            functions.append(resolve_callable(name, what=f"reward function {name!r}"))
         else:
             raise ValueError(
                 f"unknown reward function {name!r}; known names: {', '.join(sorted(REWARD_FUNCTIONS))}. "
-                "Pass a callable for anything else."
+                "Pass a callable, or your own as module:function (e.g. my_rewards:my_reward)."
             )
     return functions

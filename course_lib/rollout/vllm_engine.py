@@ -22,6 +22,7 @@ not used (merged weights are pushed instead, which costs a full weight copy per 
 
 from __future__ import annotations
 
+import logging
 import os
 import random
 from contextlib import contextmanager
@@ -44,6 +45,32 @@ def _prepare_environment() -> None:
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")  # the INFO log is a page per engine start
 
 
+#: (logger, message) of vLLM warnings that every run here produces and that report nothing wrong.
+#: Each weight sync reloads the trained weights in place; a rotary embedding has none (its
+#: cos/sin table is computed from the positions, not trained), so vLLM finds nothing sent for
+#: it, keeps the table it had, which is the right one, and warns "Failed to load weights".
+EXPECTED_VLLM_WARNINGS = (
+    ("vllm.model_executor.model_loader.reload.layerwise", "RotaryEmbedding: Failed to load weights"),
+)
+
+
+class _DropExpected(logging.Filter):
+    def __init__(self, message: str) -> None:
+        super().__init__()
+        self.message = message
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.getMessage() != self.message
+
+
+def quiet_expected_vllm_warnings() -> None:
+    """Drop the warnings of :data:`EXPECTED_VLLM_WARNINGS` (each once per logger, idempotent)."""
+    for name, message in EXPECTED_VLLM_WARNINGS:
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, _DropExpected) and f.message == message for f in logger.filters):
+            logger.addFilter(_DropExpected(message))
+
+
 def import_vllm():
     """Import vLLM after setting its environment; a clear error with the install command if absent."""
     _prepare_environment()
@@ -51,6 +78,7 @@ def import_vllm():
         import vllm
     except ImportError as error:
         raise ImportError(f"{VLLM_INSTALL_HINT} (import failed: {error})") from error
+    quiet_expected_vllm_warnings()
     return vllm
 
 

@@ -20,7 +20,7 @@ removed by the next save. ``save_total_limit`` keeps the newest few checkpoints;
 (copied by hand, edited, or written by an older version) gets a ``CheckpointError`` that
 names it and the fix. Nothing in a checkpoint is unpickled as code (``course_lib.run.state_io``):
 a crafted file gets a ``CheckpointError``, never an execution. ``StopOnInterrupt`` turns
-Ctrl-C into "save and stop" at the next optimizer step.
+Ctrl-C, SIGTERM and SIGHUP into "save and stop" at the next optimizer step (``course_lib.run.signals``).
 """
 
 from __future__ import annotations
@@ -31,7 +31,6 @@ import os
 import random
 import re
 import shutil
-import signal
 import threading
 from pathlib import Path
 from typing import Iterator
@@ -39,7 +38,9 @@ from typing import Iterator
 import numpy as np
 import torch
 
-from ..models import first_non_finite
+from ..models import first_non_finite, make_adapter_portable
+from .signals import StopOnSignals
+from .wording import fix, resume_latest
 from .state_io import StateFileError, load_rng, load_rollout, load_tensor_state, read_tensors, save_rng, save_rollout
 
 
@@ -117,6 +118,7 @@ def save_checkpoint(folder: str | Path, *, model, tokenizer, optimizer, schedule
     _remove_leftovers(folder.parent)
     with atomic_folder(folder) as tmp:
         model.save_pretrained(tmp / "model", safe_serialization=True)
+        make_adapter_portable(tmp / "model")  # LoRA on an embedded model: its name, not this machine's path
         tokenizer.save_pretrained(tmp / "model")
         torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
         torch.save(scheduler.state_dict(), tmp / "scheduler.pt")
@@ -224,16 +226,18 @@ def resolve_resume(resume_from: str | Path, output_dir: str | Path) -> Path:
     if str(resume_from) == "latest":
         folder = latest_checkpoint(output_dir)
         if folder is None:
-            raise CheckpointError(f"--resume-from latest: no complete checkpoint-<step> folder in {output_dir}. "
-                                  "Fix: check --output-dir, or start without --resume-from.")
+            raise CheckpointError(f"{resume_latest()}: no complete checkpoint-<step> folder in {output_dir}. "
+                                  f"Fix: check {fix('--output-dir', 'output_dir')}, or start without "
+                                  f"{fix('--resume-from', 'resume_from')}.")
         return folder
     folder = Path(resume_from)
     problem = checkpoint_problem(folder)
     if problem is not None:
         newest = latest_checkpoint(folder.parent) if folder.parent.is_dir() else None
-        fix = (f"resume from {newest} (--resume-from latest picks it)" if newest is not None and newest != folder
-               else "pass a complete <output_dir>/checkpoint-<step> folder, or start without --resume-from")
-        raise CheckpointError(f"cannot resume from {folder}: {problem}. Fix: {fix}; delete the damaged folder "
+        remedy = (f"resume from {newest} ({resume_latest()} picks it)" if newest is not None and newest != folder
+                  else "pass a complete <output_dir>/checkpoint-<step> folder, or start without "
+                  f"{fix('--resume-from', 'resume_from')}")
+        raise CheckpointError(f"cannot resume from {folder}: {problem}. Fix: {remedy}; delete the damaged folder "
                               "if it is a leftover.")
     return folder
 
@@ -243,35 +247,12 @@ def load_trainer_state(folder: str | Path) -> dict:
     problem = checkpoint_problem(folder)
     if problem is not None:
         raise CheckpointError(f"cannot resume from {folder}: {problem}. Fix: pass a complete "
-                              "<output_dir>/checkpoint-<step> folder, or --resume-from latest.")
+                              f"<output_dir>/checkpoint-<step> folder, or {resume_latest()}.")
     return json.loads((folder / "trainer_state.json").read_text())
 
 
-class StopOnInterrupt:
-    """Ctrl-C (SIGINT) asks the training loop to save and stop at the next optimizer step.
-
-    ``with StopOnInterrupt() as stop: ... if stop.requested: save; break``. A second Ctrl-C
-    raises ``KeyboardInterrupt`` at once, as usual. Outside the main thread (where Python
-    cannot install signal handlers) it does nothing and ``requested`` stays False.
-    """
-
-    def __init__(self) -> None:
-        self.requested = False
-        self._previous = None
-
-    def _handler(self, signum, frame) -> None:
-        if self.requested:
-            raise KeyboardInterrupt
-        self.requested = True
-
-    def __enter__(self) -> "StopOnInterrupt":
-        if threading.current_thread() is threading.main_thread():
-            self._previous = signal.signal(signal.SIGINT, self._handler)
-        return self
-
-    def __exit__(self, *exc) -> None:
-        if self._previous is not None:
-            signal.signal(signal.SIGINT, self._previous)
+# Ctrl-C, SIGTERM and SIGHUP all save and stop: one implementation, in ``course_lib.run.signals``.
+StopOnInterrupt = StopOnSignals
 
 
 def restore_weights(folder: str | Path, model, value_head=None) -> None:
@@ -316,7 +297,7 @@ def _read_state(folder: Path, reader, *args):
         return reader(*args)
     except StateFileError as error:
         raise CheckpointError(f"cannot resume from {folder}: {error}. Fix: resume from another checkpoint "
-                              "(--resume-from latest picks the newest complete one); never resume from a "
+                              f"({resume_latest()} picks the newest complete one); never resume from a "
                               "checkpoint you did not write yourself.") from None
 
 

@@ -33,11 +33,24 @@ def count_argument(minimum: int):
     return parse
 
 
+TASK_HELP = ("arithmetic, arithmetic-tagged, arithmetic-mixed, word-problems, sorting, gsm8k, gsm8k:<folder or jsonl>, "
+             "or your own: a .jsonl file with 'prompt' and 'answer' on each line, or module:function returning the "
+             "rows (course_lib.run.user_tasks)")
+CORRECT_HELP = ("your function f(completion, answer) -> bool deciding a correct answer in evaluations, as "
+                "module:function or file.py:function (default: the number in <answer> tags, else the first number)")
+
+
+def correct_function(args):
+    """The ``--correct`` function, or None for the default rule."""
+    from .user_code import resolve_callable
+
+    return resolve_callable(args.correct, what="--correct") if getattr(args, "correct", None) else None
+
+
 def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--algo", choices=["grpo", "rloo", "ppo"], default="grpo")
     parser.add_argument("--model", default="tiny", help="tiny, smollm2-135m, a local folder or a hub id")
-    parser.add_argument("--task", default="arithmetic", help="arithmetic, arithmetic-tagged, arithmetic-mixed, "
-                        "word-problems, gsm8k, gsm8k:<path to jsonl>")
+    parser.add_argument("--task", default="arithmetic", help=TASK_HELP)
     parser.add_argument("--train-rows", type=count_argument(1), default=2000, help="rows of the task to train on")
     parser.add_argument("--engine", choices=["hf", "vllm"], default="hf")
     parser.add_argument("--max-steps", type=int, default=None,
@@ -49,8 +62,11 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--overwrite-output-dir", action="store_true", help="delete the run already in "
                         "--output-dir (history, checkpoints, final/) and start a new one there; without it a "
                         "non-empty --output-dir is refused unless --resume-from continues the run in it")
-    parser.add_argument("--rewards", default=None, help="comma-separated reward function names "
-                        "(default: the task's, see course_lib.presets)")
+    parser.add_argument("--rewards", default=None, help="comma-separated reward functions: shipped names or your "
+                        "own as module:function / file.py:function (default: the task's, see course_lib.presets)")
+    parser.add_argument("--correct", default=None, metavar="MODULE:FUNCTION", help=CORRECT_HELP)
+    parser.add_argument("--preset", default=None, help="a named set of config values, e.g. older_trl_rloo (the "
+                        "older TRL RLOOTrainer's defaults); --set wins over it (course_lib.presets.NAMED)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="any config field, e.g. --set learning_rate=3e-5 (repeatable)")
     parser.add_argument("--eval-n", type=count_argument(0), default=0,
@@ -71,10 +87,18 @@ def check_run_arguments(args) -> None:
         raise ValueError("--resume-from '' names no checkpoint (it would silently start a new run). Fix: "
                          "--resume-from latest, or a <output-dir>/checkpoint-<step> folder, or leave it out.")
     for item in args.overrides:
-        if item.partition("=")[0].strip().removeprefix("--").replace("-", "_") == "num_processes":
-            raise ValueError(f"--set {item} conflicts with --num-processes {args.num_processes}: the processes "
-                             "are started by the command, so their number has one source. Fix: use "
-                             "--num-processes N instead of --set num_processes=N.")
+        key, _, value = item.partition("=")
+        if key.strip().removeprefix("--").replace("-", "_") != "num_processes":
+            continue
+        # Under an outside launcher (accelerate launch) --set num_processes names its process count;
+        # otherwise this command starts the processes, from --num-processes.
+        started = os.environ.get("WORLD_SIZE") if "LOCAL_RANK" in os.environ else str(args.num_processes)
+        if value.strip() != started:
+            source = ("the launcher started WORLD_SIZE=" if "LOCAL_RANK" in os.environ
+                      else "this command starts --num-processes ")
+            raise ValueError(f"--set {item} conflicts with the processes that run ({source}{started}): the batch "
+                             "arithmetic would assume another number of processes. Fix: use --num-processes N (or "
+                             "the launcher's count) and leave num_processes out of --set.")
 
 
 def build_run(args):
@@ -87,6 +111,10 @@ def build_run(args):
 
     check_run_arguments(args)
     settings = run_settings(args.model, args.task, args.algo)
+    if getattr(args, "preset", None):
+        from ..presets import named_preset
+
+        settings.update(named_preset(args.preset, args.algo))
     if args.max_steps is not None:
         settings["max_steps"] = args.max_steps
     config = make_config(args.algo, model_name_or_path=args.model, engine=args.engine, output_dir=args.output_dir,
@@ -123,14 +151,17 @@ def run_train(args) -> int:
         from ..data import get_task
 
         eval_dataset = get_task(args.task, split="test", n=args.eval_n or 64, seed=0)
-    trainer = Trainer(config, reward_funcs, dataset, eval_dataset=eval_dataset)
+    trainer = Trainer(config, reward_funcs, dataset, eval_dataset=eval_dataset, correct_fn=correct_function(args))
     main = trainer.accelerator.is_main_process
     before = _evaluate(trainer, args) if args.eval_n and main else None
     history = trainer.train(resume_from=args.resume_from)
     if trainer.interrupted:
-        print(f"interrupted: saved {trainer.output_dir}/checkpoint-{trainer.step}; continue with the same "
-              f"command and --resume-from latest", file=sys.stderr)
-        return 130
+        from .signals import exit_code, signal_name
+
+        signum = getattr(trainer, "stop_signal", None) or 2  # another process's stop: Ctrl-C's code
+        print(f"stopped by {signal_name(signum)}: saved {trainer.output_dir}/checkpoint-{trainer.step}; continue "
+              "with the same command and --resume-from latest", file=sys.stderr)
+        return exit_code(signum)
     after = _evaluate(trainer, args) if args.eval_n and main else None
     if not main:
         return 0
@@ -149,12 +180,11 @@ def _launch(args) -> int:
     another run) rather than inside N workers' tracebacks. The launcher dies with this
     process and the workers with the launcher (``course_lib.run.lifeline``).
     """
-    import subprocess
-
     from .checkpoint import load_trainer_state, resolve_resume
     from .distributed import cuda_requested, launch_command
     from .folder import check_resume_config, claim_output_dir
     from .lifeline import launcher_preexec
+    from .signals import run_forwarding_signals
 
     config, _, _ = build_run(args)
     resume_folder = resolve_resume(args.resume_from, config.output_dir) if args.resume_from else None
@@ -168,12 +198,9 @@ def _launch(args) -> int:
         pass  # released at once: the main worker takes the lock for the run
     command = launch_command(args.num_processes, sys.argv[1:], cpu=not cuda_requested(config.device))
     print("launching:", " ".join(command), file=sys.stderr)
-    launcher = subprocess.Popen(command, preexec_fn=launcher_preexec(os.getpid()))
-    while True:
-        try:
-            return launcher.wait()
-        except KeyboardInterrupt:  # Ctrl-C reached the launcher and the workers too: they save and stop
-            continue
+    # Each stop signal (Ctrl-C, SIGTERM, SIGHUP) is passed on to the launcher, once, and the exit
+    # code is 128 + that signal (course_lib.run.signals).
+    return run_forwarding_signals(command, preexec_fn=launcher_preexec(os.getpid()))
 
 
 def _evaluate(trainer, args) -> float:
@@ -182,4 +209,4 @@ def _evaluate(trainer, args) -> float:
 
     test = get_task(args.task, split="test", n=args.eval_n, seed=0)
     return evaluate_accuracy(trainer.model, trainer.tokenizer, test, max_new_tokens=trainer.config.max_completion_length,
-                             progress=True)
+                             correct_fn=correct_function(args), progress=True)

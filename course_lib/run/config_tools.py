@@ -27,6 +27,9 @@ import typing
 from collections.abc import Iterable, Mapping
 from typing import Any, Literal, Union
 
+from .wording import field_list
+
+
 class ConfigWarning(UserWarning):
     """A legal but risky configuration (the message says why and what to do)."""
 
@@ -122,6 +125,40 @@ def _coerce(text: str, hint: Any) -> Any:
     raise ValueError(f"no rule to read {hint}")
 
 
+#: ``report_to`` value -> (module the logger imports, pip package).
+LOGGER_PACKAGES = {"tensorboard": ("tensorboard", "tensorboard"), "wandb": ("wandb", "wandb")}
+
+
+def check_logger_installed(report_to: str) -> None:
+    """Refuse ``report_to`` whose package is missing now, not inside ``train()`` after the model loads."""
+    import importlib.util
+
+    if report_to not in LOGGER_PACKAGES:
+        return
+    module, package = LOGGER_PACKAGES[report_to]
+    if importlib.util.find_spec(module) is None:
+        raise ValueError(f"report_to={report_to!r}: the {package} package is not installed, so the run could not "
+                         f"log there. Fix: `pip install {package}` (or `pip install -e '.[logging]'` in the "
+                         "course's folder for TensorBoard and Weights & Biases), or report_to='none' "
+                         "(history.jsonl is written either way).")
+
+
+class UnknownFieldError(ValueError, TypeError):
+    """A keyword that is no field of the config (a ``TypeError`` too, as for any unknown keyword)."""
+
+
+class SuggestingFields(type):
+    """Metaclass of the configs: ``GRPOConfig(learning_rat=1e-5)`` names the closest field, as
+    ``make_config`` does, and aliases (``rloo_k``) work in the constructor too."""
+
+    def __call__(cls, *args, **kwargs):
+        if dataclasses.is_dataclass(cls):
+            names = {f.name for f in dataclasses.fields(cls) if f.init}
+            if any(key not in names for key in kwargs):
+                kwargs = resolve_keys(cls, kwargs)
+        return super().__call__(*args, **kwargs)
+
+
 def resolve_keys(cls: type, values: Mapping[str, Any]) -> dict[str, Any]:
     """Map alias names to field names and reject unknown or derived keys."""
     fields = {f.name: f for f in dataclasses.fields(cls)}
@@ -130,9 +167,9 @@ def resolve_keys(cls: type, values: Mapping[str, Any]) -> dict[str, Any]:
     for key, value in values.items():
         name = aliases.get(key, key)
         if name not in fields:
-            raise ValueError(f"{key}={value!r}: {cls.__name__} has no field {key!r}."
+            raise UnknownFieldError(f"{key}={value!r}: {cls.__name__} has no field {key!r}."
                              f"{suggest(key, list(fields) + list(aliases))} "
-                             "Fix: run with --help to list the fields.")
+                             f"Fix: {field_list(cls.__name__)}.")
         if not fields[name].init:
             raise ValueError(f"{key}={value!r}: {key!r} is computed from the other fields. "
                              f"Fix: set {key.removeprefix('effective_')!r} instead.")
@@ -178,7 +215,7 @@ def apply_overrides(config: Any, overrides: Iterable[str] | Mapping[str, Any]) -
             except ValueError as error:
                 reason = str(error) if len(str(error)) <= 200 else str(error)[:200] + "..."
                 raise ValueError(f"{name}={shown!r} does not fit the field's type {hints[name]}: {reason}. "
-                                 f"Fix: see --help for {name}.") from None
+                                 f"Fix: {field_list(cls.__name__)} ({name} among them).") from None
         changes[name] = value
     return dataclasses.replace(config, **changes)
 

@@ -7,8 +7,10 @@ this writes what TRL's own command line needs to train the same thing:
   (:meth:`course_lib.algos.GRPOConfig.to_trl_grpo_config`), the model (a local folder),
   LoRA as TRL's ``use_peft`` / ``lora_*`` fields, the data and the reward functions;
 - ``data/train.jsonl``: the prompts and reference columns, read by ``load_dataset``;
+- ``model/``: a copy of a local model folder (the embedded ``tiny`` and ``smollm2-135m`` too);
 - ``course_rewards.py``: the reward functions, importable by dotted path
-  (``course_rewards.<name>``), as TRL's script loads custom rewards;
+  (``course_rewards.<name>``), as TRL's script loads custom rewards; your own reward
+  modules are copied next to it when they are plain files (``course_lib.run.export_rewards``);
 - ``README.txt``: the ``trl grpo`` / ``accelerate launch`` commands, and every field whose
   value here differs from TRL's default or whose meaning differs between the two trainers.
 """
@@ -17,6 +19,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import shlex
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -77,30 +81,55 @@ def trl_arguments(config) -> dict[str, Any]:
     return arguments
 
 
-def export_run(config, reward_names: list[str], dataset, output: str | Path, num_processes: int = 1) -> Path:
-    """Write ``grpo.yaml``, ``data/train.jsonl``, ``course_rewards.py`` and ``README.txt`` into ``output``."""
+def _copy_model(source: Path, target: Path) -> None:
+    """The model's files (weights, config, tokenizer) into the export; no caches or sub-folders."""
+    if target.exists():
+        shutil.rmtree(target)
+    target.mkdir(parents=True)
+    for path in source.iterdir():
+        if path.is_file():
+            shutil.copy2(path, target / path.name)
+
+
+def export_run(config, rewards: list, dataset, output: str | Path, num_processes: int = 1,
+               copy_model: bool = True) -> Path:
+    """Write ``grpo.yaml``, ``data/train.jsonl``, ``course_rewards.py`` and ``README.txt`` into ``output``.
+
+    ``rewards``: shipped reward names, your own functions (callables defined at the top level
+    of a module), or references ``module:function`` / ``file.py:function``. Each must resolve
+    now: what cannot be imported here would fail later inside TRL (``course_lib.run.export_rewards``).
+    With ``copy_model`` a local model folder (the embedded models included) is copied to
+    ``model/``; every path in ``grpo.yaml`` is relative to ``output``, so the folder moves
+    between machines. Run the printed ``cd <output> && trl grpo --config grpo.yaml``.
+    """
+    from .export_rewards import write_reward_module
+    from ..models import resolve_model_path
+
     if config.algo != "grpo":
-        raise ValueError(f"export-trl --algo {config.algo}: only GRPO runs are exported (TRL's RLOO and PPO "
-                         "trainers differ from the course's on-policy ones). Fix: use --algo grpo.")
+        raise ValueError(f"export_run: config.algo is {config.algo!r}; only GRPO runs are exported (TRL's RLOO and "
+                         "PPO trainers differ from the course's on-policy ones). Fix: export a GRPOConfig "
+                         "(--algo grpo on the command line).")
     output = Path(output)
-    (output / "data").mkdir(parents=True, exist_ok=True)
+    output.mkdir(parents=True, exist_ok=True)
+    reward_paths, notes = write_reward_module(rewards, output)  # resolves every reward before anything else
+    (output / "data").mkdir(exist_ok=True)
     with (output / "data" / "train.jsonl").open("w") as handle:
         for row in dataset:
             handle.write(json.dumps(row) + "\n")
-    names = ", ".join(reward_names)
-    (output / "course_rewards.py").write_text(
-        '"""The run\'s reward functions, by dotted path for TRL (course_rewards.<name>)."""\n\n'
-        "from course_lib.rewards import get_reward_functions\n\n"
-        f"{names}{',' if len(reward_names) == 1 else ''} = get_reward_functions({reward_names!r})\n")
     arguments = trl_arguments(config)
-    arguments.update(dataset_name=str((output / "data").resolve()),
-                     reward_funcs=[f"course_rewards.{name}" for name in reward_names])
-    arguments["output_dir"] = str((output / "trl-output").resolve())
+    model = resolve_model_path(config.model_name_or_path)
+    if copy_model and isinstance(model, Path):
+        _copy_model(model, output / "model")
+        arguments["model_name_or_path"] = "model"
+    # Relative to the export folder: TRL runs from it (``cd <output>`` in the commands).
+    arguments.update(dataset_name="data", reward_funcs=reward_paths, output_dir="trl-output")
     (output / "grpo.yaml").write_text("".join(f"{k}: {_yaml_value(v)}\n" for k, v in sorted(arguments.items())))
-    commands = [f"cd {output.resolve()} && trl grpo --config grpo.yaml",
-                f"cd {output.resolve()} && accelerate launch --num_processes {num_processes} "
+    folder = shlex.quote(str(output.resolve()))  # a path holding $(...) or a quote stays one word in a shell
+    commands = [f"cd {folder} && trl grpo --config grpo.yaml",
+                f"cd {folder} && accelerate launch --num_processes {int(num_processes)} "
                 "-m trl.scripts.grpo --config grpo.yaml"]
     lines = ["Train this run with TRL:", *(f"  {c}" for c in commands), "",
+             "Reward functions:", *(f"  {n}" for n in notes), "",
              "Fields whose value differs from TRL's default:",
              *(f"  {name}: {ours!r} here, TRL's default {theirs!r}" for name, ours, theirs in changed_fields(config)), "",
              "What differs in behaviour, whatever the fields:", *(f"  {d}" for d in BEHAVIOUR_DIFFERENCES), ""]

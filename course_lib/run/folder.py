@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from .checkpoint import list_checkpoints, latest_checkpoint
+from .wording import fix, resume_latest
 
 try:
     import fcntl
@@ -117,7 +118,8 @@ def check_resume_config(saved: dict | None, current: dict, folder: str | Path) -
         raise ValueError(f"cannot resume from {folder} with a changed config ({listing}): the optimizer state, "
                          "the data order and the samples in flight were made under the saved values, so the run "
                          "would no longer be the run it continues. Fix: resume with the checkpoint's values (the "
-                         "--set options of the command that wrote it), or start a new run in another --output-dir. "
+                         f"{fix('--set options', 'config values')} of the run that wrote it), or start a new run in another "
+                         f"{fix('--output-dir', 'output_dir')}. "
                          f"Fields that may change on resume: {', '.join(RESUME_SAFE_FIELDS)}.")
     allowed = {k: v for k, v in changed.items() if k in RESUME_SAFE_FIELDS}
     length = {k: v for k, v in allowed.items() if k in _RUN_LENGTH}
@@ -264,12 +266,13 @@ def _lock_and_check(output_dir: Path, resume_folder: str | Path | None, overwrit
         if existing and not continuing:
             if not overwrite:
                 shown = ", ".join(existing[:5]) + (", ..." if len(existing) > 5 else "")
-                resume = ("continue that run with --resume-from latest, " if latest_checkpoint(output_dir) is not None
+                resume = (f"continue that run with {resume_latest()}, " if latest_checkpoint(output_dir) is not None
                           else "(it holds no complete checkpoint to continue from) ")
                 raise OutputDirError(
                     f"output_dir={str(output_dir)!r} is not empty (it holds {shown}); writing there would mix two "
                     f"runs and rewrite the earlier one's history.jsonl. Fix: {resume}replace it with "
-                    "--overwrite-output-dir (overwrite_output_dir=True), or pick another --output-dir.")
+                    f"{fix('--overwrite-output-dir', 'overwrite_output_dir=True')}, or pick another "
+                    f"{fix('--output-dir', 'output_dir')}.")
             logs = _earlier_logs(output_dir)
             for name in existing:
                 if _is_run_file(name, logs):

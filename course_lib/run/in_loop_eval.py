@@ -37,13 +37,15 @@ class InLoopEvaluator:
         reward_funcs, reward_weights: as in training.
     """
 
-    def __init__(self, config, eval_dataset, reward_funcs: Sequence[Callable], reward_weights: Sequence[float]):
+    def __init__(self, config, eval_dataset, reward_funcs: Sequence[Callable], reward_weights: Sequence[float],
+                 correct_fn: Callable | None = None):
         if eval_dataset is None:
             raise ValueError(f"eval_strategy={config.eval_strategy!r} needs held-out prompts. Fix: pass "
                              "Trainer(..., eval_dataset=...) or set eval_strategy='no'.")
         if "prompt" not in eval_dataset.column_names:
             raise ValueError(f"eval_dataset has no 'prompt' column (columns: {eval_dataset.column_names}).")
         self.config, self.reward_funcs, self.reward_weights = config, list(reward_funcs), list(reward_weights)
+        self.correct_fn = correct_fn or is_correct  # correct_fn(completion, answer) -> bool
         self.columns = {name: list(eval_dataset[name]) for name in eval_dataset.column_names}
 
     def due(self, step: int, max_steps: int) -> bool:
@@ -85,7 +87,7 @@ class InLoopEvaluator:
         for f, function in enumerate(self.reward_funcs):
             metrics[f"eval/rewards/{reward_function_name(function)}/mean"] = torch.nanmean(per_func[:, f]).item()
         if "answer" in self.columns:
-            correct = [is_correct(text, answer) for text, answer in zip(texts, self.columns["answer"])]
+            correct = [bool(self.correct_fn(text, answer)) for text, answer in zip(texts, self.columns["answer"])]
             metrics["eval/greedy_accuracy"] = sum(correct) / len(correct)
         return metrics
 

@@ -53,7 +53,8 @@ def test_seed_defaults():
     assert config.vllm_importance_sampling_mode == "sequence_mask" and config.top_k is None
     assert (config.vllm_importance_sampling_clip_max, config.vllm_importance_sampling_cap) == (3.0, None)
     rloo = RLOOConfig()
-    assert (rloo.num_generations, rloo.beta, rloo.temperature, rloo.num_iterations) == (2, 0.05, 0.7, 4)
+    # TRL 1.16's RLOOConfig defaults; the older RLOOTrainer's are the preset older_trl_rloo.
+    assert (rloo.num_generations, rloo.beta, rloo.temperature, rloo.num_iterations) == (2, 0.05, 1.0, 1)
     assert (rloo.token_level_kl, rloo.reward_clip_range, rloo.normalize_reward, rloo.normalize_advantage) == (
         False, 10.0, False, False)
     ppo = PPOConfig()

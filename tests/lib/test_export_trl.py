@@ -4,7 +4,10 @@ built from it, computes on its first batch the loss the course library computes.
 from __future__ import annotations
 
 import importlib
+import os
+import subprocess
 import sys
+import textwrap
 
 import pytest
 import torch
@@ -39,7 +42,9 @@ def test_trls_parser_reads_the_exported_run(exported):
     for name in ("per_device_train_batch_size", "num_generations", "max_completion_length", "learning_rate",
                  "temperature", "beta", "loss_type", "epsilon_high", "max_steps", "seed"):
         assert getattr(training_args, name) == getattr(config, name), name
-    assert model_args.model_name_or_path.endswith("assets/tiny")
+    assert model_args.model_name_or_path == "model"  # the embedded model, copied: the folder moves as a whole
+    assert (folder / "model" / "config.json").is_file() and script_args.dataset_name == "data"
+    assert training_args.output_dir == "trl-output"
     assert script_args.reward_funcs == ["course_rewards.proximity_reward"]
     readme = (folder / "README.txt").read_text()
     assert "trl grpo --config grpo.yaml" in readme and "learning_rate: 0.001 here, TRL's default 1e-06" in readme
@@ -88,3 +93,57 @@ def test_trls_trainer_on_the_exported_config_computes_our_loss(exported):
     theirs, ours = seen[0]
     assert torch.isfinite(theirs) and abs(float(theirs)) > 0  # a real batch with a signal
     assert ours.item() == pytest.approx(theirs.item(), abs=1e-5)
+
+
+DIGIT_SUM_REWARDS = textwrap.dedent('''
+    """A task the library does not ship: the sum of a number's digits."""
+    import os
+    import re
+
+
+    def digit_sum_reward(prompts, completions, answer, **kwargs):
+        with open(os.environ["DIGIT_SUM_CALLS"], "a") as log:
+            log.write(f"{len(completions)}\\n")
+        texts = [c[-1]["content"] if isinstance(c, list) else c for c in completions]
+        found = [re.findall(r"-?\\d+", t) for t in texts]
+        return [1.0 if f and f[0] == str(a) else 0.0 for f, a in zip(found, answer)]
+
+
+    if __name__ == "__main__":
+        raise SystemExit("imported by the export, never run")
+''')
+
+
+def test_trl_trains_the_exported_run_with_a_custom_reward_from_a_moved_folder(tmp_path):
+    """The export carries the user's reward module: ``trl grpo`` runs 2 steps in a copy of the
+    export folder, with the module's original folder gone and no absolute path left behind."""
+    import shutil
+
+    source = tmp_path / "user"
+    source.mkdir()
+    (source / "digit_sum_rewards.py").write_text(DIGIT_SUM_REWARDS)
+    from course_lib.run.user_code import resolve_callable
+
+    reward = resolve_callable(f"{source / 'digit_sum_rewards.py'}:digit_sum_reward")
+    config = make_config("grpo", output_dir=str(tmp_path / "ours"), **{**SETTINGS, "per_device_train_batch_size": 4,
+                                                                         "num_generations": 2})
+    export_run(config, [reward, "number_reward"], get_task("arithmetic", n=16, seed=0), tmp_path / "export")
+    moved = tmp_path / "elsewhere" / "export"
+    shutil.copytree(tmp_path / "export", moved)
+    shutil.rmtree(tmp_path / "export")
+    shutil.rmtree(source)
+    sys.modules.pop("digit_sum_rewards", None)
+    assert str(tmp_path) not in (moved / "grpo.yaml").read_text()
+    calls = tmp_path / "calls.txt"
+    env = {**os.environ, "DIGIT_SUM_CALLS": str(calls), "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
+           "TRANSFORMERS_OFFLINE": "1", "WANDB_DISABLED": "true",
+           "PYTHONPATH": os.pathsep.join(p for p in sys.path if p and "site-packages" not in p and
+                                         str(tmp_path) not in p)}
+    trl = os.path.join(os.path.dirname(sys.executable), "trl")
+    result = subprocess.run([trl, "grpo", "--config", "grpo.yaml", "--use_cpu", "true", "--report_to", "none",
+                             "--save_strategy", "no", "--max_steps", "2", "--logging_steps", "1"],
+                            cwd=moved, env=env, capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert calls.is_file() and len(calls.read_text().split()) >= 2  # the custom reward scored both steps
+    assert "rewards/digit_sum_reward/mean" in result.stdout + result.stderr
+    assert "'global_step': 2" in result.stdout + result.stderr or "train_runtime" in result.stdout + result.stderr

@@ -258,7 +258,7 @@ def test_a_diverging_run_stops_before_the_update_and_names_the_last_checkpoint(t
         return metrics
 
     trainer._micro_step = poisoned
-    with pytest.raises(NonFiniteTrainingError, match=r"step 2: loss=nan.*checkpoint-1 \(resume with --resume-from latest\)"):
+    with pytest.raises(NonFiniteTrainingError, match=r"step 2: loss=nan.*checkpoint-1 \(resume with Trainer\.train\(resume_from='latest'\)\)"):
         trainer.train()
     assert trainer.step == 1
     assert all(torch.isfinite(p).all() for p in trainer.model.parameters())  # weights untouched
@@ -423,7 +423,9 @@ def _history_untouched(tmp: Path) -> None:
 
 def _only_the_new_run(tmp: Path) -> None:
     assert [c.name for c in ckpt.list_checkpoints(tmp / "run")] == ["checkpoint-1"]  # the old checkpoint-2 is gone
-    assert len((tmp / "run" / "history.jsonl").read_text().splitlines()) == 1
+    rows = [json.loads(line) for line in (tmp / "run" / "history.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows if "type" not in r] == [1]  # one metric row: the earlier run's are gone
+    assert all(r["step"] <= 1 for r in rows)  # event rows (the doctor's config, findings) are the new run's
 
 
 def _resume_into_another_run(tmp: Path, first_run: Path):
@@ -458,11 +460,11 @@ RUN_CASES = {
         "allowed, with a warning about the schedule", lambda rows: [r["step"] for r in rows] == [1, 2, 3]), None),
     # an output folder holds one run
     "train again into a used folder": (_train_again(), Error(
-        OutputDirError, r"is not empty \(it holds checkpoint-1, checkpoint-2, final, history.jsonl\).*--resume-from "
-                        r"latest.*--overwrite-output-dir"), _history_untouched),
+        OutputDirError, r"is not empty \(it holds checkpoint-1, checkpoint-2, final, history.jsonl\).*"
+                        r"resume_from='latest'.*overwrite_output_dir=True"), _history_untouched),
     "train again where a killed run saved no checkpoint": (_killed_before_saving, Error(
         OutputDirError, r"it holds history.jsonl\).*Fix: \(it holds no complete checkpoint to continue from\) "
-                        r"replace it with --overwrite-output-dir"), _history_untouched),
+                        r"replace it with overwrite_output_dir=True"), _history_untouched),
     "overwrite_output_dir=True": (_train_again(overwrite_output_dir=True, max_steps=1), Documented(
         "the earlier run's files are deleted first", lambda rows: [r["step"] for r in rows] == [1]),
         _only_the_new_run),

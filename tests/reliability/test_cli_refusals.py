@@ -183,11 +183,27 @@ def test_build_tiny_into_a_file_or_with_no_steps(tmp_path, capsys):
     (["--rewards", ""], r"--rewards '' names no reward function"),
     (["--rewards", ","], r"--rewards ',' names no reward function"),
     (["--resume-from", ""], r"--resume-from '' names no checkpoint"),
-    (["--set", "num_processes=2"], r"--set num_processes=2 conflicts with --num-processes 1"),
+    (["--set", "num_processes=2"], r"--set num_processes=2 conflicts with the processes that run \(this command "
+                                   r"starts --num-processes 1\)"),
     (["--set", "use_lora=true", "--set", "lora_target_modules=[]"], r"lora_target_modules=\[\] is empty"),
 ])
 def test_arguments_that_would_be_misread(tmp_path, capsys, extra, pattern):
     _one_error_line([*TRAIN, *extra, "--output-dir", str(tmp_path / "run")], capsys, pattern)
+
+
+def test_set_num_processes_is_the_outside_launchers_count(tmp_path, capsys, monkeypatch):
+    """``accelerate launch ... train --set num_processes=2`` (README) stays valid; a count other than the
+    launcher's is refused."""
+    from course_lib.run.cli_train import add_train_arguments, check_run_arguments
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    add_train_arguments(parser)
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    check_run_arguments(parser.parse_args(["--set", "num_processes=2"]))
+    with pytest.raises(ValueError, match=r"the launcher started WORLD_SIZE=2"):
+        check_run_arguments(parser.parse_args(["--set", "num_processes=4"]))
 
 
 def test_a_one_process_checkpoint_resumed_on_two_processes(tmp_path, capsys):
