@@ -32,8 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
 from course_lib.config_options import RunOptions, fail
-from course_lib.run.config_tools import (ConfigWarning, SuggestingFields, apply_overrides, check_logger_installed,
-                                         field_docs, from_dict, to_dict)
+from course_lib.run.config_tools import ConfigWarning, SuggestingFields, apply_overrides, field_docs, from_dict, to_dict
 from course_lib.ops.importance import check_is_settings
 from course_lib.run.validation import check_choices, check_field_types, check_finite_fields, check_magnitudes
 
@@ -183,6 +182,14 @@ class RLConfig(RunOptions, metaclass=SuggestingFields):
     """Exclude completions that never emitted EOS from the loss (overlong filtering, DAPO). The
     library's masked means return 0 when every completion is truncated, which avoids the NaN KL
     that a plain sum / count gives there."""
+    max_tool_calling_iterations: int | None = None
+    """Most rounds of tool calls in one multi-turn rollout (runs with `tools` or
+    `environment_factory`); a trajectory that still calls tools after that many rounds ends there,
+    counted in `tools/iteration_cap_ratio`. None = no cap, as in TRL 1.16 (the token budget
+    `max_completion_length`, which tool results count toward, still ends every trajectory)."""
+    tool_timeout: float | None = 30.0
+    """Seconds one tool call may run before it fails with a timeout message (the model reads it and
+    the call counts in `tools/failure_frequency`); None = no limit (TRL 1.16 has none)."""
     vllm_importance_sampling_correction: bool | None = None
     """Correct for the sampler not being the trained policy (TIS/MIS, "Your Efficient RL Framework
     Secretly Brings You Off-Policy RL Training", Yao et al. 2025); None = on exactly when engine is
@@ -252,7 +259,6 @@ class RLConfig(RunOptions, metaclass=SuggestingFields):
         check_magnitudes(self)
         self._normalize()
         check_choices(self)  # every Literal field: its annotation lists the allowed values
-        check_logger_installed(self.report_to)  # now, not inside train() after the model loaded
         self._check_ranges()
         self._derive_batches()
         self._derive_rest()
@@ -291,6 +297,12 @@ class RLConfig(RunOptions, metaclass=SuggestingFields):
             value = getattr(self, name)
             if value is not None and value < 1:
                 fail(name, value, "must be None or at least 1", f"set {name}=None or a positive integer")
+        if self.max_tool_calling_iterations is not None and self.max_tool_calling_iterations < 0:
+            fail("max_tool_calling_iterations", self.max_tool_calling_iterations, "must be None or at least 0",
+                 "set None (no cap), 0 (no tool call is run) or a positive number of rounds")
+        if self.tool_timeout is not None and not self.tool_timeout > 0:
+            fail("tool_timeout", self.tool_timeout, "must be None or positive",
+                 "set tool_timeout=None (no limit) or a positive number of seconds")
         if self.num_generations < self.MIN_GENERATIONS:
             low = self.MIN_GENERATIONS
             why = ("a group baseline needs at least two completions per prompt" if low >= 2
@@ -352,7 +364,8 @@ class RLConfig(RunOptions, metaclass=SuggestingFields):
                  "use e.g. 600, or None for no limit")
         if self.report_to != "none" and importlib.util.find_spec(self.report_to) is None:
             fail("report_to", self.report_to, f"needs the {self.report_to} package, which is not installed",
-                 f"pip install {self.report_to}, or report_to='none' (history.jsonl is written either way)")
+                 f"pip install {self.report_to} (pip install -e '.[logging]' in the course's folder installs "
+                 "TensorBoard and Weights & Biases), or report_to='none' (history.jsonl is written either way)")
 
     def _requested_steps_per_generation(self) -> int | None:
         """Steps per generation asked for by the user (RLOO/PPO may derive it)."""

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import contextlib
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
@@ -46,9 +45,9 @@ from .ops.stats import nanstd
 from .policy import PolicyForward, ReferencePolicy, completion_forward, prepare_policy
 from .rewards import compute_rewards, reward_function_name
 from .rollout import SamplingConfig, make_engine
-from .rollout.base import RolloutBatch
+from .rollout.tool_run import setup_tools
 from .run import checkpoint as ckpt
-from .run.batches import GenerationBatch, PromptSampler, completion_metrics
+from .run.batches import Generated, GenerationBatch, PromptSampler, completion_metrics
 from .run.distributed import Shards, make_accelerator
 from .run.folder import claim_output_dir, run_identity
 from .doctor.live import LiveDoctor
@@ -62,20 +61,6 @@ from .run.trainer_state import resume_trainer, save_final_model, save_trainer_ch
 from .run.validation import check_train_dataset
 
 
-@dataclass
-class Generated:
-    """Step 1's output on this process: the dataset rows, their prompts and columns, the engine's completions,
-    and their rewards (scored as they were sampled: dynamic sampling filters on them)."""
-
-    rows: list[int]
-    prompts: list
-    columns: dict[str, list]
-    rollout: RolloutBatch
-    per_func: torch.Tensor | None = None   # (B, K) each reward function's score
-    total: torch.Tensor | None = None      # (B,) their weighted sum
-    metrics: dict = field(default_factory=dict)  # dynamic_sampling/* when on
-
-
 class Trainer:
     """GRPO, RLOO or PPO on a causal LM, selected by the config's class (``course_lib.algos``).
 
@@ -87,12 +72,14 @@ class Trainer:
         model, tokenizer: the policy; loaded from ``config.model_name_or_path`` when None.
         eval_dataset: held-out rows for ``config.eval_strategy="steps"`` (``course_lib.run.in_loop_eval``).
         correct_fn: ``f(completion, answer) -> bool``, the in-loop greedy accuracy's rule (default ``is_correct``).
+        tools, environment_factory: multi-turn rollouts with tool calls, as in TRL 1.16
+            (``course_lib.rollout.tool_run``); an environment's ``get_reward`` may replace reward_funcs.
     """
 
-    def __init__(self, config, reward_funcs: list[Callable], train_dataset, model=None, tokenizer=None,
+    def __init__(self, config, reward_funcs: list[Callable] | None, train_dataset, model=None, tokenizer=None,
                  progress: bool = True, on_step: Callable[[dict], None] | None = None, eval_dataset=None,
-                 correct_fn: Callable | None = None):
-        if not reward_funcs:
+                 correct_fn: Callable | None = None, tools: list[Callable] | None = None, environment_factory=None):
+        if not reward_funcs and environment_factory is None:
             raise ValueError("reward_funcs is empty: pass at least one reward function.")
         check_train_dataset(train_dataset)  # a table with usable prompts (course_lib.run.validation)
         if len(train_dataset) < config.unique_prompts_per_generation:
@@ -101,8 +88,6 @@ class Trainer:
                              "per_device_train_batch_size / steps_per_generation.")
         self.config, self.algorithm = config, get_algorithm(config)
         self.max_steps = config.total_steps(len(train_dataset))
-        self.reward_funcs = list(reward_funcs)
-        self.reward_weights = config.check_reward_weights(len(self.reward_funcs))
         self.dataset = train_dataset
         # Plain lists once, so each generation cycle indexes them instead of slicing the dataset.
         self._columns = {name: list(train_dataset[name]) for name in train_dataset.column_names}
@@ -113,6 +98,8 @@ class Trainer:
 
             model, tokenizer = load_policy(config.model_name_or_path, **load_kwargs(config))
         self.tokenizer = tokenizer
+        self.tool_run, self.reward_funcs, self.reward_weights = setup_tools(
+            config, list(reward_funcs or []), tools, environment_factory, tokenizer, self._columns)
         # accelerate owns the device and the process group; one process is the plain case.
         self.accelerator = make_accelerator(config)
         self.shards = Shards(self.accelerator, config.per_device_train_batch_size * config.effective_steps_per_generation)
@@ -220,10 +207,12 @@ class Trainer:
         was_training = self.model.training
         self.model.eval()
         with self.step_clock.generating():
-            rollout = self.engine.generate(list(prompts), n=1, sampling=sampling)
+            tools = None if self.tool_run is None else self.tool_run.rollout(  # multi-turn (course_lib.rollout.agents)
+                self.engine, self.tokenizer, list(prompts), columns, rows, sampling)
+            rollout = self.engine.generate(list(prompts), n=1, sampling=sampling) if tools is None else tools.agent.batch
         self.model.train(was_training)
-        self.tokens_seen += int(self.shards.sum(int(rollout.completion_mask.sum() + rollout.prompt_mask.sum())))
-        generated = Generated(rows=rows, prompts=prompts, columns=columns, rollout=rollout)
+        generated = Generated(rows=rows, prompts=prompts, columns=columns, rollout=rollout, tools=tools)
+        self.tokens_seen += int(self.shards.sum(int(generated.loss_mask.sum() + rollout.prompt_mask.sum())))
         generated.per_func, generated.total = self._rewards(generated)
         return generated
 
@@ -231,15 +220,18 @@ class Trainer:
         """Step 2: rewards, log-probs before learning, sampler correction, then the algorithm's advantages."""
         config, shards, rollout = self.config, self.shards, generated.rollout
         per_func, total = generated.per_func, generated.total
-        mask = rollout.completion_mask.clone()
+        mask = generated.loss_mask.clone()
         if config.mask_truncated_completions:  # DAPO: truncated answers carry no signal
             mask = mask * rollout.is_eos.unsqueeze(1).to(mask.dtype)
-        metrics = {**self._rollout_metrics(rollout, per_func), **generated.metrics}
+        metrics = {**self._rollout_metrics(rollout, per_func, generated.loss_mask), **generated.metrics}
+        if generated.tools is not None:
+            metrics.update(self.tool_run.metrics(generated.tools, total,
+                                                 lambda t: shards.gather_rows(t.to(self.accelerator.device)).cpu()))
         old_logps, old_values, ref_logps = self._logps_before_learning(rollout)
         sampling_ratio = None
         if config.effective_vllm_importance_sampling_correction and rollout.sampling_logps is not None:
             sampling_ratio = self._sampling_correction(old_logps, rollout.sampling_logps.float(),
-                                                       rollout.completion_mask, metrics)
+                                                       generated.loss_mask, metrics)
         # Advantages see the whole generation batch: gather what they read, keep this process's rows.
         gather = lambda t: shards.gather_rows(None if t is None else t.to(self.accelerator.device))  # noqa: E731
         scored = ScoredBatch(rewards=gather(total), mask=gather(mask), is_eos=gather(rollout.is_eos),
@@ -259,7 +251,8 @@ class Trainer:
                                old_logps=old_logps,  # None when on-policy: the loss detaches logps
                                ref_logps=ref_logps, sampling_ratio=sampling_ratio, old_values=old_values,
                                sampling_logps=None if rollout.sampling_logps is None else rollout.sampling_logps.float(),
-                               returns=returns, metrics=metrics)
+                               returns=returns, metrics=metrics,
+                               attention_mask=None if generated.tools is None else rollout.completion_mask)
 
     def _rewards(self, generated: Generated) -> tuple[torch.Tensor, torch.Tensor]:
         """(B, K) each reward function's score and (B,) their weighted sum (NaN where none applied)."""
@@ -267,15 +260,16 @@ class Trainer:
         conversational = isinstance(generated.prompts[0], list)
         completions = [[{"role": "assistant", "content": t}] if conversational else t for t in rollout.texts]
         completion_ids = [ids[m.bool()].tolist() for ids, m in zip(rollout.completion_ids, rollout.completion_mask)]
-        return compute_rewards(self.reward_funcs, generated.prompts, completions, generated.columns,
-                               self.reward_weights, timeout_s=self.config.reward_timeout_s,
-                               completion_ids=completion_ids)
+        tools = generated.tools  # multi-turn: each completion is its messages; rewards may read the environments
+        return compute_rewards(self.reward_funcs, generated.prompts, completions if tools is None else tools.completions,
+                               generated.columns, self.reward_weights, timeout_s=self.config.reward_timeout_s,
+                               completion_ids=completion_ids, extra_kwargs=None if tools is None else tools.reward_kwargs)
 
-    def _rollout_metrics(self, rollout, per_func: torch.Tensor) -> dict:
+    def _rollout_metrics(self, rollout, per_func: torch.Tensor, loss_mask: torch.Tensor) -> dict:
         """TRL's completion-length and per-reward-function metrics over the whole generation batch."""
         device, shards = self.accelerator.device, self.shards
         all_per_func = shards.gather_rows(per_func.to(device)).cpu()
-        metrics = completion_metrics(shards.gather_rows(rollout.completion_mask.to(device)).cpu(),
+        metrics = completion_metrics(shards.gather_rows(loss_mask.to(device)).cpu(),  # model tokens
                                      shards.gather_rows(rollout.is_eos.to(device)).cpu())
         for f, function in enumerate(self.reward_funcs):
             name = reward_function_name(function)
@@ -327,8 +321,9 @@ class Trainer:
         closes_window = (self.micro_step + 1) % config.gradient_accumulation_steps == 0
         sync = contextlib.nullcontext() if closes_window else self.accelerator.no_sync(self.policy_forward)
         with sync:  # DDP averages gradients only at the last micro-step of an accumulation window
+            attention = mb.completion_mask if mb.attention_mask is None else mb.attention_mask  # tool results: read
             logps, values, entropies = self.policy_forward(
-                mb.prompt_ids, mb.prompt_mask, mb.completion_ids, mb.completion_mask,
+                mb.prompt_ids, mb.prompt_mask, mb.completion_ids, attention,
                 temperature=config.temperature, **self._logprob_options,
                 with_entropy=True)
             out = self.algorithm.loss(mb, PolicyOutputs(logps=logps, entropies=entropies, values=values), config,

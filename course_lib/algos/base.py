@@ -112,6 +112,9 @@ class MicroBatch:
     """(B, P)."""
     completion_ids: Tensor | None = None
     """(B, T) right-padded completion tokens."""
+    attention_mask: Tensor | None = None
+    """(B, T) what the forward attends to when it is more than ``completion_mask``: multi-turn
+    rollouts read their tool results but do not train on them. None: ``completion_mask``."""
     rows: list[int] = field(default_factory=list)
     """The dataset row of each completion."""
 

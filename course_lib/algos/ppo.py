@@ -209,6 +209,29 @@ def ppo_advantages(scores: Tensor, logps: Tensor, ref_logps: Tensor | None, valu
     return advantages, returns, metrics
 
 
+def model_token_advantages(scores: Tensor, logps: Tensor, ref_logps: Tensor | None, values: Tensor, mask: Tensor,
+                           is_eos: Tensor, config: PPOConfig) -> tuple[Tensor, Tensor, dict[str, float]]:
+    """:func:`ppo_advantages` where ``mask`` may have holes: the tool-result tokens of a multi-turn
+    rollout, which the model did not choose.
+
+    The model's tokens are the actions; a tool result is part of the environment's answer, the
+    transition from the last token of one turn to the first token of the next. So each row's
+    model tokens are moved to the left in order (a stable sort on the mask), GAE runs over
+    them as one right-padded sequence (the value of the next *model* token bootstraps across the
+    result), and the outputs go back to their positions; tool positions get 0. A mask without
+    holes is left as it is, so single-turn runs are unchanged.
+    """
+    valid = mask.bool()
+    if not (valid[:, 1:] & ~valid[:, :-1]).any():
+        return ppo_advantages(scores, logps, ref_logps, values, mask, is_eos, config)
+    order = torch.argsort((~valid).to(torch.int8), dim=1, stable=True)  # model tokens first, in order
+    take = lambda x: None if x is None else x.gather(1, order)  # noqa: E731
+    advantages, returns, metrics = ppo_advantages(scores, take(logps), take(ref_logps), take(values), take(mask),
+                                                  is_eos, config)
+    back = lambda x: torch.zeros_like(x).scatter_(1, order, x)  # noqa: E731
+    return back(advantages), back(returns), metrics
+
+
 def whiten(x: Tensor, mask: Tensor | None = None, shift_mean: bool = True) -> Tensor:
     """Zero-mean, unit-variance `x` over the valid positions (PPO's advantage whitening).
 
@@ -343,8 +366,8 @@ class PPO(Algorithm):
 
     def advantages(self, scored: ScoredBatch, config: PPOConfig) -> Advantages:
         scores = torch.nan_to_num(scored.rewards, nan=0.0)  # an unscorable completion scores 0
-        advantages, returns, metrics = ppo_advantages(scores, scored.old_logps, scored.ref_logps, scored.old_values,
-                                                      scored.mask, scored.is_eos, config)
+        advantages, returns, metrics = model_token_advantages(scores, scored.old_logps, scored.ref_logps,
+                                                              scored.old_values, scored.mask, scored.is_eos, config)
         metrics.update(reward=torch.nanmean(scored.rewards).item(),
                        reward_std=nanstd(scored.rewards).nan_to_num(0.0).item(),
                        frac_reward_zero_std=frac_reward_zero_std(scored.rewards, scored.num_generations))

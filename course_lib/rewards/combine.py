@@ -171,12 +171,17 @@ def _short(value: Any, limit: int = 200) -> str:
     return text if len(text) <= limit else text[:limit] + f"... [{len(text) - limit} more chars]"
 
 
+# Passed as they are, not copied: the trainer's state, and the rollouts' live environments
+# (whose get_reward reads the state the tools left; they may hold what cannot be copied).
+_LIVE_EXTRAS = ("trainer_state", "environments")
+
+
 def _call(function: RewardFunction, prompts, completions, columns, extra,
           timeout_s: float | None = DEFAULT_REWARD_TIMEOUT_S) -> Sequence[Any]:
     """One call on private copies of the inputs, within ``timeout_s`` seconds (``RewardTimeout``)."""
     label = f"reward function {reward_function_name(function)!r}"
     prompts, completions, columns, copied_extra = private_copies(
-        prompts, completions, columns, {k: v for k, v in extra.items() if k != "trainer_state"})
+        prompts, completions, columns, {k: v for k, v in extra.items() if k not in _LIVE_EXTRAS})
     extra = {**extra, **copied_extra}
 
     def call():
@@ -199,7 +204,7 @@ def _failing_sample(function, prompts, completions, columns, extra, timeout_s) -
     """Call ``function`` one sample at a time; the index of the first that fails alone."""
     for i in range(len(completions)):
         row = {k: [v[i]] for k, v in columns.items()}
-        row_extra = {k: ([v[i]] if k == "completion_ids" else v) for k, v in extra.items()}
+        row_extra = {k: ([v[i]] if k in ("completion_ids", "environments") else v) for k, v in extra.items()}
         try:
             _call(function, [prompts[i]], [completions[i]], row, row_extra, timeout_s)
         except RewardTimeout:

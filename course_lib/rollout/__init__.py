@@ -5,6 +5,9 @@
   dependency), faster, whose weights the trainer refreshes with ``sync_weights``.
 
 Both return a :class:`RolloutBatch` (prompt-major rows) and follow :class:`RolloutEngine`.
+Both also continue a sequence of token ids by one turn (``generate_from_ids``), which the
+multi-turn tool loop (:mod:`~course_lib.rollout.agents`, set up for the trainer by
+:mod:`~course_lib.rollout.tool_run`) drives.
 """
 
 from __future__ import annotations

@@ -30,8 +30,8 @@ from typing import Sequence
 
 import torch
 
-from .base import (Prompt, RolloutBatch, SamplingConfig, assemble_batch, check_context, eos_token_ids, left_pad,
-                   pad_token_id, row_seed, tokenize_prompts)
+from .base import (Prompt, RolloutBatch, SamplingConfig, assemble_batch, check_context, completion_mask_from_eos,
+                   eos_token_ids, left_pad, pad_token_id, row_seed, tokenize_prompts)
 
 
 class _SamplingProcessor:
@@ -202,6 +202,49 @@ class HFEngine:
         for name, value in sampling.generation_kwargs.items():  # e.g. suppress_tokens, cache_implementation
             setattr(config, name, value)
         return config
+
+    @property
+    def context_limit(self) -> int | None:
+        """Positions the model reads (``max_position_embeddings``); ``None`` when it does not say."""
+        return getattr(getattr(self.model, "config", None), "max_position_embeddings", None)
+
+    @property
+    def eos_ids(self) -> list[int]:
+        return eos_token_ids(self.tokenizer, getattr(self.model, "generation_config", None))
+
+    @torch.no_grad()
+    def generate_from_ids(self, prompt_ids: Sequence[Sequence[int]], sampling: SamplingConfig,
+                          seeds: Sequence[int] | None = None) -> tuple[list[list[int]], list[list[float]] | None]:
+        """One completion per row of token ids, token in, token out (a multi-turn rollout's next turn).
+
+        ``seeds[r]`` seeds row ``r``'s own generator (ignored when greedy); without seeds the
+        global torch generator is used. Returns each row's new tokens, cut after its first
+        eos, and their sampling log-probs when the engine records them.
+        """
+        eos_ids, pad_id = self.eos_ids, pad_token_id(self.tokenizer)
+        config = self._generation_config(sampling, eos_ids)
+        rows_per_call = len(prompt_ids) if self.batch_size is None else self.batch_size
+        completions: list[list[int]] = []
+        logps: list[list[float]] | None = [] if self.record_logps else None
+        with _eval_mode(self.model), _seeded(None if seeds is None else int(seeds[0]), self.device):
+            for start in range(0, len(prompt_ids), rows_per_call):
+                ids, mask = left_pad(prompt_ids[start:start + rows_per_call], pad_id)
+                generators = None
+                if seeds is not None and not sampling.greedy:
+                    generators = [torch.Generator(device=self.device).manual_seed(int(s))
+                                  for s in seeds[start:start + len(ids)]]
+                processor = _SamplingProcessor(sampling, self.record_logps, mask, generators)
+                sequences = self.model.generate(input_ids=ids.to(self.device), attention_mask=mask.to(self.device),
+                                                generation_config=config, logits_processor=[processor])
+                new_tokens = sequences[:, ids.shape[1]:].cpu()
+                chunk_logps = processor.finish(sequences[:, -1])
+                keep, _ = completion_mask_from_eos(new_tokens, eos_ids)
+                for r in range(len(new_tokens)):
+                    length = int(keep[r].sum())
+                    completions.append(new_tokens[r, :length].tolist())
+                    if logps is not None:
+                        logps.append(chunk_logps[r, :length].float().cpu().tolist() if chunk_logps is not None else [])
+        return completions, logps
 
     @torch.no_grad()
     def generate(self, prompts: Sequence[Prompt], n: int, sampling: SamplingConfig) -> RolloutBatch:

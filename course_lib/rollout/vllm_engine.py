@@ -22,6 +22,7 @@ not used (merged weights are pushed instead, which costs a full weight copy per 
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import random
@@ -284,6 +285,31 @@ class VLLMEngine:
                 completions.append(token_ids)
                 logps.append(_sampled_logps(sample.logprobs, token_ids))
         return assemble_batch(self.tokenizer, prompt_ids, completions, n, eos_ids, logps)
+
+    @property
+    def context_limit(self) -> int | None:
+        return self.max_model_len
+
+    def generate_from_ids(self, prompt_ids: Sequence[Sequence[int]], sampling: SamplingConfig,
+                          seeds: Sequence[int] | None = None) -> tuple[list[list[int]], list[list[float]]]:
+        """One completion per row of token ids, token in, token out (a multi-turn rollout's next turn).
+
+        ``seeds[r]`` is row ``r``'s vLLM seed; without seeds the engine's next unused ones.
+        """
+        if seeds is None:
+            base = self._base_seed(dataclasses.replace(sampling, seed=None), len(prompt_ids))
+            seeds = [base + r for r in range(len(prompt_ids))]
+        params = [self._sampling_params(sampling, 1, int(seed) % SEED_MODULUS, self.eos_ids) for seed in seeds]
+        requests = [self._tokens_prompt_class(prompt_token_ids=list(ids)) for ids in prompt_ids]
+        outputs = []
+        for wave in _prefill_waves([len(ids) for ids in prompt_ids], self._prefill_budget):
+            outputs += self.llm.generate([requests[i] for i in wave], [params[i] for i in wave], use_tqdm=False)
+        completions, logps = [], []
+        for output in outputs:
+            sample = output.outputs[0]
+            completions.append(list(sample.token_ids))
+            logps.append(_sampled_logps(sample.logprobs, list(sample.token_ids)))
+        return completions, logps
 
     # -- weights
 

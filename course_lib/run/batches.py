@@ -2,6 +2,7 @@
 
 - :class:`PromptSampler`: dataset rows in a fresh seeded permutation each epoch (as TRL's
   sampler does), resumable from ``(epoch, position)``.
+- :class:`Generated`: one generation cycle as sampled (and rewarded), before the log-probs;
 - :class:`GenerationBatch`: one generation cycle after scoring: tensors the loss reads,
   sliced in order into micro-batches (:class:`~course_lib.algos.base.MicroBatch`, prompt-major rows).
 - :func:`completion_metrics`: TRL's completion-length metrics of a generation batch.
@@ -15,6 +16,8 @@ from dataclasses import dataclass, field
 import torch
 
 from ..algos.base import MicroBatch
+from ..rollout.base import RolloutBatch
+from ..rollout.tool_run import ToolRollout
 
 
 class PromptSampler:
@@ -46,6 +49,27 @@ class PromptSampler:
 
 
 @dataclass
+class Generated:
+    """Step 1's output on this process: the dataset rows, their prompts and columns, the engine's completions,
+    and their rewards (scored as they were sampled: dynamic sampling filters on them)."""
+
+    rows: list[int]
+    prompts: list
+    columns: dict[str, list]
+    rollout: RolloutBatch
+    per_func: torch.Tensor | None = None   # (B, K) each reward function's score
+    total: torch.Tensor | None = None      # (B,) their weighted sum
+    metrics: dict = field(default_factory=dict)  # dynamic_sampling/* when on
+    tools: ToolRollout | None = None  # multi-turn rollouts: trajectories, tool mask, environments
+
+    @property
+    def loss_mask(self) -> torch.Tensor:
+        """(B, T) the tokens the model wrote: multi-turn rollouts attend to tool results but do not train on them."""
+        mask = self.rollout.completion_mask
+        return mask if self.tools is None else mask * self.tools.agent.tool_mask
+
+
+@dataclass
 class GenerationBatch:
     """One generation cycle, scored: everything the micro-steps read.  B = prompts x G."""
 
@@ -63,6 +87,7 @@ class GenerationBatch:
     old_values: torch.Tensor | None = None   # (B, T) PPO
     returns: torch.Tensor | None = None      # (B, T) PPO
     metrics: dict = field(default_factory=dict)
+    attention_mask: torch.Tensor | None = None  # (B, T) multi-turn: 1 on tool results too; None = completion_mask
 
     def micro_batch(self, index: int, size: int) -> MicroBatch:
         """Rows ``[index * size, (index + 1) * size)``: the ``index``-th micro-batch, in order."""

@@ -109,6 +109,13 @@ def export_run(config, rewards: list, dataset, output: str | Path, num_processes
         raise ValueError(f"export_run: config.algo is {config.algo!r}; only GRPO runs are exported (TRL's RLOO and "
                          "PPO trainers differ from the course's on-policy ones). Fix: export a GRPOConfig "
                          "(--algo grpo on the command line).")
+    if config.max_tool_calling_iterations is not None:
+        raise ValueError(f"export-trl: max_tool_calling_iterations={config.max_tool_calling_iterations} marks a "
+                         "run with tools, and tools and environments are Python objects that `trl grpo --config` "
+                         "cannot load from a YAML file; TRL 1.16 takes them only in Python, as "
+                         "GRPOTrainer(..., tools=[...], environment_factory=...). Fix: build that GRPOTrainer in a "
+                         "script with the same functions and environment class (the config fields of grpo.yaml "
+                         "carry over), or export without max_tool_calling_iterations for a single-turn run.")
     output = Path(output)
     output.mkdir(parents=True, exist_ok=True)
     reward_paths, notes = write_reward_module(rewards, output)  # resolves every reward before anything else

@@ -31,7 +31,6 @@ LEFT_OUT: dict[str, str] = {
     "vllm_tensor_parallel_size": "Tensor parallelism needs several GPUs in one torch.distributed group.",
     "vllm_enable_sleep_mode": "Offloading vLLM between generations is a CUDA-only memory trick the course's "
                               "model sizes do not need.",
-    "max_tool_calling_iterations": "Tool calling (agentic rollouts) is outside the course.",
     "log_multimodal": "Text-only course: no images to log.",
     "log_completions_hub_repo": "Hub logging: the course runs offline.",
     "use_transformers_continuous_batching": "The HF engine batches with generate(); vLLM is the fast path.",

@@ -28,7 +28,10 @@ def main(out: str, algo: str, *overrides: str) -> None:
         config = apply_overrides(config, ["seed=4"])  # a launch that gives the processes different configs
     model, tokenizer = load_policy("tiny")
     rewards = get_reward_functions(["correctness_first_number_reward", "proximity_reward"])
-    trainer = Trainer(config, rewards, get_task("arithmetic", n=64, seed=0), model, tokenizer, progress=False)
+    if os.environ.get("TOOLS"):  # multi-turn: an environment with one tool and its own reward
+        trainer = _tool_trainer(config, model, tokenizer)
+    else:
+        trainer = Trainer(config, rewards, get_task("arithmetic", n=64, seed=0), model, tokenizer, progress=False)
     rollouts = []
     score = trainer._score
 
@@ -46,6 +49,58 @@ def main(out: str, algo: str, *overrides: str) -> None:
         if trainer.value_head is not None:
             parameters.update({f"value_head.{k}": v.detach().cpu().clone() for k, v in trainer.value_head.state_dict().items()})
         torch.save({"rollouts": rollouts, "rows": rows, "parameters": parameters}, out)
+
+
+class Counter:
+    """Count to a target with one tool; rewarded 1 on reaching it."""
+
+    def reset(self, target, **_):
+        self.target, self.value = int(target), 0
+
+    def increment(self, step: int) -> int:
+        """Add to the counter.
+
+        Args:
+            step: how much to add
+        """
+        self.value += step
+        return self.value
+
+    def get_reward(self) -> float:
+        return float(self.value == self.target)
+
+
+class ScriptedFirstTurn:
+    """The tiny model writes no tool calls: turn 0 is a call whose step comes from the row's own
+    seed (global, so sharding cannot change it); later turns are the model's sampled answer."""
+
+    def __init__(self, engine, tokenizer):
+        self.engine, self.tokenizer = engine, tokenizer
+        self.record_logps, self.eos_ids, self.context_limit = engine.record_logps, engine.eos_ids, 512
+
+    def sync_weights(self, model):
+        self.engine.sync_weights(model)
+
+    def generate_from_ids(self, prompt_ids, sampling, seeds=None):
+        import dataclasses
+
+        if "<|im_start|>tool" in self.tokenizer.decode(prompt_ids[0]):
+            return self.engine.generate_from_ids(prompt_ids, dataclasses.replace(sampling, max_tokens=6), seeds)
+        calls = [f'<tool_call>{{"name": "increment", "arguments": {{"step": {1 + seed % 2}}}}}</tool_call>'
+                 for seed in seeds]
+        outs = [self.tokenizer(c, add_special_tokens=False)["input_ids"] + self.eos_ids for c in calls]
+        return outs, [[-1.0] * len(o) for o in outs]
+
+
+def _tool_trainer(config, model, tokenizer):
+    from datasets import Dataset
+
+    model.config.max_position_embeddings = 512  # RoPE: room for the tool list in the prompt
+    rows = Dataset.from_dict({"prompt": [[{"role": "user", "content": f"Go {i}"}] for i in range(16)],
+                              "target": [2] * 16})
+    trainer = Trainer(config, None, rows, model, tokenizer, progress=False, environment_factory=Counter)
+    trainer.engine = ScriptedFirstTurn(trainer.engine, tokenizer)
+    return trainer
 
 
 if __name__ == "__main__":

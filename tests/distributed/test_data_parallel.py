@@ -40,6 +40,22 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
+@pytest.mark.xdist_group("distributed")
+@pytest.mark.parametrize("algo", ["grpo", "ppo"])
+def test_two_processes_equal_one_process_with_tools(tmp_path, algo):
+    """Multi-turn rollouts with an environment: the same trajectories, losses and parameters."""
+    overrides = ["max_completion_length=160", "beta=0.04"]
+    one = _run(tmp_path, f"tools-{algo}", algo, overrides, processes=1, env={"TOOLS": "1"})
+    two = _run(tmp_path, f"tools-{algo}", algo, overrides, processes=2, env={"TOOLS": "1"})
+    assert one["rollouts"] == two["rollouts"] and "[tool: increment -> " in one["rollouts"][0][0]
+    for a, b in zip(one["rows"], two["rows"]):
+        assert a["loss"] == pytest.approx(b["loss"], abs=LOSS_TOL)
+        for key in ("tools/call_frequency", "tools/failure_frequency", "rewards/Counter/mean"):
+            assert a[key] == pytest.approx(b[key], abs=1e-7), key
+    moved = max((one["parameters"][k] - two["parameters"][k]).abs().max().item() for k in one["parameters"])
+    assert moved < PARAMETER_TOL
+
+
 def _run(tmp_path: Path, name: str, algo: str, overrides: list[str], processes: int, env: dict | None = None,
          check: bool = True):
     out = tmp_path / f"{name}-{processes}.pt"

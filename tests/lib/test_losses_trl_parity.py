@@ -46,15 +46,36 @@ def _make_batch(seed: int, mask_kind: str) -> dict[str, torch.Tensor]:
         lengths[4] = 0
     elif mask_kind == "all_empty":
         lengths[:] = 0
+    elif mask_kind == "tool_spans":
+        lengths[:] = LENGTH
+        lengths[5] = 2
     mask = (torch.arange(LENGTH)[None, :] < lengths[:, None]).float()
-    is_ratio = torch.clamp(torch.exp((old - sampling) * mask), max=2.0)
-    return dict(logps=logps, old=old, ref=ref, advantages=advantages, mask=mask, is_ratio=is_ratio)
+    tool_mask = _tool_spans() if mask_kind == "tool_spans" else torch.ones(BATCH, LENGTH)
+    loss_mask = mask * tool_mask
+    is_ratio = torch.clamp(torch.exp((old - sampling) * loss_mask), max=2.0)  # TRL forms it on the loss mask
+    return dict(logps=logps, old=old, ref=ref, advantages=advantages, mask=mask, is_ratio=is_ratio,
+                tool_mask=tool_mask)
+
+
+def _tool_spans() -> torch.Tensor:
+    """``(BATCH, LENGTH)`` TRL ``tool_mask``: 0 on tool-result tokens between model turns.
+
+    Row 0 has one result span, row 1 two, row 2 none, row 3 a trajectory that is all tool
+    result after its first token, row 4 a result right at the end (cut by the budget)."""
+    tool = torch.ones(BATCH, LENGTH)
+    tool[0, 2:4] = 0
+    tool[1, 1:3] = 0
+    tool[1, 4:6] = 0
+    tool[3, 1:] = 0
+    tool[4, 5:] = 0
+    return tool
 
 
 def _trl_grpo(batch, *, loss_type, level, epsilon_high, delta, beta, use_is, on_policy,
               grad_accum=1, steps_per_generation=1, num_items=None, mask_dtype=torch.float32):
     logps = batch["logps"].clone().requires_grad_(True)
     mask = batch["mask"].to(mask_dtype)
+    loss_mask = batch["mask"] * batch["tool_mask"]
     metrics = {"train": defaultdict(list), "eval": defaultdict(list)}
     fake_self = SimpleNamespace(
         _get_per_token_logps_and_entropies=lambda *a, **k: (logps, torch.zeros_like(logps), None),
@@ -83,8 +104,10 @@ def _trl_grpo(batch, *, loss_type, level, epsilon_high, delta, beta, use_is, on_
         "completion_ids": torch.zeros(BATCH, LENGTH, dtype=torch.long),
         "completion_mask": mask,
         "advantages": batch["advantages"],
-        "num_items_in_batch": torch.tensor(float(batch["mask"].sum()) if num_items is None else num_items),
+        "num_items_in_batch": torch.tensor(float(loss_mask.sum()) if num_items is None else num_items),
     }
+    if not bool((batch["tool_mask"] == 1).all()):
+        inputs["tool_mask"] = batch["tool_mask"].to(mask_dtype)
     if not on_policy:
         inputs["old_per_token_logps"] = batch["old"]
     if beta:
@@ -104,7 +127,7 @@ def _ours_grpo(batch, *, loss_type, level, epsilon_high, delta, beta, use_is, on
         logps,
         None if on_policy else batch["old"],
         batch["advantages"],
-        batch["mask"].to(mask_dtype),
+        (batch["mask"] * batch["tool_mask"]).to(mask_dtype),  # the tool mask folded into the loss mask
         loss_type=loss_type,
         epsilon=0.2,
         epsilon_high=epsilon_high,
@@ -146,7 +169,7 @@ GRID = list(itertools.product(
     [None, 1.5],                           # delta
     [0.0, 0.04],                           # beta
     [False, True],                         # vLLM IS correction
-    ["ragged", "empty_rows"],              # mask
+    ["ragged", "empty_rows", "tool_spans"],  # mask; tool_spans: multi-turn rows with tool results
 ))
 
 
@@ -173,6 +196,9 @@ EXTRA = [
     ("dapo", "sequence", True, 1, 1, None, "empty_rows", torch.float32),
     ("bnpo", "token", False, 1, 1, None, "ragged", torch.long),
     ("grpo", "sequence", False, 1, 1, None, "empty_rows", torch.long),
+    ("dapo", "token", False, 2, 4, None, "tool_spans", torch.float32),
+    ("bnpo", "sequence", False, 3, 3, None, "tool_spans", torch.long),
+    ("dr_grpo", "token", True, 1, 1, None, "tool_spans", torch.float32),
 ] + [(lt, lvl, False, 1, 1, None, "all_empty", torch.float32)
      for lt in ("grpo", "bnpo", "dr_grpo", "dapo") for lvl in ("token", "sequence")]
 
@@ -202,12 +228,12 @@ def _trl_rloo(batch, epsilon_high, on_policy):
         accelerator=SingleProcessAccelerator(),
         _metrics=metrics,
     )
-    seq_old = (batch["logps"] if on_policy else batch["old"]) * batch["mask"]
+    seq_old = (batch["logps"] if on_policy else batch["old"]) * batch["mask"] * batch["tool_mask"]
     inputs = {
         "prompt_ids": torch.zeros(BATCH, 1, dtype=torch.long),
         "prompt_mask": torch.ones(BATCH, 1, dtype=torch.long),
         "completion_ids": torch.zeros(BATCH, LENGTH, dtype=torch.long),
-        "completion_mask": batch["mask"],
+        "completion_mask": batch["mask"] * batch["tool_mask"],  # TRL's RLOO has no tool_mask: fold it here
         "advantages": batch["advantages"],
         "old_logps": seq_old.sum(1),
     }
@@ -216,7 +242,7 @@ def _trl_rloo(batch, epsilon_high, on_policy):
     return loss.detach(), logps.grad, {k: v[-1] for k, v in metrics["train"].items()}
 
 
-RLOO_GRID = list(itertools.product([None, 0.28], [False, True], ["ragged", "empty_rows"]))
+RLOO_GRID = list(itertools.product([None, 0.28], [False, True], ["ragged", "empty_rows", "tool_spans"]))
 
 
 @pytest.mark.parametrize("epsilon_high,on_policy,mask_kind", RLOO_GRID)
@@ -228,7 +254,7 @@ def test_rloo_loss_matches_trl(epsilon_high, on_policy, mask_kind):
     trl_loss, trl_grad, trl_metrics = _trl_rloo(batch, epsilon_high, on_policy)
     logps = batch["logps"].clone().requires_grad_(True)
     out = rloo_policy_loss(logps, None if on_policy else batch["old"], batch["advantages"],
-                           batch["mask"], cliprange=0.2, cliprange_high=epsilon_high)
+                           batch["mask"] * batch["tool_mask"], cliprange=0.2, cliprange_high=epsilon_high)
     out.loss.backward()
     torch.testing.assert_close(out.loss.detach(), trl_loss, **TOL)
     torch.testing.assert_close(logps.grad, trl_grad, **TOL)
@@ -237,8 +263,21 @@ def test_rloo_loss_matches_trl(epsilon_high, on_policy, mask_kind):
 
 
 def test_grid_size_and_clipping_is_exercised():
-    """The grid covers 256 settings, and its data really triggers every clip branch."""
-    assert len(GRID) == 256
+    """The grid covers 384 settings, and its data really triggers every clip branch."""
+    assert len(GRID) == 384
     batch = _make_batch(seed=3, mask_kind="ragged")
     ratio = torch.exp(batch["logps"] - batch["old"])[batch["mask"].bool()]
     assert (ratio < 0.8).any() and (ratio > 1.28).any() and (ratio > 1.5).any()
+
+
+@pytest.mark.parametrize("loss_type", ["grpo", "bnpo", "dr_grpo", "dapo"])
+def test_tool_spans_change_the_loss(loss_type):
+    """The tool-span cases are not vacuous: ignoring TRL's tool_mask gives another loss and gradient."""
+    batch = _make_batch(seed=4, mask_kind="tool_spans")
+    settings = dict(loss_type=loss_type, level="token", epsilon_high=None, delta=None, beta=0.04, use_is=True,
+                    on_policy=False)
+    trl_loss, trl_grad, _ = _trl_grpo(batch, **settings)
+    unmasked = dict(batch, tool_mask=torch.ones_like(batch["tool_mask"]))
+    loss, grad, _ = _ours_grpo(unmasked, **settings)
+    assert not torch.allclose(loss, trl_loss, atol=1e-4)
+    assert (trl_grad[batch["tool_mask"] == 0] == 0).all() and (grad[batch["tool_mask"] == 0] != 0).any()

@@ -47,12 +47,28 @@ def _batch(seed: int, mask_kind: str) -> dict:
     lengths = torch.randint(1, LENGTH + 1, (BATCH,), generator=gen)
     if mask_kind == "empty_rows":
         lengths[1] = lengths[4] = 0
+    if mask_kind == "tool_spans":
+        lengths[:] = LENGTH
+        lengths[5] = 2
     mask = (torch.arange(LENGTH)[None, :] < lengths[:, None]).float()
     advantages = torch.randn(BATCH, generator=gen)
     advantages[0] = 0.0
+    tool_mask = _tool_spans() if mask_kind == "tool_spans" else torch.ones(BATCH, LENGTH)
     return dict(logps=logps, old=old, ref=logps + 0.3 * torch.randn(BATCH, LENGTH, generator=gen),
-                sampling=sampling, mask=mask, advantages=advantages,
-                entropies=2.0 * torch.rand(BATCH, LENGTH, generator=gen))
+                sampling=sampling, mask=mask, advantages=advantages, tool_mask=tool_mask,
+                loss_mask=mask * tool_mask, entropies=2.0 * torch.rand(BATCH, LENGTH, generator=gen))
+
+
+def _tool_spans() -> torch.Tensor:
+    """``(BATCH, LENGTH)`` TRL ``tool_mask``: 0 on tool-result tokens (one span, two spans, none,
+    all but the first token, a span at the end)."""
+    tool = torch.ones(BATCH, LENGTH)
+    tool[0, 2:4] = 0
+    tool[1, 1:3] = 0
+    tool[1, 4:6] = 0
+    tool[3, 1:] = 0
+    tool[4, 5:] = 0
+    return tool
 
 
 def _trl_weight(old, sampling, mask, mode, clip_min, clip_max):
@@ -70,13 +86,16 @@ def _trl_weight(old, sampling, mask, mode, clip_min, clip_max):
     return namespace["vllm_importance_sampling_ratio"]
 
 
-@pytest.mark.parametrize("mode,clip_min,clip_max", list(itertools.product(IS_MODES, [None, 0.5], [3.0, 1.2])))
-def test_correction_weight_matches_trl(mode, clip_min, clip_max):
-    batch = _batch(3, "empty_rows")
+@pytest.mark.parametrize("mode,clip_min,clip_max,mask_kind",
+                         list(itertools.product(IS_MODES, [None, 0.5], [3.0, 1.2], ["empty_rows", "tool_spans"])))
+def test_correction_weight_matches_trl(mode, clip_min, clip_max, mask_kind):
+    """TRL forms the weight on ``completion_mask * tool_mask``; ours on the folded loss mask."""
+    batch = _batch(3, mask_kind)
     old, sampling = batch["old"], batch["sampling"].clone()
     sampling[2, 0] = float("nan")  # a token the sampler could not score
-    ours = importance_sampling_ratio(old, sampling, batch["mask"], mode=mode, clip_min=clip_min, clip_max=clip_max)
-    theirs = _trl_weight(old, sampling, batch["mask"], mode, clip_min, clip_max)
+    ours = importance_sampling_ratio(old, sampling, batch["loss_mask"], mode=mode, clip_min=clip_min,
+                                     clip_max=clip_max)
+    theirs = _trl_weight(old, sampling, batch["mask"] * batch["tool_mask"], mode, clip_min, clip_max)
     torch.testing.assert_close(ours, theirs, rtol=0, atol=0)
     assert (ours == 0).any() or mode.endswith("truncate") or clip_max == 3.0  # masking really drops
 
@@ -85,7 +104,7 @@ def _weight_for(batch, kind):
     if kind == "none":
         return None
     mode = {"tt": "token_truncate", "tm": "token_mask", "sm": "sequence_mask", "st": "sequence_truncate"}[kind]
-    return importance_sampling_ratio(batch["old"], batch["sampling"], batch["mask"], mode=mode, clip_max=1.3,
+    return importance_sampling_ratio(batch["old"], batch["sampling"], batch["loss_mask"], mode=mode, clip_max=1.3,
                                      clip_min=0.7 if kind == "tm" else None)
 
 
@@ -109,8 +128,10 @@ def _run_trl(batch, s):
     fake.get_high_entropy_mask = lambda *a: Trainer.get_high_entropy_mask(fake, *a)
     inputs = {"prompt_ids": torch.zeros(BATCH, 1, dtype=torch.long), "prompt_mask": torch.ones(BATCH, 1),
               "completion_ids": torch.zeros(BATCH, LENGTH, dtype=torch.long), "completion_mask": batch["mask"],
-              "advantages": batch["advantages"], "num_items_in_batch": batch["mask"].sum() * s["accum"],
+              "advantages": batch["advantages"], "num_items_in_batch": batch["loss_mask"].sum() * s["accum"],
               "old_per_token_logps": batch["old"], "sampling_per_token_logps": batch["sampling"]}
+    if not bool((batch["tool_mask"] == 1).all()):
+        inputs["tool_mask"] = batch["tool_mask"]
     if s["beta"]:
         inputs["ref_per_token_logps"] = batch["ref"]
     if weight is not None:
@@ -125,11 +146,11 @@ def _run_ours(batch, s):
     logps = batch["logps"].clone().requires_grad_(True)
     entropies = batch["entropies"].clone().requires_grad_(True)
     out = policy_loss(
-        logps, batch["old"], batch["advantages"], batch["mask"], loss_type=s["loss_type"], epsilon=0.2,
+        logps, batch["old"], batch["advantages"], batch["loss_mask"], loss_type=s["loss_type"], epsilon=0.2,
         epsilon_high=s["epsilon_high"], importance_sampling_level=s["level"], beta=s["beta"],
         ref_logps=batch["ref"] if s["beta"] else None, sampling_ratio=_weight_for(batch, s["is_kind"]),
         sampling_logps=batch["sampling"], off_policy_mask_threshold=s["threshold"],
-        max_completion_length=MAX_COMPLETION_LENGTH, num_items_in_batch=batch["mask"].sum() * s["accum"],
+        max_completion_length=MAX_COMPLETION_LENGTH, num_items_in_batch=batch["loss_mask"].sum() * s["accum"],
         gradient_accumulation_steps=s["accum"], steps_per_generation=s["accum"], entropies=entropies,
         top_entropy_quantile=s["quantile"], entropy_coef=s["coef"], **SHAPE)
     out.loss.backward()
@@ -154,7 +175,7 @@ LOSS_GRID = list(itertools.product(
     ["token", "sequence"],                 # importance_sampling_level
     [0.0, 0.04],                           # beta
     ["none", "tt", "tm", "sm"],            # sampler correction: off, token truncate/mask, sequence mask
-    ["ragged", "empty_rows"],              # mask
+    ["ragged", "empty_rows", "tool_spans"],  # mask; tool_spans: multi-turn rows with tool results
     [1, 2],                                # gradient accumulation
 ))
 
@@ -173,7 +194,7 @@ CONTROL_GRID = list(itertools.product(
     [None, 0.05],                          # off_policy_mask_threshold
     [1.0, 0.5, 0.2],                       # top_entropy_quantile
     [0.0, 0.01],                           # entropy_coef
-    ["ragged", "empty_rows"],              # mask
+    ["ragged", "empty_rows", "tool_spans"],  # mask
 ))
 
 
@@ -187,8 +208,8 @@ def test_masks_and_entropy_bonus_match_trl(loss_type, threshold, quantile, coef,
 
 
 def test_grids_exercise_every_branch():
-    """256 + 96 loss settings; the data really drops sequences and really clips."""
-    assert len(LOSS_GRID) == 256 and len(CONTROL_GRID) == 96
+    """384 + 144 loss settings; the data really drops sequences and really clips."""
+    assert len(LOSS_GRID) == 384 and len(CONTROL_GRID) == 144
     batch = _batch(13, "ragged")
     adv = batch["advantages"][:, None]
     from course_lib.ops.importance import off_policy_sequence_mask

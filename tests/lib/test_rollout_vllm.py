@@ -154,3 +154,64 @@ def test_a_prompt_past_the_positions_is_refused_by_both_engines_alike(engine, se
         with pytest.warns(PromptTruncationWarning):
             batch = each.generate([prompt], 2, SamplingConfig(max_tokens=8, seed=0, max_prompt_length=100))
         assert batch.prompt_ids.shape[1] == 100
+
+
+def _add(a: int, b: int) -> int:
+    """Add two integers.
+
+    Args:
+        a: first term
+        b: second term
+    """
+    return a + b
+
+
+def test_token_level_turns_draw_what_a_single_turn_call_draws(engine, setup, prompts):
+    from course_lib.rollout.base import row_seed, tokenize_prompts
+
+    sampling = SamplingConfig(temperature=1.0, max_tokens=8, seed=11, first_row=3)
+    batch = engine.generate(list(prompts), 1, sampling)
+    ids = tokenize_prompts(setup["tokenizer"], list(prompts))
+    turns, logps = engine.generate_from_ids(ids, sampling, [row_seed(sampling, r) for r in range(len(ids))])
+    for row, (turn, turn_logps) in enumerate(zip(turns, logps)):
+        length = int(batch.completion_mask[row].sum())
+        assert turn == batch.completion_ids[row, :length].tolist()
+        torch.testing.assert_close(torch.tensor(turn_logps), batch.sampling_logps[row, :length])
+
+
+def test_multi_turn_rollout_on_vllm_reads_the_tool_result(engine, setup, prompts):
+    """After a (scripted) tool call, vLLM continues from the trajectory's ids: the log-probs it
+    reports for its own tokens are those of the HF model reading prompt, call and result."""
+    from course_lib.rollout.agents import run_agent_rollouts
+    from course_lib.rollout.base import tokenize_prompts
+    from course_lib.rollout.tool_calls import TOOL_CHAT_TEMPLATE
+    from course_lib.rollout.tools import ToolBox
+
+    tokenizer, model = setup["tokenizer"], setup["model"]
+    call = '<tool_call>{"name": "_add", "arguments": {"a": 1, "b": 2}}</tool_call>'
+
+    class FirstTurnCalls:
+        eos_ids, context_limit, record_logps = engine.eos_ids, engine.context_limit, True
+
+        def __init__(self):
+            self.turn = 0
+
+        def generate_from_ids(self, ids, sampling, seeds=None):
+            self.turn += 1
+            if self.turn == 1:
+                out = [tokenizer(call, add_special_tokens=False)["input_ids"] + self.eos_ids for _ in ids]
+                return out, [[0.0] * len(o) for o in out]
+            return engine.generate_from_ids(ids, sampling, seeds)
+
+    prompt_ids = tokenize_prompts(tokenizer, list(prompts)[:2])
+    out = run_agent_rollouts(FirstTurnCalls(), tokenizer, prompt_ids, [ToolBox([_add])] * 2,
+                             SamplingConfig(temperature=1.0, max_tokens=100, seed=5), max_tool_calling_iterations=1,
+                             max_completion_length=100, chat_template=TOOL_CHAT_TEMPLATE)
+    reference = reference_logps(model, out.batch, temperature=1.0)
+    for row, trajectory in enumerate(out.trajectories):
+        assert trajectory.calls == 1 and trajectory.messages[1]["content"] == "3"
+        first_tool = trajectory.tool_mask.index(0)
+        answer = [t for t in range(first_tool, len(trajectory.tool_mask)) if trajectory.tool_mask[t] == 1]
+        assert answer, "vLLM wrote no tokens after the tool result"
+        torch.testing.assert_close(out.batch.sampling_logps[row, answer], reference[row, answer],
+                                   atol=TOLERANCE, rtol=0)

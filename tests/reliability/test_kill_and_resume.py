@@ -148,7 +148,8 @@ def _final_state(output_dir: Path) -> tuple[dict, list]:
         weights.update(load_file(shard))
     assert weights, f"{output_dir / 'final'} holds no weights"
     rows = [json.loads(line) for line in (output_dir / "history.jsonl").read_text().splitlines()]
-    comparable = [{k: v for k, v in row.items() if k not in WALL_CLOCK_KEYS} for row in rows]
+    # Metric rows only: event rows (the doctor's config and findings, with a "type") are not step metrics.
+    comparable = [{k: v for k, v in row.items() if k not in WALL_CLOCK_KEYS} for row in rows if "type" not in row]
     return weights, comparable
 
 
