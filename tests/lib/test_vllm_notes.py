@@ -41,6 +41,12 @@ def test_the_rotary_embedding_reload_warning_is_dropped_and_others_are_kept():
 
     handler = Collect()
     logger.addHandler(handler)
+    # Whatever an earlier test's vLLM import did to this logger (level, disabled by dictConfig),
+    # this test reads the filter alone.
+    saved = logger.level, logger.disabled, logging.root.manager.disable
+    logger.setLevel(logging.WARNING)
+    logger.disabled = False
+    logging.disable(logging.NOTSET)
     try:
         quiet_expected_vllm_warnings()
         quiet_expected_vllm_warnings()  # idempotent: one filter
@@ -48,5 +54,8 @@ def test_the_rotary_embedding_reload_warning_is_dropped_and_others_are_kept():
         logger.warning("%s: Failed to load weights", "QKVParallelLinear")  # a real failure: kept
     finally:
         logger.removeHandler(handler)
+        logger.setLevel(saved[0])
+        logger.disabled = saved[1]
+        logging.disable(saved[2])
     assert seen == ["QKVParallelLinear: Failed to load weights"]
     assert sum(type(f).__name__ == "_DropExpected" for f in logger.filters) == 1
