@@ -32,8 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
 from course_lib.config_options import RunOptions, fail
-from course_lib.run.config_tools import (ConfigWarning, SuggestingFields, apply_overrides, check_logger_installed,
-                                         field_docs, from_dict, to_dict)
+from course_lib.run.config_tools import ConfigWarning, SuggestingFields, apply_overrides, field_docs, from_dict, to_dict
 from course_lib.ops.importance import check_is_settings
 from course_lib.run.validation import check_choices, check_field_types, check_finite_fields, check_magnitudes
 
@@ -260,7 +259,6 @@ class RLConfig(RunOptions, metaclass=SuggestingFields):
         check_magnitudes(self)
         self._normalize()
         check_choices(self)  # every Literal field: its annotation lists the allowed values
-        check_logger_installed(self.report_to)  # now, not inside train() after the model loaded
         self._check_ranges()
         self._derive_batches()
         self._derive_rest()
@@ -366,7 +364,8 @@ class RLConfig(RunOptions, metaclass=SuggestingFields):
                  "use e.g. 600, or None for no limit")
         if self.report_to != "none" and importlib.util.find_spec(self.report_to) is None:
             fail("report_to", self.report_to, f"needs the {self.report_to} package, which is not installed",
-                 f"pip install {self.report_to}, or report_to='none' (history.jsonl is written either way)")
+                 f"pip install {self.report_to} (pip install -e '.[logging]' in the course's folder installs "
+                 "TensorBoard and Weights & Biases), or report_to='none' (history.jsonl is written either way)")
 
     def _requested_steps_per_generation(self) -> int | None:
         """Steps per generation asked for by the user (RLOO/PPO may derive it)."""

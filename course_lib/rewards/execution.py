@@ -114,6 +114,7 @@ def make_code_execution_reward(
             return list(pool.map(score, completions, rows))
 
     reward.__name__ = reward.__qualname__ = name
+    reward.required_columns = (tests_column,)  # read by checks that a dataset can feed this reward
     return reward
 
 

@@ -125,24 +125,6 @@ def _coerce(text: str, hint: Any) -> Any:
     raise ValueError(f"no rule to read {hint}")
 
 
-#: ``report_to`` value -> (module the logger imports, pip package).
-LOGGER_PACKAGES = {"tensorboard": ("tensorboard", "tensorboard"), "wandb": ("wandb", "wandb")}
-
-
-def check_logger_installed(report_to: str) -> None:
-    """Refuse ``report_to`` whose package is missing now, not inside ``train()`` after the model loads."""
-    import importlib.util
-
-    if report_to not in LOGGER_PACKAGES:
-        return
-    module, package = LOGGER_PACKAGES[report_to]
-    if importlib.util.find_spec(module) is None:
-        raise ValueError(f"report_to={report_to!r}: the {package} package is not installed, so the run could not "
-                         f"log there. Fix: `pip install {package}` (or `pip install -e '.[logging]'` in the "
-                         "course's folder for TensorBoard and Weights & Biases), or report_to='none' "
-                         "(history.jsonl is written either way).")
-
-
 class UnknownFieldError(ValueError, TypeError):
     """A keyword that is no field of the config (a ``TypeError`` too, as for any unknown keyword)."""
 

@@ -82,6 +82,23 @@ def _alias(name: str, taken: set[str]) -> str:
     return candidate
 
 
+def check_reward_columns(rewards: list, columns) -> None:
+    """Refuse rewards that read a dataset column the exported data does not have.
+
+    A reward declares the columns it cannot work without in ``required_columns`` (the code
+    execution reward: its tests column); without the column TRL would fail at the first step.
+    """
+    columns = set(columns)
+    for reward in rewards:
+        function, _ = _resolve(reward)
+        missing = [c for c in getattr(function, "required_columns", ()) if c not in columns]
+        if missing:
+            raise UserCodeError(
+                f"export: reward {reward_function_name(function)!r} reads the dataset column(s) {missing}, which "
+                f"the task's data does not have (columns: {sorted(columns)}). Fix: export a task whose rows carry "
+                f"{missing[0]!r} (e.g. a JSONL file with that column), or leave that reward out.")
+
+
 def write_reward_module(rewards: list, output: Path) -> tuple[list[str], list[str]]:
     """Write ``output/course_rewards.py`` (and copies of user modules) for ``rewards``.
 

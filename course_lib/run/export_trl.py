@@ -102,7 +102,7 @@ def export_run(config, rewards: list, dataset, output: str | Path, num_processes
     ``model/``; every path in ``grpo.yaml`` is relative to ``output``, so the folder moves
     between machines. Run the printed ``cd <output> && trl grpo --config grpo.yaml``.
     """
-    from .export_rewards import write_reward_module
+    from .export_rewards import check_reward_columns, write_reward_module
     from ..models import resolve_model_path
 
     if config.algo != "grpo":
@@ -116,6 +116,8 @@ def export_run(config, rewards: list, dataset, output: str | Path, num_processes
                          "GRPOTrainer(..., tools=[...], environment_factory=...). Fix: build that GRPOTrainer in a "
                          "script with the same functions and environment class (the config fields of grpo.yaml "
                          "carry over), or export without max_tool_calling_iterations for a single-turn run.")
+    columns = getattr(dataset, "column_names", None) or (list(dataset[0]) if len(dataset) else [])
+    check_reward_columns(rewards, columns)  # before anything is written
     output = Path(output)
     output.mkdir(parents=True, exist_ok=True)
     reward_paths, notes = write_reward_module(rewards, output)  # resolves every reward before anything else

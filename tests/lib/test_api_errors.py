@@ -38,8 +38,8 @@ def test_report_to_without_its_package_is_refused_at_construction_with_the_insta
                                                                                          monkeypatch):
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == package else real(name, *a))
-    with pytest.raises(ValueError, match=rf"report_to='{report_to}': the {package} package is not installed.*"
-                                         rf"pip install {package}.*\[logging\]"):
+    with pytest.raises(ValueError, match=rf"report_to='{report_to}' needs the {package} package, which is not "
+                                         rf"installed.*pip install {package}.*\[logging\]"):
         GRPOConfig(report_to=report_to)
     # Where the package is there, the same config is accepted (the other path of this check).
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: object() if name == package else real(name, *a))

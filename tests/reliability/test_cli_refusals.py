@@ -281,4 +281,4 @@ def test_report_to_without_its_package(tmp_path, capsys, monkeypatch, package):
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == package else real(name, *a))
     _one_error_line([*TRAIN, "--set", f"report_to={package}", "--output-dir", str(tmp_path / "run")], capsys,
-                    rf"report_to='{package}': the {package} package is not installed.*pip install {package}")
+                    rf"report_to='{package}' needs the {package} package, which is not installed.*pip install {package}")

@@ -80,3 +80,20 @@ def test_the_printed_command_quotes_the_output_folder(folder_name, config, datas
         assert result.returncode == 0, result.stderr
         assert result.stdout.strip() == str(output.resolve())
     assert not list(tmp_path.rglob("PWNED")) and not (tmp_path / "PWNED").exists()
+
+
+def test_a_reward_reading_a_column_the_task_lacks_is_refused_before_anything_is_written(config, dataset, tmp_path):
+    """``code_execution_reward`` reads the ``tests`` column: arithmetic rows have none, so TRL would fail."""
+    assert "tests" not in dataset.column_names
+    output = tmp_path / "run"
+    with pytest.raises(UserCodeError, match=r"code_execution_reward.*\['tests'\].*columns: \['answer', 'prompt'"):
+        export_run(config, ["correctness_reward", "code_execution_reward"], dataset, output, copy_model=False)
+    assert not output.exists()
+
+
+def test_a_task_with_the_column_exports_the_code_reward(config, tmp_path):
+    from datasets import Dataset
+
+    rows = Dataset.from_list([{"prompt": [{"role": "user", "content": "Write add."}], "tests": ["assert add(1, 2) == 3"]}])
+    folder = export_run(config, ["code_execution_reward"], rows, tmp_path / "run", copy_model=False)
+    assert "REWARD_FUNCTIONS['code_execution_reward']" in (folder / "course_rewards.py").read_text()
