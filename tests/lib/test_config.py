@@ -416,6 +416,21 @@ def test_the_grpo_loss_types_are_the_config_annotation():
     assert literal_choices(typing.get_type_hints(GRPOConfig)["loss_type"]) == LOSS_TYPES
 
 
+def test_the_loss_reads_every_grpo_loss_field_by_one_list_and_the_shapes_default_as_in_the_table():
+    import inspect
+
+    from course_lib.algos.grpo import CONFIG_LOSS_FIELDS, KNOBS, policy_loss
+
+    fields = {f.name: f for f in dataclasses.fields(GRPOConfig)}
+    params = set(inspect.signature(policy_loss).parameters)
+    assert set(CONFIG_LOSS_FIELDS) <= set(fields)
+    assert set(CONFIG_LOSS_FIELDS) <= params | set(KNOBS)
+    # The only config fields policy_loss takes otherwise: the schedule's effective value and the
+    # entropy coefficient the adaptive controller applies.
+    assert (params & set(fields)) - set(CONFIG_LOSS_FIELDS) == {"steps_per_generation", "entropy_coef"}
+    assert {name: fields[name].default for name in KNOBS} == KNOBS
+
+
 def test_ppo_refuses_epsilon_high_which_its_symmetric_clip_would_ignore():
     with pytest.raises(ValueError, match=r"^epsilon_high=0\.28 has no effect on PPO.*Fix: leave epsilon_high unset"):
         make_config("ppo", epsilon_high=0.28)
