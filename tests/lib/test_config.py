@@ -10,6 +10,7 @@ import warnings
 import pytest
 
 from course_lib.algos import GRPOConfig, PPOConfig, RLOOConfig, config_from_dict, make_config
+from course_lib.algos.grpo import LOSSES
 from course_lib.config import ConfigWarning, RLConfig, apply_overrides, field_docs
 from course_lib.run.config_tools import to_trl_grpo_config
 
@@ -429,6 +430,14 @@ def test_the_loss_reads_every_grpo_loss_field_by_one_list_and_the_shapes_default
     # entropy coefficient the adaptive controller applies.
     assert (params & set(fields)) - set(CONFIG_LOSS_FIELDS) == {"steps_per_generation", "entropy_coef"}
     assert {name: fields[name].default for name in KNOBS} == KNOBS
+
+
+@pytest.mark.parametrize("loss_type", [name for name, spec in LOSSES.items() if spec.level])
+def test_a_loss_type_built_for_one_ratio_level_warns_at_the_other(loss_type):
+    level = LOSSES[loss_type].level  # the table's word; the config's warning must agree with it
+    other = "token" if level == "sequence" else "sequence"
+    with pytest.warns(ConfigWarning, match=rf"loss_type='{loss_type}'.*importance_sampling_level='{level}'"):
+        GRPOConfig(loss_type=loss_type, importance_sampling_level=other)
 
 
 def test_ppo_refuses_epsilon_high_which_its_symmetric_clip_would_ignore():
