@@ -213,15 +213,16 @@ class LossType:
 
 
 LOSSES: dict[str, LossType] = {
-    "grpo": LossType(_clipped, sequence_mean, clip_metrics),
-    "bnpo": LossType(_clipped, local_token_mean, clip_metrics),
-    "dr_grpo": LossType(_clipped, constant_normaliser, clip_metrics),
-    "dapo": LossType(_clipped, global_token_mean, clip_metrics),
-    "luspo": LossType(_clipped, sequence_sum, clip_metrics, level="sequence"),
-    "cispo": LossType(cispo_surrogate, global_token_mean, cispo_metrics),
-    "sapo": LossType(sapo_surrogate, sequence_mean, no_metrics,
+    "grpo": LossType(_clipped, sequence_mean, clip_metrics),  # Shao et al. 2024 (length-biased)
+    "bnpo": LossType(_clipped, local_token_mean, clip_metrics),  # tokens of the local batch
+    "dr_grpo": LossType(_clipped, constant_normaliser, clip_metrics),  # Dr. GRPO, Liu et al. 2025
+    "dapo": LossType(_clipped, global_token_mean, clip_metrics),  # DAPO, Yu et al. 2025
+    "luspo": LossType(_clipped, sequence_sum, clip_metrics, level="sequence"),  # arXiv 2602.05261
+    "cispo": LossType(cispo_surrogate, global_token_mean, cispo_metrics),  # MiniMax-M1, arXiv 2506.13585
+    "sapo": LossType(sapo_surrogate, sequence_mean, no_metrics,  # arXiv 2511.20347
                      knobs={"sapo_temperature_pos": 1.0, "sapo_temperature_neg": 1.05}),
-    "vespo": LossType(vespo_surrogate, global_token_mean, vespo_metrics, level="token", own_sampling_correction=True,
+    "vespo": LossType(vespo_surrogate, global_token_mean, vespo_metrics, level="token",  # arXiv 2602.10693
+                      own_sampling_correction=True,
                       knobs={"vespo_k_pos": 2.0, "vespo_lambda_pos": 3.0, "vespo_k_neg": 3.0,
                              "vespo_lambda_neg": 2.0}),
 }

@@ -40,7 +40,8 @@ def test_clipped_surrogate_by_hand():
     # A = -1: max(r, clip(r)) = (0.8, 1.0, 1.5): a low ratio stops being pushed further down.
     torch.testing.assert_close(clipped_surrogate(ratio, torch.tensor([[-1.0]]), 0.2), torch.tensor([[0.8, 1.0, 1.5]]))
     # clip-higher 0.4: the upper bound moves to 1.4; delta=1.3 caps the unclipped r at 1.3 for A < 0.
-    torch.testing.assert_close(clipped_surrogate(ratio, torch.tensor([[1.0]]), 0.2, 0.4), -torch.tensor([[0.5, 1.0, 1.4]]))
+    torch.testing.assert_close(clipped_surrogate(ratio, torch.tensor([[1.0]]), 0.2, 0.4),
+                               -torch.tensor([[0.5, 1.0, 1.4]]))
     torch.testing.assert_close(clipped_surrogate(ratio, torch.tensor([[-1.0]]), 0.2, delta=1.3),
                                torch.tensor([[0.8, 1.0, 1.3]]))
 
