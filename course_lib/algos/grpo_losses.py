@@ -198,6 +198,9 @@ def no_metrics(stat: Tensor, advantages: Tensor, c: LossContext) -> dict[str, fl
     return {}
 
 
+# ---------------------------------------------------------------------------------------
+# policy_loss's argument checks
+# ---------------------------------------------------------------------------------------
 def check_arguments(logps, old_logps, mask, *, loss_type, importance_sampling_level, beta, ref_logps,
                     sampling_logps, max_completion_length, gradient_accumulation_steps, entropies,
                     top_entropy_quantile, entropy_coef, knobs, losses) -> None:
