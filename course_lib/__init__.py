@@ -15,12 +15,12 @@ resolves and that the README's module table names every file listed here).
 04 rlhf ppo: whitened advantages, clipped value loss -> course_lib/algos/ppo.py: ppo_advantages, whiten, value_loss
 05 grpo: group-relative advantage (r - mean) / (std + eps) -> course_lib/algos/grpo.py: group_advantages
 05 grpo: the GRPO loss (clipped surrogate, KL, aggregation) -> course_lib/algos/grpo.py: policy_loss
-05 grpo: the clipped surrogate of every loss type -> course_lib/algos/grpo_losses.py: surrogate
+05 grpo: the clipped surrogate -min(rA, clip(r, 1-eps, 1+eps_high)A) and the loss-type table -> course_lib/algos/grpo.py: clipped_surrogate, LOSSES
 05 grpo: k1 / k2 / k3 KL estimators -> course_lib/ops/kl.py: kl_k1, kl_k2, kl_k3
-06 grpo variants: grpo / bnpo / dr_grpo / dapo / luspo averaging -> course_lib/algos/grpo_losses.py: aggregate
+06 grpo variants: grpo / bnpo / dr_grpo / dapo / luspo averaging -> course_lib/algos/grpo_losses.py: sequence_mean, local_token_mean, constant_normaliser, global_token_mean, sequence_sum
 06 grpo variants: Dr. GRPO's constant normaliser -> course_lib/ops/masking.py: masked_normalize
 06 grpo variants: multi-reward normalisation (GDPO) -> course_lib/algos/grpo.py: multi_objective_advantages
-06b trl family: CISPO, SAPO, VESPO weights -> course_lib/algos/grpo_losses.py: surrogate, vespo_weights
+06b trl family: CISPO, SAPO, VESPO weights -> course_lib/algos/grpo_losses.py: cispo_surrogate, sapo_surrogate, vespo_weights
 06b trl family: high-entropy tokens, entropy bonus -> course_lib/ops/entropy.py: high_entropy_mask, entropy_bonus, AdaptiveEntropyCoef
 06b trl family: sampler-mismatch correction (TIS / MIS), off-policy masking -> course_lib/ops/importance.py: sampling_correction, truncated_is_ratio, off_policy_sequence_mask
 07 batch schedule: generation batch, unique prompts, optimizer steps -> course_lib/schedule.py: generation_batch_size, unique_prompts_per_generation, optimizer_steps_per_generation, schedule_table

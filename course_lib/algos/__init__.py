@@ -5,10 +5,11 @@ file        what a lesson finds there
 ==========  ====================================================================
 base.py     the :class:`~course_lib.algos.base.Algorithm` protocol the trainer calls
             (advantages, then loss), ``LossOutput``, ``ScoredBatch``
-grpo.py     ``group_advantages``, ``policy_loss`` (GRPO, DAPO, Dr. GRPO, GSPO,
+grpo.py     ``group_advantages``, ``clipped_surrogate``, ``LOSSES`` (one entry per
+            loss type), ``policy_loss`` (GRPO, DAPO, Dr. GRPO, GSPO,
             two-sided clipping, KL, TIS/MIS, entropy control), ``GRPO``
 grpo_config ``GRPOConfig``: the GRPO-only fields
-grpo_losses the loss types' objectives and averaging (CISPO, SAPO, LUSPO, VESPO)
+grpo_losses the loss types' other surrogates, averagings and metrics (CISPO, SAPO, VESPO)
 onpolicy.py what RLOO and PPO share: their config fields, KL folded into the reward
 rloo.py     ``RLOOConfig``, ``rloo_advantages``, Reinforce++, ``rloo_policy_loss``
 ppo.py      ``PPOConfig``, ``ValueHead``, ``gae``, ``ppo_policy_loss``, ``value_loss``

@@ -10,24 +10,14 @@ Everything a lesson on GRPO points at, top to bottom:
    semantics as TRL 1.16: NaN rewards are ignored by the mean and the std, the std is
    Bessel-corrected, and an advantage that is still NaN becomes 0. With several reward
    functions, :func:`multi_objective_advantages` normalises each one first (GDPO).
-3. :func:`policy_loss`: the one entry point for every loss type, computed as TRL 1.16's
-   `_compute_loss`: the clipped surrogate of PPO (Schulman et al. 2017, eq. 7) as GRPO
-   uses it (Shao et al. 2024, eq. 3), with
-
-   - `epsilon` / `epsilon_high`: asymmetric clipping `[1 - eps, 1 + eps_high]`
-     ("clip-higher", DAPO, Yu et al. 2025);
-   - `delta`: an upper bound on the unclipped ratio (two-sided clipping, INTELLECT-2);
-   - `importance_sampling_level="sequence"`: one ratio per completion, the exponential of
-     the mean token log-ratio (GSPO, Zheng et al. 2025);
-   - `loss_type`: the objective and its averaging: grpo, bnpo, dr_grpo, dapo, and CISPO
-     (MiniMax-M1), SAPO, LUSPO, VESPO (:mod:`course_lib.algos.grpo_losses`);
-   - `beta`: the k3 KL penalty to a reference model (:mod:`course_lib.ops.kl`), times the
-     ratio with `use_bias_correction_kl` (DeepSeek-V3.2);
-   - `sampling_ratio`: the sampler-mismatch weight (TIS/MIS,
-     :mod:`course_lib.ops.importance`), and `off_policy_mask_threshold`: off-policy
-     sequence masking (DeepSeek-V3.2);
-   - `top_entropy_quantile` and `entropy_coef`: train on high-entropy tokens only, and an
-     entropy bonus (:mod:`course_lib.ops.entropy`).
+3. :func:`clipped_surrogate`: PPO's `-min(r A, clip(r, 1 - eps, 1 + eps_high) A)` (Schulman
+   et al. 2017, eq. 7) as GRPO uses it (Shao et al. 2024, eq. 3); `LOSSES`, one entry per
+   `loss_type` (its surrogate, its averaging, its metrics; the other pieces in
+   :mod:`course_lib.algos.grpo_losses`); and :func:`policy_loss`, the one entry point,
+   computed as TRL 1.16's `_compute_loss`, with the ratio at token or sequence level (GSPO),
+   the k3 KL to a reference (:mod:`course_lib.ops.kl`), the sampler correction and off-policy
+   masking (:mod:`course_lib.ops.importance`) and the entropy mask and bonus
+   (:mod:`course_lib.ops.entropy`).
 4. :class:`GRPO`: the two calls the trainer makes.
 
 Layout: prompt-major, the G completions of a prompt are contiguous, so
@@ -40,7 +30,8 @@ this process's micro-batch (TRL gathers every process's entropies first); no MoE
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Literal
 
 import torch
@@ -54,10 +45,25 @@ from course_lib.algos.base import (
     ScoredBatch,
     advantage_column,
     check_groups,
-    check_per_token,
 )
 from course_lib.algos.grpo_config import GRPOConfig
-from course_lib.algos.grpo_losses import LOSS_TYPES, aggregate, ratio_metrics, surrogate, token_mean, vespo_weights
+from course_lib.algos.grpo_losses import (
+    LossContext,
+    check_arguments,
+    cispo_metrics,
+    cispo_surrogate,
+    clip_metrics,
+    constant_normaliser,
+    global_token_mean,
+    local_token_mean,
+    no_metrics,
+    sapo_surrogate,
+    sequence_mean,
+    sequence_sum,
+    token_mean,
+    vespo_metrics,
+    vespo_surrogate,
+)
 from course_lib.ops.entropy import AdaptiveEntropyCoef, entropy_bonus, high_entropy_mask
 from course_lib.ops.importance import off_policy_sequence_mask
 from course_lib.ops.kl import kl_k3
@@ -66,7 +72,8 @@ from course_lib.ops.stats import STD_EPS, nanstd
 
 Tensor = torch.Tensor
 
-__all__ = ["GRPO", "GRPOConfig", "LOSS_TYPES", "group_advantages", "multi_objective_advantages", "policy_loss"]
+__all__ = ["GRPO", "GRPOConfig", "LOSSES", "LOSS_TYPES", "LossType", "clipped_surrogate", "group_advantages",
+           "multi_objective_advantages", "policy_loss"]
 
 
 # ---------------------------------------------------------------------------------------
@@ -166,8 +173,70 @@ def multi_objective_advantages(per_func: Tensor, weights: Tensor, num_generation
 
 
 # ---------------------------------------------------------------------------------------
-# 3. Loss
+# 3. Loss: PPO's clipped surrogate, then one table entry per loss type
 # ---------------------------------------------------------------------------------------
+def clipped_surrogate(ratio: Tensor, advantages: Tensor, epsilon: float = 0.2, epsilon_high: float | None = None,
+                      delta: float | None = None) -> Tensor:
+    """PPO's clipped surrogate as GRPO uses it: `-min(r A, clip(r, 1 - eps, 1 + eps_high) A)`.
+
+    Schulman et al. 2017, eq. 7; Shao et al. 2024, eq. 3. `epsilon_high` (None: `epsilon`)
+    is DAPO's clip-higher; `delta` caps the unclipped `r` too (two-sided, INTELLECT-2).
+    `ratio` is `(B, T)` or `(B, 1)`, `advantages` `(B, 1)` or `(B, T)`; returns the per-token
+    loss, to be averaged by the loss type's rule (`LOSSES`).
+    """
+    epsilon_high = epsilon if epsilon_high is None else epsilon_high
+    clipped = torch.clamp(ratio, 1 - epsilon, 1 + epsilon_high)
+    if delta is not None:  # bounds the unclipped branch after the clipped one is formed
+        ratio = torch.clamp(ratio, max=delta)
+    return -torch.min(ratio * advantages, clipped * advantages)
+
+
+def _clipped(ratio: Tensor, advantages: Tensor, c: LossContext) -> tuple[Tensor, Tensor]:
+    return clipped_surrogate(ratio, advantages, c.epsilon, c.epsilon_high, c.delta), ratio
+
+
+@dataclass(frozen=True)
+class LossType:
+    """One `loss_type`: its per-token objective, how it is averaged, what it logs."""
+
+    surrogate: Callable[[Tensor, Tensor, LossContext], tuple[Tensor, Tensor]]
+    """`(ratio, A, context) -> ((B, T) or (B, 1) loss, the tensor its metrics count)`."""
+    aggregate: Callable[[Tensor, LossContext], tuple[Tensor, Tensor]]
+    """`((B, T) loss, context) -> (loss to differentiate, the policy_loss TRL logs)`."""
+    metrics: Callable[[Tensor, Tensor, LossContext], dict[str, float]]
+    knobs: dict[str, float] = field(default_factory=dict)
+    """Its shape parameters and their defaults (each also a `GRPOConfig` field)."""
+    level: Literal["token", "sequence"] | None = None
+    """The `importance_sampling_level` it is designed for; None: either."""
+    own_sampling_correction: bool = False
+    """It folds the sampler correction into its own weight instead of multiplying the loss."""
+
+
+LOSSES: dict[str, LossType] = {
+    "grpo": LossType(_clipped, sequence_mean, clip_metrics),  # Shao et al. 2024 (length-biased)
+    "bnpo": LossType(_clipped, local_token_mean, clip_metrics),  # tokens of the local batch
+    "dr_grpo": LossType(_clipped, constant_normaliser, clip_metrics),  # Dr. GRPO, Liu et al. 2025
+    "dapo": LossType(_clipped, global_token_mean, clip_metrics),  # DAPO, Yu et al. 2025
+    "luspo": LossType(_clipped, sequence_sum, clip_metrics, level="sequence"),  # arXiv 2602.05261
+    "cispo": LossType(cispo_surrogate, global_token_mean, cispo_metrics),  # MiniMax-M1, arXiv 2506.13585
+    "sapo": LossType(sapo_surrogate, sequence_mean, no_metrics,  # arXiv 2511.20347
+                     knobs={"sapo_temperature_pos": 1.0, "sapo_temperature_neg": 1.05}),
+    "vespo": LossType(vespo_surrogate, global_token_mean, vespo_metrics, level="token",  # arXiv 2602.10693
+                      own_sampling_correction=True,
+                      knobs={"vespo_k_pos": 2.0, "vespo_lambda_pos": 3.0, "vespo_k_neg": 3.0,
+                             "vespo_lambda_neg": 2.0}),
+}
+"""Every loss type of the GRPO family; `GRPOConfig.loss_type`'s `Literal` lists these names."""
+LOSS_TYPES: tuple[str, ...] = tuple(LOSSES)
+CLIPPED_LOSSES: tuple[str, ...] = tuple(name for name, spec in LOSSES.items() if spec.surrogate is _clipped)
+KNOBS: dict[str, float] = {name: value for spec in LOSSES.values() for name, value in spec.knobs.items()}
+CONFIG_LOSS_FIELDS: tuple[str, ...] = (
+    "loss_type", "epsilon", "epsilon_high", "delta", "importance_sampling_level", "beta", "off_policy_mask_threshold",
+    "max_completion_length", "gradient_accumulation_steps", "num_processes", "use_bias_correction_kl",
+    "top_entropy_quantile", *KNOBS)
+"""The `GRPOConfig` fields that `policy_loss` takes under the same name."""
+
+
 def policy_loss(
     logps: Tensor,
     old_logps: Tensor | None,
@@ -190,16 +259,11 @@ def policy_loss(
     steps_per_generation: int | None = None,
     num_processes: int = 1,
     use_bias_correction_kl: bool = True,
-    sapo_temperature_pos: float = 1.0,
-    sapo_temperature_neg: float = 1.05,
-    vespo_k_pos: float = 2.0,
-    vespo_lambda_pos: float = 3.0,
-    vespo_k_neg: float = 3.0,
-    vespo_lambda_neg: float = 2.0,
     entropies: Tensor | None = None,
     top_entropy_quantile: float = 1.0,
     entropy_coef: float = 0.0,
     training: bool = True,
+    **knobs: float,
 ) -> LossOutput:
     """The GRPO-family loss of one micro-batch, as TRL 1.16's `_compute_loss` computes it.
 
@@ -208,14 +272,13 @@ def policy_loss(
 
         loss_t = surrogate_t(r, A) * m_off * m_ent * w_t + beta * k3_t [* r]
 
-    `surrogate_t` is the loss type's objective (for grpo/bnpo/dr_grpo/dapo/luspo the clipped
-    `-min(min(r, delta) A, clip(r, 1 - eps, 1 + eps_high) A)`; CISPO, SAPO and VESPO in
-    :mod:`course_lib.algos.grpo_losses`), `m_off` the off-policy sequence mask, `m_ent` the
-    high-entropy token mask, `w_t` the sampler correction (VESPO folds it into its own
-    weight instead), `[* r]` the `use_bias_correction_kl` factor. The per-token losses are
-    averaged by `loss_type` (:func:`course_lib.algos.grpo_losses.aggregate`), then
-    `entropy_coef * mean entropy` is subtracted. Masked tokens never contribute, and the
-    loss, its gradient and every metric are finite even when `mask` is all zeros.
+    `surrogate_t` is `LOSSES[loss_type].surrogate` (:func:`clipped_surrogate` for grpo, bnpo,
+    dr_grpo, dapo and luspo), `m_off` the off-policy sequence mask, `m_ent` the high-entropy
+    token mask, `w_t` the sampler correction (VESPO folds it into its own weight instead),
+    `[* r]` the `use_bias_correction_kl` factor. The per-token losses are averaged by
+    `LOSSES[loss_type].aggregate`, then `entropy_coef * mean entropy` is subtracted. Masked
+    tokens never contribute, and the loss, its gradient and every metric are finite even
+    when `mask` is all zeros.
 
     Mapping to TRL (train mode, one process): `old_logps` = `inputs["old_per_token_logps"]`,
     `ref_logps` = `inputs["ref_per_token_logps"]`, `sampling_ratio` =
@@ -224,14 +287,14 @@ def policy_loss(
     `inputs["sampling_per_token_logps"]`, `num_items_in_batch` = `inputs["num_items_in_batch"]`,
     `gradient_accumulation_steps` = `self.current_gradient_accumulation_steps`,
     `entropy_coef` = the coefficient applied this step (the adaptive controller's gated
-    value); every other argument = the config field of the same name.
+    value); every other argument = the config field of the same name (`CONFIG_LOSS_FIELDS`).
 
     Args:
         logps: `(B, T)` current log-probs, differentiable.
         old_logps: `(B, T)` log-probs at sampling time, or None on-policy (`logps.detach()`).
         advantages: `(B,)` one per completion, or `(B, T)` one per token.
         mask: `(B, T)` 1 for completion tokens that count in the loss.
-        loss_type: one of `LOSS_TYPES`.
+        loss_type: a key of `LOSSES`.
         epsilon, epsilon_high: clip range `[1 - epsilon, 1 + epsilon_high]`; for `cispo`,
             `epsilon_high` is the cap on the ratio itself (5.0 in ScaleRL).
         delta: optional upper bound on the unclipped ratio (INTELLECT-2).
@@ -246,38 +309,26 @@ def policy_loss(
             None counts this micro-batch's tokens.
         gradient_accumulation_steps, steps_per_generation, num_processes: the schedule.
         use_bias_correction_kl: multiply the KL term by the ratio (DeepSeek-V3.2).
-        sapo_temperature_pos/neg, vespo_k_pos/neg, vespo_lambda_pos/neg: SAPO and VESPO shape.
         entropies: `(B, T)` exact per-token entropies; required by `top_entropy_quantile`
             < 1 and `entropy_coef` != 0 (differentiable for the latter), else only logged.
         top_entropy_quantile: keep only this top fraction of tokens by entropy, in (0, 1].
         entropy_coef: weight of the entropy bonus subtracted from the loss.
         training: TRL's train mode; False gives eval-mode scaling.
+        **knobs: the loss types' shape parameters (`KNOBS`: SAPO's temperatures, VESPO's
+            k and lambda); those of other loss types are ignored, missing ones default.
 
     Returns:
-        `LossOutput`: `loss` and `metrics`: the loss type's clip statistics
-        (`clip_ratio/*`, `cispo_clip_ratio` or `vespo/phi_seq_mean`), `policy_loss` (before
-        the accumulation division and the entropy bonus), `kl` when `beta != 0`, `entropy`
+        `LossOutput`: `loss` and `metrics`: the loss type's statistics (`clip_ratio/*`,
+        `cispo_clip_ratio` or `vespo/phi_seq_mean`), `policy_loss` (before the
+        accumulation division and the entropy bonus), `kl` when `beta != 0`, `entropy`
         when `entropies` is given.
     """
-    check_per_token(logps, mask, old_logps=old_logps, ref_logps=ref_logps, sampling_logps=sampling_logps,
-                    entropies=entropies)
-    if loss_type not in LOSS_TYPES:
-        raise ValueError(f"loss_type={loss_type!r} is unknown; use one of {', '.join(LOSS_TYPES)}")
-    if importance_sampling_level not in ("token", "sequence"):
-        raise ValueError(f"importance_sampling_level={importance_sampling_level!r}; use 'token' or 'sequence'")
-    if beta != 0.0 and ref_logps is None:
-        raise ValueError(f"beta={beta} needs ref_logps (the reference model's log-probs); "
-                         "pass ref_logps or set beta=0.0")
-    if loss_type == "dr_grpo" and max_completion_length is None:
-        raise ValueError("loss_type='dr_grpo' needs max_completion_length (its normaliser)")
-    if gradient_accumulation_steps < 1:
-        raise ValueError(f"gradient_accumulation_steps={gradient_accumulation_steps} must be >= 1")
-    if entropies is None and (top_entropy_quantile < 1.0 or entropy_coef != 0.0):
-        raise ValueError("top_entropy_quantile < 1 and entropy_coef != 0 need entropies: pass the policy's "
-                         "(B, T) entropies (completion_forward(..., with_entropy=True))")
-
-    epsilon_high = epsilon if epsilon_high is None else epsilon_high
-    steps_per_generation = steps_per_generation or gradient_accumulation_steps
+    check_arguments(logps, old_logps, mask, loss_type=loss_type, importance_sampling_level=importance_sampling_level,
+                    beta=beta, ref_logps=ref_logps, sampling_logps=sampling_logps,
+                    max_completion_length=max_completion_length,
+                    gradient_accumulation_steps=gradient_accumulation_steps, entropies=entropies,
+                    top_entropy_quantile=top_entropy_quantile, entropy_coef=entropy_coef, knobs=knobs, losses=LOSSES)
+    spec = LOSSES[loss_type]
     valid = mask != 0
     mask = mask.to(logps.dtype)
     advantages = advantage_column(advantages.to(logps.dtype), logps.shape[0])  # (B, 1) or (B, T)
@@ -307,40 +358,35 @@ def policy_loss(
         log_weights = log_ratio
     ratio = torch.exp(log_weights)  # (B, T) or (B, 1)
 
+    steps_per_generation = steps_per_generation or gradient_accumulation_steps
+    context = LossContext(
+        logps=logps, log_ratio=log_ratio, mask=mask, sampling_ratio=sampling_ratio, epsilon=epsilon,
+        epsilon_high=epsilon if epsilon_high is None else epsilon_high, delta=delta,
+        accumulation=gradient_accumulation_steps if training else 1, max_completion_length=max_completion_length,
+        num_items=torch.as_tensor(mask.sum() if num_items_in_batch is None else num_items_in_batch,
+                                  dtype=logps.dtype, device=logps.device),
+        num_processes=num_processes,
+        window_fraction=gradient_accumulation_steps / steps_per_generation if training else 1.0,
+        knobs={name: knobs.get(name, default) for name, default in spec.knobs.items()})
+    per_token_loss, counted = spec.surrogate(ratio, advantages, context)
+    for factor in (off_policy_mask, entropy_mask, None if spec.own_sampling_correction else sampling_ratio):
+        if factor is not None:
+            per_token_loss = per_token_loss * factor
     if beta != 0.0:
         per_token_kl = kl_k3(logps, ref_logps)  # (B, T)
         if use_bias_correction_kl:
             per_token_kl = per_token_kl * ratio
-    gamma = None
-    if loss_type == "vespo":
-        gamma = vespo_weights(advantages, log_ratio, mask, sampling_ratio, k_pos=vespo_k_pos,
-                              lambda_pos=vespo_lambda_pos, k_neg=vespo_k_neg, lambda_neg=vespo_lambda_neg)
-    per_token_loss, metric_ratio = surrogate(
-        loss_type, ratio, advantages, logps, epsilon_low=epsilon, epsilon_high=epsilon_high, delta=delta,
-        sapo_temperatures=(sapo_temperature_pos, sapo_temperature_neg), gamma=gamma)
-    for factor in (off_policy_mask, entropy_mask, None if loss_type == "vespo" else sampling_ratio):
-        if factor is not None:
-            per_token_loss = per_token_loss * factor
-    if beta != 0.0:
         per_token_loss = per_token_loss + beta * per_token_kl
     per_token_loss = per_token_loss.expand(mask.shape)  # (B, T) even for sequence-level losses
-
-    accumulation = gradient_accumulation_steps if training else 1
-    num_items = torch.as_tensor(mask.sum() if num_items_in_batch is None else num_items_in_batch,
-                                dtype=logps.dtype, device=logps.device)
-    loss, unscaled = aggregate(
-        loss_type, per_token_loss, mask, accumulation=accumulation, max_completion_length=max_completion_length,
-        num_items=num_items, num_processes=num_processes,
-        window_fraction=gradient_accumulation_steps / steps_per_generation if training else 1.0)
+    loss, unscaled = spec.aggregate(per_token_loss, context)
     if entropy_coef != 0.0:
         # The bonus acts on the tokens the policy term trains on; a plain token mean, so that
         # entropy_coef means the same for every loss type.
         effective = mask if entropy_mask is None else mask * entropy_mask
-        loss = loss - entropy_coef * entropy_bonus(entropies, effective, accumulation)
+        loss = loss - entropy_coef * entropy_bonus(entropies, effective, context.accumulation)
 
     with torch.no_grad():
-        metrics = ratio_metrics(loss_type, metric_ratio, advantages, mask, epsilon_low=epsilon,
-                                epsilon_high=epsilon_high, gamma=gamma)
+        metrics = spec.metrics(counted, advantages, context)
         metrics["policy_loss"] = unscaled.item()
         if beta != 0.0:
             metrics["kl"] = token_mean(per_token_kl, mask)
@@ -405,19 +451,10 @@ class GRPO(Algorithm):
         control = self._entropy_coef(config)
         out = policy_loss(
             outputs.logps, micro_batch.old_logps, micro_batch.advantages, micro_batch.completion_mask,
-            loss_type=config.loss_type, epsilon=config.epsilon, epsilon_high=config.epsilon_high,
-            delta=config.delta, importance_sampling_level=config.importance_sampling_level, beta=config.beta,
+            **{name: getattr(config, name) for name in CONFIG_LOSS_FIELDS},
             ref_logps=micro_batch.ref_logps, sampling_ratio=micro_batch.sampling_ratio,
-            sampling_logps=micro_batch.sampling_logps,
-            off_policy_mask_threshold=config.off_policy_mask_threshold,
-            max_completion_length=config.max_completion_length, num_items_in_batch=num_items_in_batch,
-            gradient_accumulation_steps=config.gradient_accumulation_steps,
-            steps_per_generation=config.effective_steps_per_generation, num_processes=config.num_processes,
-            use_bias_correction_kl=config.use_bias_correction_kl,
-            sapo_temperature_pos=config.sapo_temperature_pos, sapo_temperature_neg=config.sapo_temperature_neg,
-            vespo_k_pos=config.vespo_k_pos, vespo_lambda_pos=config.vespo_lambda_pos,
-            vespo_k_neg=config.vespo_k_neg, vespo_lambda_neg=config.vespo_lambda_neg,
-            entropies=outputs.entropies, top_entropy_quantile=config.top_entropy_quantile,
+            sampling_logps=micro_batch.sampling_logps, num_items_in_batch=num_items_in_batch,
+            steps_per_generation=config.effective_steps_per_generation, entropies=outputs.entropies,
             entropy_coef=control.coef_to_apply())
         if control.enabled and outputs.entropies is not None:
             self._micro_batches += 1

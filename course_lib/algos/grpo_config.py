@@ -1,8 +1,9 @@
 """`GRPOConfig`: the GRPO-only knobs on top of the shared :class:`course_lib.config.RLConfig`.
 
 Names, defaults and meaning follow TRL 1.16's `GRPOConfig`; the formulas they select live
-in :mod:`course_lib.algos.grpo` (advantages, the loss entry point),
-:mod:`course_lib.algos.grpo_losses` (the loss types) and :mod:`course_lib.ops.entropy`.
+in :mod:`course_lib.algos.grpo` (advantages, the clipped surrogate, the loss-type table `LOSSES`,
+the loss entry point), :mod:`course_lib.algos.grpo_losses` (the loss types' other pieces) and
+:mod:`course_lib.ops.entropy`.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ class GRPOConfig(RLConfig):
     local batch, `dr_grpo` constant max_completion_length (Dr. GRPO), `dapo` tokens of the whole
     accumulated batch (DAPO); `cispo` clipped detached IS weight times log-prob (MiniMax-M1), `sapo`
     soft sigmoid gate (SAPO), `luspo` length-scaled GSPO, `vespo` gamma-weighted sequence ratio
-    (see course_lib/algos/grpo_losses.py)."""
+    (one entry each in `LOSSES`, course_lib/algos/grpo.py)."""
     use_bias_correction_kl: bool = True
     """Multiply the KL term by the importance ratio so that its gradient is the unbiased
     reverse-KL gradient (DeepSeek-V3.2; TRL 1.16's default). On-policy the value is unchanged

@@ -24,11 +24,11 @@ import numpy as np
 import torch
 from matplotlib.figure import Figure
 
-from course_lib.algos.grpo import policy_loss
+from course_lib.algos.grpo import CLIPPED_LOSSES, LOSSES, policy_loss
 
-# The four token aggregations of the classic clipped loss (the newer loss types change the
-# objective itself; lesson 06's clip explorer draws those).
-LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo")
+# The token aggregations of the classic clipped loss (the newer loss types change the
+# objective itself; lesson 06's clip explorer draws those, and LUSPO is a sequence-level loss).
+LOSS_TYPES = tuple(name for name in CLIPPED_LOSSES if LOSSES[name].level != "sequence")
 
 from ._common import build_explorer, new_figure, parse_numbers
 

@@ -10,6 +10,7 @@ import warnings
 import pytest
 
 from course_lib.algos import GRPOConfig, PPOConfig, RLOOConfig, config_from_dict, make_config
+from course_lib.algos.grpo import LOSSES
 from course_lib.config import ConfigWarning, RLConfig, apply_overrides, field_docs
 from course_lib.run.config_tools import to_trl_grpo_config
 
@@ -414,6 +415,29 @@ def test_the_grpo_loss_types_are_the_config_annotation():
     from course_lib.run.validation import literal_choices
 
     assert literal_choices(typing.get_type_hints(GRPOConfig)["loss_type"]) == LOSS_TYPES
+
+
+def test_the_loss_reads_every_grpo_loss_field_by_one_list_and_the_shapes_default_as_in_the_table():
+    import inspect
+
+    from course_lib.algos.grpo import CONFIG_LOSS_FIELDS, KNOBS, policy_loss
+
+    fields = {f.name: f for f in dataclasses.fields(GRPOConfig)}
+    params = set(inspect.signature(policy_loss).parameters)
+    assert set(CONFIG_LOSS_FIELDS) <= set(fields)
+    assert set(CONFIG_LOSS_FIELDS) <= params | set(KNOBS)
+    # The only config fields policy_loss takes otherwise: the schedule's effective value and the
+    # entropy coefficient the adaptive controller applies.
+    assert (params & set(fields)) - set(CONFIG_LOSS_FIELDS) == {"steps_per_generation", "entropy_coef"}
+    assert {name: fields[name].default for name in KNOBS} == KNOBS
+
+
+@pytest.mark.parametrize("loss_type", [name for name, spec in LOSSES.items() if spec.level])
+def test_a_loss_type_built_for_one_ratio_level_warns_at_the_other(loss_type):
+    level = LOSSES[loss_type].level  # the table's word; the config's warning must agree with it
+    other = "token" if level == "sequence" else "sequence"
+    with pytest.warns(ConfigWarning, match=rf"loss_type='{loss_type}'.*importance_sampling_level='{level}'"):
+        GRPOConfig(loss_type=loss_type, importance_sampling_level=other)
 
 
 def test_ppo_refuses_epsilon_high_which_its_symmetric_clip_would_ignore():

@@ -15,7 +15,8 @@ from hypothesis import strategies as st
 
 from course_lib.ops.importance import importance_sampling_ratio, truncated_is_ratio
 from course_lib.ops.kl import kl_k1, kl_k2, kl_k3
-from course_lib.algos.grpo import LOSS_TYPES, policy_loss
+from course_lib.algos.grpo import LOSSES, LOSS_TYPES, LossType, clipped_surrogate, policy_loss
+from course_lib.algos.grpo_losses import no_metrics, sequence_mean
 from course_lib.algos.ppo import ppo_policy_loss, value_loss
 from course_lib.algos.rloo import rloo_policy_loss
 
@@ -30,6 +31,40 @@ def _one_by_three():
 
 
 # ---------------------------------------------------------------- policy_loss, by hand
+
+
+def test_clipped_surrogate_by_hand():
+    ratio = torch.tensor([[0.5, 1.0, 1.5]])
+    # A = +1: -min(r, clip(r, 0.8, 1.2)) = -(0.5, 1.0, 1.2): a high ratio stops earning.
+    torch.testing.assert_close(clipped_surrogate(ratio, torch.tensor([[1.0]]), 0.2), -torch.tensor([[0.5, 1.0, 1.2]]))
+    # A = -1: max(r, clip(r)) = (0.8, 1.0, 1.5): a low ratio stops being pushed further down.
+    torch.testing.assert_close(clipped_surrogate(ratio, torch.tensor([[-1.0]]), 0.2), torch.tensor([[0.8, 1.0, 1.5]]))
+    # clip-higher 0.4: the upper bound moves to 1.4; delta=1.3 caps the unclipped r at 1.3 for A < 0.
+    torch.testing.assert_close(clipped_surrogate(ratio, torch.tensor([[1.0]]), 0.2, 0.4),
+                               -torch.tensor([[0.5, 1.0, 1.4]]))
+    torch.testing.assert_close(clipped_surrogate(ratio, torch.tensor([[-1.0]]), 0.2, delta=1.3),
+                               torch.tensor([[0.8, 1.0, 1.3]]))
+
+
+def test_a_new_loss_type_is_one_table_entry(monkeypatch):
+    """A plain policy gradient `-r A`, averaged per sequence: nothing but the entry is added."""
+    monkeypatch.setitem(LOSSES, "plain_pg", LossType(lambda ratio, adv, c: (-ratio * adv, ratio), sequence_mean,
+                                                     no_metrics))
+    logps = torch.tensor([[LN(0.5), LN(0.5), 0.0], [LN(0.25), 0.0, 0.0]], requires_grad=True)
+    mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 0.0, 0.0]])
+    out = policy_loss(logps, None, torch.tensor([2.0, -1.0]), mask, loss_type="plain_pg")
+    # On-policy r = 1: per-sequence means -2 and +1, their mean -0.5; d/dlogp = -A / (B * len).
+    assert out.loss.item() == pytest.approx(-0.5)
+    out.loss.backward()
+    torch.testing.assert_close(logps.grad, torch.tensor([[-0.5, -0.5, 0.0], [0.5, 0.0, 0.0]]))
+    assert set(out.metrics) == {"policy_loss"}
+
+
+def test_an_unknown_shape_parameter_is_refused_by_name():
+    logps, advantages, mask = _two_rows()
+    with pytest.raises(ValueError, match="sapo_temperature.*sapo_temperature_neg, sapo_temperature_pos"):
+        policy_loss(logps, None, advantages, mask, loss_type="sapo", sapo_temperature=1.0)
+
 
 
 def test_clipped_objective_positive_advantage_by_hand():
