@@ -23,6 +23,8 @@ def trajectory_loss_mask(segments: list[tuple[str, list[int]]]) -> tuple[list[in
     """
     # BEGIN SOLUTION
     # HINT: walk the segments in order; extend ids with each segment's ids and mask with as many 1s (model) or 0s (tool).
+    # HINT: usual mistakes: dropping the tool ids (the model reads them), one mask entry per segment instead of per
+    # HINT: token, a 0 on the model's end-of-turn token, and masking every turn after the first tool result.
     ids, mask = [], []
     for writer, piece in segments:
         if writer not in ("model", "tool"):
@@ -49,6 +51,8 @@ class GuessingGame:
         """
         # BEGIN SOLUTION
         # HINT: store int(secret) and an empty list of guesses on self; every rollout starts fresh.
+        # HINT: usual mistakes: keeping the secret as text ("42" != 42), a guess list on the class (shared by
+        # HINT: every game), and a reset without **row (it receives the whole dataset row).
         self.secret, self.guesses = int(secret), []
         return "I am thinking of a number between 1 and 100."
         # END SOLUTION

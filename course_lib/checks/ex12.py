@@ -26,8 +26,13 @@ def check_trajectory_loss_mask(fn) -> None:
                    "not a token mask.")
     if mask == [1 - m for m in _MASK]:
         raise Hint("the mask is inverted: 1 marks tokens the model wrote (trained), 0 the tool's tokens.")
-    if mask[:4] != _MASK[:4] or mask[-2:] != _MASK[-2:]:
+    ends = [3, 12, 19]  # each model turn's end-of-turn token
+    if [m for i, m in enumerate(mask) if i not in ends] == [m for i, m in enumerate(_MASK) if i not in ends] \
+            and any(mask[i] != 1 for i in ends):
         raise Hint("every model token is trained, its end-of-turn token included: the model chose to stop there.")
+    if mask[:4] == _MASK[:4] and not any(mask[10:13] + mask[18:]):
+        raise Hint("only the first turn is trained: model turns after a tool result are 1 again (the mask has holes, "
+                   "it does not end at the first tool result).")
     if mask != _MASK:
         wrong = [i for i, (a, b) in enumerate(zip(mask, _MASK)) if a != b]
         raise Hint(f"positions {wrong} are wrong: the tool's tokens (the result and the header the loop writes before "
@@ -54,12 +59,15 @@ def check_guessing_game(cls) -> None:
                    "'higher' means the secret is higher than the guess. (Did you compare with the string '42'? "
                    "Store int(secret).)")
     reward = game.get_reward()
+    if reward == 0.0:
+        raise Hint("42 was guessed but get_reward says 0.0: compare numbers, not text. Store int(secret) in reset.")
     if abs(reward - 0.8) > 1e-9:
         raise Hint(f"three guesses, the last correct: reward 1.0 - 0.1 * 2 = 0.8; got {reward!r}.")
-    game.reset(secret=7, prompt=None)
+    game.reset(secret=42, prompt=None)
     if game.get_reward() != 0.0:
-        raise Hint("reset must forget the previous game's guesses: one instance serves many rollouts in turn.")
-    game.guess(number=7)
+        raise Hint("reset must forget the previous game's guesses (set a new list on self in reset, not on the class): "
+                   "one instance serves many rollouts in turn.")
+    game.guess(number=42)
     if game.get_reward() != 1.0:
         raise Hint("a first correct guess earns 1.0.")
     for _ in range(15):
