@@ -214,30 +214,12 @@ for message in trajectory.messages:
     print(message)
 
 # %%
-def show_trajectory(tok, prompt, completion_ids, tool_mask, per_line=48, title=""):
-    """Every token of prompt + trajectory as a coloured cell: grey prompt, green trained
-    (model-written, tool_mask 1), orange masked (tool-written, tool_mask 0)."""
-    cells = [(t, "#d9d9d9") for t in prompt] + [
-        (t, "#7fc97f" if m else "#fdae61") for t, m in zip(completion_ids, tool_mask)]
-    rows = (len(cells) + per_line - 1) // per_line
-    fig, ax = plt.subplots(figsize=(per_line * 0.28, rows * 0.36 + 0.6))
-    for k, (token, colour) in enumerate(cells):
-        r, c = divmod(k, per_line)
-        ax.add_patch(plt.Rectangle((c, -r), 0.95, 0.9, color=colour))
-        text = tok.decode([token]).replace("\n", "\\n")
-        ax.text(c + 0.47, -r + 0.42, text[:4], ha="center", va="center", fontsize=6, family="monospace")
-    ax.set_xlim(0, per_line)
-    ax.set_ylim(-rows + 0.9, 1)
-    ax.axis("off")
-    handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in ("#d9d9d9", "#7fc97f", "#fdae61")]
-    ax.legend(handles, ["prompt (context)", "model token: trained", "tool result: masked"],
-              loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=3, fontsize=8, frameon=False)
-    ax.set_title(title, fontsize=9, pad=18)
-    plt.show()
+from IPython.display import display
 
+from course_lib.widgets import plot_trajectory_tokens
 
-show_trajectory(tokenizer, prompt_ids[0], trajectory.completion_ids, trajectory.tool_mask,
-                title="One trajectory of the calculator task")
+display(plot_trajectory_tokens(tokenizer, prompt_ids[0], trajectory.completion_ids, trajectory.tool_mask,
+                               title="One trajectory of the calculator task."))
 
 # %% [markdown]
 # Read the colours from left to right: the prompt (with the tool list) is context; the
@@ -365,18 +347,32 @@ plt.show()
 # measured before/after lift on held-out problems, with its interval, is the training
 # demo still to come for this lesson.
 #
-# Last, one trajectory the trained model wrote, coloured as before:
+# Last, a group of four trajectories the trained model samples for one problem, each with
+# its desk reward and its GRPO advantage `(r - mean) / (std + 1e-4)` over the group: every
+# trained (green) token of a trajectory is pushed up or down by that one number, and the
+# masked (orange) tool tokens by nothing.
 
 # %%
+from course_lib.algos.grpo import group_advantages
 from course_lib.rollout import HFEngine
 
-own = run_agent_rollouts(HFEngine(trainer.model, tokenizer), tokenizer, prompt_ids, [ToolBox([multiply])],
-                         SamplingConfig(temperature=0, max_tokens=128), max_tool_calling_iterations=1,
-                         max_completion_length=128, chat_template=TOOL_CHAT_TEMPLATE)
-mine = own.trajectories[0]
-print("stop:", mine.stop, "| calls:", mine.calls, "| text:", mine.display_text())
-show_trajectory(tokenizer, prompt_ids[0], mine.completion_ids, mine.tool_mask,
-                title="The trained tiny model on 37*45 (greedy)")
+G = 4
+desks = [MultiplyDesk() for _ in range(G)]
+for d in desks:
+    d.reset(a=37, b=45)
+group = run_agent_rollouts(HFEngine(trainer.model, tokenizer), tokenizer, prompt_ids * G,
+                           [ToolBox([d.multiply]) for d in desks], SamplingConfig(temperature=1.0, seed=1, max_tokens=128),
+                           max_tool_calling_iterations=1, max_completion_length=128, chat_template=TOOL_CHAT_TEMPLATE)
+rewards = torch.tensor([d.get_reward() for d in desks])
+advantages = group_advantages(rewards, G)
+for k, (t, r, adv) in enumerate(zip(group.trajectories, rewards, advantages)):
+    print(f"rollout {k}: reward {r:.1f}, advantage {adv:+.3f}, stop {t.stop}: {t.display_text()[:110]!r}")
+if float(rewards.std()) == 0.0:
+    print("all rewards of the group are equal: every advantage is 0, and this group teaches nothing")
+for k in sorted({int(advantages.argmax()), int(advantages.argmin())}):
+    t = group.trajectories[k]
+    display(plot_trajectory_tokens(tokenizer, [], t.completion_ids, t.tool_mask, advantage=float(advantages[k]),
+                                   title=f"Rollout {k} (reward {rewards[k]:.1f})."))
 
 # %% [markdown]
 # ## Questions
