@@ -32,6 +32,9 @@ resolves and that the README's module table names every file listed here).
 10 inference memory: the completion forward with a shared prompt -> course_lib/policy.py: completion_forward
 11 capstone: accuracy with a Wilson interval, lift between two runs -> course_lib/evaluation.py: wilson_interval, lift_interval
 11 capstone: pass@k and maj@k -> course_lib/sampled_evaluation.py: pass_at_k, maj_at_k
+12 agents: multi-turn rollout loop, tool mask (tool results attended, not trained) -> course_lib/rollout/agents.py: run_agent_rollouts, Trajectory, tool_metrics
+12 agents: environments (reset, public methods as tools, get_reward) -> course_lib/rollout/tools.py: Environments, ToolBox, public_methods
+12 agents: supervised warm-up on scripted tool traces -> course_lib/rollout/warmup.py: ScriptedPolicy, supervised_warmup
 13 debugging: the run doctor's rules and diagnosis -> course_lib/doctor/core.py: rule, diagnose
 13 debugging: the failure museum -> course_lib/doctor/museum.py: run_exhibit
 13 debugging: DAPO's dynamic sampling (drop groups whose rewards are all equal) -> course_lib/run/dynamic_sampling.py: draw_batch

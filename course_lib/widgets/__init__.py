@@ -17,6 +17,7 @@ plot cannot disagree with the trainer.
 | 07 | `plot_schedule` (`SCHEDULE_PRESETS`) | `schedule_explorer` |
 | 09 | `plot_reward_breakdown` | `reward_playground` |
 | 10 | `logits_memory_gb`, `kv_cache_gb`, `measure_logprob_memory`, `plot_memory_vs_chunk_size` | — |
+| 12 | `plot_trajectory_tokens`, `token_cells` | — |
 
 ipywidgets is imported only when an explorer is built. Under IPython, importing this
 package lets a cell that ends with a returned figure show it (`enable_notebook_display`):
@@ -33,6 +34,7 @@ from .memory import kv_cache_gb, logits_memory_gb, measure_logprob_memory, plot_
 from .normalization import normalization_explorer, per_token_weights, plot_loss_normalization
 from .rewards_playground import EXAMPLE_COMPLETIONS, plot_reward_breakdown, reward_breakdown, reward_playground
 from .schedule import SCHEDULE_PRESETS, plot_schedule, schedule_explorer, schedule_formulas, schedule_grid
+from .trajectory import plot_trajectory_tokens, token_cells
 
 __all__ = [
     "DEFAULT_PANELS",
@@ -66,12 +68,14 @@ __all__ = [
     "plot_schedule",
     "plot_sequence_ratio",
     "plot_training_history",
+    "plot_trajectory_tokens",
     "reward_breakdown",
     "reward_playground",
     "schedule_explorer",
     "schedule_formulas",
     "schedule_grid",
     "sequence_clip_maps",
+    "token_cells",
 ]
 
 enable_notebook_display()

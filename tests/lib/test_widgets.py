@@ -512,3 +512,30 @@ def test_figures_label_bars_and_count_whole_steps(render):
     assert ticks and all(float(t.replace("\u2212", "-")).is_integer() for t in ticks)
     # a short run is not smoothed
     assert len(w.plot_training_history(history[:8], keys=["reward"]).axes[0].lines) == 1
+
+
+# ----------------------------------------------------------------------------- trajectories (lesson 12)
+
+def test_trajectory_cells_follow_the_tool_mask(render):
+    """A trajectory built by hand on the character-level tiny tokenizer: a call, a tool
+    result with the next turn's header, an answer; every cell's colour is its mask's role."""
+    from course_lib.models import load_policy
+
+    _, tokenizer = load_policy("tiny")
+    encode = lambda text: tokenizer(text, add_special_tokens=False)["input_ids"]  # noqa: E731
+    prompt = encode("6*7")
+    call, result, answer = encode("<call>"), encode("\n42\n"), encode("42")
+    completion = call + result + answer
+    mask = [1] * len(call) + [0] * len(result) + [1] * len(answer)
+    cells = w.token_cells(tokenizer, prompt, completion, mask)
+    assert [role for _, role in cells] == ["prompt"] * 3 + ["trained"] * 6 + ["masked"] * 4 + ["trained"] * 2
+    assert "".join(text for text, _ in cells) == "6*7<call>\\n42\\n42"
+    fig = render(w.plot_trajectory_tokens(tokenizer, prompt, completion, mask, advantage=-0.5, per_line=5), "trajectory")
+    ax = fig.axes[0]
+    cells_drawn = [p for p in ax.patches if p.get_label() in w.trajectory.ROLE_COLORS]
+    assert [p.get_label() for p in cells_drawn] == [role for _, role in cells]
+    for patch in cells_drawn:
+        assert patch.get_facecolor() == to_rgba(w.trajectory.ROLE_COLORS[patch.get_label()])
+    assert "8 trained, 4 masked tokens" in ax.get_title() and "advantage -0.500" in ax.get_title()
+    with pytest.raises(ValueError, match="one mask entry per trajectory token"):
+        w.token_cells(tokenizer, prompt, completion, mask[:-1])

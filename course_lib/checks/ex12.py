@@ -1,0 +1,97 @@
+"""Checks of lesson 12's exercises (the loss mask of a trajectory; a guessing-game environment)."""
+
+from __future__ import annotations
+
+import inspect
+
+from ..feedback import Hint
+
+# A trajectory worked by hand: call, result, call, result, answer (ids are arbitrary).
+_SEGMENTS = [("model", [5, 6, 7, 2]), ("tool", [9, 40, 41, 2, 9, 3]), ("model", [8, 8, 2]),
+             ("tool", [9, 42, 2, 9, 3]), ("model", [11, 2])]
+_IDS = [5, 6, 7, 2, 9, 40, 41, 2, 9, 3, 8, 8, 2, 9, 42, 2, 9, 3, 11, 2]
+_MASK = [1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 1, 1, 1, 0, 0, 0, 0, 0, 1, 1]
+
+
+def check_trajectory_loss_mask(fn) -> None:
+    out = fn([(w, list(p)) for w, p in _SEGMENTS])
+    if not (isinstance(out, tuple) and len(out) == 2):
+        raise Hint(f"return a pair (ids, mask); got {type(out).__name__}.")
+    ids, mask = (list(x) for x in out)
+    if ids != _IDS:
+        raise Hint(f"ids must be every segment's ids concatenated in order, tool results included (the model reads "
+                   f"them); expected {_IDS}, got {ids}.")
+    if len(mask) != len(ids):
+        raise Hint(f"the mask needs one entry per id ({len(ids)}), got {len(mask)}: a mask per segment or per turn is "
+                   "not a token mask.")
+    if mask == [1 - m for m in _MASK]:
+        raise Hint("the mask is inverted: 1 marks tokens the model wrote (trained), 0 the tool's tokens.")
+    ends = [3, 12, 19]  # each model turn's end-of-turn token
+    if [m for i, m in enumerate(mask) if i not in ends] == [m for i, m in enumerate(_MASK) if i not in ends] \
+            and any(mask[i] != 1 for i in ends):
+        raise Hint("every model token is trained, its end-of-turn token included: the model chose to stop there.")
+    if mask[:4] == _MASK[:4] and not any(mask[10:13] + mask[18:]):
+        raise Hint("only the first turn is trained: model turns after a tool result are 1 again (the mask has holes, "
+                   "it does not end at the first tool result).")
+    if mask != _MASK:
+        wrong = [i for i, (a, b) in enumerate(zip(mask, _MASK)) if a != b]
+        raise Hint(f"positions {wrong} are wrong: the tool's tokens (the result and the header the loop writes before "
+                   "the next model turn) are all 0, and model turns after a tool result are 1 again.")
+    if tuple(map(list, fn([("model", []), ("tool", [1]), ("model", [])]))) != ([1], [0]):
+        raise Hint("an empty segment adds nothing (a model turn can be empty when the budget ran out).")
+
+
+def check_guessing_game(cls) -> None:
+    if not inspect.isclass(cls):
+        raise Hint("GuessingGame must be a class: environment_factory calls it to make one instance per rollout.")
+    game = cls()
+    try:
+        text = game.reset(secret="42", prompt=[{"role": "user", "content": "Play"}], split="train")
+    except TypeError as error:
+        raise Hint(f"reset receives the whole dataset row as keywords (secret, prompt, ...): accept **row. ({error})")
+    if text != "I am thinking of a number between 1 and 100.":
+        raise Hint(f"reset must return the text appended to the user's message; got {text!r}.")
+    if game.get_reward() != 0.0:
+        raise Hint("before any guess the reward is 0.0.")
+    answers = [game.guess(number=n) for n in (50, 20, 42)]
+    if answers != ["lower", "higher", "correct"]:
+        raise Hint(f"guesses 50, 20, 42 against secret 42 must answer ['lower', 'higher', 'correct']; got {answers}. "
+                   "'higher' means the secret is higher than the guess. (Did you compare with the string '42'? "
+                   "Store int(secret).)")
+    reward = game.get_reward()
+    if reward == 0.0:
+        raise Hint("42 was guessed but get_reward says 0.0: compare numbers, not text. Store int(secret) in reset.")
+    if abs(reward - 0.8) > 1e-9:
+        raise Hint(f"three guesses, the last correct: reward 1.0 - 0.1 * 2 = 0.8; got {reward!r}.")
+    game.reset(secret=42, prompt=None)
+    if game.get_reward() != 0.0:
+        raise Hint("reset must forget the previous game's guesses (set a new list on self in reset, not on the class): "
+                   "one instance serves many rollouts in turn.")
+    game.guess(number=42)
+    if game.get_reward() != 1.0:
+        raise Hint("a first correct guess earns 1.0.")
+    for _ in range(15):
+        game.guess(number=1)
+    if game.get_reward() != 0.0:
+        raise Hint(f"16 guesses, one correct: the reward never goes below 0.0, max(0, 1 - 1.5) = 0.0; "
+                   f"got {game.get_reward()!r}.")
+    other = cls()
+    other.reset(secret=3)
+    other.guess(number=5)
+    if other.get_reward() != 0.0:
+        raise Hint("a game whose secret was never guessed earns 0.0.")
+    _check_tool_schema(cls)
+
+
+def _check_tool_schema(cls) -> None:
+    from ..rollout.tool_calls import tool_schema
+    from ..rollout.tools import public_methods
+
+    names = [m.__name__ for m in public_methods(cls())]
+    if names != ["guess"]:
+        raise Hint(f"the tools are the public methods other than reset and get_reward; expected ['guess'], got {names}. "
+                   "Prefix helpers with an underscore.")
+    try:
+        tool_schema(cls().guess)
+    except Exception as error:  # the schema builder's own message says what is missing
+        raise Hint(f"guess needs type hints and a Google-style docstring with an Args section: {error}")
