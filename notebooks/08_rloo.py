@@ -277,20 +277,23 @@ feedback(ex08.check_rloo_reward_with_kl, ex.rloo_reward_with_kl);
 # the score on the last token, the KL penalty on every token. The sequence-level penalty
 # (RLOO's default) adds the KL up first and subtracts it once. Summed over the completion,
 # the two are the same number, so in an RLOO trainer — one action per completion, one
-# advantage per completion — `token_level_kl` changes no advantage (check below). Where it
-# matters is when every token gets its own return, the **reward-to-go**
-# `G_t = Σ_{s ≥ t} r_s`, as in Reinforce++ proper and in PPO: then a token is charged only
-# for the drift that comes *after* it.
+# advantage per completion — `token_level_kl` would change no advantage (check below), and
+# the course's `RLOOConfig` refuses `token_level_kl=True` rather than accept a switch that
+# does nothing. Where it matters is when every token gets its own return, the
+# **reward-to-go** `G_t = Σ_{s ≥ t} r_s`, as in Reinforce++ proper and in PPO: then a token
+# is charged only for the drift that comes *after* it.
 
 # %%
-sequence_level, _ = rloo_advantages_with_kl(scores, logps, ref_logps, mask, is_eos, config)
-token_level, _ = rloo_advantages_with_kl(scores, logps, ref_logps, mask, is_eos,
-                                         make_config("rloo", rloo_k=2, kl_coef=0.1, token_level_kl=True))
-print("RLOO advantages, sequence- vs token-level KL identical:", torch.allclose(sequence_level, token_level))
-
 per_token = -0.1 * (logps - ref_logps) * mask                  # eq. 1: KL on every token ...
 last = mask.sum(1).long() - 1
 per_token[torch.arange(4), last] += scores                     # ... and the score on the last one
+sequence_level = scores - 0.1 * ((logps - ref_logps) * mask).sum(1)  # score - beta * summed KL
+print("per-token rewards summed = sequence-level reward:", torch.allclose(per_token.sum(1), sequence_level))
+try:
+    make_config("rloo", rloo_k=2, kl_coef=0.1, token_level_kl=True)
+except ValueError as error:
+    print("refused:", error)
+
 reward_to_go = per_token.flip(1).cumsum(1).flip(1) * mask      # G_t = sum of rewards from t on
 print("per-token rewards:\n", per_token)
 print("reward-to-go G_t (what a per-token advantage would start from):\n", reward_to_go)
@@ -319,10 +322,10 @@ feedback(ex08.check_token_level_rewards, ex.token_level_rewards);
 # | `normalize_reward` | scores → mean 0, std 1 over the batch | stable scale across prompts and training time |
 # | `reward_clip_range` (default 10) | clip the (normalized) scores to ±10 | one extreme score cannot dominate the update and blow up gradients |
 # | `normalize_advantage` | advantages → mean 0, std 1 over the batch | stable step size |
-# | `token_level_kl` | eq. 1 instead of a summed penalty | per-token credit for drift (section 4) |
+# | `token_level_kl` | eq. 1 instead of a summed penalty | per-token credit for drift (section 4; only `False` here) |
 #
 # (The documentation's parameter list says `token_level_kl` defaults to True, while the signature it
-# prints says False. The course follows the signature: False.) In the trainer, as in TRL's
+# prints says False. The course follows the signature: False, the only value its RLOO accepts.) In the trainer, as in TRL's
 # RLOO, the clip acts on the normalized scores. A z-score beyond 10 needs a large batch and
 # a wild outlier — exactly the case the clip is for:
 

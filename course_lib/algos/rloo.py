@@ -65,8 +65,10 @@ class RLOOConfig(OnPolicyConfig):
     """Sampling temperature: 1.0, TRL 1.16's RLOOConfig default (the older trainer's 0.7 is in the
     preset `older_trl_rloo`)."""
     token_level_kl: bool = False
-    """Reinforce++ (Hu 2025, eq. 1): KL penalty per token instead of summed per sequence. Default
-    False as in TRL's code signature; its older parameter list says True, which contradicts it."""
+    """Reinforce++ (Hu 2025, eq. 1): KL penalty per token instead of summed per sequence. Only False
+    is accepted: RLOO gives one advantage per completion, the sum of its token rewards, which is the
+    same number either way (True matters only with a per-token return, as PPO's). False as in the
+    older RLOOTrainer's code signature; its parameter list says True, which contradicts it."""
     normalize_reward: bool = False
     """Reinforce++: standardise the scores over the batch, then clip them to +-reward_clip_range."""
     reward_clip_range: float = 10.0
@@ -79,6 +81,10 @@ class RLOOConfig(OnPolicyConfig):
 
     def _check_ranges(self) -> None:
         super()._check_ranges()
+        if self.token_level_kl:  # accepted and ignored would be worse than refused
+            fail("token_level_kl", self.token_level_kl, "has no effect on RLOO, whose advantage is one number per "
+                 "completion: the per-token KL penalties sum to the same reward as the summed penalty",
+                 "leave token_level_kl=False (a per-token KL matters with a per-token return: use PPO)")
         if not self.reward_clip_range > 0:
             fail("reward_clip_range", self.reward_clip_range, "must be > 0", "use 10.0 (the older RLOOConfig's default)")
 
@@ -118,8 +124,8 @@ def rloo_advantages_with_kl(scores: Tensor, logps: Tensor, ref_logps: Tensor | N
     The EOS penalty, then Reinforce++'s normalise-and-clip of the scores, then the KL
     penalty folded in (:func:`course_lib.algos.onpolicy.kl_penalized_rewards`), summed per
     completion, then the leave-one-out baseline and optional advantage normalisation.
-    `token_level_kl` changes no advantage here: a completion's reward is the sum over its
-    tokens either way.
+    The KL is summed per completion (`token_level_kl=True`, which would change no advantage
+    here, is refused by :class:`RLOOConfig`).
 
     Args:
         scores: (B,) reward-function scores, prompt-major, K per prompt.

@@ -278,7 +278,7 @@ def test_seed_aliases():
 @pytest.mark.parametrize("config", [
     GRPOConfig(epsilon_high=0.28, reward_weights=[1.0, 2.0], scale_rewards=False, num_generations=4,
                per_device_train_batch_size=4, steps_per_generation=3),
-    RLOOConfig(num_mini_batches=2, token_level_kl=True, missing_eos_penalty=1.0),
+    RLOOConfig(num_mini_batches=2, normalize_reward=True, missing_eos_penalty=1.0),
     PPOConfig(gamma=0.99, lam=0.9, generation_batch_size=16),
     RLConfig(),
 ], ids=["grpo", "rloo", "ppo", "base"])
@@ -444,6 +444,14 @@ def test_ppo_refuses_epsilon_high_which_its_symmetric_clip_would_ignore():
     with pytest.raises(ValueError, match=r"^epsilon_high=0\.28 has no effect on PPO.*Fix: leave epsilon_high unset"):
         make_config("ppo", epsilon_high=0.28)
     assert make_config("rloo", epsilon_high=0.28).epsilon_high == 0.28  # RLOO's sequence clip reads it
+
+
+def test_rloo_refuses_token_level_kl_which_its_one_advantage_per_completion_would_ignore():
+    with pytest.raises(ValueError, match=r"^token_level_kl=True has no effect on RLOO.*Fix: leave token_level_kl=False"):
+        make_config("rloo", token_level_kl=True)
+    with pytest.raises(ValueError, match="token_level_kl=True"):
+        apply_overrides(make_config("rloo"), ["token_level_kl=true"])
+    assert make_config("rloo", token_level_kl=False).token_level_kl is False  # the older trainer's default
 
 
 def test_logprob_chunk_size_is_refused_where_the_kernel_does_not_read_it():
