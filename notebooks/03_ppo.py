@@ -93,12 +93,13 @@ print("fast mode:", fast_mode())
 # of the other tokens (which share the parameters) can still carry it out. The demo
 # below ends with ratios outside the range.
 #
-# The figure comes from `course_lib.algos.grpo.policy_loss` (the same code the trainer runs):
+# The figure comes from `course_lib.algos.ppo.ppo_policy_loss`, the loss the trainer runs
+# for PPO (`loss="ppo"`; the explorer below uses GRPO's, which adds the knobs of lesson 06):
 
 # %%
 from course_lib.widgets import clip_explorer, plot_clip_objective
 
-display(plot_clip_objective(epsilon=0.2))
+display(plot_clip_objective(epsilon=0.2, loss="ppo"))
 
 # %% [markdown]
 # Play with the explorer: `epsilon` and `epsilon_high` (an asymmetric upper bound, used

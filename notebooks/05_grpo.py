@@ -338,6 +338,10 @@ feedback(ex05.check_group_advantages, ex.group_advantages);
 # completions: $\frac{1}{G}\sum_i \frac{1}{|o_i|}\sum_t \ell_{i,t}$. TRL calls that
 # `loss_type="grpo"`; lesson 06 shows why newer defaults aggregate differently.
 #
+# The per-token formula is `clipped_surrogate(ratio, advantages, epsilon)` near the top of
+# `course_lib/algos/grpo.py`, right after `group_advantages`; `policy_loss`, used below,
+# computes the ratio, calls it and averages the result by the loss type's rule.
+#
 # Two details matter in code:
 #
 # - the old log-probs are **constants**: they come from a forward pass without gradient,

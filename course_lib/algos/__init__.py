@@ -1,4 +1,5 @@
-"""The algorithms of the course, one file each, and the registry that names them.
+"""The algorithms of the course (GRPO in three files, RLOO and PPO in one each, with what
+the two share in ``onpolicy.py``) and the registry that names them.
 
 ==========  ====================================================================
 file        what a lesson finds there

@@ -11,7 +11,7 @@ differs is two functions, gathered in an object that follows :class:`Algorithm`:
    (:class:`PolicyOutputs`) to the scalar to differentiate (:class:`LossOutput`), already
    scaled for gradient accumulation.
 
-Three facts about each algorithm (``name``, ``config_class``, ``always_needs_old_logps``,
+Four facts about each algorithm (``name``, ``config_class``, ``always_needs_old_logps``,
 ``sampling_correction_level``) tell the trainer what to compute, and three members have
 defaults in :class:`Algorithm` that an algorithm overrides when it needs them:
 ``make_value_head`` (PPO's critic), ``state`` / ``load_state`` (what a checkpoint keeps,

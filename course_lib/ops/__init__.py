@@ -5,7 +5,9 @@
 - :mod:`~course_lib.ops.stats`: NaN-aware spread and standardisation of rewards.
 - :mod:`~course_lib.ops.kl`: the k1 / k2 / k3 estimators of KL(pi || ref).
 - :mod:`~course_lib.ops.importance`: importance-sampling weights between the sampler and
-  the trainer (TIS and TRL's four modes).
+  the trainer (TIS and TRL's four modes), and DeepSeek-V3.2's off-policy sequence mask,
+  whose only user today is GRPO: it stays beside the weights because it compares the same
+  trainer and sampler log-probs.
 - :mod:`~course_lib.ops.logprobs`: token log-probs and entropies from hidden states, chunked
   so that the ``(B, T, V)`` logits never exist at once, and the one LM-head rule every
   caller uses; :mod:`~course_lib.ops.triton_logprobs`: the same as Triton kernels, the

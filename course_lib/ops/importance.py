@@ -12,7 +12,9 @@ drops out of the loss.
 
 :func:`off_policy_sequence_mask` is the other guard against stale samples: DeepSeek-V3.2
 drops a completion with a negative advantage when its mean per-token KL from the sampler
-exceeds a threshold.
+exceeds a threshold. GRPO's loss is its only caller today; it lives here, beside the
+weights, because it reads the same two log-probs (trainer and sampler) and could guard any
+algorithm's loss the same way.
 
 The weights carry no gradient: they are computed once per generation batch.
 """

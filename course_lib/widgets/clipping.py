@@ -6,7 +6,8 @@ with two-sided clipping (INTELLECT-2) the unclipped branch is `min(r, delta) A`.
 the clip is active the objective is flat in `r`, so the token gets no gradient: the
 update cannot push the ratio further out of the trust region.
 
-Every number comes from `course_lib.algos.grpo.policy_loss`: a batch of one-token
+Every number comes from the trainer's own loss, `course_lib.algos.grpo.policy_loss`, or,
+with `loss="ppo"` (lesson 03), `course_lib.algos.ppo.ppo_policy_loss`: a batch of one-token
 completions with `logps = log r`, `old_logps = 0`, `advantages = A`; the objective is
 minus the per-token loss and its derivative with respect to `r` is
 `d(objective)/d(log r) / r`, taken by autograd through the loss.
@@ -34,6 +35,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from course_lib.algos.grpo import policy_loss
+from course_lib.algos.ppo import ppo_policy_loss
 
 from ._common import build_explorer, new_figure
 
@@ -59,8 +61,8 @@ class ClipCurve:
 
 def clip_curve(ratios: Sequence[float] | np.ndarray, advantage: float, epsilon: float = 0.2,
                epsilon_high: float | None = None, delta: float | None = None,
-               level: str = "token") -> ClipCurve:
-    """Objective and gradient of `policy_loss` at each ratio, for one advantage.
+               level: str = "token", loss: str = "grpo") -> ClipCurve:
+    """Objective and gradient of the trainer's policy loss at each ratio, for one advantage.
 
     Args:
         ratios: `(N,)` positive ratios.
@@ -69,11 +71,19 @@ def clip_curve(ratios: Sequence[float] | np.ndarray, advantage: float, epsilon: 
         level: `"token"`: N one-token completions with `log r` as log-ratio;
             `"sequence"` (GSPO): N two-token completions whose token log-ratios are
             `log r +- log 1.5`, so their geometric mean, the sequence ratio, is r.
+        loss: `"grpo"`: GRPO's `policy_loss` (`loss_type="grpo"`); `"ppo"`: PPO's
+            `ppo_policy_loss`, whose clip is symmetric (no `epsilon_high`, `delta`, or
+            sequence level).
 
     Returns:
-        A `ClipCurve`. `loss_type="grpo"` averages the N completions, so the gradient of
-        the loss is multiplied by N to get each completion's own derivative.
+        A `ClipCurve`. Both losses average the N completions, so the gradient of the loss
+        is multiplied by N to get each completion's own derivative.
     """
+    if loss not in ("grpo", "ppo"):
+        raise ValueError(f"loss={loss!r} is unknown. Fix: use 'grpo' or 'ppo'.")
+    if loss == "ppo" and (epsilon_high is not None or delta is not None or level != "token"):
+        raise ValueError("PPO's loss clips the token ratio to [1 - epsilon, 1 + epsilon]. Fix: leave "
+                         "epsilon_high and delta unset and level='token' with loss='ppo', or use loss='grpo'.")
     ratio = torch.as_tensor(np.asarray(ratios, dtype=float), dtype=torch.float64)
     if ratio.dim() != 1 or (ratio <= 0).any():
         raise ValueError(f"ratios must be a 1-D list of positive numbers, got {ratios!r}. "
@@ -87,9 +97,12 @@ def clip_curve(ratios: Sequence[float] | np.ndarray, advantage: float, epsilon: 
         raise ValueError(f"level={level!r} is unknown. Fix: use 'token' or 'sequence'.")
     logps = log_ratio.clone().requires_grad_(True)
     num_points = ratio.numel()
-    out = policy_loss(logps, torch.zeros_like(logps), torch.full((num_points,), float(advantage),
-                      dtype=torch.float64), torch.ones_like(logps), loss_type="grpo", epsilon=epsilon,
-                      epsilon_high=epsilon_high, delta=delta, importance_sampling_level=level)
+    advantages = torch.full((num_points,), float(advantage), dtype=torch.float64)
+    if loss == "ppo":
+        out = ppo_policy_loss(logps, torch.zeros_like(logps), advantages, torch.ones_like(logps), cliprange=epsilon)
+    else:
+        out = policy_loss(logps, torch.zeros_like(logps), advantages, torch.ones_like(logps), loss_type="grpo",
+                          epsilon=epsilon, epsilon_high=epsilon_high, delta=delta, importance_sampling_level=level)
     (grad_logps,) = torch.autograd.grad(out.loss, logps)
     # d objective / d log r: minus the loss, undo grpo's mean over the N completions, and
     # sum the tokens (each token's log-ratio moves one-for-one with log r).
@@ -121,7 +134,8 @@ def _bounds(ax: Axes, epsilon: float, epsilon_high: float, delta: float | None) 
 
 
 def plot_clip_objective(epsilon: float = 0.2, epsilon_high: float | None = None, delta: float | None = None,
-                        level: str = "token", max_ratio: float = 3.0, num_points: int = 600) -> Figure:
+                        level: str = "token", max_ratio: float = 3.0, num_points: int = 600,
+                        loss: str = "grpo") -> Figure:
     """Clipped surrogate objective (top row) and its gradient w.r.t. r (bottom row).
 
     Args:
@@ -131,6 +145,7 @@ def plot_clip_objective(epsilon: float = 0.2, epsilon_high: float | None = None,
         level: `"token"` or `"sequence"` (GSPO: the x axis is then the sequence ratio).
         max_ratio: right end of the ratio axis; the grid is `(0, max_ratio]`.
         num_points: grid size.
+        loss: `"grpo"` (GRPO's `policy_loss`) or `"ppo"` (`ppo_policy_loss`, lesson 03).
 
     Returns:
         A Figure with 4 axes: `[objective A=+1, objective A=-1, gradient A=+1,
@@ -142,7 +157,7 @@ def plot_clip_objective(epsilon: float = 0.2, epsilon_high: float | None = None,
     fig = new_figure(10, 6.2)
     axes = fig.subplots(2, 2, sharex=True)
     for column, advantage in enumerate((1.0, -1.0)):
-        curve = clip_curve(ratios, advantage, epsilon, epsilon_high, delta, level)
+        curve = clip_curve(ratios, advantage, epsilon, epsilon_high, delta, level, loss)
         runs = _zero_runs(curve.gradient, curve.ratio)
         for row, (values, name) in enumerate(((curve.objective, "objective"), (curve.gradient, "d objective / d r"))):
             ax = axes[row, column]

@@ -148,6 +148,17 @@ def test_clip_figure_lines(render):
     assert sum(p.get_facecolor() == to_rgba("0.88") for p in fig.axes[3].patches) == 2  # r < 0.8 and r > 1.5
 
 
+def test_clip_curve_of_ppo_loss_is_the_symmetric_clip():
+    curve = w.clip_curve([0.5, 1.0, 1.5], advantage=1.0, epsilon=0.2, loss="ppo")
+    np.testing.assert_allclose(curve.objective, [0.5, 1.0, 1.2])  # min(r, clip(r, 0.8, 1.2)) * A
+    np.testing.assert_allclose(curve.gradient, [1.0, 1.0, 0.0], atol=1e-12)
+    curve = w.clip_curve([0.5, 1.0, 1.5], advantage=-1.0, epsilon=0.2, loss="ppo")
+    np.testing.assert_allclose(curve.objective, [-0.8, -1.0, -1.5])
+    np.testing.assert_allclose(curve.gradient, [0.0, -1.0, -1.0], atol=1e-12)
+    with pytest.raises(ValueError, match="epsilon_high"):
+        w.clip_curve([1.0], 1.0, epsilon_high=0.28, loss="ppo")  # PPO's clip is symmetric
+
+
 def test_sequence_ratio_is_geometric_mean(render):
     ratios = np.array([0.5, 1.0, 1.1, 2.0])
     maps = w.sequence_clip_maps(ratios, epsilon=0.2)
