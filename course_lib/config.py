@@ -31,6 +31,7 @@ from pathlib import Path
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
+from course_lib import schedule
 from course_lib.config_options import RunOptions, fail
 from course_lib.run.config_tools import ConfigWarning, SuggestingFields, apply_overrides, field_docs, from_dict, to_dict
 from course_lib.ops.importance import check_is_settings
@@ -372,21 +373,20 @@ class RLConfig(RunOptions, metaclass=SuggestingFields):
         return self.steps_per_generation
 
     def _derive_batches(self) -> None:
-        # Same resolution order as TRL's GRPOConfig.__post_init__.
-        global_micro_batch = self.per_device_train_batch_size * self.num_processes
+        # TRL's GRPOConfig.__post_init__ rule; the arithmetic is schedule.py's, the wording the config's.
+        global_micro_batch = schedule.generation_batch_size(self.per_device_train_batch_size, 1, self.num_processes)
         steps = self._requested_steps_per_generation()
         if steps is not None and self.generation_batch_size is not None:
             fail("steps_per_generation", steps, f"is set together with generation_batch_size="
                   f"{self.generation_batch_size}; each determines the other", "set only one of the two")
-        if self.generation_batch_size is not None:
-            if self.generation_batch_size % global_micro_batch != 0:
-                fail("generation_batch_size", self.generation_batch_size,
-                      f"is not a multiple of per_device_train_batch_size * num_processes = {global_micro_batch}",
-                      f"use a multiple of {global_micro_batch}")
-            steps = self.generation_batch_size // global_micro_batch
-        elif steps is None:
-            steps = self.gradient_accumulation_steps
-        generation_batch = global_micro_batch * steps
+        if self.generation_batch_size is not None and self.generation_batch_size % global_micro_batch != 0:
+            fail("generation_batch_size", self.generation_batch_size,
+                  f"is not a multiple of per_device_train_batch_size * num_processes = {global_micro_batch}",
+                  f"use a multiple of {global_micro_batch}")
+        steps = schedule.resolve_steps_per_generation(self.per_device_train_batch_size,
+                                                      self.gradient_accumulation_steps, self.num_processes,
+                                                      steps, self.generation_batch_size)
+        generation_batch = schedule.generation_batch_size(self.per_device_train_batch_size, steps, self.num_processes)
         if generation_batch % self.num_generations != 0:
             fail("num_generations", self.num_generations,
                   f"does not divide the generation batch of {generation_batch} completions "
@@ -415,17 +415,19 @@ class RLConfig(RunOptions, metaclass=SuggestingFields):
     @property
     def effective_batch_size(self) -> int:
         """Completions contributing to one optimizer step (all processes)."""
-        return self.per_device_train_batch_size * self.gradient_accumulation_steps * self.num_processes
+        return schedule.effective_batch_size(self.per_device_train_batch_size, self.gradient_accumulation_steps,
+                                             self.num_processes)
 
     @property
     def unique_prompts_per_generation(self) -> int:
         """Distinct prompts in one generation batch."""
-        return self.effective_generation_batch_size // self.num_generations
+        return schedule.unique_prompts_per_generation(self.effective_generation_batch_size, self.num_generations)
 
     @property
     def optimizer_steps_per_generation(self) -> float:
         """Optimizer steps taken from one generation batch (every replay counted)."""
-        return self.effective_steps_per_generation * self.num_iterations / self.gradient_accumulation_steps
+        return schedule.optimizer_steps_per_generation(self.effective_steps_per_generation,
+                                                       self.gradient_accumulation_steps, self.num_iterations)
 
     def total_steps(self, num_prompts: int) -> int:
         """Optimizer steps of the run: `max_steps`, or `num_train_epochs` passes over `num_prompts`.

@@ -26,6 +26,7 @@ Simplification: TRL shuffles each process's completions before cutting them
 
 from __future__ import annotations
 
+import numbers
 import string
 from dataclasses import dataclass, field
 
@@ -37,6 +38,7 @@ __all__ = [
     "format_schedule",
     "generation_batch_size",
     "optimizer_steps_per_generation",
+    "resolve_steps_per_generation",
     "schedule_from_config",
     "schedule_table",
     "unique_prompts_per_generation",
@@ -45,7 +47,7 @@ __all__ = [
 
 def _check_positive(**values: int | None) -> None:
     for name, value in values.items():
-        if value is not None and (not isinstance(value, int) or value < 1):
+        if value is not None and (not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < 1):
             raise ValueError(f"{name}={value!r} must be a positive integer. Fix: pass e.g. {name}=1.")
 
 
@@ -63,6 +65,33 @@ def generation_batch_size(per_device_train_batch_size: int, steps_per_generation
     _check_positive(per_device_train_batch_size=per_device_train_batch_size,
                     steps_per_generation=steps_per_generation, num_processes=num_processes)
     return per_device_train_batch_size * num_processes * steps_per_generation
+
+
+_generation_batch_size = generation_batch_size  # for schedule_table, whose argument shadows the name
+
+
+def resolve_steps_per_generation(per_device_train_batch_size: int, gradient_accumulation_steps: int,
+                                 num_processes: int = 1, steps_per_generation: int | None = None,
+                                 generation_batch_size: int | None = None) -> int:
+    """Micro-steps one generation batch serves, by TRL's `GRPOConfig.__post_init__` rule.
+
+    `steps_per_generation` if given; else `generation_batch_size / (per_device *
+    num_processes)`; else `gradient_accumulation_steps`. The two are mutually exclusive.
+    """
+    _check_positive(per_device_train_batch_size=per_device_train_batch_size,
+                    gradient_accumulation_steps=gradient_accumulation_steps, num_processes=num_processes,
+                    steps_per_generation=steps_per_generation, generation_batch_size=generation_batch_size)
+    global_micro_batch = per_device_train_batch_size * num_processes
+    if steps_per_generation is not None and generation_batch_size is not None:
+        raise ValueError(f"steps_per_generation={steps_per_generation} and generation_batch_size="
+                         f"{generation_batch_size} are both set. Fix: set only one; each determines the other.")
+    if generation_batch_size is not None:
+        if generation_batch_size % global_micro_batch != 0:
+            raise ValueError(f"generation_batch_size={generation_batch_size} is not a multiple of "
+                             f"per_device_train_batch_size * num_processes = {global_micro_batch}. "
+                             f"Fix: use a multiple of {global_micro_batch}.")
+        return generation_batch_size // global_micro_batch
+    return gradient_accumulation_steps if steps_per_generation is None else steps_per_generation
 
 
 def unique_prompts_per_generation(generation_batch: int, num_generations: int) -> int:
@@ -147,19 +176,9 @@ def schedule_table(
                     gradient_accumulation_steps=gradient_accumulation_steps, num_generations=num_generations,
                     steps_per_generation=steps_per_generation, num_processes=num_processes,
                     num_iterations=num_iterations, cycles=cycles, generation_batch_size=generation_batch_size)
-    global_micro_batch = per_device_train_batch_size * num_processes
-    if steps_per_generation is not None and generation_batch_size is not None:
-        raise ValueError(f"steps_per_generation={steps_per_generation} and generation_batch_size="
-                         f"{generation_batch_size} are both set. Fix: set only one; each determines the other.")
-    if generation_batch_size is not None:
-        if generation_batch_size % global_micro_batch != 0:
-            raise ValueError(f"generation_batch_size={generation_batch_size} is not a multiple of "
-                             f"per_device_train_batch_size * num_processes = {global_micro_batch}. "
-                             f"Fix: use a multiple of {global_micro_batch}.")
-        steps_per_generation = generation_batch_size // global_micro_batch
-    elif steps_per_generation is None:
-        steps_per_generation = gradient_accumulation_steps
-    batch = global_micro_batch * steps_per_generation
+    steps_per_generation = resolve_steps_per_generation(per_device_train_batch_size, gradient_accumulation_steps,
+                                                        num_processes, steps_per_generation, generation_batch_size)
+    batch = _generation_batch_size(per_device_train_batch_size, steps_per_generation, num_processes)
     prompts_per_cycle = unique_prompts_per_generation(batch, num_generations)
     local_size = per_device_train_batch_size * steps_per_generation
     generator = torch.Generator().manual_seed(shuffle_seed) if shuffle_seed is not None else None

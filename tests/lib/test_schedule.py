@@ -186,3 +186,51 @@ def test_format_schedule_text():
     assert "Generation cycle B" in two_processes
     assert "iter" in two_processes.splitlines()[1]
     assert "[0] | [0]" in two_processes
+
+
+# The config's batch properties and the schedule table count the same micro-steps: the grid
+# covers steps_per_generation set, generation_batch_size set, neither, several processes,
+# replays, and accumulation that does not divide the generation batch.
+CONFIG_GRID = [
+    dict(per_device_train_batch_size=4, gradient_accumulation_steps=2, num_generations=4),
+    dict(per_device_train_batch_size=3, gradient_accumulation_steps=2, num_generations=3, steps_per_generation=4),
+    dict(per_device_train_batch_size=2, gradient_accumulation_steps=1, num_generations=4, generation_batch_size=8),
+    dict(per_device_train_batch_size=2, gradient_accumulation_steps=3, num_generations=4, num_processes=2,
+         steps_per_generation=2),
+    dict(per_device_train_batch_size=4, gradient_accumulation_steps=4, num_generations=2, num_iterations=3,
+         steps_per_generation=2),
+    dict(per_device_train_batch_size=6, gradient_accumulation_steps=1, num_generations=3, num_processes=3,
+         generation_batch_size=36, num_iterations=2),
+]
+
+
+@pytest.mark.parametrize("algo", ["grpo", "rloo", "ppo"])
+@pytest.mark.parametrize("settings", CONFIG_GRID, ids=[str(i) for i in range(len(CONFIG_GRID))])
+def test_config_batch_properties_count_what_the_schedule_table_lists(algo, settings):
+    from course_lib.algos import make_config
+
+    if algo == "rloo" and settings["num_generations"] < 2:
+        pytest.skip("RLOO needs two completions per prompt")
+    config = make_config(algo, **settings)
+    cycles = 6
+    rows = schedule_from_config(config, cycles=cycles)
+    first = [row for row in rows if row.cycle == 0 and row.iteration == 0]
+    assert config.effective_steps_per_generation == len(first)
+    assert config.effective_generation_batch_size == sum(len(row.prompts) for row in first)
+    assert config.unique_prompts_per_generation == len({p for row in first for p in row.prompts})
+    updates = [row.global_step for row in rows if row.optimizer_step]
+    assert config.effective_batch_size == sum(len(row.prompts) for row in rows if row.global_step <= updates[0])
+    assert config.optimizer_steps_per_generation == pytest.approx(
+        (len(rows) / cycles) / config.gradient_accumulation_steps)
+    assert config.optimizer_steps_per_generation * cycles == pytest.approx(len(rows) / config.gradient_accumulation_steps)
+    if (len(rows) % config.gradient_accumulation_steps) == 0:
+        assert len(updates) == config.optimizer_steps_per_generation * cycles
+    # the same values from schedule.py's formulas
+    assert config.effective_batch_size == effective_batch_size(
+        config.per_device_train_batch_size, config.gradient_accumulation_steps, config.num_processes)
+    assert config.effective_generation_batch_size == generation_batch_size(
+        config.per_device_train_batch_size, config.effective_steps_per_generation, config.num_processes)
+    assert config.unique_prompts_per_generation == unique_prompts_per_generation(
+        config.effective_generation_batch_size, config.num_generations)
+    assert config.optimizer_steps_per_generation == optimizer_steps_per_generation(
+        config.effective_steps_per_generation, config.gradient_accumulation_steps, config.num_iterations)
