@@ -23,7 +23,6 @@ arithmetic can be shown for any number of GPUs on one machine.
 
 from __future__ import annotations
 
-import importlib.util
 import math
 import sys
 import warnings
@@ -32,10 +31,10 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
 from course_lib import schedule
-from course_lib.config_options import RunOptions, fail
 from course_lib.run.config_tools import ConfigWarning, SuggestingFields, apply_overrides, field_docs, from_dict, to_dict
 from course_lib.ops.importance import check_is_settings
-from course_lib.run.validation import check_choices, check_field_types, check_finite_fields, check_magnitudes
+from course_lib.run.validation import (check_choices, check_field_types, check_finite_fields, check_magnitudes,
+                                       check_run_options, check_shared_ranges, fail)
 
 __all__ = ["ConfigWarning", "RLConfig", "apply_overrides", "field_docs", "fail", "warn"]
 
@@ -57,7 +56,7 @@ def warn(message: str) -> None:
 
 
 @dataclass(frozen=True)
-class RLConfig(RunOptions, metaclass=SuggestingFields):
+class RLConfig(metaclass=SuggestingFields):
     """Settings shared by every algorithm of the course (GRPO, RLOO, PPO)."""
 
     algo: ClassVar[str] = "rl"
@@ -249,6 +248,64 @@ class RLConfig(RunOptions, metaclass=SuggestingFields):
     and writes it to history.jsonl; "stop" also ends the run (checkpoint saved) on an error-level
     finding; "off" skips it. `python -m course_lib doctor OUTPUT_DIR` reads the same rules."""
 
+    # --- practitioner options: model loading, sampling extras, data order, evaluation ---------
+    # What each does lives where it acts: course_lib.run.model_options (dropout, float32 head,
+    # loading kwargs), the rollout engines (generation_kwargs, chat_template_kwargs),
+    # course_lib.run.batches (shuffle_dataset), course_lib.run.in_loop_eval (evaluation).
+    model_init_kwargs: dict[str, Any] | None = None
+    """Extra keyword arguments for `AutoModelForCausalLM.from_pretrained` when the trainer loads the
+    policy by name, e.g. {"attn_implementation": "sdpa", "revision": "main"}."""
+    trust_remote_code: bool = False
+    """Allow a model or tokenizer folder to run its own Python code when loaded."""
+    disable_dropout: bool = False
+    """Set every dropout probability of the policy to 0, so that the trainer's log-probs are the
+    sampler's and the reference's (TRL's advice whenever a reference model is used)."""
+    cast_lm_head_to_fp32: bool = False
+    """Keep the LM head (and so the logits and log-probs) in float32 under a bfloat16 body (ScaleRL,
+    arXiv 2510.13786); needs a model whose head is not tied to its input embeddings."""
+    shuffle_dataset: bool = True
+    """Draw prompts in a fresh seeded permutation each epoch; False keeps the dataset's order (a
+    curriculum)."""
+    generation_kwargs: dict[str, Any] | None = None
+    """Extra sampling arguments (HF `GenerationConfig` or vLLM `SamplingParams`); sampling fields
+    (temperature, top_p, top_k, min_p, repetition_penalty, max_tokens) given here override the
+    config's."""
+    chat_template_kwargs: dict[str, Any] | None = None
+    """Extra arguments for the tokenizer's `apply_chat_template`, e.g. {"enable_thinking": false} to
+    switch a Qwen3 model's thinking mode off."""
+    cache_implementation: str | None = None
+    """KV-cache implementation for HF `generate` (e.g. "static"); None = the model's default. Not
+    used by vLLM."""
+    vllm_model_impl: Literal["vllm", "transformers"] = "vllm"
+    """Which model code vLLM runs: its own kernels, or the transformers modelling code (for
+    architectures vLLM lacks)."""
+    vllm_structured_outputs_regex: str | None = None
+    """Constrain vLLM's sampling to completions matching this regular expression (guided
+    decoding); None = free text."""
+    sync_ref_model: bool = False
+    """Move the reference model toward the policy during training (TR-DPO, Gorbatovski et al.
+    2024): every ref_model_sync_steps steps, ref = alpha * policy + (1 - alpha) * ref."""
+    ref_model_mixup_alpha: float = 0.6
+    """alpha of the reference update; 1.0 copies the policy."""
+    ref_model_sync_steps: int = 512
+    """Optimizer steps between reference updates."""
+    log_unique_prompts: bool = False
+    """With log_completions: print one sample per distinct prompt instead of every completion."""
+    eval_strategy: Literal["no", "steps"] = "no"
+    """Evaluate on `eval_dataset` during training: never, or every `eval_steps` optimizer steps (and
+    after the last one); the metrics go to history.jsonl as `eval/...`."""
+    eval_steps: int | None = None
+    """Optimizer steps between evaluations; None = `logging_steps` (TRL's rule)."""
+    num_generations_eval: int | None = None
+    """Completions sampled per held-out prompt for the eval reward; None = `num_generations`."""
+    dynamic_sampling: bool = False
+    """DAPO's dynamic sampling (Yu et al. 2025; verl's `filter_groups.enable`): drop the groups whose
+    rewards are all equal (no signal) and sample more prompts until the generation batch is full
+    of groups with a spread (`course_lib.run.dynamic_sampling`). TRL 1.16 has no equivalent."""
+    max_num_gen_batches: int = 10
+    """With dynamic_sampling: most generation rounds per batch (verl's name); a batch still short
+    after them is completed with zero-spread groups."""
+
     # --- derived in __post_init__ (not arguments, not saved) --------------------
     effective_steps_per_generation: int = field(init=False, repr=False)
     effective_generation_batch_size: int = field(init=False, repr=False)
@@ -283,90 +340,16 @@ class RLConfig(RunOptions, metaclass=SuggestingFields):
         self._set("lora_target_modules", list(self.lora_target_modules))
 
     def _check_ranges(self) -> None:
-        super()._check_ranges()
-        if self.logprob_kernel in ("triton", "full") and self.logprob_chunk_size != 1024:
-            fail("logprob_chunk_size", self.logprob_chunk_size, f"is not read with logprob_kernel={self.logprob_kernel!r}",
-                 "leave logprob_chunk_size at 1024, or set logprob_kernel='chunked'")
-        for name in ("per_device_train_batch_size", "gradient_accumulation_steps", "num_processes",
-                     "num_iterations", "max_completion_length", "logging_steps", "logprob_chunk_size",
-                     "lora_r", "lora_alpha"):
-            value = getattr(self, name)
-            if value < 1:
-                fail(name, value, "must be at least 1", f"set {name} to a positive integer")
-        for name in ("steps_per_generation", "generation_batch_size", "max_prompt_length",
-                     "vllm_max_model_length", "num_completions_to_print", "save_total_limit"):
-            value = getattr(self, name)
-            if value is not None and value < 1:
-                fail(name, value, "must be None or at least 1", f"set {name}=None or a positive integer")
-        if self.max_tool_calling_iterations is not None and self.max_tool_calling_iterations < 0:
-            fail("max_tool_calling_iterations", self.max_tool_calling_iterations, "must be None or at least 0",
-                 "set None (no cap), 0 (no tool call is run) or a positive number of rounds")
-        if self.tool_timeout is not None and not self.tool_timeout > 0:
-            fail("tool_timeout", self.tool_timeout, "must be None or positive",
-                 "set tool_timeout=None (no limit) or a positive number of seconds")
+        check_run_options(self)
+        check_shared_ranges(self)
         if self.num_generations < self.MIN_GENERATIONS:
             low = self.MIN_GENERATIONS
             why = ("a group baseline needs at least two completions per prompt" if low >= 2
                    else "every prompt needs at least one completion")
             fail("num_generations", self.num_generations, f"is below {low}: {why}",
                  f"set num_generations >= {low}" + (" (8 is TRL's default)" if low >= 2 else ""))
-        if self.max_steps != -1 and self.max_steps < 1:
-            fail("max_steps", self.max_steps, "must be -1 (use num_train_epochs) or at least 1",
-                 "set max_steps to a positive number of optimizer steps, or -1")
-        if self.max_steps == -1 and not self.num_train_epochs > 0:
-            fail("num_train_epochs", self.num_train_epochs, "must be > 0 when max_steps=-1",
-                 "set num_train_epochs (e.g. 1.0) or max_steps")
-        for name in ("beta", "epsilon", "learning_rate", "weight_decay", "warmup_steps",
-                     "max_grad_norm", "save_steps", "adam_epsilon"):
-            value = getattr(self, name)
-            if value < 0:
-                fail(name, value, "must be non-negative", f"set {name} >= 0")
-        if self.epsilon_high is not None and self.epsilon_high < 0:
-            fail("epsilon_high", self.epsilon_high, "must be non-negative",
-                  "set epsilon_high >= 0 (DAPO uses 0.28) or None to reuse epsilon")
-        if not self.temperature >= 1e-3:
-            fail("temperature", self.temperature, "must be at least 1e-3 (the logits are divided by it: logits of "
-                 "100 over a smaller temperature exceed float16's range, 65504)",
-                 "use e.g. 1.0 (0.7 for lower diversity)")
-        if not self.adam_epsilon > 0:
-            fail("adam_epsilon", self.adam_epsilon, "must be > 0 (Adam divides by sqrt(v) + adam_epsilon, and v is 0 "
-                 "for a parameter whose gradient has been 0: 0/0 is NaN)", "use 1e-8, the default")
-        if not 0 <= self.seed < 2**32:
-            fail("seed", self.seed, "must lie in [0, 2**32)", "use a seed such as 42 (NumPy's generators take at most "
-                 "32 bits)")
-        if not 0 < self.top_p <= 1:
-            fail("top_p", self.top_p, "must lie in (0, 1]", "use 1.0 to disable nucleus sampling")
-        if self.min_p is not None and not 0 <= self.min_p <= 1:
-            fail("min_p", self.min_p, "must lie in [0, 1]", "use None or a value such as 0.05")
-        if self.top_k is not None and self.top_k < 0:
-            fail("top_k", self.top_k, "must be None or >= 0", "use None to disable top-k")
-        if not self.repetition_penalty > 0:
-            fail("repetition_penalty", self.repetition_penalty, "must be > 0", "use 1.0 for no penalty")
         check_is_settings(self.vllm_importance_sampling_mode, self.vllm_importance_sampling_clip_min,
                           self.vllm_importance_sampling_clip_max)
-        if not 0 < self.vllm_gpu_memory_utilization <= 1:
-            fail("vllm_gpu_memory_utilization", self.vllm_gpu_memory_utilization, "must lie in (0, 1]",
-                  "use e.g. 0.3 when vLLM shares the GPU with training")
-        if not 0 <= self.lora_dropout < 1:
-            fail("lora_dropout", self.lora_dropout, "must lie in [0, 1)", "use e.g. 0.05")
-        if not 0 <= self.adam_beta1 < 1 or not 0 <= self.adam_beta2 < 1:
-            fail("adam_beta1/adam_beta2", (self.adam_beta1, self.adam_beta2), "must lie in [0, 1)",
-                  "use 0.9 and 0.999")
-        if self.reward_weights is not None and len(self.reward_weights) == 0:
-            fail("reward_weights", self.reward_weights, "is empty", "use None for equal weights")
-        if "\0" in self.output_dir:
-            fail("output_dir", self.output_dir[:80], "holds a NUL character, which no path may hold",
-                 "pass a plain folder path")
-        if self.use_lora and not self.lora_target_modules:
-            fail("lora_target_modules", self.lora_target_modules, "is empty, so LoRA would adapt no layer",
-                 "name the projections to adapt, e.g. ['q_proj', 'v_proj'] (the default lists every projection)")
-        if self.reward_timeout_s is not None and not self.reward_timeout_s > 0:
-            fail("reward_timeout_s", self.reward_timeout_s, "must be a positive number of seconds",
-                 "use e.g. 600, or None for no limit")
-        if self.report_to != "none" and importlib.util.find_spec(self.report_to) is None:
-            fail("report_to", self.report_to, f"needs the {self.report_to} package, which is not installed",
-                 f"pip install {self.report_to} (pip install -e '.[logging]' in the course's folder installs "
-                 "TensorBoard and Weights & Biases), or report_to='none' (history.jsonl is written either way)")
 
     def _requested_steps_per_generation(self) -> int | None:
         """Steps per generation asked for by the user (RLOO/PPO may derive it)."""
@@ -440,6 +423,28 @@ class RLConfig(RunOptions, metaclass=SuggestingFields):
             return self.max_steps
         generations_per_epoch = num_prompts // self.unique_prompts_per_generation
         return max(1, math.ceil(self.num_train_epochs * generations_per_epoch * self.optimizer_steps_per_generation))
+
+    @property
+    def sampling_extras(self) -> dict[str, Any]:
+        """`generation_kwargs` plus the engine-specific options (`SamplingConfig.generation_kwargs`)."""
+        extras = dict(self.generation_kwargs or {})
+        if self.cache_implementation is not None and self.engine == "hf":
+            extras.setdefault("cache_implementation", self.cache_implementation)
+        if self.vllm_structured_outputs_regex is not None and self.engine == "vllm":
+            from vllm.sampling_params import StructuredOutputsParams  # only reached with vLLM installed
+
+            extras.setdefault("structured_outputs", StructuredOutputsParams(regex=self.vllm_structured_outputs_regex))
+        return extras
+
+    @property
+    def effective_eval_steps(self) -> int:
+        """Optimizer steps between in-loop evaluations: `eval_steps`, else `logging_steps`."""
+        return self.eval_steps or self.logging_steps
+
+    @property
+    def effective_num_generations_eval(self) -> int:
+        """Completions per held-out prompt: `num_generations_eval`, else `num_generations`."""
+        return self.num_generations_eval or self.num_generations
 
     # -- checks that need information known only to the trainer ----------------------
     def check_reward_weights(self, num_reward_funcs: int) -> list[float]:

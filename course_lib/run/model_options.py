@@ -1,4 +1,4 @@
-"""What the model-side options of :class:`course_lib.config_options.RunOptions` do to a policy.
+"""What the model-side options of :class:`course_lib.config.RLConfig` do to a policy.
 
 - :func:`load_kwargs`: the extra `from_pretrained` arguments (`model_init_kwargs`,
   `trust_remote_code`) for loading the policy by name.

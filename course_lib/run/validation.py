@@ -1,4 +1,9 @@
-"""Reject non-finite numbers and values of the wrong type in configurations at construction.
+"""The checks a config passes at construction, and the error format they share (`fail`).
+
+Pure functions of a config object: :class:`course_lib.config.RLConfig.__post_init__` calls
+them, so `config.py` keeps the fields and their arithmetic. `check_shared_ranges` and
+`check_run_options` hold the range checks of the shared fields; the ones below reject
+non-finite numbers, values of the wrong type and choices a `Literal` does not list.
 
 ``float("nan")`` passes every range check (``nan < 0`` is False), so ``beta=nan`` or
 ``learning_rate=inf`` used to get through and fail much later, inside sampling
@@ -11,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import importlib.util
 import math
 import types
 import typing
@@ -19,7 +25,12 @@ from typing import Any
 import numpy as np
 
 __all__ = ["MAX_MAGNITUDE", "check_choices", "check_field_types", "check_finite_fields", "check_magnitudes",
-           "check_train_dataset", "literal_choices", "non_finite"]
+           "check_run_options", "check_shared_ranges", "check_train_dataset", "fail", "literal_choices", "non_finite"]
+
+def fail(name: str, value: Any, problem: str, fix: str) -> typing.NoReturn:
+    """Raise the config error: the field, its value, what is wrong, and the fix (`course_lib.config.fail`)."""
+    raise ValueError(f"{name}={value!r} {problem}. Fix: {fix}.")
+
 
 #: Largest magnitude a float setting may have, and the reciprocal is the smallest non-zero one.
 #: Every setting multiplies or divides float32 tensors (whose range ends at 3.4e38): a
@@ -208,3 +219,115 @@ def check_choices(config: Any) -> None:
         value = getattr(config, spec.name)
         if isinstance(value, str) and value not in allowed:
             raise ValueError(f"{spec.name}={value!r} is not a known choice. Fix: use one of {', '.join(allowed)}.")
+
+
+def check_shared_ranges(config: Any) -> None:
+    """The range checks of :class:`course_lib.config.RLConfig`'s plain fields (counts, rates,
+    sampling and optimizer settings); each failure names the field, the value and the fix."""
+    for name in ("per_device_train_batch_size", "gradient_accumulation_steps", "num_processes",
+                 "num_iterations", "max_completion_length", "logging_steps", "logprob_chunk_size",
+                 "lora_r", "lora_alpha"):
+        value = getattr(config, name)
+        if value < 1:
+            fail(name, value, "must be at least 1", f"set {name} to a positive integer")
+    for name in ("steps_per_generation", "generation_batch_size", "max_prompt_length",
+                 "vllm_max_model_length", "num_completions_to_print", "save_total_limit"):
+        value = getattr(config, name)
+        if value is not None and value < 1:
+            fail(name, value, "must be None or at least 1", f"set {name}=None or a positive integer")
+    if config.max_tool_calling_iterations is not None and config.max_tool_calling_iterations < 0:
+        fail("max_tool_calling_iterations", config.max_tool_calling_iterations, "must be None or at least 0",
+             "set None (no cap), 0 (no tool call is run) or a positive number of rounds")
+    if config.tool_timeout is not None and not config.tool_timeout > 0:
+        fail("tool_timeout", config.tool_timeout, "must be None or positive",
+             "set tool_timeout=None (no limit) or a positive number of seconds")
+    for name in ("beta", "epsilon", "learning_rate", "weight_decay", "warmup_steps",
+                 "max_grad_norm", "save_steps", "adam_epsilon"):
+        value = getattr(config, name)
+        if value < 0:
+            fail(name, value, "must be non-negative", f"set {name} >= 0")
+    if config.epsilon_high is not None and config.epsilon_high < 0:
+        fail("epsilon_high", config.epsilon_high, "must be non-negative",
+              "set epsilon_high >= 0 (DAPO uses 0.28) or None to reuse epsilon")
+    if not config.temperature >= 1e-3:
+        fail("temperature", config.temperature, "must be at least 1e-3 (the logits are divided by it: logits of "
+             "100 over a smaller temperature exceed float16's range, 65504)",
+             "use e.g. 1.0 (0.7 for lower diversity)")
+    if not config.adam_epsilon > 0:
+        fail("adam_epsilon", config.adam_epsilon, "must be > 0 (Adam divides by sqrt(v) + adam_epsilon, and v is 0 "
+             "for a parameter whose gradient has been 0: 0/0 is NaN)", "use 1e-8, the default")
+    if not 0 <= config.seed < 2**32:
+        fail("seed", config.seed, "must lie in [0, 2**32)", "use a seed such as 42 (NumPy's generators take at most "
+             "32 bits)")
+    if not 0 < config.top_p <= 1:
+        fail("top_p", config.top_p, "must lie in (0, 1]", "use 1.0 to disable nucleus sampling")
+    if config.min_p is not None and not 0 <= config.min_p <= 1:
+        fail("min_p", config.min_p, "must lie in [0, 1]", "use None or a value such as 0.05")
+    if config.top_k is not None and config.top_k < 0:
+        fail("top_k", config.top_k, "must be None or >= 0", "use None to disable top-k")
+    if not config.repetition_penalty > 0:
+        fail("repetition_penalty", config.repetition_penalty, "must be > 0", "use 1.0 for no penalty")
+    if not 0 < config.vllm_gpu_memory_utilization <= 1:
+        fail("vllm_gpu_memory_utilization", config.vllm_gpu_memory_utilization, "must lie in (0, 1]",
+              "use e.g. 0.3 when vLLM shares the GPU with training")
+    if not 0 <= config.lora_dropout < 1:
+        fail("lora_dropout", config.lora_dropout, "must lie in [0, 1)", "use e.g. 0.05")
+    if not 0 <= config.adam_beta1 < 1 or not 0 <= config.adam_beta2 < 1:
+        fail("adam_beta1/adam_beta2", (config.adam_beta1, config.adam_beta2), "must lie in [0, 1)",
+              "use 0.9 and 0.999")
+    if config.reward_weights is not None and len(config.reward_weights) == 0:
+        fail("reward_weights", config.reward_weights, "is empty", "use None for equal weights")
+    if "\0" in config.output_dir:
+        fail("output_dir", config.output_dir[:80], "holds a NUL character, which no path may hold",
+             "pass a plain folder path")
+    if config.use_lora and not config.lora_target_modules:
+        fail("lora_target_modules", config.lora_target_modules, "is empty, so LoRA would adapt no layer",
+             "name the projections to adapt, e.g. ['q_proj', 'v_proj'] (the default lists every projection)")
+    if config.reward_timeout_s is not None and not config.reward_timeout_s > 0:
+        fail("reward_timeout_s", config.reward_timeout_s, "must be a positive number of seconds",
+             "use e.g. 600, or None for no limit")
+    if config.logprob_kernel in ("triton", "full") and config.logprob_chunk_size != 1024:
+        fail("logprob_chunk_size", config.logprob_chunk_size, f"is not read with logprob_kernel={config.logprob_kernel!r}",
+             "leave logprob_chunk_size at 1024, or set logprob_kernel='chunked'")
+    if config.max_steps != -1 and config.max_steps < 1:
+        fail("max_steps", config.max_steps, "must be -1 (use num_train_epochs) or at least 1",
+             "set max_steps to a positive number of optimizer steps, or -1")
+    if config.max_steps == -1 and not config.num_train_epochs > 0:
+        fail("num_train_epochs", config.num_train_epochs, "must be > 0 when max_steps=-1",
+             "set num_train_epochs (e.g. 1.0) or max_steps")
+    if config.report_to != "none" and importlib.util.find_spec(config.report_to) is None:
+        fail("report_to", config.report_to, f"needs the {config.report_to} package, which is not installed",
+             f"pip install {config.report_to} (pip install -e '.[logging]' in the course's folder installs "
+             "TensorBoard and Weights & Biases), or report_to='none' (history.jsonl is written either way)")
+
+
+def check_run_options(config: Any) -> None:
+    """The checks of the practitioner options (model loading, sampling extras, evaluation,
+    dynamic sampling, reference sync) of :class:`course_lib.config.RLConfig`."""
+    for name in ("model_init_kwargs", "generation_kwargs", "chat_template_kwargs"):
+        value = getattr(config, name)
+        if value is not None and not isinstance(value, dict):
+            fail(name, value, "must be a dict of keyword arguments or None",
+                 f'pass e.g. {name}={{"key": value}} (on the command line: JSON)')
+    for name in ("eval_steps", "num_generations_eval"):
+        value = getattr(config, name)
+        if value is not None and value < 1:
+            fail(name, value, "must be None or at least 1", f"set {name}=None or a positive integer")
+    if config.max_num_gen_batches < 1:
+        fail("max_num_gen_batches", config.max_num_gen_batches, "must be at least 1",
+             "use e.g. 10 (verl's 0 = unlimited is not offered: a constant reward would never fill a batch)")
+    if config.dynamic_sampling and config.num_generations < 2:
+        fail("dynamic_sampling", True, "needs groups of at least 2 completions to see a reward spread",
+             "set num_generations >= 2 or dynamic_sampling=False")
+    if config.dynamic_sampling and config.num_processes > 1:
+        fail("dynamic_sampling", True, "runs in one process only", "set num_processes=1 or dynamic_sampling=False")
+    if not 0 <= config.ref_model_mixup_alpha <= 1:
+        fail("ref_model_mixup_alpha", config.ref_model_mixup_alpha, "must lie in [0, 1]", "use TR-DPO's 0.6")
+    if config.ref_model_sync_steps < 1:
+        fail("ref_model_sync_steps", config.ref_model_sync_steps, "must be at least 1", "use e.g. 512")
+    if config.sync_ref_model and config.use_lora:
+        fail("sync_ref_model", True, "cannot move a LoRA run's reference: it is the base model with the "
+             "adapters switched off", "set use_lora=False, or sync_ref_model=False")
+    if config.model_init_kwargs and {"dtype", "torch_dtype"} & set(config.model_init_kwargs):
+        fail("model_init_kwargs", config.model_init_kwargs, "sets the dtype, which the `dtype` field owns",
+             "set dtype=... instead and drop it from model_init_kwargs")
