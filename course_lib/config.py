@@ -32,7 +32,7 @@ from typing import Any, ClassVar, Literal
 
 from course_lib import schedule
 from course_lib.run.config_tools import ConfigWarning, SuggestingFields, apply_overrides, field_docs, from_dict, to_dict
-from course_lib.ops.importance import check_is_settings
+from course_lib.ops.importance import ISMode, check_is_settings
 from course_lib.run.validation import (check_choices, check_field_types, check_finite_fields, check_magnitudes,
                                        check_run_options, check_shared_ranges, fail)
 
@@ -194,8 +194,7 @@ class RLConfig(metaclass=SuggestingFields):
     """Correct for the sampler not being the trained policy (TIS/MIS, "Your Efficient RL Framework
     Secretly Brings You Off-Policy RL Training", Yao et al. 2025); None = on exactly when engine is
     vllm (the HF engine records its sampling log-probs too, so it can be switched on there)."""
-    vllm_importance_sampling_mode: Literal["token_truncate", "token_mask", "sequence_truncate",
-                                           "sequence_mask"] = "sequence_mask"
+    vllm_importance_sampling_mode: ISMode = "sequence_mask"
     """`token_*`: one weight pi_train / pi_sampler per token; `sequence_*`: one per completion (product
     of its token ratios). `*_truncate` clamps the weight into [clip_min, clip_max] (TIS), `*_mask`
     zeroes weights outside it (MIS). TRL 1.16's default is sequence_mask."""

@@ -69,6 +69,7 @@ from course_lib.ops.importance import off_policy_sequence_mask
 from course_lib.ops.kl import kl_k3
 from course_lib.ops.masking import masked_sum
 from course_lib.ops.stats import STD_EPS, nanstd
+from course_lib.run.validation import field_choices
 
 Tensor = torch.Tensor
 
@@ -82,8 +83,8 @@ __all__ = ["GRPO", "GRPOConfig", "LOSSES", "LOSS_TYPES", "LossType", "clipped_su
 def _scale_mode(scale_rewards: str | bool) -> str:
     if isinstance(scale_rewards, bool):  # TRL: True means "group", False means "none"
         scale_rewards = "group" if scale_rewards else "none"
-    if scale_rewards not in ("group", "batch", "none"):
-        raise ValueError(f"scale_rewards={scale_rewards!r} is not known. Fix: use 'group', 'batch' or 'none' "
+    if scale_rewards not in (modes := field_choices(GRPOConfig, "scale_rewards")):
+        raise ValueError(f"scale_rewards={scale_rewards!r} is not known. Fix: use {', '.join(map(repr, modes))} "
                          "(True means 'group', False means 'none').")
     return scale_rewards
 

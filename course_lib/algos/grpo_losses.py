@@ -34,7 +34,9 @@ from dataclasses import dataclass, field
 import torch
 
 from course_lib.algos.base import check_per_token
+from course_lib.algos.grpo_config import GRPOConfig
 from course_lib.ops.masking import masked_normalize, masked_sum
+from course_lib.run.validation import field_choices
 
 Tensor = torch.Tensor
 
@@ -214,8 +216,8 @@ def check_arguments(logps, old_logps, mask, *, loss_type, importance_sampling_le
     if unknown := sorted(set(knobs) - known):
         raise ValueError(f"policy_loss got unknown argument(s) {', '.join(unknown)}; the loss types' shape "
                          f"parameters are {', '.join(sorted(known))}")
-    if importance_sampling_level not in ("token", "sequence"):
-        raise ValueError(f"importance_sampling_level={importance_sampling_level!r}; use 'token' or 'sequence'")
+    if importance_sampling_level not in (levels := field_choices(GRPOConfig, "importance_sampling_level")):
+        raise ValueError(f"importance_sampling_level={importance_sampling_level!r}; use one of {', '.join(levels)}")
     if beta != 0.0 and ref_logps is None:
         raise ValueError(f"beta={beta} needs ref_logps (the reference model's log-probs); "
                          "pass ref_logps or set beta=0.0")

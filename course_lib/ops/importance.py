@@ -21,7 +21,7 @@ The weights carry no gradient: they are computed once per generation batch.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, get_args
 
 import torch
 
@@ -29,8 +29,9 @@ from course_lib.ops.kl import check_same_shape
 
 Tensor = torch.Tensor
 
+#: The correction's modes, once: the annotation of `RLConfig.vllm_importance_sampling_mode`.
 ISMode = Literal["token_truncate", "token_mask", "sequence_truncate", "sequence_mask"]
-IS_MODES: tuple[str, ...] = ("token_truncate", "token_mask", "sequence_truncate", "sequence_mask")
+IS_MODES: tuple[str, ...] = get_args(ISMode)
 
 
 def check_is_settings(mode: str, clip_min: float | None, clip_max: float | None,

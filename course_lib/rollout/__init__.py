@@ -15,12 +15,14 @@ from __future__ import annotations
 import importlib.util
 import os
 
+from ..config import RLConfig
 from ..models import unwrap_peft
+from ..run.validation import field_choices
 from .base import (ContextLengthError, PromptTruncationWarning, RolloutBatch, RolloutEngine, SamplingConfig,
                    tokenize_prompts)
 from .hf import HFEngine
 
-ENGINES = ("hf", "vllm")
+ENGINES = field_choices(RLConfig, "engine")  # ("hf", "vllm"): the config field's Literal
 
 
 def vllm_available() -> bool:

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 __all__ = ["MAX_MAGNITUDE", "check_choices", "check_field_types", "check_finite_fields", "check_magnitudes",
-           "check_run_options", "check_shared_ranges", "check_train_dataset", "fail", "literal_choices", "non_finite"]
+           "check_run_options", "check_shared_ranges", "check_train_dataset", "fail", "field_choices", "literal_choices", "non_finite"]
 
 def fail(name: str, value: Any, problem: str, fix: str) -> typing.NoReturn:
     """Raise the config error: the field, its value, what is wrong, and the fix (`course_lib.config.fail`)."""
@@ -203,6 +203,15 @@ def literal_choices(hint: Any) -> tuple | None:
         if typing.get_origin(arg) is typing.Literal:
             return typing.get_args(arg)
     return None
+
+
+def field_choices(config_class: type, name: str) -> tuple:
+    """The strings the `Literal` annotation of `config_class`'s field `name` allows: the one list
+    that runtime checks and widgets read (``field_choices(RLConfig, "engine") == ("hf", "vllm")``)."""
+    choices = literal_choices(_hints(config_class).get(name))
+    if choices is None:
+        raise TypeError(f"{config_class.__name__}.{name} is not a field annotated with a Literal")
+    return choices
 
 
 def check_choices(config: Any) -> None:

@@ -21,13 +21,16 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from course_lib.algos.grpo import group_advantages
+from course_lib.algos.grpo_config import GRPOConfig
 from course_lib.algos.rloo import rloo_advantages
+
+from course_lib.run.validation import field_choices
 
 from ._common import build_explorer, category_colors, new_figure, parse_numbers
 
 __all__ = ["advantage_explorer", "compute_advantage_panels", "plot_advantages"]
 
-SCALINGS = ("group", "batch", "none")
+SCALINGS = field_choices(GRPOConfig, "scale_rewards")  # the config field's Literal
 
 
 def compute_advantage_panels(rewards: Sequence[float] | torch.Tensor, num_generations: int,

@@ -8,6 +8,7 @@ import re
 import warnings
 
 import pytest
+import torch
 
 from course_lib.algos import GRPOConfig, PPOConfig, RLOOConfig, config_from_dict, make_config
 from course_lib.algos.grpo import LOSSES
@@ -467,3 +468,29 @@ def test_num_completions_to_print_none_prints_every_row():
     rows = [f"p{i}" for i in range(6)], [f"c{i}" for i in range(6)], [1.0] * 6, [0.5] * 6
     assert len(format_samples(*rows, limit=None).splitlines()) == 1 + 6  # header + every row
     assert len(format_samples(*rows, limit=2).splitlines()) == 1 + 2
+
+
+def test_runtime_lists_of_choices_are_read_from_the_config_literals():
+    import typing
+
+    from course_lib.algos.grpo import group_advantages, policy_loss
+    from course_lib.ops.importance import IS_MODES
+    from course_lib.rollout import ENGINES
+    from course_lib.run.validation import field_choices
+    from course_lib.widgets.advantage import SCALINGS
+
+    base, grpo = typing.get_type_hints(RLConfig), typing.get_type_hints(GRPOConfig)
+    assert ENGINES == typing.get_args(base["engine"]) == ("hf", "vllm")
+    assert IS_MODES == typing.get_args(base["vllm_importance_sampling_mode"])
+    assert SCALINGS == typing.get_args(typing.get_args(grpo["scale_rewards"])[0]) == ("group", "batch", "none")
+    assert field_choices(GRPOConfig, "importance_sampling_level") == ("token", "sequence")
+    with pytest.raises(TypeError, match="not a field annotated with a Literal"):
+        field_choices(RLConfig, "beta")
+    rewards = torch.tensor([1.0, 0.0, 1.0, 1.0])
+    for mode in SCALINGS:  # every listed mode runs, and a name outside the list is refused with the list
+        group_advantages(rewards, 2, scale_rewards=mode)
+    with pytest.raises(ValueError, match="'group', 'batch', 'none'"):
+        group_advantages(rewards, 2, scale_rewards="groups")
+    logps, mask = torch.zeros(2, 3), torch.ones(2, 3)
+    with pytest.raises(ValueError, match="use one of token, sequence"):
+        policy_loss(logps, None, torch.ones(2), mask, importance_sampling_level="seq")
