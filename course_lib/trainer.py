@@ -197,13 +197,9 @@ class Trainer:
         prompt_rows = self.sampler.take(config.unique_prompts_per_generation)
         rows = [row for row in prompt_rows for _ in range(G)][self.shards.rows]
         prompts, columns = self._prompts_and_columns(rows)
-        sampling = SamplingConfig(temperature=config.temperature, top_p=config.top_p, top_k=config.top_k,
-                                  min_p=config.min_p, repetition_penalty=config.repetition_penalty,
-                                  max_tokens=config.max_completion_length,
-                                  seed=config.seed * 2**40 + self.cycle * config.effective_generation_batch_size
-                                  + round_index * 2**36,  # dynamic sampling's refill rounds
-                                  max_prompt_length=config.max_prompt_length, first_row=self.shards.rows.start,
-                                  generation_kwargs=config.sampling_extras, chat_template_kwargs=config.chat_template_kwargs)
+        sampling = SamplingConfig.from_config(config, first_row=self.shards.rows.start,
+                                              seed=config.seed * 2**40 + self.cycle * config.effective_generation_batch_size
+                                              + round_index * 2**36)  # dynamic sampling's refill rounds
         was_training = self.model.training
         self.model.eval()
         with self.step_clock.generating():

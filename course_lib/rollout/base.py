@@ -93,6 +93,26 @@ class SamplingConfig:
     def greedy(self) -> bool:
         return self.temperature == 0
 
+    @classmethod
+    def from_config(cls, config, *, seed: int | None, first_row: int = 0, greedy: bool = False) -> SamplingConfig:
+        """The sampling settings of a training config (:class:`course_lib.config.RLConfig`), the one
+        place the trainer and the in-loop evaluation build them from.
+
+        Args:
+            config: the run's config: its temperature, top_p, top_k, min_p, repetition_penalty,
+                max_completion_length, max_prompt_length, generation and chat-template kwargs.
+            seed, first_row: as the attributes above.
+            greedy: temperature 0 and no filtering (the evaluation's greedy pass); the length
+                limits and the extra kwargs still come from `config`.
+        """
+        shared = dict(max_tokens=config.max_completion_length, max_prompt_length=config.max_prompt_length,
+                      generation_kwargs=config.sampling_extras, chat_template_kwargs=config.chat_template_kwargs,
+                      seed=seed, first_row=first_row)
+        if greedy:
+            return cls(temperature=0.0, **shared)
+        return cls(temperature=config.temperature, top_p=config.top_p, top_k=config.top_k, min_p=config.min_p,
+                   repetition_penalty=config.repetition_penalty, **shared)
+
 
 @dataclass
 class RolloutBatch:

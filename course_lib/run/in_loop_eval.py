@@ -71,13 +71,10 @@ class InLoopEvaluator:
         was_training = model.training
         model.eval()
         try:
-            common = dict(max_tokens=config.max_completion_length, max_prompt_length=config.max_prompt_length,
-                          generation_kwargs=config.sampling_extras, chat_template_kwargs=config.chat_template_kwargs)
-            sampled = SamplingConfig(temperature=config.temperature, top_p=config.top_p, top_k=config.top_k,
-                                     min_p=config.min_p, repetition_penalty=config.repetition_penalty,
-                                     seed=config.seed * 7_919 + 17, **common)
+            sampled = SamplingConfig.from_config(config, seed=config.seed * 7_919 + 17)
             _, per_func, total = self._score(engine, config.effective_num_generations_eval, sampled)
-            texts, _, greedy_total = self._score(engine, 1, SamplingConfig(temperature=0.0, seed=0, **common))
+            greedy = SamplingConfig.from_config(config, seed=0, greedy=True)
+            texts, _, greedy_total = self._score(engine, 1, greedy)
         finally:
             model.train(was_training)
         G = config.effective_num_generations_eval

@@ -26,6 +26,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
 from ..run.history import load_history
+from ..toy.plots import moving_average
 from ._common import new_figure
 
 __all__ = ["DEFAULT_PANELS", "LiveDashboard", "load_history", "metric_series", "plot_training_history"]
@@ -118,15 +119,6 @@ def _default_panels(history: Sequence[Mapping[str, Any]], max_panels: int) -> li
     return panels[:max_panels]
 
 
-def _moving_average(values: np.ndarray, window: int) -> np.ndarray:
-    if window <= 1 or values.size == 0:
-        return values
-    cumulative = np.cumsum(np.insert(values, 0, 0.0))
-    counts = np.minimum(np.arange(1, values.size + 1), window)
-    ends = np.arange(1, values.size + 1)
-    return (cumulative[ends] - cumulative[ends - counts]) / counts
-
-
 def _auto_window(history: Sequence[Mapping[str, Any]], panels: Sequence[tuple[str, ...]]) -> int:
     """A moving-average window of about a tenth of the longest curve; 1 (none) under 20 points."""
     longest = max((metric_series(history, m)[1].size for group in panels for m in group), default=0)
@@ -187,7 +179,7 @@ def plot_training_history(history: Sequence[Mapping[str, Any]] | str | Path,
             (line,) = ax.plot(steps, values, marker=marker, markersize=3, linewidth=1,
                               alpha=0.35 if smooth > 1 else 1.0, label=short)
             if smooth > 1 and values.size:
-                ax.plot(steps, _moving_average(values, smooth), color=line.get_color(), linewidth=1.8)
+                ax.plot(steps, moving_average(values, smooth), color=line.get_color(), linewidth=1.8)
         _mark_findings(ax, history, group)
         if not any(metric_series(history, metric)[1].size for metric in group):
             ax.text(0.5, 0.5, "no data", ha="center", va="center", transform=ax.transAxes, color="0.5")

@@ -494,3 +494,31 @@ def test_runtime_lists_of_choices_are_read_from_the_config_literals():
     logps, mask = torch.zeros(2, 3), torch.ones(2, 3)
     with pytest.raises(ValueError, match="use one of token, sequence"):
         policy_loss(logps, None, torch.ones(2), mask, importance_sampling_level="seq")
+
+
+def test_sampling_config_from_config_carries_every_sampling_field():
+    from course_lib.rollout import SamplingConfig
+
+    config = make_config("grpo", temperature=0.7, top_p=0.9, top_k=20, min_p=0.05, repetition_penalty=1.1,
+                         max_completion_length=64, max_prompt_length=128, generation_kwargs={"do_sample": True},
+                         chat_template_kwargs={"enable_thinking": False})
+    sampled = SamplingConfig.from_config(config, seed=7, first_row=3)
+    assert (sampled.temperature, sampled.top_p, sampled.top_k, sampled.min_p, sampled.repetition_penalty) == (
+        0.7, 0.9, 20, 0.05, 1.1)
+    assert (sampled.max_tokens, sampled.max_prompt_length, sampled.seed, sampled.first_row) == (64, 128, 7, 3)
+    assert sampled.generation_kwargs == {"do_sample": True}
+    assert sampled.chat_template_kwargs == {"enable_thinking": False}
+    greedy = SamplingConfig.from_config(config, seed=0, greedy=True)
+    assert greedy.greedy and (greedy.top_p, greedy.top_k, greedy.min_p, greedy.repetition_penalty) == (
+        1.0, None, None, 1.0)
+    assert (greedy.max_tokens, greedy.max_prompt_length) == (64, 128)
+
+
+def test_one_moving_average_serves_the_toy_plots_and_the_dashboard():
+    import numpy as np
+
+    from course_lib.toy.plots import moving_average
+    from course_lib.widgets import dashboard
+
+    assert dashboard.moving_average is moving_average
+    np.testing.assert_allclose(moving_average([1.0, 3.0, 5.0, 7.0], 2), [1.0, 2.0, 4.0, 6.0])  # trailing mean
