@@ -17,9 +17,10 @@ The filters run in vLLM's order (temperature, min-p, top-k, top-p) rather than
 ``generate``'s (temperature, top-k, top-p, min-p), so the two engines sample the same
 distribution when several filters are combined.
 
-Simplification: ``batch_size`` splits the rows into several ``generate`` calls, so with a
-fixed seed the samples depend on ``batch_size`` (the random stream is consumed in another
-order); they do not depend on anything else.
+Simplification: ``batch_size`` splits the rows into several ``generate`` calls, each
+left-padded to its own longest prompt, so the matmul shapes depend on ``batch_size``. With a
+fixed seed every row draws from its own generator (``row_seed``), so the samples do not
+depend on ``batch_size`` or on which rows share a call, up to the rounding those shapes bring.
 """
 
 from __future__ import annotations
