@@ -62,9 +62,6 @@ class OnPolicyConfig(RLConfig):
     num_mini_batches: int | None = None
     """Optimizer steps per generation batch; sets steps_per_generation = num_mini_batches *
     gradient_accumulation_steps. None means 1 (the default of TRL's PPOConfig)."""
-    whiten_rewards: bool = False
-    """Whiten the per-token rewards over the batch before computing advantages, keeping their mean
-    ("The N+ Implementation Details of RLHF with PPO", Huang et al. 2024)."""
     missing_eos_penalty: float | None = None
     """The "EOS trick": subtract this from the score of completions that never emit EOS; None
     disables (Huang et al. 2024 use 1.0)."""

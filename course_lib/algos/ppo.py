@@ -70,6 +70,10 @@ class PPOConfig(OnPolicyConfig):
     """Discount factor of GAE; 1.0 for episodic text."""
     lam: float = 0.95
     """GAE lambda: 0 = one-step TD, 1 = Monte Carlo (Schulman et al. 2016)."""
+    whiten_rewards: bool = False
+    """Whiten the per-token rewards over the batch before GAE, keeping their mean ("The N+
+    Implementation Details of RLHF with PPO", Huang et al. 2024). PPO's only: RLOO's one advantage
+    per completion has no per-token rewards to whiten (TRL's RLOOConfig has no such field)."""
     use_separate_value_model: bool = False
     """Train the value function as its own model instead of a head on the policy."""
     value_learning_rate: float | None = None
