@@ -5,8 +5,11 @@ defaults of TRL 1.16's `GRPOConfig`. Each field carries a docstring right below 
 CleanRL style; `field_docs(cls)` reads those strings from the source so that the
 command line can print them as help. Each algorithm's own config (`GRPOConfig` in
 `course_lib/algos/grpo_config.py`, `RLOOConfig` in `rloo.py`, `PPOConfig` in `ppo.py`) adds
-only the fields that algorithm reads; a shared field an algorithm would ignore is refused
-there (PPO's `epsilon_high`). The allowed values of a choice are its field's `Literal`.
+only the fields that algorithm reads; a field an algorithm would ignore is refused there
+(PPO's `epsilon_high`, RLOO's `token_level_kl=True`), and
+`tests/lib/test_config_fields_change_the_run.py` shows every other field changing a cheap
+fingerprint of the run, or checks that the module it acts in reads it, or lists it as
+logging/IO only. The allowed values of a choice are its field's `Literal`.
 
 A config is checked once, when it is built: a bad value raises `ValueError` naming the
 field, the value and the fix, and a legal but risky setting emits a `ConfigWarning`.
