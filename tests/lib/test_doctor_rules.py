@@ -153,6 +153,21 @@ def test_generation_share_advises_the_engine():
     assert "generation_dominates" not in fired(rows(**{**HEALTHY, "timing/generation_s": 0.5, "timing/step_s": 1.0}))
 
 
+def test_the_engine_advice_quotes_the_speed_ups_the_readme_measured():
+    import re
+    from pathlib import Path
+
+    from course_lib.presets import fast_engine_settings
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    row = next(line for line in readme.splitlines() if line.startswith("| rollouts |"))
+    fp32, bf16 = re.search(r"([\d.]+)× in float32, ([\d.]+)× with a bfloat16 sampler", row).groups()
+    history = rows(**{**HEALTHY, "timing/generation_s": 0.8, "timing/step_s": 1.0})
+    for text in (fired(history, {"engine": "hf"})["generation_dominates"].message, fast_engine_settings.__doc__):
+        assert f"{fp32}x" in text and f"{bf16}x" in text, text
+        assert not set(re.findall(r"([\d.]+)x faster", text)) - {fp32, bf16}, text  # no other figure
+
+
 def test_non_finite_values_name_the_step():
     history = rows(**HEALTHY)
     history[7]["grad_norm"] = None  # the logger writes NaN/inf as null
