@@ -126,6 +126,23 @@ def test_policy_moving_too_fast(key, value, quiet):
     assert "policy_moves_too_fast" not in fired(rows(**{**HEALTHY, key: quiet}))
 
 
+def test_policy_moving_too_fast_from_the_kl_to_the_reference():
+    # KL to the reference 0 at the first step (policy == reference), then 0.8 nats per token.
+    runaway = rows(**{**HEALTHY, "kl": lambda i: 0.0 if i == 0 else 0.8})
+    found = fired(runaway, {"beta": 0.04, "learning_rate": 3e-3})["policy_moves_too_fast"]
+    assert "KL to the reference 0.000 -> 0.800" in found.message and "beta=0.04" in found.message
+    assert "larger beta" in found.message and found.evidence["kl_now"] == pytest.approx(0.8)
+    # A TRL log (no config) logs kl only with beta != 0: the same rows fire.
+    assert "policy_moves_too_fast" in fired(runaway, {})
+    # Without a penalty (beta=0) nothing asks the policy to stay near the reference.
+    assert "policy_moves_too_fast" not in fired(runaway, {"beta": 0.0})
+    # A rise of 0.4 nats (0.1 -> 0.5) is under the threshold; the tiny GRPO preset's own kl
+    # (beta=0.04) stays at 0.003-0.09 per step.
+    drift = rows(**{**HEALTHY, "kl": lambda i: 0.1 + 0.4 * i / 39})
+    assert "policy_moves_too_fast" not in fired(drift, {"beta": 0.04})
+    assert "policy_moves_too_fast" in fired(rows(**{**HEALTHY, "kl": lambda i: 0.1 + 0.7 * i / 39}), {"beta": 0.04})
+
+
 def test_nothing_moves_needs_a_tiny_learning_rate_and_flat_curves():
     still = dict(HEALTHY, reward=lambda i: 0.3 + 0.05 * (-1) ** i, entropy=lambda i: 0.6 + 0.01 * (-1) ** i,
                  learning_rate=1e-9)
