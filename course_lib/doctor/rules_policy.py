@@ -188,25 +188,55 @@ def nothing_moves(rows, config):
       {"logp_difference": (0.1, "mean |log p_trainer - log p_sampler| per token; bf16 against fp32 stays "
                                 "a few hundredths, 0.1 means one token in ten differs by 10% in probability"),
        "jump": (10.0, "a tenfold jump over the run's median after an update means the sampler kept stale "
-                      "weights")})
+                      "weights"),
+       "ratio_low": (0.5, "importance ratio (trainer / sampler probability) of half: the band [0.5, 2] is "
+                          "TIS's usual cap of 2 and its mirror"),
+       "ratio_high": (2.0, "a token or completion twice as likely under the trainer as under the sampler"),
+       "ratio_share": (0.8, "of the last 10 logged steps (at least 5) with the ratio's min or max outside "
+                            "[0.5, 2] while the first logged step's were inside: at the first step both hold "
+                            "the same weights, so a range that leaves the band later and stays out is a "
+                            "sampler that stopped following the updates, or a correction masking part of "
+                            "every batch. A range outside from the first step is a dtype or kernel gap "
+                            "(measured: the tiny model scoring its own samples in bf16 against fp32, before "
+                            "any update, gives token ratios from 0.2 to 195 in batches of 32 64-token "
+                            "completions), read by logp_difference instead")})
 def sampler_mismatch(rows, config):
     """The sampler's log-probs disagree with the trainer's: wrong weights, dtype or settings."""
     key = "sampling/sampling_logp_difference/mean"
     diff = values(rows, key)
-    if len(diff) < 3:
+    ratio_share, ranges = _ratio_outside_share(rows)
+    if len(diff) < 3 and ratio_share is None:
         return None
-    now, typical = mean(diff[-3:]), median(diff)
+    now, typical = (mean(diff[-3:]), median(diff)) if len(diff) >= 3 else (float("nan"), float("nan"))
     jumped = [s for s, d in zip(steps_of(rows, key), diff) if d > 10.0 * max(typical, 1e-4) and d > 0.05]
-    if now <= 0.1 and not jumped:
+    ratio_out = ratio_share is not None and ratio_share >= 0.8
+    if not (now > 0.1 or jumped or ratio_out):
         return None
     where = f" (a jump at step {jumped[0]})" if jumped else ""
+    gap = f"mean per-token log-prob gap {now:.3f}{where}" if now == now else ""
+    if ratio_out:
+        low, high = min(r[0] for r in ranges), max(r[1] for r in ranges)
+        gap = "; ".join(filter(None, [gap, f"importance ratio outside [0.5, 2] in {ratio_share:.0%} of the last "
+                                           f"{len(ranges)} steps (min {low:.3g}, max {high:.3g}), inside at the "
+                                           "first step"]))
     return Diagnosis(
-        f"sampler and trainer disagree: mean per-token log-prob gap {now:.3f}{where}. Causes: the engine did not "
+        f"sampler and trainer disagree: {gap}. Causes: the engine did not "
         "receive the new weights, a lower-precision sampler "
         f"({_field(config, 'vllm_dtype')} vs {_field(config, 'dtype')}), or different sampling settings "
         "(temperature, top_p) in engine and trainer. Fixes: the same dtype on both sides, "
         "vllm_importance_sampling_correction=True (truncated importance sampling), lesson 10.",
-        {"logp_difference": now, "median": typical, "jump_steps": jumped[:5]})
+        {"logp_difference": now, "median": typical, "jump_steps": jumped[:5], "ratio_outside_share": ratio_share})
+
+
+def _ratio_outside_share(rows) -> tuple[float | None, list[tuple[float, float]]]:
+    """The share of the last ``WINDOW`` steps whose importance ratio's (min, max) left [0.5, 2],
+    and those ranges; ``None`` with fewer than 5 such steps or a first step already outside."""
+    lo, hi = "sampling/importance_sampling_ratio/min", "sampling/importance_sampling_ratio/max"
+    ranges = [(float(r[lo]), float(r[hi])) for r in rows if is_finite(r.get(lo)) and is_finite(r.get(hi))]
+    if len(ranges) < 5 or not 0.5 <= ranges[0][0] <= ranges[0][1] <= 2.0:
+        return None, []
+    recent = ranges[-WINDOW:]
+    return sum(1 for low, high in recent if low < 0.5 or high > 2.0) / len(recent), recent
 
 
 # ---------------------------------------------------------------------- 11: time

@@ -163,6 +163,32 @@ def test_sampler_mismatch_level_and_jump():
     assert jump["sampler_mismatch"].evidence["jump_steps"] == [21]
 
 
+def test_sampler_mismatch_from_the_importance_ratio_range():
+    gap = {"sampling/sampling_logp_difference/mean": 0.02}  # a small mean gap: the level branch is quiet
+
+    def ratios(ranges):
+        history = rows(**{**HEALTHY, **gap})
+        for row, (low, high) in zip(history, ranges):
+            row["sampling/importance_sampling_ratio/min"], row["sampling/importance_sampling_ratio/max"] = low, high
+        return history
+
+    # Inside [0.5, 2] at the first step (same weights), then a min near 0 at every step: fires.
+    stale = fired(ratios([(0.9, 1.1)] + [(0.01, 1.6)] * 39))["sampler_mismatch"]
+    assert "importance ratio outside [0.5, 2] in 100% of the last 10 steps" in stale.message
+    assert stale.evidence["ratio_outside_share"] == 1.0
+    # 8 of the last 10 steps outside is the threshold (0.8); 7 of 10 is not sustained.
+    eight = [(0.9, 1.1)] * 30 + [(0.9, 3.0)] * 8 + [(0.9, 1.1)] * 2
+    assert "sampler_mismatch" in fired(ratios(eight))
+    seven = [(0.9, 1.1)] * 30 + [(0.9, 3.0)] * 7 + [(0.9, 1.1)] * 3
+    assert "sampler_mismatch" not in fired(ratios(seven))
+    # Inside throughout, or outside from the first step (a bf16 sampler's extremes over many
+    # tokens: a dtype gap, read from the mean log-prob gap instead): quiet.
+    assert "sampler_mismatch" not in fired(ratios([(0.7, 1.4)] * 40))
+    assert "sampler_mismatch" not in fired(ratios([(0.2, 12.0)] * 40))
+    # Fewer than 5 steps with the statistics: too few to call sustained.
+    assert "sampler_mismatch" not in fired(ratios([(0.9, 1.1)] + [(0.01, 1.6)] * 3))
+
+
 def test_generation_share_advises_the_engine():
     history = rows(**{**HEALTHY, "timing/generation_s": 0.8, "timing/step_s": 1.0})
     assert "engine='vllm'" in fired(history, {"engine": "hf"})["generation_dominates"].message
