@@ -69,3 +69,15 @@ def test_the_stale_sampler_shows_in_the_importance_ratio_range_alone(museum):
                    for r in rows]
     found = diagnose(ratios_only, config.to_dict(), rules=["sampler_mismatch"])
     assert found and found[0].evidence["ratio_outside_share"] >= 0.8, [str(f) for f in found]
+
+
+@pytest.mark.parametrize("name", ["short_budget", "learning_rate_100x", "stale_sampler", "kl_runaway"])
+def test_the_report_dates_museum_findings_as_checking_every_step_does(museum, name):
+    from course_lib.doctor import Doctor
+
+    rows, config, findings, _ = museum(name)
+    doctor, every_step = Doctor(config), []
+    for end in range(1, len(rows) + 1):
+        every_step += doctor.check(rows[:end])
+    assert [(f.rule, f.step, f.message, repr(f.evidence)) for f in findings] == \
+           [(f.rule, f.step, f.message, repr(f.evidence)) for f in every_step]
