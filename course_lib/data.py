@@ -31,6 +31,8 @@ from typing import Callable, Iterable
 
 from datasets import Dataset
 
+from .run.wording import fix
+
 #: The instruction and worked example that teach a chat model the ``<answer>`` format.
 #: Measured: with the instruction alone, SmolLM2-135M never emits the tags (reward 0,
 #: nothing to learn); one worked example turn in the prompt is enough to start.
@@ -331,6 +333,11 @@ def _check_held_out(test_rows: list[dict], train_rows: list[dict], file: Path) -
                       "them is not held out.", SplitNotice, stacklevel=4)
 
 
+def _local_gsm8k_fix() -> str:
+    return fix("--task gsm8k:<folder with train.jsonl and test.jsonl>",
+               "load_gsm8k(path=<folder with train.jsonl and test.jsonl>) or get_task('gsm8k:<folder>')")
+
+
 def load_gsm8k(path: str | os.PathLike | None = None, *, split: str = "train", n: int | None = None,
                seed: int = 0, tagged: bool = True) -> Dataset:
     """GSM8K in the course's format.
@@ -356,14 +363,14 @@ def load_gsm8k(path: str | os.PathLike | None = None, *, split: str = "train", n
         if any(os.environ.get(name, "").lower() in ("1", "true", "yes", "on")
                for name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")):
             raise DataError("task gsm8k loads openai/gsm8k from the hub, but offline mode is on (HF_HUB_OFFLINE / "
-                            "HF_DATASETS_OFFLINE). Fix: --task gsm8k:<folder with train.jsonl and test.jsonl>.")
+                            f"HF_DATASETS_OFFLINE). Fix: {_local_gsm8k_fix()}.")
         from datasets import load_dataset
 
         try:
             rows = list(load_dataset("openai/gsm8k", "main", split=split))
         except Exception as error:  # offline, or the hub is unreachable
             raise DataError("Could not load openai/gsm8k from the hub. Fix: pass a local copy, "
-                            "--task gsm8k:<folder with train.jsonl and test.jsonl>.") from error
+                            f"{_local_gsm8k_fix()}.") from error
         source = "openai/gsm8k"
     else:
         rows, source = _local_gsm8k_rows(path, split), str(path)
@@ -372,7 +379,7 @@ def load_gsm8k(path: str | os.PathLike | None = None, *, split: str = "train", n
     if n is not None:
         if n > len(rows):
             raise DataError(f"n={n} is more than the {len(rows)} {split} rows of gsm8k:{source}. Fix: lower n "
-                            "(--n, --eval-n, --train-rows).")
+                            f"({fix('--n, --eval-n, --train-rows', 'the n argument')}).")
         rows = random.Random(seed).sample(rows, n)
     return Dataset.from_dict({
         "prompt": [gsm8k_messages(r["question"], tagged) for r in rows],

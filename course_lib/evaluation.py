@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 import torch
 from .progress import progress_bar
+from .run.wording import fix
 from .rewards.answers import is_correct
 from .sampled_evaluation import (  # pass@k, maj@k and sampled accuracy live beside greedy evaluation
     SampledEvaluation,
@@ -84,7 +85,8 @@ def _check_positions(model, tokenizer, texts: list[str], max_new_tokens: int) ->
     from .rollout.base import ContextLengthError
 
     if max_new_tokens < 1:
-        raise ValueError(f"max_new_tokens={max_new_tokens}: generate at least 1 token (--max-new-tokens).")
+        raise ValueError(f"max_new_tokens={max_new_tokens}: generate at least 1 token "
+                         f"({fix('--max-new-tokens', 'max_new_tokens')}).")
     limit = getattr(getattr(model, "config", None), "max_position_embeddings", None)
     if not limit:
         return
@@ -94,7 +96,7 @@ def _check_positions(model, tokenizer, texts: list[str], max_new_tokens: int) ->
         raise ContextLengthError(f"prompt {longest} has {lengths[longest]} tokens; with "
                                  f"max_new_tokens={max_new_tokens} "
                                  f"it needs {lengths[longest] + max_new_tokens} positions, but the model reads at most "
-                                 f"{limit}. Fix: lower --max-new-tokens (max_new_tokens), or evaluate shorter "
+                                 f"{limit}. Fix: lower {fix('--max-new-tokens', 'max_new_tokens')}, or evaluate shorter "
                                  "prompts.")
 
 
@@ -133,7 +135,7 @@ def evaluate_accuracy(model, tokenizer, dataset, max_new_tokens: int = 32, batch
     """
     if len(dataset) == 0:
         raise ValueError("evaluate_accuracy got a dataset with no rows, which has no accuracy. Fix: evaluate at "
-                         "least one row (--n / --eval-n >= 1).")
+                         f"least one row ({fix('--n / --eval-n >= 1', 'a dataset of at least 1 row')}).")
     completions = greedy_completions(model, tokenizer, dataset["prompt"], max_new_tokens, batch_size, progress)
     if "answer" not in dataset.column_names:
         raise ValueError(f"evaluate_accuracy needs an 'answer' column (columns: {dataset.column_names}). Fix: add "

@@ -82,7 +82,8 @@ def fast_engine_settings() -> dict[str, Any]:
 
     On a GPU: ``engine="vllm"``. On a CPU, vLLM plus native bfloat16 (AVX512-BF16 or AMX)
     gives ``engine="vllm"`` with a bfloat16 sampler *and* bfloat16 training: on SmolLM2-135M
-    the bf16 vLLM sampler measured about 4.5x faster than HF ``generate``, and a LoRA
+    the bf16 vLLM sampler's rollouts measured 3.8x faster than HF ``generate`` (a float32
+    vLLM sampler: 1.5x; ``benchmarks/rollout.py``, README "vLLM on a CPU"), and a LoRA
     forward + backward ran faster in bf16 than in fp32.
     The trainer corrects what is left of the sampler mismatch with truncated importance
     sampling.

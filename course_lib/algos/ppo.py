@@ -15,7 +15,9 @@ Everything a lesson on PPO for RLHF points at, top to bottom:
 
 Metric names follow the PPO documentation: `policy/approxkl_avg`,
 `policy/clipfrac_avg`, `loss/policy_avg`, `val/ratio`, `val/ratio_var`,
-`loss/value_avg`, `val/clipfrac_avg`. Simplification: the old trainers averaged these
+`loss/value_avg`, `val/clipfrac_avg`; the clip fraction also under the names GRPO and RLOO
+log it with (`clip_ratio/low_mean`, `clip_ratio/high_mean`, `clip_ratio/region_mean`), so
+that one vocabulary reads all three algorithms. Simplification: the old trainers averaged these
 over PPO epochs and mini-batches; here each call reports the statistics of its own
 batch, and the trainer averages calls. GAE assumes right padding.
 """
@@ -284,7 +286,10 @@ def ppo_policy_loss(
     Returns:
         `LossOutput`; metrics `loss/policy_avg`, `policy/approxkl_avg`
         (`0.5 * masked_mean((log r)^2)`), `policy/clipfrac_avg`, `val/ratio`,
-        `val/ratio_var` (over valid tokens). All 0 for an empty mask.
+        `val/ratio_var` (over valid tokens), and the clip fraction again under GRPO's and
+        RLOO's names: `clip_ratio/low_mean` (ratio below 1 - c, advantage negative),
+        `clip_ratio/high_mean` (above 1 + c, advantage positive), `clip_ratio/region_mean`
+        (either: equal to `policy/clipfrac_avg`). All 0 for an empty mask.
     """
     check_cliprange("cliprange", cliprange)
     mask = mask.to(logps.dtype)
@@ -299,14 +304,20 @@ def ppo_policy_loss(
     loss = _token_mean(per_token_loss, mask, num_tokens)
 
     with torch.no_grad():
+        # The clip binds where the ratio left [1 - c, 1 + c] in the direction the advantage pushes:
+        # TRL GRPO's clip_ratio/low_mean and high_mean; their union is PPO's clipfrac.
+        is_low = ((ratio < 1 - cliprange) & (advantages < 0)).to(logps.dtype)
+        is_high = ((ratio > 1 + cliprange) & (advantages > 0)).to(logps.dtype)
+        clipfrac = masked_mean((pg_losses_clipped > pg_losses).to(logps.dtype), mask).item()
         metrics = {
             "loss/policy_avg": loss.item(),
             "policy/approxkl_avg": (0.5 * masked_mean(log_ratio.pow(2), mask)).item(),
-            "policy/clipfrac_avg": masked_mean(
-                (pg_losses_clipped > pg_losses).to(logps.dtype), mask
-            ).item(),
+            "policy/clipfrac_avg": clipfrac,
             "val/ratio": masked_mean(ratio, mask).item(),
             "val/ratio_var": masked_var(ratio, mask, unbiased=True).item(),
+            "clip_ratio/low_mean": masked_mean(is_low, mask).item(),
+            "clip_ratio/high_mean": masked_mean(is_high, mask).item(),
+            "clip_ratio/region_mean": clipfrac,
         }
     return LossOutput(loss=loss, metrics=metrics, per_token_loss=per_token_loss)
 

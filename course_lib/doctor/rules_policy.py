@@ -105,24 +105,42 @@ def entropy_explosion(rows, config):
 
 
 # ---------------------------------------------------------------------- 8, 9: step size
-@rule("policy_moves_too_fast", "error", ("clip_ratio/region_mean", "policy/clipfrac_avg", "policy/approxkl_avg"),
+@rule("policy_moves_too_fast", "error", ("clip_ratio/region_mean", "policy/clipfrac_avg", "policy/approxkl_avg",
+                                         "kl"),
       {"clip_fraction": (0.2, "PPO implementations treat 0.1-0.2 of clipped tokens as the upper end of "
                               "healthy; above it most of the update is thrown away by the clip"),
        "approx_kl": (0.05, "per-token KL between the sampling and the updated policy; PPO's usual "
-                           "early-stopping targets are 0.01-0.05")})
+                           "early-stopping targets are 0.01-0.05"),
+       "kl_rise": (0.5, "nats per token of KL to the reference (the logged kl, beta>0) above its first "
+                        "logged value (0 before the first update): at 0.5 the sampled tokens are on "
+                        "average e^0.5 = 1.6x likelier than under the reference, and the penalty meant to "
+                        "hold the policy near it has lost. Measured on the tiny model with beta=0.04: the "
+                        "GRPO preset stays at 0.003-0.09 per step over 60 steps (PPO on it: up to 0.29), "
+                        "learning_rate=3e-3 jumps to 1-7 within two steps")})
 def policy_moves_too_fast(rows, config):
-    """Clip fraction or the per-step KL is high: each update moves the policy too far."""
+    """Clip fraction, the per-step KL or the KL to the reference is high: the policy moves too far."""
     clip_key, kl_key = first_key(rows, CLIP_KEYS), first_key(rows, APPROX_KL_KEYS)
     clip = mean(_recent(rows, clip_key)) if clip_key else float("nan")
     kl = mean(_recent(rows, kl_key)) if kl_key else float("nan")
-    if not (clip > 0.2 or kl > 0.05):
+    # KL to the reference: only a run with a penalty (beta>0; unknown for a TRL log, which logs
+    # kl only when beta != 0) is meant to stay near it.
+    ref_kl, beta = values(rows, "kl"), config.get("beta")
+    kl_start = ref_kl[0] if ref_kl else float("nan")
+    kl_now = mean(ref_kl[-WINDOW:]) if len(ref_kl) >= 3 and (beta is None or beta > 0) else float("nan")
+    if not (clip > 0.2 or kl > 0.05 or kl_now - kl_start > 0.5):
         return None
     shown = ", ".join(f"{k}={v:.3f}" for k, v in ((clip_key, clip), (kl_key, kl)) if k and v == v)
+    if kl_now - kl_start > 0.5:
+        shown = ", ".join(filter(None, [shown, f"KL to the reference {kl_start:.3f} -> {kl_now:.3f} nats per token "
+                                               f"with {_field(config, 'beta', 'beta>0')}"]))
+        penalty = "or a 10x larger beta (a stronger pull towards the reference)"
+    else:
+        penalty = "or beta>0"
     return Diagnosis(
         f"each update moves the policy too far ({shown}). Fixes: learning rate 10x lower "
         f"({_field(config, 'learning_rate')}), fewer passes over each batch ({_field(config, 'num_iterations')} "
-        "-> 1), fewer micro-steps per generation (steps_per_generation), or beta>0 (lesson 03).",
-        {"clip_fraction": clip, "approx_kl": kl})
+        f"-> 1), fewer micro-steps per generation (steps_per_generation), {penalty} (lesson 03).",
+        {"clip_fraction": clip, "approx_kl": kl, "kl_start": kl_start, "kl_now": kl_now})
 
 
 @rule("nothing_moves", "warning", ("reward", "entropy", "learning_rate", "clip_ratio/region_mean", "kl"),
@@ -170,25 +188,55 @@ def nothing_moves(rows, config):
       {"logp_difference": (0.1, "mean |log p_trainer - log p_sampler| per token; bf16 against fp32 stays "
                                 "a few hundredths, 0.1 means one token in ten differs by 10% in probability"),
        "jump": (10.0, "a tenfold jump over the run's median after an update means the sampler kept stale "
-                      "weights")})
+                      "weights"),
+       "ratio_low": (0.5, "importance ratio (trainer / sampler probability) of half: the band [0.5, 2] is "
+                          "TIS's usual cap of 2 and its mirror"),
+       "ratio_high": (2.0, "a token or completion twice as likely under the trainer as under the sampler"),
+       "ratio_share": (0.8, "of the last 10 logged steps (at least 5) with the ratio's min or max outside "
+                            "[0.5, 2] while the first logged step's were inside: at the first step both hold "
+                            "the same weights, so a range that leaves the band later and stays out is a "
+                            "sampler that stopped following the updates, or a correction masking part of "
+                            "every batch. A range outside from the first step is a dtype or kernel gap "
+                            "(measured: the tiny model scoring its own samples in bf16 against fp32, before "
+                            "any update, gives token ratios from 0.2 to 195 in batches of 32 64-token "
+                            "completions), read by logp_difference instead")})
 def sampler_mismatch(rows, config):
     """The sampler's log-probs disagree with the trainer's: wrong weights, dtype or settings."""
     key = "sampling/sampling_logp_difference/mean"
     diff = values(rows, key)
-    if len(diff) < 3:
+    ratio_share, ranges = _ratio_outside_share(rows)
+    if len(diff) < 3 and ratio_share is None:
         return None
-    now, typical = mean(diff[-3:]), median(diff)
+    now, typical = (mean(diff[-3:]), median(diff)) if len(diff) >= 3 else (float("nan"), float("nan"))
     jumped = [s for s, d in zip(steps_of(rows, key), diff) if d > 10.0 * max(typical, 1e-4) and d > 0.05]
-    if now <= 0.1 and not jumped:
+    ratio_out = ratio_share is not None and ratio_share >= 0.8
+    if not (now > 0.1 or jumped or ratio_out):
         return None
     where = f" (a jump at step {jumped[0]})" if jumped else ""
+    gap = f"mean per-token log-prob gap {now:.3f}{where}" if now == now else ""
+    if ratio_out:
+        low, high = min(r[0] for r in ranges), max(r[1] for r in ranges)
+        gap = "; ".join(filter(None, [gap, f"importance ratio outside [0.5, 2] in {ratio_share:.0%} of the last "
+                                           f"{len(ranges)} steps (min {low:.3g}, max {high:.3g}), inside at the "
+                                           "first step"]))
     return Diagnosis(
-        f"sampler and trainer disagree: mean per-token log-prob gap {now:.3f}{where}. Causes: the engine did not "
+        f"sampler and trainer disagree: {gap}. Causes: the engine did not "
         "receive the new weights, a lower-precision sampler "
         f"({_field(config, 'vllm_dtype')} vs {_field(config, 'dtype')}), or different sampling settings "
         "(temperature, top_p) in engine and trainer. Fixes: the same dtype on both sides, "
         "vllm_importance_sampling_correction=True (truncated importance sampling), lesson 10.",
-        {"logp_difference": now, "median": typical, "jump_steps": jumped[:5]})
+        {"logp_difference": now, "median": typical, "jump_steps": jumped[:5], "ratio_outside_share": ratio_share})
+
+
+def _ratio_outside_share(rows) -> tuple[float | None, list[tuple[float, float]]]:
+    """The share of the last ``WINDOW`` steps whose importance ratio's (min, max) left [0.5, 2],
+    and those ranges; ``None`` with fewer than 5 such steps or a first step already outside."""
+    lo, hi = "sampling/importance_sampling_ratio/min", "sampling/importance_sampling_ratio/max"
+    ranges = [(float(r[lo]), float(r[hi])) for r in rows if is_finite(r.get(lo)) and is_finite(r.get(hi))]
+    if len(ranges) < 5 or not 0.5 <= ranges[0][0] <= ranges[0][1] <= 2.0:
+        return None, []
+    recent = ranges[-WINDOW:]
+    return sum(1 for low, high in recent if low < 0.5 or high > 2.0) / len(recent), recent
 
 
 # ---------------------------------------------------------------------- 11: time
@@ -203,8 +251,9 @@ def generation_dominates(rows, config):
     if share <= 0.6:
         return None
     if config.get("engine", "hf") == "hf":
-        advice = ("engine='vllm' (measured about 4.5x faster sampling than HF generate on SmolLM2-135M, "
-                  "lesson 10)")
+        advice = ("engine='vllm' (on SmolLM2-135M, benchmarks/rollout.py measured vLLM's rollouts 1.5x faster "
+                  "than HF generate in float32 and 3.8x with a bfloat16 sampler on a CPU with native bfloat16; "
+                  "a whole step gains less, as the update does not speed up: README 'vLLM on a CPU', lesson 10)")
     else:
         advice = "a shorter max_completion_length or fewer num_generations"
     return Diagnosis(f"generation takes {share:.0%} of each step. Fix: {advice}.", {"generation_share": share})

@@ -278,7 +278,8 @@ def restore_weights(folder: str | Path, model, value_head=None) -> None:
         except RuntimeError as error:  # a tensor of another shape: another model's weights
             first = str(error).strip().splitlines()[-1].strip()[:300]
             raise CheckpointError(f"cannot resume from {folder}: its model weights do not fit this model ({first}). "
-                                  "Fix: resume with the --model the checkpoint was trained from.") from None
+                                  f"Fix: resume with the {fix('--model', 'model')} the checkpoint was trained "
+                                  "from.") from None
         # Tied embeddings are saved once; anything else missing means a different model.
         missing = [k for k in missing if "lm_head" not in k]
         if missing or unexpected:

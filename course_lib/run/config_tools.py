@@ -193,7 +193,8 @@ def apply_overrides(config: Any, overrides: Iterable[str] | Mapping[str, Any]) -
             try:
                 value = _coerce(value, hints[name])
             except RecursionError:
-                raise ValueError(f"{name}={shown!r} nests too deeply to read. Fix: see --help for {name}.") from None
+                raise ValueError(f"{name}={shown!r} nests too deeply to read. Fix: give {name} a flatter "
+                                 f"value ({field_list(cls.__name__)}).") from None
             except ValueError as error:
                 reason = str(error) if len(str(error)) <= 200 else str(error)[:200] + "..."
                 raise ValueError(f"{name}={shown!r} does not fit the field's type {hints[name]}: {reason}. "

@@ -24,6 +24,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from .wording import fix
+
 #: What the course trainer does differently from TRL 1.16's GRPOTrainer, whatever the config.
 BEHAVIOUR_DIFFERENCES = [
     "generation batch order: the course trainer consumes it in order (the schedule tables); TRL shuffles it",
@@ -107,8 +109,8 @@ def export_run(config, rewards: list, dataset, output: str | Path, num_processes
 
     if config.algo != "grpo":
         raise ValueError(f"export_run: config.algo is {config.algo!r}; only GRPO runs are exported (TRL's RLOO and "
-                         "PPO trainers differ from the course's on-policy ones). Fix: export a GRPOConfig "
-                         "(--algo grpo on the command line).")
+                         "PPO trainers differ from the course's on-policy ones). Fix: export a "
+                         f"{fix('run with --algo grpo', 'GRPOConfig')}.")
     if config.max_tool_calling_iterations is not None:
         raise ValueError(f"export-trl: max_tool_calling_iterations={config.max_tool_calling_iterations} marks a "
                          "run with tools, and tools and environments are Python objects that `trl grpo --config` "

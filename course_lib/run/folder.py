@@ -158,17 +158,17 @@ def check_resume_run(saved: dict | None, current: dict, folder: str | Path) -> N
     problems = []
     if saved.get("train_rows") != current["train_rows"]:
         problems.append(f"{saved.get('train_rows')} training rows in the checkpoint, {current['train_rows']} now "
-                        "(--train-rows)")
+                        f"({fix('--train-rows', 'train_dataset')})")
     elif saved.get("train_fingerprint") != current["train_fingerprint"]:
-        problems.append("the training rows differ in content (--task, or the data file)")
+        problems.append(f"the training rows differ in content ({fix('--task, or the data file', 'train_dataset')})")
     if saved.get("rewards") != current["rewards"]:
         problems.append(f"reward functions {saved.get('rewards')} in the checkpoint, {current['rewards']} now "
-                        "(--rewards)")
+                        f"({fix('--rewards', 'reward_funcs')})")
     if problems:
+        same = fix("--task, --train-rows and --rewards of the command", "train_dataset and reward_funcs of the run")
         raise ValueError(f"cannot resume from {folder}: {'; '.join(problems)}. The sampler's position and the "
-                         "learned policy belong to the saved data and rewards. Fix: resume with the --task, "
-                         "--train-rows and --rewards of the command that wrote it, or start a new run in another "
-                         "--output-dir.")
+                         f"learned policy belong to the saved data and rewards. Fix: resume with the {same} "
+                         f"that wrote it, or start a new run in another {fix('--output-dir', 'output_dir')}.")
 
 
 def _entries(output_dir: Path) -> list[str]:
@@ -254,7 +254,8 @@ def _lock_and_check(output_dir: Path, resume_folder: str | Path | None, overwrit
         raise OutputDirError(f"output_dir={str(output_dir)!r} holds symbolic links where a run writes its files "
                              f"({', '.join(links)}); writing through them would change files outside the folder. "
                              "Fix: replace each link by the file itself (or delete it), or pass "
-                             "--overwrite-output-dir to start a new run there.")
+                             f"{fix('--overwrite-output-dir', 'overwrite_output_dir=True')} to start a new run "
+                             "there.")
     for name in links:  # overwrite: the link goes, never what it points to
         (output_dir / name).unlink()
     handle = _take_lock(output_dir)
@@ -387,7 +388,7 @@ def _take_lock(output_dir: Path):
                 who = f" (process {owner['pid']} on {owner.get('host')})" if known else ""
                 raise OutputDirError(f"output_dir={str(output_dir)!r} is in use by another training run{who}; it "
                                      f"holds {path}. Fix: wait for that run to end, or pick another "
-                                     "--output-dir.") from None
+                                     f"{fix('--output-dir', 'output_dir')}.") from None
             warnings.warn(f"{path} was held for run process {owner['pid']}, which is dead (a process it forked kept "
                           "the lock); the stale lock is replaced.", RuntimeWarning, stacklevel=4)
             with contextlib.suppress(FileNotFoundError):
@@ -402,7 +403,7 @@ def _take_lock(output_dir: Path):
         handle.flush()
         return handle
     raise OutputDirError(f"could not lock {path}: other runs keep replacing it. Fix: start one run at a time "
-                         "in this --output-dir.")
+                         f"in this {fix('--output-dir', 'output_dir')}.")
 
 
 def _same_file(handle, path: Path) -> bool:

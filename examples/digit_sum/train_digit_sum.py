@@ -3,7 +3,8 @@
     python examples/digit_sum/train_digit_sum.py --model tiny --max-steps 20 --output-dir runs/digit-sum
 
 Steps: the rows from :func:`digit_sum.digit_sum_task`; greedy accuracy before, by the task's
-own rule; GRPO with the two rewards; accuracy after; the checkpoint loaded back as a model;
+own rule; GRPO with the two rewards (stopped by Ctrl-C or SIGTERM, ``train()`` saves and returns
+with ``trainer.interrupted``; the script then exits with 128 + the signal); accuracy after; the checkpoint loaded back as a model;
 ``export_run`` writes a folder that ``trl grpo`` trains (the reward module is copied into it).
 """
 
@@ -45,6 +46,13 @@ def main(argv: list[str] | None = None) -> dict:
     trainer = Trainer(config, [digit_sum_reward, brevity_reward], train)
     before = evaluate_accuracy(trainer.model, trainer.tokenizer, test, max_new_tokens=6, correct_fn=is_digit_sum_correct)
     trainer.train()
+    if trainer.interrupted:  # Ctrl-C, SIGTERM or SIGHUP: train() saved a checkpoint and returned
+        from course_lib.run.signals import exit_code, signal_name
+
+        signum = trainer.stop_signal or 2  # None: another process's stop, counted as Ctrl-C
+        print(f"stopped by {signal_name(signum)}: saved {trainer.output_dir}/checkpoint-{trainer.step}; "
+              "continue with trainer.train(resume_from='latest')", file=sys.stderr)
+        raise SystemExit(exit_code(signum))  # the shell's convention, 128 + signal, as the command line
     after = evaluate_accuracy(trainer.model, trainer.tokenizer, test, max_new_tokens=6, correct_fn=is_digit_sum_correct)
     # The checkpoint folder is a model: load it back as another script would.
     checkpoint = Path(args.output_dir) / f"checkpoint-{trainer.step}"

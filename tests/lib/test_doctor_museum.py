@@ -57,3 +57,27 @@ def test_the_cli_reports_a_museum_run_and_saves_its_figure(museum, tmp_path):
     assert "completions_truncated" in text and "max_completion_length=4" in text
     _, _, _, broken = museum("constant_reward")
     assert main(["doctor", str(broken), "--figure", str(tmp_path / "b.png")]) == 1  # an error-level finding
+
+
+def test_the_stale_sampler_shows_in_the_importance_ratio_range_alone(museum):
+    """Without the mean log-prob gap, the ratio's min/max (inside [0.5, 2] at the first step, a
+    min near 0 once the trainer moved away from the frozen sampler) still name the failure."""
+    from course_lib.doctor import diagnose
+
+    rows, config, _, _ = museum("stale_sampler")
+    ratios_only = [{k: v for k, v in r.items() if not k.startswith("sampling/sampling_logp_difference")}
+                   for r in rows]
+    found = diagnose(ratios_only, config.to_dict(), rules=["sampler_mismatch"])
+    assert found and found[0].evidence["ratio_outside_share"] >= 0.8, [str(f) for f in found]
+
+
+@pytest.mark.parametrize("name", ["short_budget", "learning_rate_100x", "stale_sampler", "kl_runaway"])
+def test_the_report_dates_museum_findings_as_checking_every_step_does(museum, name):
+    from course_lib.doctor import Doctor
+
+    rows, config, findings, _ = museum(name)
+    doctor, every_step = Doctor(config), []
+    for end in range(1, len(rows) + 1):
+        every_step += doctor.check(rows[:end])
+    assert [(f.rule, f.step, f.message, repr(f.evidence)) for f in findings] == \
+           [(f.rule, f.step, f.message, repr(f.evidence)) for f in every_step]

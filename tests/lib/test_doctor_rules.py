@@ -126,6 +126,23 @@ def test_policy_moving_too_fast(key, value, quiet):
     assert "policy_moves_too_fast" not in fired(rows(**{**HEALTHY, key: quiet}))
 
 
+def test_policy_moving_too_fast_from_the_kl_to_the_reference():
+    # KL to the reference 0 at the first step (policy == reference), then 0.8 nats per token.
+    runaway = rows(**{**HEALTHY, "kl": lambda i: 0.0 if i == 0 else 0.8})
+    found = fired(runaway, {"beta": 0.04, "learning_rate": 3e-3})["policy_moves_too_fast"]
+    assert "KL to the reference 0.000 -> 0.800" in found.message and "beta=0.04" in found.message
+    assert "larger beta" in found.message and found.evidence["kl_now"] == pytest.approx(0.8)
+    # A TRL log (no config) logs kl only with beta != 0: the same rows fire.
+    assert "policy_moves_too_fast" in fired(runaway, {})
+    # Without a penalty (beta=0) nothing asks the policy to stay near the reference.
+    assert "policy_moves_too_fast" not in fired(runaway, {"beta": 0.0})
+    # A rise of 0.4 nats (0.1 -> 0.5) is under the threshold; the tiny GRPO preset's own kl
+    # (beta=0.04) stays at 0.003-0.09 per step.
+    drift = rows(**{**HEALTHY, "kl": lambda i: 0.1 + 0.4 * i / 39})
+    assert "policy_moves_too_fast" not in fired(drift, {"beta": 0.04})
+    assert "policy_moves_too_fast" in fired(rows(**{**HEALTHY, "kl": lambda i: 0.1 + 0.7 * i / 39}), {"beta": 0.04})
+
+
 def test_nothing_moves_needs_a_tiny_learning_rate_and_flat_curves():
     still = dict(HEALTHY, reward=lambda i: 0.3 + 0.05 * (-1) ** i, entropy=lambda i: 0.6 + 0.01 * (-1) ** i,
                  learning_rate=1e-9)
@@ -146,11 +163,52 @@ def test_sampler_mismatch_level_and_jump():
     assert jump["sampler_mismatch"].evidence["jump_steps"] == [21]
 
 
+def test_sampler_mismatch_from_the_importance_ratio_range():
+    gap = {"sampling/sampling_logp_difference/mean": 0.02}  # a small mean gap: the level branch is quiet
+
+    def ratios(ranges):
+        history = rows(**{**HEALTHY, **gap})
+        for row, (low, high) in zip(history, ranges):
+            row["sampling/importance_sampling_ratio/min"], row["sampling/importance_sampling_ratio/max"] = low, high
+        return history
+
+    # Inside [0.5, 2] at the first step (same weights), then a min near 0 at every step: fires.
+    stale = fired(ratios([(0.9, 1.1)] + [(0.01, 1.6)] * 39))["sampler_mismatch"]
+    assert "importance ratio outside [0.5, 2] in 100% of the last 10 steps" in stale.message
+    assert stale.evidence["ratio_outside_share"] == 1.0
+    # 8 of the last 10 steps outside is the threshold (0.8); 7 of 10 is not sustained.
+    eight = [(0.9, 1.1)] * 30 + [(0.9, 3.0)] * 8 + [(0.9, 1.1)] * 2
+    assert "sampler_mismatch" in fired(ratios(eight))
+    seven = [(0.9, 1.1)] * 30 + [(0.9, 3.0)] * 7 + [(0.9, 1.1)] * 3
+    assert "sampler_mismatch" not in fired(ratios(seven))
+    # Inside throughout, or outside from the first step (a bf16 sampler's extremes over many
+    # tokens: a dtype gap, read from the mean log-prob gap instead): quiet.
+    assert "sampler_mismatch" not in fired(ratios([(0.7, 1.4)] * 40))
+    assert "sampler_mismatch" not in fired(ratios([(0.2, 12.0)] * 40))
+    # Fewer than 5 steps with the statistics: too few to call sustained.
+    assert "sampler_mismatch" not in fired(ratios([(0.9, 1.1)] + [(0.01, 1.6)] * 3))
+
+
 def test_generation_share_advises_the_engine():
     history = rows(**{**HEALTHY, "timing/generation_s": 0.8, "timing/step_s": 1.0})
     assert "engine='vllm'" in fired(history, {"engine": "hf"})["generation_dominates"].message
     assert "engine='vllm'" not in fired(history, {"engine": "vllm"})["generation_dominates"].message
     assert "generation_dominates" not in fired(rows(**{**HEALTHY, "timing/generation_s": 0.5, "timing/step_s": 1.0}))
+
+
+def test_the_engine_advice_quotes_the_speed_ups_the_readme_measured():
+    import re
+    from pathlib import Path
+
+    from course_lib.presets import fast_engine_settings
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    row = next(line for line in readme.splitlines() if line.startswith("| rollouts |"))
+    fp32, bf16 = re.search(r"([\d.]+)× in float32, ([\d.]+)× with a bfloat16 sampler", row).groups()
+    history = rows(**{**HEALTHY, "timing/generation_s": 0.8, "timing/step_s": 1.0})
+    for text in (fired(history, {"engine": "hf"})["generation_dominates"].message, fast_engine_settings.__doc__):
+        assert f"{fp32}x" in text and f"{bf16}x" in text, text
+        assert not set(re.findall(r"([\d.]+)x faster", text)) - {fp32, bf16}, text  # no other figure
 
 
 def test_non_finite_values_name_the_step():

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -60,6 +62,32 @@ def test_the_python_api_script_trains_reloads_and_exports(tmp_path):
     export = Path(summary["trl_export"])
     assert (export / "digit_sum.py").read_text() == MODULE.read_text()  # the reward module travels with the export
     assert "course_rewards.digit_sum_reward" in (export / "grpo.yaml").read_text()
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGTERM"), reason="POSIX signals")
+def test_the_python_api_script_stops_on_sigterm_without_evaluating_or_exporting(tmp_path):
+    """``train()`` returns after SIGTERM with ``trainer.interrupted``: the script must stop there
+    and exit 143 (128 + SIGTERM), not evaluate and export a half-trained run as if it finished."""
+    out = tmp_path / "api"
+    process = subprocess.Popen([sys.executable, str(EXAMPLE / "train_digit_sum.py"), "--max-steps", "10000",
+                                "--eval-n", "2", "--output-dir", str(out)], cwd=tmp_path, env=_env(),
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 300
+        while not ((out / "history.jsonl").is_file() and (out / "history.jsonl").read_text().strip()):
+            assert process.poll() is None, process.communicate()[1][-3000:]
+            assert time.monotonic() < deadline, "no step logged in time"
+            time.sleep(0.2)
+        process.send_signal(signal.SIGTERM)
+        stdout, stderr = process.communicate(timeout=180)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 128 + signal.SIGTERM, (process.returncode, stderr[-3000:])
+    assert "stopped by SIGTERM" in stderr and "resume_from='latest'" in stderr
+    assert not [line for line in stdout.splitlines() if line.startswith("{")]  # no summary: nothing evaluated after
+    assert not (out / "trl").exists() and not (out / "final").exists()
+    assert list(out.glob("checkpoint-*/trainer_state.json"))  # the stop saved a checkpoint
 
 
 def test_the_command_line_trains_evaluates_and_hands_over_to_trl(tmp_path):

@@ -377,6 +377,15 @@ def test_ppo_token_loss_by_hand():
     assert out.metrics["policy/clipfrac_avg"] == pytest.approx(0.5)
     assert out.metrics["val/ratio"] == pytest.approx(1.25)
     assert out.metrics["policy/approxkl_avg"] == pytest.approx(0.5 * LN(1.5) ** 2 / 2)
+    # The same clip fraction under GRPO/RLOO's names: token 0 is above 1 + c with A > 0.
+    assert out.metrics["clip_ratio/high_mean"] == pytest.approx(0.5)
+    assert out.metrics["clip_ratio/low_mean"] == 0.0
+    assert out.metrics["clip_ratio/region_mean"] == pytest.approx(0.5)
+    # Ratio 0.5 with A < 0 is clipped from below; ratio 0.5 with A > 0 is not clipped.
+    low = ppo_policy_loss(torch.tensor([[LN(0.25), LN(0.25)]]), torch.tensor([[LN(0.5), LN(0.5)]]),
+                          torch.tensor([[-1.0, 1.0]]), torch.ones(1, 2), cliprange=0.2)
+    assert (low.metrics["clip_ratio/low_mean"], low.metrics["clip_ratio/high_mean"]) == (0.5, 0.0)
+    assert low.metrics["clip_ratio/region_mean"] == low.metrics["policy/clipfrac_avg"] == 0.5
 
 
 def test_value_loss_by_hand():

@@ -110,6 +110,25 @@ def test_each_algorithm_updates_the_policy_and_logs_its_metrics(tmp_path, algo):
     assert (Path(trainer.output_dir) / "final" / "config.json").exists()
 
 
+#: What every algorithm logs under one name (TRL GRPO's), so that the progress bar, the dashboard
+#: and the doctor read GRPO, RLOO and PPO runs alike.
+SHARED_KEYS = ["reward", "reward_std", "frac_reward_zero_std", "kl", "entropy", "clip_ratio/low_mean",
+               "clip_ratio/high_mean", "clip_ratio/region_mean", "completions/clipped_ratio",
+               "completions/mean_length", "grad_norm", "learning_rate", "loss", "num_tokens", "tokens/s",
+               "timing/step_s", "timing/generation_s"]
+
+
+@pytest.mark.parametrize("algo", ["grpo", "rloo", "ppo"])
+def test_the_three_algorithms_log_the_shared_signals_under_one_name(tmp_path, algo):
+    trainer = _trainer(tmp_path, algo=algo, max_steps=1, beta=0.04, temperature=1.5, per_device_train_batch_size=8)
+    row = trainer.train()[-1]
+    missing = [key for key in SHARED_KEYS if key not in row or not math.isfinite(row[key])]
+    assert not missing, f"{algo} does not log {missing}"
+    assert 0.0 <= row["clip_ratio/region_mean"] <= 1.0
+    if "policy/clipfrac_avg" in row:  # RLOO and PPO: the same quantity under both names
+        assert row["clip_ratio/region_mean"] == pytest.approx(row["policy/clipfrac_avg"])
+
+
 def test_lora_with_kl_uses_the_base_model_as_reference(tmp_path):
     trainer = _trainer(tmp_path, use_lora=True, lora_r=4, lora_alpha=8, lora_dropout=0.0, beta=0.04,
                        lora_target_modules=["q_proj", "v_proj"], max_steps=3, learning_rate=5e-3,

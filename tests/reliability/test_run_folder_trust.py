@@ -164,10 +164,10 @@ def test_a_lock_of_a_live_run_is_still_refused_and_names_it(tmp_path):
 def test_resume_refuses_other_training_rows(finished_run, tmp_path):
     run = _copy_run(finished_run, tmp_path)
     more_rows = get_task("arithmetic", n=24, seed=0)
-    with pytest.raises(ValueError, match=r"16 training rows in the checkpoint, 24 now \(--train-rows\)"):
+    with pytest.raises(ValueError, match=r"16 training rows in the checkpoint, 24 now \(train_dataset\)"):
         tiny_trainer(run, max_steps=3, dataset=more_rows).train(resume_from="latest")
     other_task = get_task("arithmetic", n=16, seed=1)
-    with pytest.raises(ValueError, match=r"training rows differ in content \(--task"):
+    with pytest.raises(ValueError, match=r"training rows differ in content \(train_dataset"):
         tiny_trainer(run, max_steps=3, dataset=other_task).train(resume_from="latest")
 
 
