@@ -112,8 +112,10 @@ for i, answer in enumerate(CANDIDATE_ANSWERS):
 #
 # $$L = -\frac{1}{B} \sum_{b=1}^{B} R_b \sum_t \text{mask}_{b,t} \log \pi_\theta(y_{b,t} \mid \cdot).$$
 #
-# Every token of a completion shares that completion's reward: a good answer makes all
-# its tokens more likely, a bad one all of them less likely.
+# Every token of a completion shares that completion's reward: a good answer's tokens
+# all get a positive weight in the gradient, a bad answer's all a negative one. Whether
+# each of them then becomes more likely is another question, because they all share the
+# model's parameters: the REINFORCE steps on a real transformer below measure it.
 #
 # ### Exercise 1 — the REINFORCE loss
 #

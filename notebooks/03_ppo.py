@@ -222,8 +222,9 @@ for label, (kl, _, probs, ratios) in runs.items():
 # the **reference's** samples, is the **forward** KL (mass-covering: the policy is charged
 # for leaving out what the reference likes).
 #
-# Two forces, two jobs: the clip keeps *each step* small; the KL term keeps the *whole
-# journey* short. (GRPO's default in TRL is `beta = 0`: no reference model at all, lesson 06.)
+# Two forces, two jobs: the clip removes the incentive to move far in *one step* (it
+# enforces no limit: the demo of section 2 ends with ratios outside the range); the KL
+# term keeps the *whole journey* short. (GRPO's default in TRL is `beta = 0`: no reference model at all, lesson 06.)
 #
 # ### Estimating KL from the sampled tokens
 #

@@ -40,9 +40,6 @@ if importlib.util.find_spec("course_lib") is None:
     importlib.invalidate_caches()
 
 # %% [markdown]
-# ## 1. `loss_type`: how the tokens are averaged
-
-# %% [markdown]
 # ## 1. The hard clip silences tokens: CISPO and SAPO
 #
 # PPO's clip (lesson 06, section 4) has a side effect: a token whose ratio left the range

@@ -385,7 +385,8 @@ for dtype in (torch.bfloat16, torch.float16):
     print(f"float32 trainer vs {str(dtype):14} sampler: |log-prob gap| mean {gaps[dtype].mean():.2e}, "
           f"max {gaps[dtype].max():.2e}")
 print(f"bf16's mean gap is {gaps[torch.bfloat16].mean() / gaps[torch.float16].mean():.1f} times fp16's")
-#
+
+# %% [markdown]
 # ## 5. The memory arithmetic of GRPO at 20K context
 #
 # Unsloth's guide works out Llama 3.1 8B with a **20K context** and **8 generations** per

@@ -20,7 +20,7 @@
 # 6. know what to **expect on real tasks**: how many steps, rows, and parameters.
 #
 # The run is one cell with two budgets. In fast mode (`COURSE_FAST=1`, how the tests run
-# this notebook on a CPU) it trains the tiny model for 200 steps (25 to 100 s on our CPU,
+# this notebook on a CPU) it trains the tiny model for 200 steps (25 to 140 s on our CPU,
 # depending on its load), enough for a held-out gain larger than its noise: 35.5% → 45.0%
 # on 200 problems, +9.5 points [+3.3, +15.7] in our run (section 7 prints yours). Without it, the same cell
 # trains SmolLM2-135M-Instruct with LoRA for 300 steps (minutes on a GPU; on a CPU, roughly
@@ -366,20 +366,28 @@ print(f"{len(history)} steps in {time.time() - started:.0f} s")
 #
 # Expect the reward to rise slowly with the number of steps: on the tiny model the
 # training reward moves by a few hundredths over 200 steps (the cell below prints its
-# first and last quarters), which is hard to see through the noise. The held-out
+# first and last quarters), which is hard to see through the noise. Read it for what it
+# is: a weighted sum, `1.0 × correctness + 0.5 × proximity + 0.25 × rubric`, at most
+# 1.75, so a total near 1 does not mean that the model adds. The cell also prints each
+# function's mean; the correctness row is the share of *sampled* answers (temperature
+# 1.0) that are right, the number that training is meant to raise (our fast run: total
+# 0.93 → 0.98, correctness 0.21 → 0.26, so about one sampled answer in four or five is
+# right, and the rest of the total is proximity and rubric credit). The held-out
 # accuracy of section 7, measured on 200 problems with a paired interval on the lift, is
-# the clearer verdict: the cell there says whether the lift exceeds its noise. One setting we measured on purpose: a learning rate of 3e-4 (ten times
-# this one) took the same tiny model from 35.5% to 16.5% in a dozen steps: large, noisy
-# steps knock a small model off what it knew.
+# the clearer verdict: the cell there says whether the lift exceeds its noise. One
+# setting we measured on purpose: a learning rate of 3e-4 (ten times this one) took the
+# same tiny model from 35.5% to 16.5% in a dozen steps: large, noisy steps knock a small
+# model off what it knew.
 
 # %%
 display(plot_training_history(history, smooth=scaled(1, 10), title=f"GRPO on {MODEL}"))
 first, last = history[: max(1, len(history) // 4)], history[-max(1, len(history) // 4):]
-for key in ("reward", "reward_std", "frac_reward_zero_std", "kl", "entropy", "clip_ratio/region_mean",
-            "completions/mean_length", "completions/clipped_ratio"):
+per_function = [key for key in history[-1] if key.startswith("rewards/") and key.endswith("/mean")]
+for key in ["reward", *per_function, "reward_std", "frac_reward_zero_std", "kl", "entropy",
+            "clip_ratio/region_mean", "completions/mean_length", "completions/clipped_ratio"]:
     before = sum(row[key] for row in first) / len(first)
     after = sum(row[key] for row in last) / len(last)
-    print(f"{key:<28} first quarter {before:8.3f}   last quarter {after:8.3f}")
+    print(f"{key:<44} first quarter {before:8.3f}   last quarter {after:8.3f}")
 
 # %% [markdown]
 # The reward curve on its own, per function:

@@ -19,7 +19,8 @@ once and the older name is an alias, accepted by `make_config` / `apply_override
 `num_mini_batches` (optimizer steps per generation batch) is expressed through the
 shared batch arithmetic: it sets `steps_per_generation = num_mini_batches *
 gradient_accumulation_steps`. Defaults follow those older trainers (KL coefficient 0.05,
-4 PPO epochs, temperature 0.7), which PPO keeps (TRL 1.16's PPOConfig is that trainer); RLOO
+4 PPO epochs, temperature 0.7), which PPO keeps (they were the defaults of TRL's former
+PPOConfig; TRL 1.16 has no PPOTrainer, see lesson 04); RLOO
 takes TRL 1.16's rewritten `RLOOConfig` defaults instead (1 pass, temperature 1.0, the same
 beta 0.05), with the older ones as the preset `older_trl_rloo` (see lesson 08).
 """
@@ -61,14 +62,14 @@ class OnPolicyConfig(RLConfig):
     """Sampling temperature (TRL's on-policy default 0.7)."""
     num_mini_batches: int | None = None
     """Optimizer steps per generation batch; sets steps_per_generation = num_mini_batches *
-    gradient_accumulation_steps. None means 1 (the default of TRL's PPOConfig)."""
+    gradient_accumulation_steps. None means 1 (the default of TRL's former PPOConfig)."""
     missing_eos_penalty: float | None = None
     """The "EOS trick": subtract this from the score of completions that never emit EOS; None
     disables (Huang et al. 2024 use 1.0)."""
 
-    kl_coef = _alias("beta", "TRL's PPOConfig name of `beta`.")
-    num_ppo_epochs = _alias("num_iterations", "TRL's PPOConfig name of `num_iterations`.")
-    cliprange = _alias("epsilon", "TRL's PPOConfig name of `epsilon`.")
+    kl_coef = _alias("beta", "The name TRL's former PPOConfig gave `beta`.")
+    num_ppo_epochs = _alias("num_iterations", "The name TRL's former PPOConfig gave `num_iterations`.")
+    cliprange = _alias("epsilon", "The name TRL's former PPOConfig gave `epsilon`.")
 
     def _requested_steps_per_generation(self) -> int | None:
         if self.num_mini_batches is None:

@@ -83,7 +83,7 @@ class PPOConfig(OnPolicyConfig):
     normalises each parameter's step, so `vf_coef` barely changes how fast a head that only the
     value loss trains can move: at a policy learning rate of 1e-5 to 1e-6 a zero-initialised head
     needs thousands of steps to reach the returns. A larger rate here lets the critic catch up
-    (not a field of TRL's PPOConfig, whose separate value model shares the policy's rate)."""
+    (TRL's former PPOConfig had no such field: its separate value model shared the policy's rate)."""
 
     def _check_ranges(self) -> None:
         super()._check_ranges()

@@ -18,7 +18,9 @@ with a dozen numbers:
   until it is actually sampled and rewarded.
 - **Zero probability never learns.** If the right answer has probability 0 it is never
   sampled and its logit receives zero gradient, so it stays at 0 forever. That is why
-  RL starts from an instruction-tuned model that already answers sensibly sometimes.
+  RL starts from a model that already answers sensibly sometimes: usually an
+  instruction-tuned one, though DeepSeek-R1-Zero started from a base model whose
+  answers were already right often enough to be rewarded.
 
 What it simplifies: a real model produces answers token by token from a huge
 vocabulary and its logits share parameters; here each answer owns one free logit, so
