@@ -94,7 +94,7 @@ def _copy_model(source: Path, target: Path) -> None:
 
 
 def export_run(config, rewards: list, dataset, output: str | Path, num_processes: int = 1,
-               copy_model: bool = True) -> Path:
+               copy_model: bool = True, tools: list | None = None, environment_factory=None) -> Path:
     """Write ``grpo.yaml``, ``data/train.jsonl``, ``course_rewards.py`` and ``README.txt`` into ``output``.
 
     ``rewards``: shipped reward names, your own functions (callables defined at the top level
@@ -103,6 +103,10 @@ def export_run(config, rewards: list, dataset, output: str | Path, num_processes
     With ``copy_model`` a local model folder (the embedded models included) is copied to
     ``model/``; every path in ``grpo.yaml`` is relative to ``output``, so the folder moves
     between machines. Run the printed ``cd <output> && trl grpo --config grpo.yaml``.
+
+    ``tools`` / ``environment_factory``: pass what the run's ``Trainer`` got, so that a run with
+    tools is refused with the way to hand it over (a YAML file cannot carry Python objects),
+    also when ``max_tool_calling_iterations`` was left at its default.
     """
     from .export_rewards import check_reward_columns, write_reward_module
     from ..models import resolve_model_path
@@ -111,14 +115,19 @@ def export_run(config, rewards: list, dataset, output: str | Path, num_processes
         raise ValueError(f"export_run: config.algo is {config.algo!r}; only GRPO runs are exported (TRL's RLOO and "
                          "PPO trainers differ from the course's on-policy ones). Fix: export a "
                          f"{fix('run with --algo grpo', 'GRPOConfig')}.")
-    if config.max_tool_calling_iterations is not None:
-        raise ValueError(f"export-trl: max_tool_calling_iterations={config.max_tool_calling_iterations} marks a "
-                         "run with tools, and tools and environments are Python objects that `trl grpo --config` "
-                         "cannot load from a YAML file; TRL 1.16 takes them only in Python, as "
-                         "GRPOTrainer(..., tools=[...], environment_factory=...). Fix: build that GRPOTrainer in a "
-                         "script with the same functions and environment class (the config fields of grpo.yaml "
-                         "carry over), or export without max_tool_calling_iterations for a single-turn run.")
     columns = getattr(dataset, "column_names", None) or (list(dataset[0]) if len(dataset) else [])
+    marks = [f"max_tool_calling_iterations={config.max_tool_calling_iterations}"] \
+        if config.max_tool_calling_iterations is not None else []
+    marks += ["tools"] if tools else []
+    marks += ["environment_factory"] if environment_factory is not None else []
+    marks += ["the dataset's 'environment' column"] if "environment" in columns else []
+    if marks:
+        raise ValueError(f"export-trl: {', '.join(marks)} mark a run with tools, and tools and environments "
+                         "are Python objects that `trl grpo --config` cannot load from a YAML file; TRL 1.16 "
+                         "takes them only in Python, as GRPOTrainer(..., tools=[...], environment_factory=...). "
+                         "Fix: build that GRPOTrainer in a script with the same functions and environment class "
+                         "(the config fields of grpo.yaml carry over), or export without tools for a single-turn "
+                         "run.")
     check_reward_columns(rewards, columns)  # before anything is written
     output = Path(output)
     output.mkdir(parents=True, exist_ok=True)
@@ -142,7 +151,8 @@ def export_run(config, rewards: list, dataset, output: str | Path, num_processes
     lines = ["Train this run with TRL:", *(f"  {c}" for c in commands), "",
              "Reward functions:", *(f"  {n}" for n in notes), "",
              "Fields whose value differs from TRL's default:",
-             *(f"  {name}: {ours!r} here, TRL's default {theirs!r}" for name, ours, theirs in changed_fields(config)), "",
+             *(f"  {name}: {ours!r} here, TRL's default {theirs!r}"
+               for name, ours, theirs in changed_fields(config)), "",
              "What differs in behaviour, whatever the fields:", *(f"  {d}" for d in BEHAVIOUR_DIFFERENCES), ""]
     (output / "README.txt").write_text("\n".join(lines))
     return output

@@ -45,6 +45,8 @@ COURSE_ONLY: dict[str, str] = {
     "dynamic_sampling": "DAPO's dynamic sampling (verl's filter_groups): TRL 1.16 has none; a TRL run keeps "
                         "the zero-spread groups (advantage 0) and logs their share as frac_reward_zero_std.",
     "max_num_gen_batches": "verl's cap on dynamic sampling's generation rounds; TRL has no dynamic sampling.",
+    "tool_timeout": "Seconds a tool call may take before it becomes a failed call; TRL 1.16 runs tools "
+                    "without a limit.",
     "doctor": "The run doctor (course_lib.doctor); for a TRL run, `python -m course_lib doctor` reads its "
               "trainer_state.json after the fact.",
 }

@@ -41,7 +41,7 @@ def _free_port() -> int:
 
 
 @pytest.mark.xdist_group("distributed")
-@pytest.mark.parametrize("algo", ["grpo", "ppo"])
+@pytest.mark.parametrize("algo", ["grpo", "rloo", "ppo"])
 def test_two_processes_equal_one_process_with_tools(tmp_path, algo):
     """Multi-turn rollouts with an environment: the same trajectories, losses and parameters."""
     overrides = ["max_completion_length=160", "beta=0.04"]

@@ -162,6 +162,32 @@ def test_export_trl_refuses_tool_runs_and_says_why(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+def test_export_trl_refuses_tools_given_without_an_iteration_cap(tmp_path):
+    # TRL's default cap is None, so the config alone does not mark a tool run: the tools, the
+    # environment factory or an 'environment' column do.
+    from datasets import Dataset
+    from course_lib.run.export_trl import export_run
+
+    config = make_config("grpo")
+    assert config.max_tool_calling_iterations is None
+    def add(a: int, b: int) -> int:
+        """Add two numbers.
+
+        Args:
+            a: the first
+            b: the second
+        """
+        return a + b
+
+    for extra in ({"tools": [add]}, {"environment_factory": Counter}):
+        with pytest.raises(ValueError, match=r"(?s)mark a run with tools.*GRPOTrainer\(\.\.\., tools="):
+            export_run(config, ["correctness_reward"], _dataset(), tmp_path / "out", **extra)
+    rows = Dataset.from_list([{**row, "environment": "counter"} for row in _dataset()])
+    with pytest.raises(ValueError, match=r"the dataset's 'environment' column mark a run with tools"):
+        export_run(config, ["correctness_reward"], rows, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
 def test_tool_run_resumes_exactly(tmp_path):
     """A checkpoint taken with a multi-turn generation batch in flight resumes to the same run."""
     settings = dict(max_steps=4, save_steps=2, steps_per_generation=2, num_iterations=2, temperature=1.5)

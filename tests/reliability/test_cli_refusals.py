@@ -282,3 +282,13 @@ def test_report_to_without_its_package(tmp_path, capsys, monkeypatch, package):
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == package else real(name, *a))
     _one_error_line([*TRAIN, "--set", f"report_to={package}", "--output-dir", str(tmp_path / "run")], capsys,
                     rf"report_to='{package}' needs the {package} package, which is not installed.*pip install {package}")
+
+
+def test_a_task_file_that_is_not_utf8_is_named_with_its_line(tmp_path):
+    # A byte that is not UTF-8 on the third line of a task of your own: the error names that
+    # line (before, a text-mode reader named a byte offset inside its read buffer).
+    from course_lib.run.user_tasks import TaskError, load_user_task
+    task = tmp_path / "train.jsonl"
+    task.write_bytes(b'{"prompt": "a", "answer": 1}\n{"prompt": "b", "answer": 2}\n{"prompt": "caf\xe9", "answer": 3}\n')
+    with pytest.raises(TaskError, match=r"train\.jsonl, line 3: not UTF-8 text .* Fix: save the file as UTF-8"):
+        load_user_task(str(task))

@@ -80,6 +80,51 @@ def test_a_wrong_solution_cannot_forge_a_pass(attack):
     assert code_execution_reward(completions=[completion], tests=[TESTS]) == [0.0]
 
 
+# A report nested deeper than any parser goes: the marker is read from the harness's frame and
+# followed by 30,000 open brackets. Before, the parent's ``json.loads`` raised RecursionError,
+# which escaped the verifier as an exception and stopped the training run that called it.
+DEEP_REPORT = WRONG_ADD + textwrap.dedent("""
+    import os, sys
+    frame = sys._getframe(1)
+    for scope in (frame.f_locals, frame.f_globals):
+        for value in list(scope.values()):
+            if isinstance(value, str) and value.startswith('__verdict_'):
+                os.write(1, (value + '[' * 30000 + ']' * 30000 + chr(10)).encode())
+                os._exit(0)
+    os.write(1, (sys.stdin.readline().strip() + '[' * 30000 + ']' * 30000 + chr(10)).encode())
+    os._exit(0)
+""")
+
+
+def test_a_report_nested_past_the_parser_fails_the_test_without_raising():
+    # Plain process isolation here: the verdict is the parent's, whatever ran the child.
+    report = run_tests(DEEP_REPORT, TESTS, timeout_s=10.0, isolation="process")
+    assert report.passed == [False, False], report.reasons
+
+
+def test_a_deeply_nested_report_cannot_stop_the_code_reward():
+    needs_sandbox()
+    report = run_tests(DEEP_REPORT, TESTS, timeout_s=10.0)
+    assert report.passed == [False, False], report.reasons
+    assert code_execution_reward(completions=[f"```python\n{DEEP_REPORT}```"], tests=[TESTS]) == [0.0]
+
+
+def test_the_verdict_survives_any_report_a_child_can_print():
+    # The parent's judge on hand-made child output: deep nesting, bad tags, wrong shapes.
+    from course_lib.sandbox.runner import SandboxResult
+    from course_lib.sandbox.verify import _AssertionRewriter, _judge_assertions
+    import ast
+    rewriter = _AssertionRewriter()
+    rewriter.visit(ast.parse("assert add(2, 3) == 5"))
+    marker = "__verdict_abc:"
+    for report in ("[" * 30000 + "]" * 30000, '[[0, [[true, {"nope": 1}]]]]', '[[0, [[true, {"complex": [1, "x"]}]]]]',
+                   '[[0, 5]]', '{"a": 1}', '[[0, [[true, {"dict": [[{"dict": [[1, 2]]}, 3]]}]]]]'):
+        result = SandboxResult(ok=True, returncode=0, stdout=f"{marker}{report}\n", stderr="", timed_out=False,
+                               killed_reason=None)
+        ok, reason = _judge_assertions(result, rewriter.specs, marker)
+        assert ok is False and reason, report[:40]
+
+
 def test_a_correct_solution_with_a_helper_named_check_still_passes():
     needs_sandbox()
     code = "def _check(n, *rest):\n    raise RuntimeError('my own helper')\ndef add(a, b):\n    return a + b\n"
