@@ -4,7 +4,7 @@ Each :class:`Exhibit` is the tiny model on the arithmetic task (``course_lib.pre
 measured GRPO settings) with one thing broken; the doctor must name that failure
 (``expect``). The ``healthy_*`` exhibits are the measured presets as they are (GRPO, RLOO):
 no rule above "info" may fire on them. PPO has no measured preset: ``ppo_grpo_settings`` runs
-it on GRPO's settings, for the confusion matrix only. ``tests/lib/test_doctor_museum.py`` replays them and
+it on GRPO's settings, where nothing above "info" may fire either. ``tests/lib/test_doctor_museum.py`` replays them and
 lesson 13 shows their curves. Every run takes seconds on one CPU thread.
 """
 
@@ -74,7 +74,8 @@ EXHIBITS: dict[str, Exhibit] = {e.name: e for e in [
     Exhibit("healthy_grpo", (), "GRPO with the tiny model's measured preset."),
     Exhibit("healthy_rloo", (), "RLOO with the tiny model's measured preset.", algo="rloo"),
     # PPO has no measured preset; on GRPO's settings its reward drifts at 0.1-0.3 and, late in
-    # the run, more than half of the groups are alike: the doctor may rightly warn (zero_spread_groups).
+    # the run, more than half of the groups are alike, which does not zero a critic's advantages
+    # (zero_spread_groups reads GRPO's and RLOO's group baselines only).
     Exhibit("ppo_grpo_settings", (), "PPO on the GRPO preset's batch and learning rate (no measured PPO preset).",
             algo="ppo", overrides={"max_steps": 100}),
     Exhibit("short_budget", ("completions_truncated",), "max_completion_length=2: answers need 3-4 tokens.",

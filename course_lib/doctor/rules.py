@@ -88,7 +88,14 @@ def _generations_for(p: float, target: float = 0.25, limit: int = 64) -> int | N
       {"fraction": (0.5, "above half, most of each batch has advantage 0: the run pays for the "
                          "generations and learns from fewer than half of them")})
 def zero_spread_groups(rows, config):
-    """Most groups have equal rewards: no signal from them (task too easy or too hard)."""
+    """Most groups have equal rewards: no signal from them (task too easy or too hard).
+
+    Only where the baseline is the group's own rewards (GRPO's mean, RLOO's leave-one-out):
+    PPO's advantages come from its critic, so a group of equal rewards still moves it, and a
+    batch whose rewards are all equal is the dead-reward and no-signal rules' case.
+    """
+    if config.get("algo") == "ppo":
+        return None
     frac = _recent(rows, "frac_reward_zero_std")
     if len(frac) < 3 or mean(frac) <= 0.5:
         return None

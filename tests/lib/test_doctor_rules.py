@@ -74,6 +74,14 @@ def test_zero_spread_groups_suggests_the_group_size_from_the_success_rate():
     assert "zero_spread_groups" not in fired(rows(**{**HEALTHY, "frac_reward_zero_std": 0.5}))
 
 
+def test_zero_spread_groups_reads_group_baselines_only():
+    # Equal rewards in a group zero GRPO's and RLOO's advantages, not a critic's (PPO's GAE).
+    alike = rows(**{**HEALTHY, "frac_reward_zero_std": 0.8, "reward": 0.2})
+    assert "zero_spread_groups" in fired(alike, {"algo": "grpo", "num_generations": 4})
+    assert "zero_spread_groups" in fired(alike, {"algo": "rloo", "num_generations": 4})
+    assert "zero_spread_groups" not in fired(alike, {"algo": "ppo", "num_generations": 4})
+
+
 def test_truncation_doubles_the_completion_budget():
     found = fired(rows(**{**HEALTHY, "completions/clipped_ratio": 0.4}), {"max_completion_length": 16})
     assert "max_completion_length=32" in found["completions_truncated"].message
