@@ -93,6 +93,16 @@ def _unique_prompt_rows(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor):
     return first, inverse
 
 
+_ACCEPTS_CACHE: dict = {}  # forward function -> whether it takes past_key_values (inspect is slow)
+
+
+def _accepts_cache(body) -> bool:
+    forward = getattr(body.forward, "__func__", body.forward)
+    if forward not in _ACCEPTS_CACHE:
+        _ACCEPTS_CACHE[forward] = "past_key_values" in inspect.signature(body.forward).parameters
+    return _ACCEPTS_CACHE[forward]
+
+
 def _shareable_cache(causal_lm, body):
     """An empty KV cache when the prompt pass can be shared, else None.
 
@@ -103,7 +113,7 @@ def _shareable_cache(causal_lm, body):
     from transformers import DynamicCache
     from transformers.cache_utils import DynamicLayer
 
-    if "past_key_values" not in inspect.signature(body.forward).parameters:
+    if not _accepts_cache(body):
         return None
     if getattr(causal_lm, "is_gradient_checkpointing", False) and body.training:
         return None
