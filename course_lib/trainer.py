@@ -44,7 +44,7 @@ from .ops.importance import sampling_correction
 from .ops.stats import nanstd
 from .policy import PolicyForward, ReferencePolicy, completion_forward, prepare_policy
 from .rewards import compute_rewards, reward_function_name
-from .rollout import SamplingConfig, make_engine
+from .rollout import HFEngine, SamplingConfig, make_engine
 from .rollout.tool_run import setup_tools
 from .run import checkpoint as ckpt
 from .run.batches import Generated, GenerationBatch, PromptSampler, completion_metrics
@@ -204,13 +204,16 @@ class Trainer:
                                   + round_index * 2**36,  # dynamic sampling's refill rounds
                                   max_prompt_length=config.max_prompt_length, first_row=self.shards.rows.start,
                                   generation_kwargs=config.sampling_extras, chat_template_kwargs=config.chat_template_kwargs)
-        was_training = self.model.training
-        self.model.eval()
+        # The HF engine samples in eval mode and restores the modules' modes itself; others get eval mode here.
+        own_modes, was_training = isinstance(self.engine, HFEngine), self.model.training
+        if not own_modes:
+            self.model.eval()
         with self.step_clock.generating():
             tools = None if self.tool_run is None else self.tool_run.rollout(  # multi-turn (course_lib.rollout.agents)
                 self.engine, self.tokenizer, list(prompts), columns, rows, sampling)
             rollout = self.engine.generate(list(prompts), n=1, sampling=sampling) if tools is None else tools.agent.batch
-        self.model.train(was_training)
+        if not own_modes:
+            self.model.train(was_training)
         generated = Generated(rows=rows, prompts=prompts, columns=columns, rollout=rollout, tools=tools)
         self.tokens_seen += int(self.shards.sum(int(generated.loss_mask.sum() + rollout.prompt_mask.sum())))
         generated.per_func, generated.total = self._rewards(generated)
@@ -285,6 +288,8 @@ class Trainer:
                      or self.algorithm.always_needs_old_logps)
         tensors = {"prompt_ids": rollout.prompt_ids, "prompt_mask": rollout.prompt_mask,
                    "completion_ids": rollout.completion_ids, "completion_mask": rollout.completion_mask}
+        if not needs_old and self.reference is None:
+            return None, None, None
         was_training = self.model.training
         self.model.eval()  # no dropout in the reference passes
         old_logps, old_values = (self._forward_in_chunks(self.model, tensors, with_values=self.value_head is not None)

@@ -199,7 +199,12 @@ def tokenize_prompts(tokenizer, prompts: Sequence[Prompt], max_length: int | Non
     if isinstance(prompts, (str, dict)) or not isinstance(prompts, Sequence) or len(prompts) == 0:
         raise ValueError("prompts: pass a non-empty list of prompts (each a string or a list of chat messages).")
     token_ids = []
+    seen: dict = {}  # a prompt repeated (GRPO's G copies of one object) is tokenized once
     for index, prompt in enumerate(prompts):
+        key = prompt if isinstance(prompt, str) else id(prompt)
+        if key in seen:
+            token_ids.append(list(seen[key]))
+            continue
         if isinstance(prompt, str):
             ids = tokenizer(prompt, add_special_tokens=True)["input_ids"]
         elif isinstance(prompt, Sequence) and all(isinstance(m, dict) for m in prompt):
@@ -212,6 +217,7 @@ def tokenize_prompts(tokenizer, prompts: Sequence[Prompt], max_length: int | Non
         if len(ids) == 0:
             raise ValueError(f"prompts[{index}] tokenizes to nothing; give the model at least one token.")
         token_ids.append(list(ids))
+        seen[key] = token_ids[-1]
     if max_length is not None:
         too_long = [len(ids) for ids in token_ids if len(ids) > max_length]
         if too_long:

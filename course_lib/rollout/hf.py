@@ -270,7 +270,8 @@ class HFEngine:
         """One seeded generator per row (``row_seed``) when the call is seeded and samples."""
         if sampling.seed is None or sampling.greedy:
             return None
-        return [torch.Generator(device=self.device).manual_seed(row_seed(sampling, first + r)) for r in range(rows)]
+        device = self.device
+        return [torch.Generator(device=device).manual_seed(row_seed(sampling, first + r)) for r in range(rows)]
 
     def _generation_config(self, sampling: SamplingConfig, eos_ids: list[int], own_draws: bool = False):
         """``generate``'s settings; ``own_draws``: the processor draws every token from per-row

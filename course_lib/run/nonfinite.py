@@ -76,6 +76,21 @@ def clip_gradients(parameters: list[torch.nn.Parameter], max_grad_norm: float) -
     return torch.nn.utils.clip_grad_norm_(parameters, max_grad_norm if max_grad_norm > 0 else float("inf"))
 
 
+def _norms_finite(tensors: list[torch.Tensor]) -> bool:
+    """True when every tensor's norm is finite (then every entry is), in one fused call.
+
+    False may also mean a norm overflowed or the tensors could not be taken together:
+    the caller then looks at each tensor exactly.
+    """
+    tensors = [t.detach() for t in tensors if t.is_floating_point() and t.numel()]
+    if not tensors:
+        return True
+    try:
+        return bool(torch.isfinite(torch.stack(torch._foreach_norm(tensors)).float()).all())
+    except (RuntimeError, TypeError):  # mixed devices or dtypes
+        return False
+
+
 def check_finite_weights(model: torch.nn.Module, extra: torch.nn.Module | None = None, *, step: int,
                          output_dir: str | Path | None) -> None:
     """Raise ``NonFiniteTrainingError`` when a trainable parameter is NaN or infinite after an update.
@@ -86,6 +101,8 @@ def check_finite_weights(model: torch.nn.Module, extra: torch.nn.Module | None =
     named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
     if extra is not None:
         named += [(f"value_head.{n}", p) for n, p in extra.named_parameters()]
+    if _norms_finite([p for _, p in named]):
+        return
     from ..models import first_non_finite
 
     bad = first_non_finite(named)
