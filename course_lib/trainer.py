@@ -262,7 +262,8 @@ class Trainer:
         rollout = generated.rollout
         conversational = isinstance(generated.prompts[0], list)
         completions = [[{"role": "assistant", "content": t}] if conversational else t for t in rollout.texts]
-        completion_ids = [ids[m.bool()].tolist() for ids, m in zip(rollout.completion_ids, rollout.completion_mask)]
+        completion_ids = [[token for token, kept in zip(ids, mask) if kept]  # the masked tokens, as plain lists
+                          for ids, mask in zip(rollout.completion_ids.tolist(), rollout.completion_mask.tolist())]
         tools = generated.tools  # multi-turn: each completion is its messages; rewards may read the environments
         return compute_rewards(self.reward_funcs, generated.prompts, completions if tools is None else tools.completions,
                                generated.columns, self.reward_weights, timeout_s=self.config.reward_timeout_s,
@@ -346,7 +347,8 @@ class Trainer:
         with self.doctor.reporting_non_finite(self.step + 1, self.logger, self.shards.is_main):  # then re-raised
             check_finite_update(grad_norm, self._window, step=self.step + 1, output_dir=self.output_dir)
             self.optimizer.step()
-            check_finite_weights(self.model, self.value_head, step=self.step + 1, output_dir=self.output_dir)
+            check_finite_weights(self.model, self.value_head, step=self.step + 1, output_dir=self.output_dir,
+                                 updated=parameters)
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
         self._weights_dirty = True

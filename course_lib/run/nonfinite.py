@@ -92,12 +92,16 @@ def _norms_finite(tensors: list[torch.Tensor]) -> bool:
 
 
 def check_finite_weights(model: torch.nn.Module, extra: torch.nn.Module | None = None, *, step: int,
-                         output_dir: str | Path | None) -> None:
+                         output_dir: str | Path | None, updated: list[torch.Tensor] | None = None) -> None:
     """Raise ``NonFiniteTrainingError`` when a trainable parameter is NaN or infinite after an update.
 
     Runs after ``optimizer.step()``: nothing is saved and nothing is sampled from such
     weights. ``extra``: a second module trained with the policy (PPO's value head).
+    ``updated``: the tensors the update wrote (the optimizer's); when they are all finite
+    (one fused check) nothing else is searched, else every parameter is, to name the first.
     """
+    if updated is not None and _norms_finite(updated):
+        return
     named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
     if extra is not None:
         named += [(f"value_head.{n}", p) for n, p in extra.named_parameters()]
