@@ -200,12 +200,15 @@ def run_ours(setup: dict, total_steps: int, seed: int, profile: bool = False) ->
     """Train ``total_steps`` steps with ``course_lib.trainer.Trainer``; return (clock, weights digest, cProfile)."""
     import torch
 
+    import course_lib.policy as policy_module
     import course_lib.trainer as trainer_module
     from course_lib.trainer import Trainer
 
     model, tokenizer, dataset, reward_funcs = _load(setup)
     clock = StepClock()
     originals = {name: getattr(trainer_module, name) for name in ("compute_rewards", "completion_forward")}
+    # The training forward goes through `PolicyForward`, which calls policy.completion_forward.
+    policy_forward = policy_module.completion_forward
     with tempfile.TemporaryDirectory() as output_dir:
         config = _base_config(setup, total_steps, seed, output_dir)
         torch.manual_seed(seed)
@@ -216,6 +219,7 @@ def run_ours(setup: dict, total_steps: int, seed: int, profile: bool = False) ->
         trainer.optimizer.step = clock.timed(trainer.optimizer.step, "optimizer")
         trainer_module.compute_rewards = clock.timed(originals["compute_rewards"], "reward")
         trainer_module.completion_forward = clock.timed(originals["completion_forward"], "forward")
+        policy_module.completion_forward = clock.timed(policy_forward, "forward")
         profiler = cProfile.Profile() if profile else None
         try:
             with timed_backward(clock):
@@ -228,6 +232,7 @@ def run_ours(setup: dict, total_steps: int, seed: int, profile: bool = False) ->
                 profiler.disable()
             for name, function in originals.items():
                 setattr(trainer_module, name, function)
+            policy_module.completion_forward = policy_forward
     report = None
     if profiler is not None:
         stream = io.StringIO()

@@ -93,6 +93,17 @@ def _unique_prompt_rows(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor):
     return first, inverse
 
 
+_ACCEPTS_CACHE: dict = {}  # forward function -> whether it takes past_key_values (inspect is slow)
+_PLAIN_LAYERS: dict = {}  # id(config) -> (config, whether its cache holds only full-attention DynamicLayers)
+
+
+def _accepts_cache(body) -> bool:
+    forward = getattr(body.forward, "__func__", body.forward)
+    if forward not in _ACCEPTS_CACHE:
+        _ACCEPTS_CACHE[forward] = "past_key_values" in inspect.signature(body.forward).parameters
+    return _ACCEPTS_CACHE[forward]
+
+
 def _shareable_cache(causal_lm, body):
     """An empty KV cache when the prompt pass can be shared, else None.
 
@@ -103,14 +114,18 @@ def _shareable_cache(causal_lm, body):
     from transformers import DynamicCache
     from transformers.cache_utils import DynamicLayer
 
-    if "past_key_values" not in inspect.signature(body.forward).parameters:
+    if not _accepts_cache(body):
         return None
     if getattr(causal_lm, "is_gradient_checkpointing", False) and body.training:
         return None
-    cache = DynamicCache(config=causal_lm.config)
-    if not all(type(layer) is DynamicLayer for layer in cache.layers):
-        return None
-    return cache
+    config = causal_lm.config
+    known = _PLAIN_LAYERS.get(id(config))
+    if known is not None and known[0] is config:  # building the cache from the config is slow: once per config
+        return DynamicCache() if known[1] else None  # every layer a DynamicLayer, as the config would build
+    cache = DynamicCache(config=config)
+    plain = all(type(layer) is DynamicLayer for layer in cache.layers)
+    _PLAIN_LAYERS[id(config)] = (config, plain)
+    return cache if plain else None
 
 
 def _full_pass_hidden(body, input_ids, attention_mask, position_ids, start: int, width: int):

@@ -44,7 +44,7 @@ from .ops.importance import sampling_correction
 from .ops.stats import nanstd
 from .policy import PolicyForward, ReferencePolicy, completion_forward, prepare_policy
 from .rewards import compute_rewards, reward_function_name
-from .rollout import SamplingConfig, make_engine
+from .rollout import HFEngine, SamplingConfig, make_engine
 from .rollout.tool_run import setup_tools
 from .run import checkpoint as ckpt
 from .run.batches import Generated, GenerationBatch, PromptSampler, completion_metrics
@@ -200,13 +200,16 @@ class Trainer:
         sampling = SamplingConfig.from_config(config, first_row=self.shards.rows.start,
                                               seed=config.seed * 2**40 + self.cycle * config.effective_generation_batch_size
                                               + round_index * 2**36)  # dynamic sampling's refill rounds
-        was_training = self.model.training
-        self.model.eval()
+        # The HF engine samples in eval mode and restores the modules' modes itself; others get eval mode here.
+        own_modes, was_training = isinstance(self.engine, HFEngine), self.model.training
+        if not own_modes:
+            self.model.eval()
         with self.step_clock.generating():
             tools = None if self.tool_run is None else self.tool_run.rollout(  # multi-turn (course_lib.rollout.agents)
                 self.engine, self.tokenizer, list(prompts), columns, rows, sampling)
             rollout = self.engine.generate(list(prompts), n=1, sampling=sampling) if tools is None else tools.agent.batch
-        self.model.train(was_training)
+        if not own_modes:
+            self.model.train(was_training)
         generated = Generated(rows=rows, prompts=prompts, columns=columns, rollout=rollout, tools=tools)
         self.tokens_seen += int(self.shards.sum(int(generated.loss_mask.sum() + rollout.prompt_mask.sum())))
         generated.per_func, generated.total = self._rewards(generated)
@@ -255,7 +258,8 @@ class Trainer:
         rollout = generated.rollout
         conversational = isinstance(generated.prompts[0], list)
         completions = [[{"role": "assistant", "content": t}] if conversational else t for t in rollout.texts]
-        completion_ids = [ids[m.bool()].tolist() for ids, m in zip(rollout.completion_ids, rollout.completion_mask)]
+        completion_ids = [[token for token, kept in zip(ids, mask) if kept]  # the masked tokens, as plain lists
+                          for ids, mask in zip(rollout.completion_ids.tolist(), rollout.completion_mask.tolist())]
         tools = generated.tools  # multi-turn: each completion is its messages; rewards may read the environments
         return compute_rewards(self.reward_funcs, generated.prompts, completions if tools is None else tools.completions,
                                generated.columns, self.reward_weights, timeout_s=self.config.reward_timeout_s,
@@ -281,6 +285,8 @@ class Trainer:
                      or self.algorithm.always_needs_old_logps)
         tensors = {"prompt_ids": rollout.prompt_ids, "prompt_mask": rollout.prompt_mask,
                    "completion_ids": rollout.completion_ids, "completion_mask": rollout.completion_mask}
+        if not needs_old and self.reference is None:
+            return None, None, None
         was_training = self.model.training
         self.model.eval()  # no dropout in the reference passes
         old_logps, old_values = (self._forward_in_chunks(self.model, tensors, with_values=self.value_head is not None)
@@ -337,7 +343,8 @@ class Trainer:
         with self.doctor.reporting_non_finite(self.step + 1, self.logger, self.shards.is_main):  # then re-raised
             check_finite_update(grad_norm, self._window, step=self.step + 1, output_dir=self.output_dir)
             self.optimizer.step()
-            check_finite_weights(self.model, self.value_head, step=self.step + 1, output_dir=self.output_dir)
+            check_finite_weights(self.model, self.value_head, step=self.step + 1, output_dir=self.output_dir,
+                                 updated=parameters)
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
         self._weights_dirty = True

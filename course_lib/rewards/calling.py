@@ -3,11 +3,15 @@
 Two guards around every call that ``compute_rewards`` makes:
 
 - **a time limit**: a reward function that never returns (a remote judge that does not
-  answer, a loop on hostile model text) would stop training without a word. The call runs
-  on a daemon thread and the caller waits at most ``timeout_s`` seconds; past that,
-  :class:`RewardTimeout` names the function and the limit. Python cannot stop a thread,
-  so the stuck call is abandoned, not killed: it ends with the process (a daemon thread
-  never keeps the interpreter alive).
+  answer, a loop on hostile model text) would stop training without a word. Past
+  ``timeout_s`` seconds, :class:`RewardTimeout` names the function and the limit. In the
+  main thread of a POSIX process (a script, a notebook) the call runs in place under a
+  timer signal (``SIGALRM``) that interrupts it; a handoff to another thread would cost
+  every call a few scheduling delays on a busy machine. Elsewhere (another thread, Windows,
+  or when the program has its own ``SIGALRM`` handler or timer) the call runs on a daemon
+  thread that the caller waits for; Python cannot stop a thread, so a stuck call there is
+  abandoned, not killed: it ends with the process (a daemon thread never keeps the
+  interpreter alive).
 - **private copies**: every function gets its own deep copy of the prompts, completions
   and columns, so one that edits them in place (sorts ``answer``, strips a completion
   dict) cannot change the inputs of the functions after it, nor the trainer's data.
@@ -17,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import signal
 import threading
 from typing import Any, Callable
 
@@ -48,7 +53,45 @@ def call_with_timeout(function: Callable[..., Any], timeout_s: float | None, lab
     """
     if timeout_s is None:
         return function(*args, **kwargs)
+    if _timer_signal_free():
+        return _under_timer(lambda: function(*args, **kwargs), timeout_s, label)
     return _in_thread(lambda: function(*args, **kwargs), timeout_s, label)
+
+
+class _Expired(BaseException):
+    """Raised by the timer signal inside the call (a BaseException: ``except Exception`` lets it through)."""
+
+
+def _timer_signal_free() -> bool:
+    """Whether this thread may time a call with ``SIGALRM``: the main thread of a POSIX process whose
+    program has neither a handler of its own for the signal nor a timer running."""
+    return (hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread()
+            and signal.getsignal(signal.SIGALRM) == signal.SIG_DFL
+            and signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0))
+
+
+def _under_timer(call: Callable[[], Any], timeout_s: float, label: str) -> Any:
+    """``call()`` in this thread, interrupted by ``SIGALRM`` after ``timeout_s`` seconds."""
+    def expire(signum, frame):
+        raise _Expired
+
+    signal.signal(signal.SIGALRM, expire)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, timeout_s)
+        try:
+            return call()
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+    except _Expired:
+        raise _timeout_error(label, timeout_s) from None
+    finally:
+        signal.signal(signal.SIGALRM, signal.SIG_DFL)
+
+
+def _timeout_error(label: str, timeout_s: float) -> RewardTimeout:
+    return RewardTimeout(f"{label} did not return within {timeout_s:g} s. Fix: make it faster or give it a "
+                         "time limit of its own (a request timeout), or raise reward_timeout_s "
+                         "(None removes the limit).")
 
 
 def _in_thread(call: Callable[[], Any], timeout_s: float | None, label: str) -> Any:
@@ -66,9 +109,7 @@ def _in_thread(call: Callable[[], Any], timeout_s: float | None, label: str) -> 
 
     threading.Thread(target=run, name=label, daemon=True).start()
     if not finished.wait(timeout_s):
-        raise RewardTimeout(f"{label} did not return within {timeout_s:g} s. Fix: make it faster or give it a "
-                            "time limit of its own (a request timeout), or raise reward_timeout_s "
-                            "(None removes the limit).")
+        raise _timeout_error(label, timeout_s)
     if "error" in outcome:
         raise outcome["error"]
     return outcome["value"]

@@ -219,7 +219,12 @@ def tokenize_prompts(tokenizer, prompts: Sequence[Prompt], max_length: int | Non
     if isinstance(prompts, (str, dict)) or not isinstance(prompts, Sequence) or len(prompts) == 0:
         raise ValueError("prompts: pass a non-empty list of prompts (each a string or a list of chat messages).")
     token_ids = []
+    seen: dict = {}  # a prompt repeated (GRPO's G copies of one object) is tokenized once
     for index, prompt in enumerate(prompts):
+        key = prompt if isinstance(prompt, str) else id(prompt)
+        if key in seen:
+            token_ids.append(list(seen[key]))
+            continue
         if isinstance(prompt, str):
             ids = tokenizer(prompt, add_special_tokens=True)["input_ids"]
         elif isinstance(prompt, Sequence) and all(isinstance(m, dict) for m in prompt):
@@ -232,6 +237,7 @@ def tokenize_prompts(tokenizer, prompts: Sequence[Prompt], max_length: int | Non
         if len(ids) == 0:
             raise ValueError(f"prompts[{index}] tokenizes to nothing; give the model at least one token.")
         token_ids.append(list(ids))
+        seen[key] = token_ids[-1]
     if max_length is not None:
         too_long = [len(ids) for ids in token_ids if len(ids) > max_length]
         if too_long:
@@ -271,13 +277,11 @@ def check_context(prompt_ids: Sequence[Sequence[int]], max_tokens: int, context_
 
 def left_pad(rows: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
     """``(ids, mask)``, both ``(len(rows), max_len)``, rows right-aligned (left padding)."""
-    width = max(len(row) for row in rows)
+    lengths = torch.as_tensor([len(row) for row in rows], dtype=torch.long)
+    width = int(lengths.max()) if len(rows) else 0
+    mask = (torch.arange(width).expand(len(rows), width) >= (width - lengths).unsqueeze(1)).long()
     ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(rows), width), dtype=torch.long)
-    for i, row in enumerate(rows):
-        if len(row):
-            ids[i, width - len(row):] = torch.as_tensor(list(row), dtype=torch.long)
-            mask[i, width - len(row):] = 1
+    ids[mask.bool()] = torch.as_tensor([token for row in rows for token in row], dtype=torch.long)  # row-major
     return ids, mask
 
 
@@ -317,18 +321,20 @@ def assemble_batch(tokenizer, prompt_ids: Sequence[Sequence[int]], completions: 
     pad_id = pad_token_id(tokenizer)
     prompt_tensor, prompt_mask = left_pad(prompt_ids, pad_id)
     width = max(1, max(len(row) for row in completions))
+    lengths = torch.as_tensor([len(row) for row in completions], dtype=torch.long)
+    filled = torch.arange(width).expand(len(completions), width) < lengths.unsqueeze(1)  # (B, T) generated
     completion_ids = torch.full((len(completions), width), pad_id, dtype=torch.long)
-    for i, row in enumerate(completions):
-        completion_ids[i, :len(row)] = torch.as_tensor(list(row), dtype=torch.long)
-    lengths = torch.as_tensor([len(row) for row in completions])
+    completion_ids[filled] = torch.as_tensor([token for row in completions for token in row], dtype=torch.long)
     completion_mask, is_eos = completion_mask_from_eos(completion_ids, eos_ids, lengths)
     sampling_logps = None
     if logps is not None:
         sampling_logps = torch.zeros((len(completions), width), dtype=torch.float32)
-        for i, row in enumerate(logps):
-            sampling_logps[i, :len(row)] = torch.as_tensor(list(row), dtype=torch.float32)
+        row_lengths = torch.as_tensor([len(row) for row in logps], dtype=torch.long)
+        sampling_logps[torch.arange(width).expand(len(logps), width) < row_lengths.unsqueeze(1)] = torch.as_tensor(
+            [value for row in logps for value in row], dtype=torch.float32)
         sampling_logps = torch.where(completion_mask.bool(), sampling_logps, torch.zeros(()))
-    kept = [completion_ids[i, :int(completion_mask[i].sum())].tolist() for i in range(len(completions))]
+    kept_lengths = completion_mask.sum(1).tolist()
+    kept = [row[:length] for row, length in zip(completion_ids.tolist(), kept_lengths)]
     texts = tokenizer.batch_decode(kept, skip_special_tokens=True)
     return RolloutBatch(
         prompt_ids=prompt_tensor.repeat_interleave(n, dim=0),

@@ -17,6 +17,11 @@ The filters run in vLLM's order (temperature, min-p, top-k, top-p) rather than
 ``generate``'s (temperature, top-k, top-p, min-p), so the two engines sample the same
 distribution when several filters are combined.
 
+Speed: rows that share a prompt (GRPO's ``G`` completions per prompt) share one prefill of
+it (``HFEngine._shared_prompt_cache``), and with a seed each row's sampling noise is drawn
+a block of decoding steps at a time from its own generator (``_RowNoise``); both give the
+completions of the plain path (tested), the first up to float rounding in the log-probs.
+
 Simplification: ``batch_size`` splits the rows into several ``generate`` calls, each
 left-padded to its own longest prompt, so the matmul shapes depend on ``batch_size``. With a
 fixed seed every row draws from its own generator (``row_seed``), so the samples do not
@@ -51,6 +56,11 @@ class _SamplingProcessor:
         self.steps: list[torch.Tensor] = []
         self.record_logps = record_logps
         self.row_generators = row_generators
+        # On CPU, each row's noise is drawn a block of steps at a time (``_RowNoise``): the
+        # same numbers ``multinomial`` would draw, in far fewer calls.
+        self.row_noise = (_RowNoise(row_generators, sampling.max_tokens)
+                          if row_generators and _blocked_draws_match() and row_generators[0].device.type == "cpu"
+                          else None)
         self.prompt_mask = prompt_mask.bool()
         self.repetition_penalty = sampling.repetition_penalty
         self._previous_logps: torch.Tensor | None = None
@@ -100,8 +110,11 @@ class _SamplingProcessor:
         draw from the returned scores (0 at the chosen token, -inf elsewhere) is certain.
         """
         probs = torch.softmax(scores.float(), dim=-1)
-        chosen = torch.stack([torch.multinomial(row, 1, generator=generator)[0]
-                              for row, generator in zip(probs, self.row_generators)])
+        if self.row_noise is not None:
+            chosen = _draw_with_noise(probs, self.row_noise.next(probs.shape[1], probs.dtype))
+        else:
+            chosen = torch.stack([torch.multinomial(row, 1, generator=generator)[0]
+                                  for row, generator in zip(probs, self.row_generators)])
         one_hot = torch.full_like(scores, float("-inf"))
         return one_hot.scatter_(1, chosen.unsqueeze(1), 0.0)
 
@@ -118,16 +131,89 @@ class _SamplingProcessor:
         return torch.stack(self.steps, dim=1) if self.steps else None
 
 
+def _distinct_indices(prompts: Sequence[Sequence[int]]) -> list[int]:
+    """Each prompt's index among the distinct prompts, in order of first appearance."""
+    seen: dict[tuple, int] = {}
+    return [seen.setdefault(tuple(ids), len(seen)) for ids in prompts]
+
+
+def _draw_with_noise(probs: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
+    """``(B,)`` tokens ``argmax(probs / noise)`` with ``noise ~ Exp(1)``: one draw from each row's ``probs``.
+
+    This is how ``torch.multinomial(row, 1, generator=g)`` draws (the exponential race,
+    equivalent to the Gumbel-max trick): it fills a tensor like ``row`` with
+    ``exponential_(generator=g)`` and takes ``argmax(row / noise)``. Given the noise that
+    ``g`` would have produced, the token is the one ``multinomial`` returns.
+    """
+    return torch.div(probs, noise).argmax(dim=-1)
+
+
+class _RowNoise:
+    """Each row's exponential noise for the coming decoding steps, drawn from the row's own generator.
+
+    ``multinomial`` draws ``V`` numbers from the row's generator at every step; drawing
+    ``k * V`` at once gives the same ``k`` consecutive blocks (on CPU the generator fills a
+    tensor element by element, in order; :func:`_blocked_draws_match` checks it once per
+    process). So a block of steps costs one call per row instead of one per row and step.
+    Blocks hold at most ``_BLOCK_STEPS`` steps (a batch that stops early wastes little) and
+    ``_BLOCK_FLOATS`` numbers.
+    """
+
+    def __init__(self, generators: list[torch.Generator], max_steps: int):
+        self.generators, self.remaining = generators, max_steps
+        self.block: torch.Tensor | None = None  # (B, k, V)
+        self.position = 0
+
+    def next(self, vocab: int, dtype: torch.dtype) -> torch.Tensor:
+        """``(B, V)`` noise of the next decoding step."""
+        if self.block is None or self.position >= self.block.shape[1]:
+            rows = len(self.generators)
+            steps = max(1, min(self.remaining, _BLOCK_STEPS, _BLOCK_FLOATS // max(1, rows * vocab)))
+            self.block = torch.empty((rows, steps, vocab), dtype=dtype)
+            for row, generator in enumerate(self.generators):
+                self.block[row].exponential_(generator=generator)
+            self.remaining -= steps
+            self.position = 0
+        noise = self.block[:, self.position]
+        self.position += 1
+        return noise
+
+
+_BLOCK_STEPS, _BLOCK_FLOATS = 8, 2**22
+# Off only to test the shared prompt prefill against generate's own.
+_SHARE_PROMPT_PREFILL = True
+_BLOCKED_DRAWS_MATCH: bool | None = None
+
+
+def _blocked_draws_match() -> bool:
+    """Whether blocked noise gives ``multinomial``'s draws with this torch build (checked once, on CPU)."""
+    global _BLOCKED_DRAWS_MATCH
+    if _BLOCKED_DRAWS_MATCH is None:
+        probs = torch.softmax(torch.arange(4 * 37, dtype=torch.float32).reshape(4, 37).sin() * 4, dim=-1)
+        probs[:, ::5] = 0.0  # filtered tokens (top-k, top-p) have probability 0
+        seeds = [3, 17, 2**40 + 1, 99]
+        reference = [torch.Generator().manual_seed(s) for s in seeds]
+        steps = _BLOCK_STEPS + 3  # across two blocks
+        noise = _RowNoise([torch.Generator().manual_seed(s) for s in seeds], steps)
+        match = True
+        for _ in range(steps):
+            expected = torch.stack([torch.multinomial(row, 1, generator=g)[0] for row, g in zip(probs, reference)])
+            match &= bool(torch.equal(_draw_with_noise(probs, noise.next(37, probs.dtype)), expected))
+        _BLOCKED_DRAWS_MATCH = match
+    return _BLOCKED_DRAWS_MATCH
+
+
 @contextmanager
 def _eval_mode(model: torch.nn.Module):
     """Eval mode for sampling (no dropout), then every module back to its previous mode."""
-    modes = [(module, module.training) for module in model.modules()]
-    model.eval()
+    training = [module for module in model.modules() if module.training]
+    if training:
+        model.eval()
     try:
         yield
     finally:
-        for module, training in modes:
-            module.training = training
+        for module in training:
+            module.training = True
 
 
 @contextmanager
@@ -135,6 +221,15 @@ def _seeded(seed: int | None, device: torch.device):
     """Use ``seed`` for the duration of the block without disturbing the caller's random state."""
     if seed is None:
         yield
+        return
+    if device.type == "cpu":  # only the CPU generator matters: seed it alone (torch.manual_seed is ~1 ms)
+        generator = torch.random.default_generator
+        state = generator.get_state()
+        generator.manual_seed(seed)
+        try:
+            yield
+        finally:
+            generator.set_state(state)
         return
     with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
         torch.manual_seed(seed)
@@ -176,9 +271,13 @@ class HFEngine:
         """One seeded generator per row (``row_seed``) when the call is seeded and samples."""
         if sampling.seed is None or sampling.greedy:
             return None
-        return [torch.Generator(device=self.device).manual_seed(row_seed(sampling, first + r)) for r in range(rows)]
+        device = self.device
+        return [torch.Generator(device=device).manual_seed(row_seed(sampling, first + r)) for r in range(rows)]
 
-    def _generation_config(self, sampling: SamplingConfig, eos_ids: list[int]):
+    def _generation_config(self, sampling: SamplingConfig, eos_ids: list[int], own_draws: bool = False):
+        """``generate``'s settings; ``own_draws``: the processor draws every token from per-row
+        generators and hands back a one-hot choice, which ``generate`` then takes greedily
+        (sampling from it would only spend a draw of the global stream on a certain outcome)."""
         from transformers import GenerationConfig
 
         base = getattr(self.model, "generation_config", None)
@@ -188,7 +287,7 @@ class HFEngine:
                      "eta_cutoff", "repetition_penalty"):
             if hasattr(config, name):
                 setattr(config, name, None)
-        config.do_sample = not sampling.greedy
+        config.do_sample = not sampling.greedy and not own_draws
         if config.do_sample:
             config.temperature, config.top_k, config.top_p = 1.0, 0, 1.0  # neutral: no warper is built
         config.num_beams = 1
@@ -203,6 +302,40 @@ class HFEngine:
         for name, value in sampling.generation_kwargs.items():  # e.g. suppress_tokens, cache_implementation
             setattr(config, name, value)
         return config
+
+    def _shared_prompt_cache(self, ids: torch.Tensor, mask: torch.Tensor, prompt_of_row: list[int], config):
+        """The key/value cache of every row's prompt but its last token, each distinct prompt run once.
+
+        GRPO asks for ``G`` completions of each prompt, so ``generate`` would run every prompt
+        ``G`` times before its first token. Here the decoder runs each distinct prompt (but
+        its last token) once, the cache is expanded to one row per completion by indexing,
+        and ``generate`` continues from it: its first step reads only the last prompt token
+        of each row. Positions and masks are those ``generate`` uses, so the logits equal
+        the unshared ones up to float rounding. ``None`` (``generate`` does it all) when no
+        prompt repeats, the prompts are one token long, or the model's cache cannot be
+        shared this way (sliding-window layers, a cache implementation asked for).
+        """
+        distinct = max(prompt_of_row) + 1
+        if not _SHARE_PROMPT_PREFILL or distinct == len(prompt_of_row) or ids.shape[1] < 2:
+            return None
+        if getattr(config, "cache_implementation", None) is not None or getattr(config, "prefill_chunk_size", None):
+            return None
+        from ..policy import _shareable_cache, unwrap_peft
+
+        causal_lm = unwrap_peft(self.model)
+        if getattr(getattr(causal_lm, "config", None), "is_encoder_decoder", False):
+            return None
+        body = causal_lm.get_decoder() if hasattr(causal_lm, "get_decoder") else None
+        cache = _shareable_cache(causal_lm, body) if body is not None else None
+        if cache is None:
+            return None
+        first = torch.as_tensor([prompt_of_row.index(p) for p in range(distinct)], dtype=torch.long)
+        prefix_ids, prefix_mask = ids[first, :-1].to(self.device), mask[first, :-1].to(self.device)
+        position_ids = (prefix_mask.long().cumsum(-1) - 1).masked_fill(prefix_mask == 0, 0)  # generate's positions
+        body(input_ids=prefix_ids, attention_mask=prefix_mask, position_ids=position_ids, past_key_values=cache,
+             use_cache=True)
+        cache.batch_select_indices(torch.as_tensor(prompt_of_row, dtype=torch.long, device=self.device))
+        return cache
 
     @property
     def context_limit(self) -> int | None:
@@ -223,7 +356,7 @@ class HFEngine:
         eos, and their sampling log-probs when the engine records them.
         """
         eos_ids, pad_id = self.eos_ids, pad_token_id(self.tokenizer)
-        config = self._generation_config(sampling, eos_ids)
+        config = self._generation_config(sampling, eos_ids, own_draws=seeds is not None and not sampling.greedy)
         rows_per_call = len(prompt_ids) if self.batch_size is None else self.batch_size
         completions: list[list[int]] = []
         logps: list[list[float]] | None = [] if self.record_logps else None
@@ -265,7 +398,8 @@ class HFEngine:
                       getattr(getattr(self.model, "config", None), "max_position_embeddings", None))
         eos_ids = eos_token_ids(self.tokenizer, getattr(self.model, "generation_config", None))
         pad_id = pad_token_id(self.tokenizer)
-        config = self._generation_config(sampling, eos_ids)
+        config = self._generation_config(sampling, eos_ids,
+                                         own_draws=sampling.seed is not None and not sampling.greedy)
         prompts_per_call = len(prompt_ids) if self.batch_size is None else max(1, self.batch_size // n)
 
         completions: list[list[int]] = []
@@ -277,9 +411,12 @@ class HFEngine:
                 ids, mask = ids.repeat_interleave(n, dim=0), mask.repeat_interleave(n, dim=0)  # prompt-major
                 processor = _SamplingProcessor(sampling, self.record_logps, mask,
                                                self._row_generators(sampling, start * n, len(ids)))
+                prompt_of_row = [index for index in _distinct_indices(chunk) for _ in range(n)]
+                cache = self._shared_prompt_cache(ids, mask, prompt_of_row, config)
                 sequences = self.model.generate(
                     input_ids=ids.to(self.device), attention_mask=mask.to(self.device),
-                    generation_config=config, logits_processor=[processor])
+                    generation_config=config, logits_processor=[processor],
+                    **({} if cache is None else {"past_key_values": cache}))
                 new_tokens = sequences[:, ids.shape[1]:].cpu()
                 chunk_logps = processor.finish(sequences[:, -1])
                 completions.extend(new_tokens.tolist())

@@ -107,10 +107,11 @@ class Shards:
         self.rank = accelerator.process_index
         self.size = accelerator.num_processes
         self.rows = slice(self.rank * rows_per_process, (self.rank + 1) * rows_per_process)
+        self._is_main = accelerator.is_main_process  # fixed for the process's life; the lookup is slow
 
     @property
     def is_main(self) -> bool:
-        return self.accelerator.is_main_process
+        return self._is_main
 
     def gather_rows(self, tensor: Tensor | None) -> Tensor | None:
         """(B_local, ...) on each process -> (B, ...) in process order; dim 1 padded with 0."""

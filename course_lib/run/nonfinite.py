@@ -76,16 +76,37 @@ def clip_gradients(parameters: list[torch.nn.Parameter], max_grad_norm: float) -
     return torch.nn.utils.clip_grad_norm_(parameters, max_grad_norm if max_grad_norm > 0 else float("inf"))
 
 
+def _norms_finite(tensors: list[torch.Tensor]) -> bool:
+    """True when every tensor's norm is finite (then every entry is), in one fused call.
+
+    False may also mean a norm overflowed or the tensors could not be taken together:
+    the caller then looks at each tensor exactly.
+    """
+    tensors = [t.detach() for t in tensors if t.is_floating_point() and t.numel()]
+    if not tensors:
+        return True
+    try:
+        return bool(torch.isfinite(torch.stack(torch._foreach_norm(tensors)).float()).all())
+    except (RuntimeError, TypeError):  # mixed devices or dtypes
+        return False
+
+
 def check_finite_weights(model: torch.nn.Module, extra: torch.nn.Module | None = None, *, step: int,
-                         output_dir: str | Path | None) -> None:
+                         output_dir: str | Path | None, updated: list[torch.Tensor] | None = None) -> None:
     """Raise ``NonFiniteTrainingError`` when a trainable parameter is NaN or infinite after an update.
 
     Runs after ``optimizer.step()``: nothing is saved and nothing is sampled from such
     weights. ``extra``: a second module trained with the policy (PPO's value head).
+    ``updated``: the tensors the update wrote (the optimizer's); when they are all finite
+    (one fused check) nothing else is searched, else every parameter is, to name the first.
     """
+    if updated is not None and _norms_finite(updated):
+        return
     named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
     if extra is not None:
         named += [(f"value_head.{n}", p) for n, p in extra.named_parameters()]
+    if _norms_finite([p for _, p in named]):
+        return
     from ..models import first_non_finite
 
     bad = first_non_finite(named)

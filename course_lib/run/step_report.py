@@ -129,7 +129,8 @@ class StepReport:
         from tqdm.auto import tqdm
 
         self.bar.update(1)
-        self.bar.set_postfix_str(bar_postfix(row))
+        if self.shown:  # a hidden bar needs no postfix
+            self.bar.set_postfix_str(bar_postfix(row))
         for note in (self.clip_watch.update(row.get("grad_norm", math.nan)), eval_line(step, row)):
             if note and self.shown:
                 tqdm.write(note)

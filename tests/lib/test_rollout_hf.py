@@ -250,3 +250,26 @@ def test_prefill_waves_group_prompts_within_the_token_budget():
     assert _prefill_waves([30, 40, 50, 10], 70) == [[0, 1], [2, 3]]    # 70 fits exactly
     assert _prefill_waves([120, 10, 10], 100) == [[0], [1, 2]]         # an oversized prompt goes alone
     assert _prefill_waves([], 100) == []
+
+
+def test_shared_prefill_and_blocked_draws_sample_what_the_plain_path_samples(tiny, prompts, monkeypatch):
+    """Each distinct prompt prefilled once, and each row's noise drawn a block of steps at a time:
+    the same completions as generate's own prefill and one multinomial per row and step."""
+    from course_lib.rollout import hf
+
+    model, tokenizer = tiny
+    assert hf._blocked_draws_match()  # this torch build takes the blocked path on CPU
+    for settings in (dict(temperature=1.0), dict(temperature=0.8, top_k=7, repetition_penalty=1.2),
+                     dict(temperature=0.0)):
+        sampling = SamplingConfig(max_tokens=10, seed=5, **settings)
+        repeated = [prompts[r // 4] for r in range(12)]  # the trainer's call: G copies, n=1
+        fast = [HFEngine(model, tokenizer).generate(prompts[:3], n=4, sampling=sampling),
+                HFEngine(model, tokenizer).generate(repeated, n=1, sampling=sampling)]
+        with monkeypatch.context() as patch:
+            patch.setattr(hf, "_SHARE_PROMPT_PREFILL", False)
+            patch.setattr(hf, "_BLOCKED_DRAWS_MATCH", False)
+            plain = HFEngine(model, tokenizer).generate(prompts[:3], n=4, sampling=sampling)
+        for batch in fast:
+            assert torch.equal(batch.completion_ids, plain.completion_ids), settings
+            assert torch.equal(batch.completion_mask, plain.completion_mask)
+            assert torch.allclose(batch.sampling_logps, plain.sampling_logps, atol=1e-5)

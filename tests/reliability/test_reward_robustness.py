@@ -182,3 +182,42 @@ def test_a_reference_answer_of_nan_is_refused_naming_the_column():
         with pytest.raises(RewardFunctionError, match=r"column 'answer' holds nan at row 1"):
             compute_rewards([REWARD_FUNCTIONS[name]], ["p", "p"], ["<answer>1</answer>", "1"],
                             {"answer": ["1", float("nan")]})
+
+
+def test_the_time_limit_runs_the_call_in_place_in_the_main_thread_and_on_a_thread_elsewhere():
+    import signal
+
+    from course_lib.rewards.calling import RewardTimeout, call_with_timeout
+
+    if not hasattr(signal, "setitimer") or signal.getsignal(signal.SIGALRM) != signal.SIG_DFL:
+        pytest.skip("no free SIGALRM here: every call takes the thread path, tested above")
+    ran_in = []
+    assert call_with_timeout(lambda: ran_in.append(threading.current_thread()) or 7, 5.0, "f") == 7
+    assert ran_in == [threading.main_thread()]  # no handoff to another thread
+    release = threading.Event()
+    started = time.monotonic()
+    try:
+        with pytest.raises(RewardTimeout, match="'stuck' did not return within 0.3 s"):
+            call_with_timeout(release.wait, 0.3, "'stuck'")
+    finally:
+        release.set()
+    assert time.monotonic() - started < 5
+    # the signal and the timer are the program's again
+    assert signal.getsignal(signal.SIGALRM) == signal.SIG_DFL
+    assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
+
+    # from another thread: the daemon-thread path, same error
+    outcome = {}
+    stuck = threading.Event()
+
+    def from_a_thread():
+        try:
+            call_with_timeout(stuck.wait, 0.3, "'stuck'")
+        except RewardTimeout as error:
+            outcome["error"] = error
+
+    worker = threading.Thread(target=from_a_thread)
+    worker.start()
+    worker.join(5)
+    stuck.set()
+    assert "did not return within 0.3 s" in str(outcome["error"])
