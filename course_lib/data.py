@@ -251,24 +251,10 @@ def _read_jsonl(file: Path) -> list[dict]:
     string and whose ``answer`` is a string ending in ``#### <number>``.
     """
     from .rewards.extract import parse_number
+    from .run.jsonl import read_jsonl
 
     rows = []
-    for number, raw in enumerate(file.read_bytes().splitlines(), start=1):
-        try:
-            line = raw.decode("utf-8")
-        except UnicodeDecodeError as error:
-            raise DataError(f"{file}: line {number} is not UTF-8 text (byte {error.start + 1}). Fix: save the file "
-                            "as UTF-8.") from None
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except RecursionError:
-            raise DataError(f"{file}: line {number} nests too deeply to read. Fix: one flat JSON object per "
-                            "line.") from None
-        except json.JSONDecodeError as error:
-            raise DataError(f"{file}: line {number} is not JSON ({error.msg} at column {error.colno}). Fix: one "
-                            'JSON object per line, e.g. {"question": ..., "answer": "... #### 42"}.') from None
+    for number, row in read_jsonl(file, DataError, '{"question": ..., "answer": "... #### 42"}'):
         missing = [key for key in ("question", "answer") if not isinstance(row, dict) or key not in row]
         if missing:
             found = sorted(row) if isinstance(row, dict) else type(row).__name__

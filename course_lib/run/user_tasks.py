@@ -20,6 +20,7 @@ from pathlib import Path
 
 from datasets import Dataset
 
+from .jsonl import read_jsonl
 from .user_code import looks_like_reference, resolve_callable
 
 
@@ -46,32 +47,14 @@ def _rows_from_jsonl(path: Path, n: int | None) -> list[dict]:
         raise TaskError(f"task {str(path)!r}: no such file. Fix: give an existing .jsonl file with 'prompt' and "
                         "'answer' on each line.")
     rows = []
-    # Read bytes and decode line by line, so that a file that is not UTF-8 is named with the
-    # line that breaks it (a text-mode reader reports a byte offset inside its buffer).
-    with path.open("rb") as handle:
-        for number, raw in enumerate(handle, 1):
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as error:
-                raise TaskError(f"{path}, line {number}: not UTF-8 text ({error.reason} at byte {error.start + 1} "
-                                "of the line). Fix: save the file as UTF-8.") from None
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as error:
-                raise TaskError(f"{path}, line {number}: not JSON ({error.msg}). Fix: one JSON object a "
-                                "line.") from None
-            except RecursionError:
-                raise TaskError(f"{path}, line {number}: nests too deeply to read. Fix: one flat JSON object a "
-                                "line.") from None
-            if not isinstance(row, dict) or "prompt" not in row:
-                raise TaskError(f"{path}, line {number}: no 'prompt' field. Fix: each line needs 'prompt' (and "
-                                "the columns your rewards read, e.g. 'answer').")
-            row["prompt"] = _prompt(row["prompt"], f"{path}, line {number}")
-            rows.append(row)
-            if n is not None and len(rows) >= n:
-                break
+    for number, row in read_jsonl(path, TaskError, '{"prompt": "...", "answer": "..."}'):
+        if not isinstance(row, dict) or "prompt" not in row:
+            raise TaskError(f"{path}, line {number}: no 'prompt' field. Fix: each line needs 'prompt' (and "
+                            "the columns your rewards read, e.g. 'answer').")
+        row["prompt"] = _prompt(row["prompt"], f"{path}, line {number}")
+        rows.append(row)
+        if n is not None and len(rows) >= n:
+            break
     if not rows:
         raise TaskError(f"{path} holds no rows. Fix: add lines with 'prompt' and 'answer'.")
     return rows

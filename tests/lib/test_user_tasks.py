@@ -51,7 +51,7 @@ def test_a_malformed_jsonl_line_is_named(tmp_path):
     with pytest.raises(TaskError, match=r"rows.jsonl, line 2: no 'prompt' field"):
         get_task(str(path))
     path.write_text('{"prompt": "a"\n')
-    with pytest.raises(TaskError, match=r"line 1: not JSON"):
+    with pytest.raises(TaskError, match=r"line 1 is not JSON"):
         get_task(str(path))
 
 

@@ -290,5 +290,5 @@ def test_a_task_file_that_is_not_utf8_is_named_with_its_line(tmp_path):
     from course_lib.run.user_tasks import TaskError, load_user_task
     task = tmp_path / "train.jsonl"
     task.write_bytes(b'{"prompt": "a", "answer": 1}\n{"prompt": "b", "answer": 2}\n{"prompt": "caf\xe9", "answer": 3}\n')
-    with pytest.raises(TaskError, match=r"train\.jsonl, line 3: not UTF-8 text .* Fix: save the file as UTF-8"):
+    with pytest.raises(TaskError, match=r"train\.jsonl: line 3 is not UTF-8 text .* Fix: save the file as UTF-8"):
         load_user_task(str(task))
