@@ -31,7 +31,8 @@ is noticed within half a second; both stop the run with a ``GenerationWorkerErro
 hang. The worker ignores Ctrl-C (the trainer saves, then stops it) and exits when the trainer's
 process is gone. On resume the batches that were in flight are regenerated from the resumed
 weights (their sampling weights were not saved), so the first ones are fresher than in the
-uninterrupted run. Limits: one process, the HF engine, no dynamic sampling, no tool calls.
+uninterrupted run; a checkpoint may also resume with ``async_generation=False`` (or another bound).
+Limits: one process, the HF engine, no dynamic sampling, no tool calls.
 """
 
 from __future__ import annotations

@@ -137,3 +137,14 @@ def test_ctrl_c_stops_both_processes_and_the_run_resumes(tmp_path):
     assert [r["step"] for r in rows] == [1, 2, 3, 4] and resumed.step == 4
     # the batch in flight at the interruption is regenerated from the resumed weights: taken fresh
     assert rows[2]["sample/staleness_max"] == 0.0 and rows[3]["sample/staleness_max"] == 1.0
+
+
+def test_an_asynchronous_run_may_resume_synchronously(tmp_path):
+    """A worker that keeps failing need not end the run: the checkpoint resumes without it."""
+    run = _trainer(tmp_path, async_generation=True, max_staleness=1, max_steps=2, save_steps=2,
+                   lr_scheduler_type="constant")
+    with _deadline(300):
+        run.train()
+    resumed = _trainer(tmp_path, max_steps=3, lr_scheduler_type="constant")
+    rows = resumed.train(resume_from="latest")
+    assert [r["step"] for r in rows] == [1, 2, 3] and "sample/staleness_max" not in rows[2]
