@@ -701,6 +701,16 @@ for batch_index in range(6):
     print(f"{batch_index:>5} {taken:>14} {str(versions):>34}")
 
 # %% [markdown]
+# ### Exercise 4 — `sampling_version(taken_step, max_staleness, weight_sync_steps)`
+#
+# The bookkeeping behind that table: the oldest weights the worker ever received (a multiple
+# of `weight_sync_steps`) that still respect the bound. The check compares it with a search
+# over every version the worker could hold.
+
+# %%
+feedback(ex10.check_sampling_version, ex.sampling_version);
+
+# %% [markdown]
 # Measured with `benchmarks/async_vs_sync.py` on a shared 2-core CPU (trainer and worker one
 # thread each, load average 4-5; `benchmarks/README.md` has the commands):
 #
