@@ -307,6 +307,14 @@ class RLConfig(metaclass=SuggestingFields):
     max_num_gen_batches: int = 10
     """With dynamic_sampling: most generation rounds per batch (verl's name); a batch still short
     after them is completed with zero-spread groups."""
+    async_generation: bool = False
+    """Sample the next generation batches in a worker process while the trainer learns; samples lag by
+    up to max_staleness optimizer steps and the sampling correction reweights them (course_lib.run.async_rollouts)."""
+    max_staleness: int = 1
+    """With async_generation: most optimizer steps a batch's sampling weights lag the trainer's (TRL's
+    AsyncGRPOConfig name); 0 samples what the synchronous trainer samples. The trainer waits, never drops."""
+    weight_sync_steps: int = 1
+    """With async_generation: weights reach the worker at steps that are multiples of this (<= max_staleness + 1)."""
 
     # --- derived in __post_init__ (not arguments, not saved) --------------------
     effective_steps_per_generation: int = field(init=False, repr=False)
@@ -383,8 +391,8 @@ class RLConfig(metaclass=SuggestingFields):
 
     def _derive_rest(self) -> None:
         correction = self.vllm_importance_sampling_correction
-        self._set("effective_vllm_importance_sampling_correction",
-                  self.engine == "vllm" if correction is None else bool(correction))
+        self._set("effective_vllm_importance_sampling_correction",  # stale samples are corrected too
+                  (self.engine == "vllm" or self.async_generation) if correction is None else bool(correction))
 
     def _warn_risky(self) -> None:
         if self.epsilon_high is not None and self.epsilon_high < self.epsilon:
@@ -392,7 +400,7 @@ class RLConfig(metaclass=SuggestingFields):
                   "may rise; DAPO's clip-higher uses epsilon_high > epsilon (0.28 vs 0.2).")
         if self.sync_ref_model and self.beta == 0.0:
             warn("sync_ref_model=True with beta=0.0: there is no reference model to move; set beta > 0.")
-        if self.vllm_importance_sampling_correction and self.engine != "vllm":
+        if self.vllm_importance_sampling_correction and self.engine != "vllm" and not self.async_generation:
             warn(f"vllm_importance_sampling_correction=True has almost no effect with engine={self.engine!r}: the "
                  "sampler is the trained model itself, so the weights stay at 1 up to rounding.")
 

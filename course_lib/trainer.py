@@ -24,7 +24,8 @@ Simplifications vs TRL: the generation batch is consumed in order, not shuffled 
 schedule matches the seed's tables); weights are pushed to the engine lazily, right before
 the next generation that follows an optimizer step (the samples are the same as with an
 eager push after every step, with fewer pushes). Several processes run through accelerate
-(``course_lib.run.distributed``) and give the result of one process on the same global batch.
+(``course_lib.run.distributed``) and give the result of one process on the same global batch. With
+``async_generation`` a worker process samples the batches ahead (``course_lib.run.async_rollouts``).
 """
 
 from __future__ import annotations
@@ -52,7 +53,9 @@ from .run.distributed import Shards, make_accelerator
 from .run.folder import claim_output_dir, run_identity
 from .doctor.live import LiveDoctor
 from .run.dynamic_sampling import draw_batch
-from .run.history import MetricsLogger, StepClock, format_samples, unique_prompt_samples
+from .run.async_rollouts import pipeline_closed, start_pipeline
+from .run.history import (MetricsLogger, StepClock, format_samples, mean_rows as _mean_rows,
+                          prompt_text as _prompt_text, unique_prompt_samples)
 from .run.in_loop_eval import InLoopEvaluator
 from .run.model_options import apply_model_options, load_kwargs, mix_into_reference
 from .run.nonfinite import check_finite_update, check_finite_weights, clip_gradients
@@ -151,6 +154,7 @@ class Trainer:
         self._clock = (time.time(), 0)  # (start of train(), tokens_seen then): throughput
         self.step_clock = StepClock()  # timing/*: wall and generation seconds between logged rows
         self.doctor = LiveDoctor(config)  # course_lib.doctor, every logging_steps
+        self.pipeline = None  # async_generation: the worker process sampling ahead (course_lib.run.async_rollouts)
 
     def _engine_options(self) -> dict:
         config = self.config
@@ -187,6 +191,7 @@ class Trainer:
         with ``dynamic_sampling``, rounds until the groups' rewards differ (DAPO)."""
         self._sync_engine()
         generated, generated.metrics, _ = draw_batch(self._generate_round, self.config, self.tokenizer.pad_token_id)
+        generated.metrics.update(self.pipeline.metrics if self.pipeline is not None else {})  # staleness
         self.cycle += 1
         return generated
 
@@ -207,7 +212,8 @@ class Trainer:
         with self.step_clock.generating():
             tools = None if self.tool_run is None else self.tool_run.rollout(  # multi-turn (course_lib.rollout.agents)
                 self.engine, self.tokenizer, list(prompts), columns, rows, sampling)
-            rollout = self.engine.generate(list(prompts), n=1, sampling=sampling) if tools is None else tools.agent.batch
+            rollout = ((self.pipeline or self.engine).generate(list(prompts), n=1, sampling=sampling)
+                       if tools is None else tools.agent.batch)
         if not own_modes:
             self.model.train(was_training)
         generated = Generated(rows=rows, prompts=prompts, columns=columns, rollout=rollout, tools=tools)
@@ -349,6 +355,8 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         self._weights_dirty = True
         self.step += 1
+        if self.pipeline is not None:  # the worker gets the weights and the cycles they now may sample
+            self.pipeline.advance(self.step)
         config = self.config
         if config.sync_ref_model and self.reference is not None and self.step % config.ref_model_sync_steps == 0:
             with self.reference.model() as reference:  # TR-DPO: the reference follows the policy
@@ -368,7 +376,7 @@ class Trainer:
         resume_folder = ckpt.resolve_resume(resume_from, self.output_dir) if resume_from else None
         with ckpt.StopOnInterrupt() as interrupt, claim_output_dir(
                 self.output_dir, resume_folder=resume_folder, overwrite=self.config.overwrite_output_dir,
-                main=self.shards.is_main, agree=self.shards.sum):
+                main=self.shards.is_main, agree=self.shards.sum), pipeline_closed(self):
             return self._train(resume_folder, interrupt)
 
     def _train(self, resume_folder, interrupt) -> list[dict]:
@@ -383,6 +391,7 @@ class Trainer:
         self._clock = (time.time(), self.tokens_seen)
         self.step_clock.restart()
         self.model.train()
+        self.pipeline = start_pipeline(self)  # None unless async_generation
         while self.step < self.max_steps:
             if self.batch is None or self.batch_position >= micro_per_cycle:
                 self.batch, self.batch_position = self._score(self._generate()), 0
@@ -467,12 +476,3 @@ class Trainer:
     def save_final(self) -> Path:
         """``<output_dir>/final``: the model (merged with its adapters when LoRA) + tokenizer."""
         return save_final_model(self)
-
-
-def _mean_rows(rows: list[dict]) -> dict:
-    keys = {k for r in rows for k in r}
-    return {k: sum(r[k] for r in rows if k in r) / sum(1 for r in rows if k in r) for k in keys}
-
-
-def _prompt_text(prompt) -> str:
-    return prompt[-1]["content"] if isinstance(prompt, list) else str(prompt)

@@ -112,3 +112,21 @@ def correction_weight(old_logps: torch.Tensor, sampling_logps: torch.Tensor, mas
     """
     # HINT: sequence modes sum the log-ratios before the exponential (a product of ratios).
     raise NotImplementedError("Exercise: replace this line with your code.")
+
+
+def sampling_version(taken_step: int, max_staleness: int, weight_sync_steps: int = 1) -> int:
+    """Asynchronous RL's version bookkeeping: which weights sample the batch the trainer takes at
+    optimizer step `taken_step`.
+
+    The worker only ever receives the weights of steps that are multiples of
+    `weight_sync_steps` (step 0, the initial weights, included), and a batch taken at step
+    `s` may be sampled by weights at most `max_staleness` steps older than the trainer's:
+    its version `v` satisfies `s - max_staleness <= v <= s`. Return the *oldest* such
+    version (the one that lets generation run furthest ahead). Assume
+    `weight_sync_steps <= max_staleness + 1`, so one always exists.
+
+    Example: max_staleness=1, weight_sync_steps=1: steps 0, 1, 2, 3 -> versions 0, 0, 1, 2.
+    max_staleness=3, weight_sync_steps=2: step 6 -> version 4 (step 3 was never sent).
+    """
+    # HINT: start at s - max_staleness (not below 0) and round *up* to a multiple of weight_sync_steps.
+    raise NotImplementedError("Exercise: replace this line with your code.")

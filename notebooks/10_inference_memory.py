@@ -665,6 +665,72 @@ else:
     print("No CUDA GPU with vLLM here: skipped.")
 
 # %% [markdown]
+# ## 9. Asynchronous RL: generating and learning at once
+#
+# The loop so far is strictly *generate, then learn*: while one core (or GPU) samples, the
+# other waits, and the other way round. An asynchronous trainer gives generation its own
+# process (`async_generation=True`): a worker samples the next generation batch while the
+# trainer learns from the previous one. The price is that the worker samples with the
+# weights it has, which are already some optimizer steps old: the samples are **off-policy**,
+# drawn from an older policy $\pi_v$ than the one being updated.
+#
+# Two things keep that safe (`course_lib.run.async_rollouts`, names from TRL's
+# `AsyncGRPOConfig`):
+#
+# - **the staleness bound** `max_staleness` $S$: a batch the trainer takes after $s$ optimizer
+#   steps was sampled with the weights of a step $v \ge s - S$. Here the worker is never sent
+#   a batch before the weights it must use exist, so it runs at most $S$ versions ahead and
+#   the trainer waits rather than drops a batch; $S = 0$ samples exactly what the synchronous
+#   trainer samples (a test checks the completions, losses and weights).
+# - **the correction** of section 3: the trainer recomputes each batch's log-probs under its
+#   current weights and multiplies the loss by $\pi_\theta(y)/\pi_v(y)$ (TRL's
+#   `sequence_mask`: a completion whose ratio leaves $[0, 3]$ drops out). The history logs
+#   `sample/staleness_mean` / `_max` beside the correction's `sampling/*` statistics.
+#
+# Which weights sample which batch (one optimizer step per batch; with `weight_sync_steps`
+# $k$ only the versions that are multiples of $k$ reach the worker):
+
+# %%
+from course_lib.run.async_rollouts import sampled_version
+
+print("batch  taken at step  sampled with the weights of step  (S = 0, 1, 2)")
+staleness_configs = [make_config("grpo", model_name_or_path="tiny", max_staleness=s) for s in (0, 1, 2)]
+for batch_index in range(6):
+    taken = sampled_version(batch_index, staleness_configs[0])[0]
+    versions = [sampled_version(batch_index, c)[1] for c in staleness_configs]
+    print(f"{batch_index:>5} {taken:>14} {str(versions):>34}")
+
+# %% [markdown]
+# ### Exercise 4 — `sampling_version(taken_step, max_staleness, weight_sync_steps)`
+#
+# The bookkeeping behind that table: the oldest weights the worker ever received (a multiple
+# of `weight_sync_steps`) that still respect the bound. The check compares it with a search
+# over every version the worker could hold.
+
+# %%
+feedback(ex10.check_sampling_version, ex.sampling_version);
+
+# %% [markdown]
+# Measured with `benchmarks/async_vs_sync.py` on a shared 2-core CPU (trainer and worker one
+# thread each, load average 4-5; `benchmarks/README.md` has the commands):
+#
+# | tiny model, 60 timed steps | steps/min | x sync | completion tok/s | staleness |
+# |---|---|---|---|---|
+# | sync | 494 | 1.00 | 467 | 0 |
+# | async, S = 1 | 384 | 0.78 | 364 | 1 |
+# | async, S = 2 | 365 | 0.74 | 346 | 2 |
+# | SmolLM2-135M LoRA, 6 timed steps: sync | 6.6 | 1.00 | 9.7 | 0 |
+# | SmolLM2-135M LoRA: async, S = 1 | 6.0 | 0.91 | 8.8 | 1 |
+# | SmolLM2-135M LoRA: async, S = 2 | 5.6 | 0.85 | 8.4 | 1.83 |
+#
+# On this machine the overlap did not pay: the worker's generation hid behind learning
+# (the trainer waited 0.009 s a step for it), but the trainer's own share of a step grew,
+# by the correction's extra forward pass and by moving weights and batches between
+# processes, and the two processes competed with other work for the second core. The
+# design pays where generation is most of the step and the worker has hardware of its own
+# (a second GPU, or an idle core).
+
+# %% [markdown]
 # ## Questions
 #
 # 1. The logits bill grows with context × vocabulary × generations. Which of the three does

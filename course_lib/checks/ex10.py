@@ -243,3 +243,22 @@ def check_correction_weight(fn) -> None:
     needs_grad = old.clone().requires_grad_(True)
     if fn(needs_grad, sampling, mask, "token_truncate", None, 2.0).requires_grad:
         raise Hint("the weight carries a gradient: it is a constant of the loss, detach it.")
+
+
+def check_sampling_version(fn) -> None:
+    """Against a search over every version the worker could hold: the oldest sent one within the bound."""
+    for bound, every in ((0, 1), (1, 1), (2, 1), (1, 2), (3, 2), (5, 3)):
+        for step in range(13):
+            sent = [v for v in range(step + 1) if v % every == 0]
+            expected = min(v for v in sent if v >= step - bound)
+            got = fn(step, bound, every)
+            if got == expected:
+                continue
+            if got == max(0, step - bound) and got % every:
+                raise Hint(f"step {step}, max_staleness={bound}, weight_sync_steps={every}: version {got} was never "
+                           f"sent to the worker; round up to a multiple of weight_sync_steps ({expected}).")
+            if got < expected:
+                raise Hint(f"step {step}, max_staleness={bound}, weight_sync_steps={every}: version {got} is "
+                           f"{step - got} steps stale, past the bound; round up, not down ({expected}).")
+            raise Hint(f"step {step}, max_staleness={bound}, weight_sync_steps={every}: expected version {expected} "
+                       f"(the oldest sent one within the bound), got {got}.")

@@ -71,6 +71,9 @@ RESUME_SAFE_FIELDS = {
     "vllm_gpu_memory_utilization": "sampler memory",
     "vllm_kv_cache_gib": "sampler memory",
     "reward_timeout_s": "how long a reward function may take (a run that ends has the same rewards)",
+    "async_generation": "where the samples are drawn (the same prompts and seeds; batches in flight are redrawn)",
+    "max_staleness": "how old the sampling weights may be (batches in flight are redrawn on resume)",
+    "weight_sync_steps": "which weight versions reach the generation worker",
 }
 _RUN_LENGTH = ("max_steps", "num_train_epochs")
 

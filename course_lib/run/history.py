@@ -151,3 +151,14 @@ def unique_prompt_samples(prompts: list[str], completions: list[str], rewards: l
     seen: set[str] = set()
     keep = [i for i, p in enumerate(prompts) if not (p in seen or seen.add(p))]
     return tuple([column[i] for i in keep] for column in (prompts, completions, rewards, advantages))
+
+
+def mean_rows(rows: list[dict]) -> dict:
+    """Each key's mean over the rows that have it (the micro-steps of one optimizer step)."""
+    keys = {k for r in rows for k in r}
+    return {k: sum(r[k] for r in rows if k in r) / sum(1 for r in rows if k in r) for k in keys}
+
+
+def prompt_text(prompt) -> str:
+    """A prompt as one line of the sample table: its last message's content, or the text itself."""
+    return prompt[-1]["content"] if isinstance(prompt, list) else str(prompt)

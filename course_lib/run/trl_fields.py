@@ -45,6 +45,10 @@ COURSE_ONLY: dict[str, str] = {
     "dynamic_sampling": "DAPO's dynamic sampling (verl's filter_groups): TRL 1.16 has none; a TRL run keeps "
                         "the zero-spread groups (advantage 0) and logs their share as frac_reward_zero_std.",
     "max_num_gen_batches": "verl's cap on dynamic sampling's generation rounds; TRL has no dynamic sampling.",
+    "async_generation": "Generation in a worker process, overlapping learning; TRL 1.16 has it as a separate "
+                        "trainer (experimental AsyncGRPOTrainer with a vLLM server), not a GRPOConfig field.",
+    "max_staleness": "AsyncGRPOConfig's name (TRL drops staler samples; we wait, so none is dropped).",
+    "weight_sync_steps": "AsyncGRPOConfig's name: optimizer steps between weight pushes to the generator.",
     "tool_timeout": "Seconds a tool call may take before it becomes a failed call; TRL 1.16 runs tools "
                     "without a limit.",
     "doctor": "The run doctor (course_lib.doctor); for a TRL run, `python -m course_lib doctor` reads its "

@@ -340,3 +340,25 @@ def check_run_options(config: Any) -> None:
     if config.model_init_kwargs and {"dtype", "torch_dtype"} & set(config.model_init_kwargs):
         fail("model_init_kwargs", config.model_init_kwargs, "sets the dtype, which the `dtype` field owns",
              "set dtype=... instead and drop it from model_init_kwargs")
+    check_async_settings(config)
+
+
+def check_async_settings(config) -> None:
+    """Raise a ValueError naming the field unless the asynchronous settings make a usable run."""
+    if config.max_staleness < 0:
+        fail("max_staleness", config.max_staleness, "must be >= 0", "use 0 (synchronous samples) or e.g. 1")
+    if config.weight_sync_steps < 1:
+        fail("weight_sync_steps", config.weight_sync_steps, "must be >= 1", "use 1 (weights after every step)")
+    if config.weight_sync_steps > config.max_staleness + 1:
+        fail("weight_sync_steps", config.weight_sync_steps,
+             f"exceeds max_staleness + 1 = {config.max_staleness + 1}: some batch would be sampled with weights "
+             "staler than max_staleness", "lower weight_sync_steps or raise max_staleness")
+    if not config.async_generation:
+        return
+    for name, bad, why in (("engine", config.engine != "hf", "the worker runs the HF engine; vLLM is not supported"),
+                           ("num_processes", config.num_processes > 1, "asynchronous generation runs in one process"),
+                           ("dynamic_sampling", config.dynamic_sampling,
+                            "its refill rounds depend on rewards the trainer computes later")):
+        if bad:
+            fail("async_generation", True, f"cannot be combined with {name}={getattr(config, name)!r}: {why}",
+                 f"set async_generation=False or change {name}")

@@ -19,3 +19,7 @@ def test_truncated_is_weight(exercise):
 
 def test_correction_weight(exercise):
     ex10.check_correction_weight(exercise("ex10_inference_memory").correction_weight)
+
+
+def test_sampling_version(exercise):
+    ex10.check_sampling_version(exercise("ex10_inference_memory").sampling_version)

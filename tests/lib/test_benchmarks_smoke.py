@@ -71,3 +71,17 @@ def _has_module(name: str) -> bool:
     import importlib.util
 
     return importlib.util.find_spec(name) is not None
+
+
+@pytest.mark.slow
+def test_async_benchmark_prints_sync_and_both_staleness_bounds():
+    script = ROOT / "benchmarks" / "async_vs_sync.py"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    result = subprocess.run([sys.executable, str(script), "--steps", "2", "--warmup", "1", "--eval-n", "4"],
+                            capture_output=True, text=True, env=env, timeout=600, cwd=ROOT)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
+    rows = {m.group(1): m.groups()[1:] for m in re.finditer(
+        r"^(sync|async S=1|async S=2)\s+(\d+\.\d+)\s+(\d+\.\d+)\s+\d+\.\d+\s+(\d+\.\d+)", result.stdout, re.M)}
+    assert set(rows) == {"sync", "async S=1", "async S=2"}, result.stdout
+    assert float(rows["sync"][1]) == 1.0 and float(rows["sync"][2]) == 0.0  # the ratio's base; never stale
+    assert all(float(rows[m][0]) > 0 and float(rows[m][2]) <= s for m, s in (("async S=1", 1), ("async S=2", 2)))

@@ -311,7 +311,19 @@ def grpo_loop_fresh_sampler_each_step(model, tokenizer, dataset, reward_fn, step
     return log
 
 
+def sampling_version_rounded_down(taken_step, max_staleness, weight_sync_steps=1):
+    """Rounds s - max_staleness down to a sent version: one step staler than the bound allows."""
+    return max(0, taken_step - max_staleness) // weight_sync_steps * weight_sync_steps
+
+
+def sampling_version_not_rounded(taken_step, max_staleness, weight_sync_steps=1):
+    """Forgets that only multiples of weight_sync_steps reach the worker."""
+    return max(0, taken_step - max_staleness)
+
+
 MORE_CASES = [
+    (ex10.check_sampling_version, sampling_version_rounded_down, "round up, not down"),
+    (ex10.check_sampling_version, sampling_version_not_rounded, "never sent"),
     (ex08.check_token_level_rewards, token_level_rewards_kl_flipped, "the KL sign is flipped"),
     (ex10.check_correction_weight, correction_weight_ignores_clip_min, "clip_min=0.5 was ignored"),
     (ex06b.check_cispo_per_token_loss, cispo_weight_not_detached, "not detached"),

@@ -1,0 +1,249 @@
+"""Asynchronous generation: a worker process samples the next generation batches while the trainer learns.
+
+With ``async_generation=True`` the trainer starts :class:`AsyncGeneration`: a second process
+(``torch.multiprocessing``, spawn) holding its own copy of the policy and an HF engine. The
+trainer keeps drawing every cycle's prompts, seeds and rows exactly as the synchronous loop
+does; the worker only samples them, with the weights of an older optimizer step, while the
+trainer's core learns from the batch before. Rewards, log-probs and advantages stay in the
+trainer. The names follow TRL 1.16's experimental ``AsyncGRPOConfig``:
+
+- ``max_staleness``: a batch consumed when the trainer has made ``s`` optimizer steps was
+  sampled with the weights of step ``v >= s - max_staleness``. Nothing is ever dropped: the
+  worker is never sent a cycle before the weights it must use exist, so it runs at most
+  ``max_staleness`` versions ahead and the trainer *waits* for a batch instead (TRL drops
+  stale samples and pulls the next; with a deterministic schedule there is none to drop).
+- ``weight_sync_steps``: the worker receives weights only at optimizer steps that are
+  multiples of it (at most ``max_staleness + 1``, so the bound above always holds). Cycle
+  ``c``, consumed at step ``s_c``, is sampled with version ``v_c = ceil((s_c - S) / k) * k``
+  (at least 0): the oldest allowed one, so that generation overlaps learning as much as the
+  bound permits. ``v_c`` depends on the schedule only, never on timing: a run is
+  reproducible, and ``max_staleness=0`` samples exactly what the synchronous trainer samples.
+
+Each batch carries its version and the worker's sampling log-probs; the trainer recomputes the
+log-probs under its current weights and the sampling correction (``vllm_importance_sampling_*``,
+on by default with async generation) reweights or masks the stale completions. History rows get
+``sample/staleness_mean`` and ``sample/staleness_max`` (TRL's names: optimizer steps between the
+sampling weights and the trainer's when the batch is taken) and ``perf/rollout_wait_s`` (the
+trainer's wait for the batch), beside the correction's ``sampling/*`` statistics.
+
+Failures: a worker that raises sends its traceback, and one that dies (killed, out of memory)
+is noticed within half a second; both stop the run with a ``GenerationWorkerError``, never a
+hang. The worker ignores Ctrl-C (the trainer saves, then stops it) and exits when the trainer's
+process is gone. On resume the batches that were in flight are regenerated from the resumed
+weights (their sampling weights were not saved), so the first ones are fresher than in the
+uninterrupted run; a checkpoint may also resume with ``async_generation=False`` (or another bound).
+Limits: one process, the HF engine, no dynamic sampling, no tool calls.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import queue
+import signal
+import time
+import traceback
+from collections import deque
+from contextlib import contextmanager
+
+import torch
+
+from .batches import PromptSampler
+
+
+class GenerationWorkerError(RuntimeError):
+    """The generation worker failed or died; the run stops instead of waiting forever."""
+
+
+def sampled_version(cycle: int, config, start_step: int = 0) -> tuple[int, int]:
+    """``(s_c, v_c)``: the optimizer step at which cycle ``cycle`` is taken, and the weights' version
+    that samples it (never older than ``start_step``, the step the pipeline started at)."""
+    micro_per_cycle = config.effective_steps_per_generation * config.num_iterations
+    taken = cycle * micro_per_cycle // config.gradient_accumulation_steps
+    k = config.weight_sync_steps
+    version = math.ceil(max(0, taken - config.max_staleness) / k) * k
+    return taken, min(taken, max(version, start_step))
+
+
+def _flat_weights(model) -> dict:
+    """The trainable parameters as one flat tensor per dtype (one shared-memory block each)."""
+    groups: dict = {}
+    for name, p in model.named_parameters():
+        if p.requires_grad:
+            groups.setdefault(p.dtype, []).append((name, p))
+    return {str(dtype): ([n for n, _ in items], torch.cat([p.detach().reshape(-1) for _, p in items]))
+            for dtype, items in groups.items()}
+
+
+def _load_flat(model, flat: dict) -> None:
+    params = dict(model.named_parameters())
+    with torch.no_grad():
+        for names, values in flat.values():
+            offset = 0
+            for name in names:
+                p = params[name]
+                p.copy_(values[offset: offset + p.numel()].view_as(p))
+                offset += p.numel()
+
+
+def _worker_main(model, tokenizer, inbox, outbox, parent_pid: int, threads: int) -> None:
+    """The worker's loop: load weights and sample cycles, in the order the trainer sent them."""
+    from ..rollout.hf import HFEngine
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the trainer's: it saves, then stops us
+    torch.set_num_threads(threads)
+    try:
+        engine, version = HFEngine(model, tokenizer, record_logps=True), None
+        while True:
+            try:
+                message = inbox.get(timeout=0.5)
+            except queue.Empty:
+                if os.getppid() != parent_pid:  # the trainer is gone
+                    return
+                continue
+            if message[0] == "stop":
+                return
+            if message[0] == "weights":
+                version = message[1]
+                _load_flat(model, message[2])
+                continue
+            _, cycle, prompts, sampling = message
+            started = time.perf_counter()
+            rollout = engine.generate(prompts, n=1, sampling=sampling)
+            outbox.put(("rollout", cycle, version, rollout, time.perf_counter() - started))
+    except Exception:  # noqa: BLE001 - everything goes back to the trainer, which raises it
+        outbox.put(("error", traceback.format_exc()))
+
+
+class AsyncGeneration:
+    """The trainer's side of the pipeline: sends weights and cycles ahead, takes batches in order.
+
+    ``generate(prompts, n, sampling)`` has the engine's signature, so the trainer's generation
+    round calls it in place of its engine; it checks that the prompts and sampling settings are
+    those it sent for that cycle.
+    """
+
+    def __init__(self, trainer):
+        config = self.config = trainer.config
+        if trainer.tool_run is not None:
+            raise ValueError("async_generation=True cannot run multi-turn rollouts (tools / environment_factory). "
+                             "Fix: set async_generation=False.")
+        self.trainer, self.start_step = trainer, trainer.step
+        state = trainer.sampler
+        self.ahead = PromptSampler(state.num_rows, state.seed, state.epoch, state.position, shuffle=state.shuffle)
+        self.next_cycle = trainer.cycle  # the next cycle to send
+        micro_per_cycle = config.effective_steps_per_generation * config.num_iterations
+        self.last_cycle = math.ceil(trainer.max_steps * config.gradient_accumulation_steps / micro_per_cycle)
+        self.sent_version: int | None = None
+        self.pending: deque = deque()  # (cycle, version, prompts, sampling) sent, not yet taken
+        self.metrics: dict = {}
+        self.worker_seconds = 0.0
+        context = torch.multiprocessing.get_context("spawn")
+        self.inbox, self.outbox = context.Queue(), context.Queue()
+        import copy
+
+        model = copy.deepcopy(trainer.model).eval()
+        self.process = context.Process(target=_worker_main, name="course-lib-generation", daemon=True,
+                                       args=(model, trainer.tokenizer, self.inbox, self.outbox, os.getpid(),
+                                             torch.get_num_threads()))
+        self.process.start()
+        del model
+        self.advance(trainer.step)
+
+    # ---------------------------------------------------------------- sending
+    def _sampling(self, cycle: int):
+        from ..rollout import SamplingConfig
+
+        config = self.config  # the synchronous trainer's seed of this cycle (round 0, one process)
+        return SamplingConfig.from_config(config, first_row=0,
+                                          seed=config.seed * 2**40 + cycle * config.effective_generation_batch_size)
+
+    def advance(self, step: int) -> None:
+        """After optimizer step ``step``: send every cycle whose sampling weights are now known."""
+        config, G = self.config, self.config.num_generations
+        while self.next_cycle < self.last_cycle:
+            _, version = sampled_version(self.next_cycle, config, self.start_step)
+            if version > step:
+                return
+            if self.sent_version != version:
+                self.inbox.put(("weights", version, _flat_weights(self.trainer.model)))
+                self.sent_version = version
+            prompt_rows = self.ahead.take(config.unique_prompts_per_generation)
+            rows = [row for row in prompt_rows for _ in range(G)]
+            prompts, _ = self.trainer._prompts_and_columns(rows)
+            sampling = self._sampling(self.next_cycle)
+            self.inbox.put(("generate", self.next_cycle, list(prompts), sampling))
+            self.pending.append((self.next_cycle, version, list(prompts), sampling))
+            self.next_cycle += 1
+
+    # ---------------------------------------------------------------- taking
+    def generate(self, prompts, n: int, sampling):
+        """The next cycle's batch, as sampled by the worker (waits for it)."""
+        if not self.pending:
+            raise GenerationWorkerError("no generation batch was sent for this cycle (the schedule ran past "
+                                        f"the {self.last_cycle} cycles planned)")
+        cycle, version, sent_prompts, sent_sampling = self.pending.popleft()
+        if n != 1 or list(prompts) != sent_prompts or sampling != sent_sampling:
+            raise GenerationWorkerError(f"cycle {cycle}: the trainer asked for other prompts or sampling settings "
+                                        "than were sent to the worker")
+        started = time.perf_counter()
+        message = self._receive(cycle)
+        _, got_cycle, got_version, rollout, seconds = message
+        if (got_cycle, got_version) != (cycle, version):
+            raise GenerationWorkerError(f"expected cycle {cycle} at version {version}, got cycle {got_cycle} "
+                                        f"at version {got_version}")
+        self.worker_seconds += seconds
+        staleness = float(self.trainer.step - version)
+        self.metrics = {"sample/staleness_mean": staleness, "sample/staleness_max": staleness,
+                        "perf/rollout_wait_s": time.perf_counter() - started, "perf/worker_generate_s": seconds}
+        return rollout
+
+    def _receive(self, cycle: int):
+        while True:
+            try:
+                message = self.outbox.get(timeout=0.5)
+            except queue.Empty:
+                if not self.process.is_alive():
+                    raise self._died(cycle) from None
+                continue
+            except (OSError, EOFError) as error:  # a dead worker can no longer hand over its tensors
+                self.process.join(timeout=5)
+                raise self._died(cycle) from error
+            if message[0] == "error":
+                raise GenerationWorkerError(f"the generation worker failed on batch {cycle}:\n{message[1]}")
+            return message
+
+    def _died(self, cycle: int) -> GenerationWorkerError:
+        return GenerationWorkerError(
+            f"the generation worker (pid {self.process.pid}) exited with code {self.process.exitcode} while the "
+            f"trainer waited for generation batch {cycle}. The run stops here; resume from its latest checkpoint "
+            "(train(resume_from='latest')).")
+
+    def close(self) -> None:
+        """Stop the worker (it finishes or drops what it holds) and release the queues."""
+        if self.process.is_alive():
+            self.inbox.put(("stop",))
+            self.process.join(timeout=5)
+        if self.process.is_alive():
+            self.process.terminate()
+            self.process.join(timeout=5)
+        for q in (self.inbox, self.outbox):
+            q.cancel_join_thread()
+            q.close()
+
+
+@contextmanager
+def pipeline_closed(trainer):
+    """Around ``Trainer.train``: whatever happens, the worker it started is stopped on the way out."""
+    trainer.pipeline = None
+    try:
+        yield
+    finally:
+        if trainer.pipeline is not None:
+            trainer.pipeline.close()
+            trainer.pipeline = None
+
+
+def start_pipeline(trainer) -> AsyncGeneration | None:
+    """The pipeline of a run with ``async_generation=True`` (after any resume), else None."""
+    return AsyncGeneration(trainer) if trainer.config.async_generation else None

@@ -1,0 +1,150 @@
+"""Asynchronous generation (course_lib.run.async_rollouts) on the tiny model: a worker process samples ahead."""
+
+import os
+import signal
+from contextlib import contextmanager
+
+import pytest
+import torch
+
+from course_lib.algos import make_config
+from course_lib.data import get_task
+from course_lib.models import load_policy
+from course_lib.rewards import get_reward_functions
+from course_lib.run.async_rollouts import GenerationWorkerError, sampled_version
+from course_lib.trainer import Trainer
+
+CORRECT = get_reward_functions(["correctness_first_number_reward", "proximity_reward"])
+
+
+def _trainer(tmp_path, **overrides):
+    settings = dict(model_name_or_path="tiny", output_dir=str(tmp_path), max_steps=3, learning_rate=1e-3,
+                    per_device_train_batch_size=4, gradient_accumulation_steps=1, num_generations=4,
+                    max_completion_length=6, logging_steps=1, save_steps=0, seed=3)
+    settings.update(overrides)
+    model, tokenizer = load_policy("tiny")
+    return Trainer(make_config("grpo", **settings), CORRECT, get_task("arithmetic", n=64, seed=0), model, tokenizer,
+                   progress=False)
+
+
+def _recording(trainer):
+    """Record the completion ids of every generation batch the trainer scores."""
+    seen, score = [], trainer._score
+
+    def recorded(generated):
+        seen.append(generated.rollout.completion_ids.clone())
+        return score(generated)
+
+    trainer._score = recorded
+    return seen
+
+
+@contextmanager
+def _deadline(seconds):
+    """Fail instead of hanging: SIGALRM raises in the main thread."""
+    def expired(signum, frame):
+        raise TimeoutError(f"no result after {seconds} s")
+
+    previous = signal.signal(signal.SIGALRM, expired)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def test_sampled_version_keeps_the_bound_and_the_sync_steps():
+    config = make_config("grpo", model_name_or_path="tiny", per_device_train_batch_size=4, num_generations=4,
+                         steps_per_generation=2, gradient_accumulation_steps=1, max_staleness=3, weight_sync_steps=2)
+    # two optimizer steps per cycle: cycle c is taken at step 2c and sampled with the weights of the
+    # oldest even step no more than 3 behind
+    assert [sampled_version(c, config) for c in range(5)] == [(0, 0), (2, 0), (4, 2), (6, 4), (8, 6)]
+    assert sampled_version(1, config, start_step=1) == (2, 1)  # after a resume: never older than the start
+    with pytest.raises(ValueError, match="weight_sync_steps"):
+        make_config("grpo", model_name_or_path="tiny", max_staleness=0, weight_sync_steps=2)
+    with pytest.raises(ValueError, match="async_generation.*dynamic_sampling"):
+        make_config("grpo", model_name_or_path="tiny", async_generation=True, dynamic_sampling=True)
+    with pytest.raises(ValueError, match="max_staleness"):
+        make_config("grpo", model_name_or_path="tiny", max_staleness=-1)
+
+
+def test_staleness_zero_equals_the_synchronous_trainer(tmp_path):
+    # async generation switches the sampling correction on by default; the synchronous run gets it too, so
+    # that both compute the same loss (the correction's weights are exactly 1 when nothing is stale)
+    sync = _trainer(tmp_path / "sync", vllm_importance_sampling_correction=True)
+    sync_batches, sync_rows = _recording(sync), sync.train()
+    run = _trainer(tmp_path / "async", async_generation=True, max_staleness=0)
+    with _deadline(300):
+        async_batches, async_rows = _recording(run), run.train()
+    assert len(sync_batches) == len(async_batches) == 3
+    for a, b in zip(sync_batches, async_batches):
+        assert torch.equal(a, b)  # the same completions, sampled in the worker process
+    for a, b in zip(sync_rows, async_rows):
+        assert a["loss"] == pytest.approx(b["loss"], abs=1e-6)
+        assert b["sample/staleness_max"] == 0.0 and b["sampling/importance_sampling_ratio/min"] == pytest.approx(1.0, abs=1e-4)
+    for (name, p), q in zip(sync.model.named_parameters(), run.model.parameters()):
+        torch.testing.assert_close(p, q, atol=1e-5, rtol=0, msg=name)
+    assert run.pipeline is None  # the worker is stopped when train() returns
+
+
+def test_staleness_one_trains_with_corrected_stale_samples(tmp_path):
+    run = _trainer(tmp_path, async_generation=True, max_staleness=1, max_steps=4)
+    with _deadline(300):
+        rows = run.train()
+    assert [r["step"] for r in rows] == [1, 2, 3, 4]
+    staleness = [r["sample/staleness_max"] for r in rows]
+    assert staleness == [0.0, 1.0, 1.0, 1.0]  # the first batch comes from the initial weights, taken at step 0
+    for row in rows[1:]:  # a stale batch: the trainer's log-probs differ from the sampler's
+        assert row["sampling/sampling_logp_difference/max"] > 0
+        assert "sampling/importance_sampling_ratio/mean" in row
+    assert all(torch.isfinite(p).all() for p in run.model.parameters())
+
+
+def test_a_killed_worker_stops_the_run_with_a_clear_error(tmp_path):
+    run = _trainer(tmp_path, async_generation=True, max_staleness=1, max_steps=6)
+    killed = []
+
+    def kill_worker(row):
+        if row["step"] == 1:
+            killed.append(run.pipeline.process)
+            os.kill(run.pipeline.process.pid, signal.SIGKILL)
+
+    run.on_step = kill_worker
+    with _deadline(300), pytest.raises(GenerationWorkerError, match="generation worker .* exited with code -9"):
+        run.train()
+    assert not killed[0].is_alive()
+
+
+def test_ctrl_c_stops_both_processes_and_the_run_resumes(tmp_path):
+    run = _trainer(tmp_path, async_generation=True, max_staleness=1, max_steps=4)
+    worker = []
+
+    def interrupt(row):
+        if row["step"] == 2:
+            worker.append(run.pipeline.process)
+            os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C reaches the trainer (the worker ignores it)
+
+    run.on_step = interrupt
+    with _deadline(300):
+        run.train()
+    assert run.interrupted and run.step == 2
+    assert not worker[0].is_alive()
+    assert (tmp_path / "checkpoint-2").is_dir()
+    resumed = _trainer(tmp_path, async_generation=True, max_staleness=1, max_steps=4)
+    with _deadline(300):
+        rows = resumed.train(resume_from="latest")
+    assert [r["step"] for r in rows] == [1, 2, 3, 4] and resumed.step == 4
+    # the batch in flight at the interruption is regenerated from the resumed weights: taken fresh
+    assert rows[2]["sample/staleness_max"] == 0.0 and rows[3]["sample/staleness_max"] == 1.0
+
+
+def test_an_asynchronous_run_may_resume_synchronously(tmp_path):
+    """A worker that keeps failing need not end the run: the checkpoint resumes without it."""
+    run = _trainer(tmp_path, async_generation=True, max_staleness=1, max_steps=2, save_steps=2,
+                   lr_scheduler_type="constant")
+    with _deadline(300):
+        run.train()
+    resumed = _trainer(tmp_path, max_steps=3, lr_scheduler_type="constant")
+    rows = resumed.train(resume_from="latest")
+    assert [r["step"] for r in rows] == [1, 2, 3] and "sample/staleness_max" not in rows[2]
