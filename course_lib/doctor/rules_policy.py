@@ -104,11 +104,14 @@ def entropy_explosion(rows, config):
     # (museum run learning_rate_300x: 0.83, 0.78, 1.47, 2.78, 3.26, ... 4.4 nats).
     start, now = mean(entropy[:3]), mean(entropy[-WINDOW:])
     if now > 2.0 * start and now - start > 0.5:
+        clip = config.get("max_grad_norm")
+        clip = ("" if isinstance(clip, (int, float)) and 0 < clip <= 1.0 else
+                f"max_grad_norm=1.0 (now {_field(config, 'max_grad_norm')}), ")
         return Diagnosis(
             f"token entropy exploded from {start:.3f} to {now:.3f} nats: updates are too large and the policy is "
             f"turning into noise. Fixes: a learning rate 10x lower ({_tenth(config, 'learning_rate')}), "
-            f"max_grad_norm=1.0 (now {_field(config, 'max_grad_norm')}), fewer num_iterations; resume from a "
-            "checkpoint before the rise.", {"entropy_start": start, "entropy_now": now})
+            f"{clip}fewer num_iterations; resume from a checkpoint before the rise.",
+            {"entropy_start": start, "entropy_now": now})
     return None
 
 

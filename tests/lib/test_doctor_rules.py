@@ -124,6 +124,12 @@ def test_entropy_collapse_and_explosion():
     assert "temperature=0.05" in greedy["entropy_collapse"].message
     explosion = fired(rows(**{**HEALTHY, "entropy": lambda i: 0.6 + 0.1 * i}))
     assert explosion["entropy_explosion"].severity == "error"
+    clipped = fired(rows(**{**HEALTHY, "entropy": lambda i: 0.6 + 0.1 * i}),
+                    {"learning_rate": 1e-2, "max_grad_norm": 1.0})["entropy_explosion"].message
+    assert "try 0.001" in clipped and "max_grad_norm" not in clipped  # already clipped at 1.0: not advised again
+    unclipped = fired(rows(**{**HEALTHY, "entropy": lambda i: 0.6 + 0.1 * i}),
+                      {"max_grad_norm": 100.0})["entropy_explosion"].message
+    assert "max_grad_norm=1.0 (now max_grad_norm=100.0)" in unclipped
 
 
 @pytest.mark.parametrize("key, value, quiet", [("clip_ratio/region_mean", 0.35, 0.1),
