@@ -141,7 +141,203 @@ for name, fix in (("short_budget", {"max_completion_length": 8}), ("near_greedy"
     print(f"{name} after {fix}: warnings and errors: {fired or 'none'}")
 
 # %% [markdown]
-# ## 4. Write a doctor rule (exercise 2)
+# ## 4. The whole museum
+#
+# Four broken runs are not the museum. Here are the other nine, each with the curves its rule
+# reads (the dashboard, the doctor's findings marked) and what the doctor said: for each
+# finding above "info", its first sentence and the fix it names. The live doctor's printout
+# is captured to keep the page short; the report below is the same findings, dated at the
+# first step each fired (`first_firing`, what `python -m course_lib doctor` prints).
+
+# %%
+import contextlib
+import io
+import textwrap
+
+from course_lib.doctor.report import first_firing
+
+
+def signal_keys(rule_names, rows):
+    """The logged metrics the rules read (a `<name>` pattern: every reward function's)."""
+    keys = []
+    for rule_name in rule_names:
+        for signal in RULES[rule_name].signals:
+            if "<name>" in signal:
+                prefix, suffix = signal.split("<name>")
+                found = sorted({k for r in rows for k in r if k.startswith(prefix) and k.endswith(suffix)})
+            else:
+                found = [signal] if any(signal in r for r in rows) else []
+            keys += [k for k in found if k not in keys]
+    return keys
+
+
+def train_quietly(name, folder, **fix):
+    """Run a museum exhibit with its live doctor's printout captured; return (rows, config)."""
+    with contextlib.redirect_stdout(io.StringIO()):
+        return run_exhibit(name, folder, **fix)
+
+
+def say(findings, expected=()):
+    """Each finding above info (and the expected ones): severity, rule, step, first sentence, the fix."""
+    shown = [f for f in findings if f.severity != "info" or f.rule in expected]
+    for f in shown:
+        first, _, rest = f.message.partition(". ")
+        fix = rest[rest.find("Fix"):] if "Fix" in rest else ""
+        print(textwrap.fill(f"{f.severity.upper()} {f.rule} (step {f.step}): {first}. {fix}", 110,
+                            subsequent_indent="    "))
+    return shown
+
+
+REST = [name for name, e in EXHIBITS.items() if e.expect and name not in MYSTERY.values()]
+museum = {}
+for name in REST:
+    rows, config = train_quietly(name, RUNS / name)
+    findings = first_firing(rows, config.to_dict())
+    museum[name] = (rows, config, findings)
+    expect = EXHIBITS[name].expect
+    keys = signal_keys(expect, rows) + [k for k in ("reward",) if k not in signal_keys(expect, rows)]
+    display(plot_training_history(RUNS / name / "history.jsonl", keys=keys, columns=4, title=name))
+    print(f"--- {name}: {EXHIBITS[name].story}")
+    say(findings, expect)
+    missing = [r for r in expect if r not in {f.rule for f in findings}]
+    print(f"the museum expects {', '.join(expect)}: {'all fired' if not missing else 'not fired: ' + ', '.join(missing)}\n")
+
+gen_rows = [r for r in museum["long_rollouts"][0] if "timing/step_s" in r]
+share = sum(r["timing/generation_s"] for r in gen_rows) / sum(r["timing/step_s"] for r in gen_rows)
+print(f"long_rollouts: generation took {share:.0%} of the step time "
+      f"(generation_dominates speaks above {RULES['generation_dominates'].threshold('share'):.0%})")
+
+# %% [markdown]
+# Read them as the doctor does, cause first:
+#
+# - **constant_reward**: every group's rewards are equal, so every advantage, the loss and the
+#   gradient are 0. Three rules fire on one cause; the earliest, `no_learning_signal`, points
+#   at `zero_spread_groups`, and `dead_reward_function` names the function.
+# - **dead_second_reward**: the run has a signal (the 0/1 correctness still spreads), but the
+#   second function adds nothing to any advantage; GRPO's loss near 0 is reported as info,
+#   not as a failure.
+# - **raw_units_reward**: a reward in raw units (0 to -100) beside a 0/1 one. The weighted
+#   sum's spread is almost all the distance reward's, so the advantages ignore correctness.
+# - **length_paid**: reward and completion length rise together: the run is paid for
+#   writing more (lesson 11's sorting study shows the same on a real task).
+# - **kl_runaway** and **learning_rate_300x**: a learning rate 100-300x the preset's. On-policy
+#   the clip never binds, so the KL to the reference is what shows the policy leaving; at 300x
+#   the entropy explodes and the model writes noise, which then also fails every answer.
+# - **frozen**: nothing is wrong on any one curve; reward and entropy wander inside their
+#   noise because the learning rates summed over the run cannot have moved a weight.
+# - **long_rollouts**: the run is healthy but slow; `generation_dominates` is info (speed
+#   advice) and reads wall-clock times, so on a busy machine the share can fall under its
+#   60% line (the printout says whether it fired here).
+# - **nan_reward**: a non-finite reward is an error at the first step (`doctor="stop"` would
+#   end the run there). Loss and gradient are 0 from then on, and `no_learning_signal`, seeing
+#   no zero-spread groups to blame, suspects parameters that do not train: a later symptom
+#   with a wrong guess at its cause. The earliest finding is the one to act on.
+#
+# ### The fixes, and the curves after them
+#
+# One fix per kind of failure, each the one the doctor named, applied with `run_exhibit`'s
+# keyword arguments (config values set last): the preset's learning rate for the runs that
+# move too fast and for the frozen one; a weight that brings the raw-units reward to the 0/1
+# scale (`reward_weights`); and the dead reward removed (the same run with the correctness
+# reward alone, the museum's healthy GRPO run for as many steps). Each panel draws a signal
+# the rule reads, before and after.
+
+# %%
+import matplotlib.pyplot as plt
+
+from course_lib.presets import run_settings
+
+preset_lr = run_settings("tiny", "arithmetic", "grpo")["learning_rate"]
+steps = {name: EXHIBITS[name].overrides["max_steps"] for name in REST}
+FIXES = [  # (broken exhibit, the fix in words, the exhibit to run, its config values)
+    ("kl_runaway", f"learning_rate={preset_lr:g} (the preset's)", "kl_runaway", {"learning_rate": preset_lr}),
+    ("learning_rate_300x", f"learning_rate={preset_lr:g} (the preset's)", "learning_rate_300x",
+     {"learning_rate": preset_lr}),
+    ("raw_units_reward", "reward_weights=[1.0, 0.01]: the distance in hundreds", "raw_units_reward",
+     {"reward_weights": [1.0, 0.01]}),
+    ("dead_second_reward", "the constant reward removed", "healthy_grpo", {"max_steps": steps["dead_second_reward"]}),
+    ("frozen", f"learning_rate={preset_lr:g} (the preset's)", "frozen", {"learning_rate": preset_lr}),
+]
+
+
+def before_after(before, after, keys, title):
+    """One panel per signal: the broken run and the fixed one on the same axes."""
+    fig, axes = plt.subplots(1, len(keys), figsize=(3.2 * len(keys), 2.4), squeeze=False)
+    for ax, key in zip(axes[0], keys):
+        for rows, label in ((before, "before"), (after, "after")):
+            points = [(r["step"], r[key]) for r in rows if "type" not in r and isinstance(r.get(key), (int, float))]
+            if points:
+                ax.plot(*zip(*points), marker=".", markersize=3, label=label)
+        ax.set_title(key, fontsize=8)
+        ax.set_xlabel("step", fontsize=8)
+        ax.tick_params(labelsize=7)
+    axes[0][0].legend(fontsize=7)
+    fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    plt.show()
+
+
+def spread_share(rows, config, exhibit):
+    """Add each step's share of the weighted reward spread (weight x std) per reward function."""
+    names = [r if isinstance(r, str) else r.__name__ for r in EXHIBITS[exhibit].rewards]
+    weights = config.check_reward_weights(len(names))
+    for r in (r for r in rows if "type" not in r):
+        spread = [w * r.get(f"rewards/{n}/std", float("nan")) for w, n in zip(weights, names)]
+        for n, part in zip(names, spread):
+            r[f"share of spread: {n}"] = part / sum(spread) if sum(spread) > 0 else float("nan")
+    return [f"share of spread: {n}" for n in names]
+
+
+for broken, words, exhibit, fix in FIXES:
+    before_rows, _, before_findings = museum[broken]
+    after_rows, after_config = train_quietly(exhibit, RUNS / f"{broken}-fixed", **fix)
+    after_findings = first_firing(after_rows, after_config.to_dict())
+    keys = signal_keys(EXHIBITS[broken].expect, before_rows)
+    if "dominant_reward_function" in EXHIBITS[broken].expect:  # the rule reads weight x std, so draw that
+        keys = spread_share(before_rows, museum[broken][1], broken)
+        spread_share(after_rows, after_config, exhibit)
+    keys += [k for k in ("reward", "entropy") if k not in keys]
+    before_after(before_rows, after_rows, keys[:5], f"{broken}: before, and after {words}")
+    fired = [f"{f.severity} {f.rule}" for f in after_findings]
+    print(f"{broken} after {words}: the doctor says {', '.join(fired) or 'nothing'}")
+    if broken == "dead_second_reward":
+        pairs = [(a, b) for a in before_rows for b in after_rows
+                 if "type" not in a and "type" not in b and a["step"] == b["step"]]
+        same = max(abs(a["grad_norm"] - b["grad_norm"]) for a, b in pairs)
+        gap = {round(a["reward"] - b["reward"], 6) for a, b in pairs}
+        print(f"    reward before minus after, per step: {sorted(gap)}; largest grad_norm difference: {same:.2g}")
+
+# %% [markdown]
+# After each fix the doctor is silent, or says only the info that GRPO's loss near 0 is
+# normal. What the curves say about each fix:
+#
+# - **Learning rate too high**: at the preset's rate the KL to the reference stays near 0 and
+#   the entropy stays where it started, and the reward is no longer stuck at 0. The doctor's
+#   first suggestion is a tenth of the rate; the preset's, 100-300x lower here, is the value
+#   measured to learn on this model (`course_lib.presets`). A tenth of a 300x rate is still
+#   30x: if the finding fires again, follow it again.
+# - **Raw units**: the per-function rewards are the same before and after (a weight does not
+#   change what a function returns); what changes is each one's share of the weighted spread,
+#   the quantity the rule reads, and the correctness reward now carries most of it at most
+#   steps.
+# - **Dead reward**: removing it changes nothing but the reward's offset: the printed
+#   differences show the reward lower by the constant at every step and the same gradients,
+#   step for step. A constant reward never taught anything; it only hid in the sum.
+# - **Frozen**: the curves after look much like the curves before. Over 40 steps the preset's
+#   rate moves the tiny model little more than noise, which is exactly why `nothing_moves`
+#   reads the summed learning rate rather than the curves (question 5): the doctor is silent
+#   because the weights can now move, and a longer run shows whether they move the right way.
+# - `reward_weights` rescales; `multi_objective_aggregation="normalize_then_sum"` (the
+#   doctor's other suggestion) normalises each function within its group before the sum, so
+#   no function can dominate by its units. The dead reward has no weight that helps: remove
+#   it, or fix what it parses.
+#
+# Which rule fires on which run, the healthy runs included (none above info may fire there):
+# `benchmarks/doctor_museum.py` prints that confusion matrix, and `benchmarks/README.md`
+# holds the measured one; `tests/lib/test_doctor_museum.py` replays the museum.
+
+# %% [markdown]
+# ## 5. Write a doctor rule (exercise 2)
 #
 # A rule is ten lines: read a signal over a recent window, compare, say the fix. Fill in
 # `truncation_rule(rows, config)` in `exercises/ex13_debugging.py` (its docstring has the
@@ -155,7 +351,7 @@ if feedback(ex13.check_truncation_rule, ex.truncation_rule):
         print(f"{name}: {ex.truncation_rule(rows, {'max_completion_length': 2 if 'fixed' not in name else 8})}")
 
 # %% [markdown]
-# ## 5. Two remedies from DAPO
+# ## 6. Two remedies from DAPO
 #
 # **Dynamic sampling.** A group whose G rewards are all equal has advantage 0 for every
 # completion: its generations cost compute and teach nothing. For a 0/1 reward with success
@@ -209,7 +405,7 @@ ax.legend(fontsize=8)
 plt.show()
 
 # %% [markdown]
-# ## 6. The doctor on your own runs
+# ## 7. The doctor on your own runs
 #
 # - **Live**: every run of `course_lib.trainer.Trainer` has the doctor on (`doctor="warn"`).
 #   `doctor="stop"` ends a run (checkpoint saved) at its first error-level finding;

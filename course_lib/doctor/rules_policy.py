@@ -10,6 +10,14 @@ from .core import Diagnosis, first_key, is_finite, mean, median, pearson, rule, 
 from .rules import APPROX_KL_KEYS, CLIP_KEYS, HELD_OUT_KEYS, WINDOW, _field, _recent, _start
 
 
+def _tenth(config: dict, name: str) -> str:
+    """The current value and a tenth of it, e.g. ``learning_rate=0.003 now, try 0.0003``."""
+    value = config.get(name)
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
+        return f"{_field(config, name)} now, try {value / 10:g}"
+    return _field(config, name)
+
+
 # ---------------------------------------------------------------------- 6: reward hacking
 @rule("reward_hacking", "warning", ("reward", "eval/greedy_accuracy", "eval/reward", "completions/mean_length"),
       {"train_rise": (0.1, "a rise of 0.1 in mean reward is well beyond batch noise (a 0/1 reward on "
@@ -96,11 +104,14 @@ def entropy_explosion(rows, config):
     # (museum run learning_rate_300x: 0.83, 0.78, 1.47, 2.78, 3.26, ... 4.4 nats).
     start, now = mean(entropy[:3]), mean(entropy[-WINDOW:])
     if now > 2.0 * start and now - start > 0.5:
+        clip = config.get("max_grad_norm")
+        clip = ("" if isinstance(clip, (int, float)) and 0 < clip <= 1.0 else
+                f"max_grad_norm=1.0 (now {_field(config, 'max_grad_norm')}), ")
         return Diagnosis(
             f"token entropy exploded from {start:.3f} to {now:.3f} nats: updates are too large and the policy is "
-            f"turning into noise. Fixes: a learning rate 10x lower ({_field(config, 'learning_rate')}), "
-            f"max_grad_norm=1.0 ({_field(config, 'max_grad_norm')}), fewer num_iterations; resume from a "
-            "checkpoint before the rise.", {"entropy_start": start, "entropy_now": now})
+            f"turning into noise. Fixes: a learning rate 10x lower ({_tenth(config, 'learning_rate')}), "
+            f"{clip}fewer num_iterations; resume from a checkpoint before the rise.",
+            {"entropy_start": start, "entropy_now": now})
     return None
 
 
@@ -136,10 +147,12 @@ def policy_moves_too_fast(rows, config):
         penalty = "or a 10x larger beta (a stronger pull towards the reference)"
     else:
         penalty = "or beta>0"
+    passes = ("" if config.get("num_iterations") == 1 else
+              f"fewer passes over each batch ({_field(config, 'num_iterations')} -> 1), ")
     return Diagnosis(
         f"each update moves the policy too far ({shown}). Fixes: learning rate 10x lower "
-        f"({_field(config, 'learning_rate')}), fewer passes over each batch ({_field(config, 'num_iterations')} "
-        f"-> 1), fewer micro-steps per generation (steps_per_generation), {penalty} (lesson 03).",
+        f"({_tenth(config, 'learning_rate')}), {passes}fewer micro-steps per generation (steps_per_generation), "
+        f"{penalty} (lesson 03).",
         {"clip_fraction": clip, "approx_kl": kl, "kl_start": kl_start, "kl_now": kl_now})
 
 

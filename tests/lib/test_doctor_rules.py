@@ -124,6 +124,12 @@ def test_entropy_collapse_and_explosion():
     assert "temperature=0.05" in greedy["entropy_collapse"].message
     explosion = fired(rows(**{**HEALTHY, "entropy": lambda i: 0.6 + 0.1 * i}))
     assert explosion["entropy_explosion"].severity == "error"
+    clipped = fired(rows(**{**HEALTHY, "entropy": lambda i: 0.6 + 0.1 * i}),
+                    {"learning_rate": 1e-2, "max_grad_norm": 1.0})["entropy_explosion"].message
+    assert "try 0.001" in clipped and "max_grad_norm" not in clipped  # already clipped at 1.0: not advised again
+    unclipped = fired(rows(**{**HEALTHY, "entropy": lambda i: 0.6 + 0.1 * i}),
+                      {"max_grad_norm": 100.0})["entropy_explosion"].message
+    assert "max_grad_norm=1.0 (now max_grad_norm=100.0)" in unclipped
 
 
 @pytest.mark.parametrize("key, value, quiet", [("clip_ratio/region_mean", 0.35, 0.1),
@@ -131,7 +137,15 @@ def test_entropy_collapse_and_explosion():
 def test_policy_moving_too_fast(key, value, quiet):
     found = fired(rows(**{**HEALTHY, key: value}), {"learning_rate": 3e-3, "num_iterations": 4})
     assert "learning_rate=0.003" in found["policy_moves_too_fast"].message
+    assert "try 0.0003" in found["policy_moves_too_fast"].message  # the value to set, not only the current one
+    assert "num_iterations=4 -> 1" in found["policy_moves_too_fast"].message
     assert "policy_moves_too_fast" not in fired(rows(**{**HEALTHY, key: quiet}))
+
+
+def test_policy_moving_too_fast_on_policy_does_not_suggest_one_pass_again():
+    found = fired(rows(**{**HEALTHY, "clip_ratio/region_mean": 0.35}), {"learning_rate": 1e-2, "num_iterations": 1})
+    message = found["policy_moves_too_fast"].message
+    assert "try 0.001" in message and "num_iterations" not in message
 
 
 def test_policy_moving_too_fast_from_the_kl_to_the_reference():
