@@ -227,7 +227,7 @@ print(f"long_rollouts: generation took {share:.0%} of the step time "
 #   noise because the learning rates summed over the run cannot have moved a weight.
 # - **long_rollouts**: the run is healthy but slow; `generation_dominates` is info (speed
 #   advice) and reads wall-clock times, so on a busy machine the share can fall under its
-#   60% line (the printout says whether it fired here).
+#   line at half of a step (the printout says whether it fired here).
 # - **nan_reward**: a non-finite reward is an error at the first step (`doctor="stop"` would
 #   end the run there). Loss and gradient are 0 from then on, and `no_learning_signal`, seeing
 #   no zero-spread groups to blame, suspects parameters that do not train: a later symptom
