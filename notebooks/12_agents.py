@@ -368,8 +368,8 @@ warm = evaluate(smol, "after warm-up")
 print("   e.g.", repr(warm.texts[0][:200]))
 
 # %% [markdown]
-# After the warm-up the model calls, but often it calls *again* after reading the result
-# instead of answering; with one round allowed (`max_tool_calling_iterations=1`) that
+# After the warm-up the model calls, but it may call *again* after reading the result
+# instead of answering (as in the trajectory printed above); with one round allowed (`max_tool_calling_iterations=1`) that
 # trajectory ends on a call, with no answer, and is wrong. The reward below pays only for a
 # correct final answer, so a group whose rollouts differ in that respect has a spread, and
 # GRPO pushes up the trajectories that answer.
