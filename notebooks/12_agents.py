@@ -427,8 +427,8 @@ plt.show()
 
 # %% [markdown]
 # What the full mode measured (`python benchmarks/tool_lift.py`, the same settings, on a
-# shared 2-core CPU, 592 s; `benchmarks/README.md` has the whole output), on 100 held-out
-# problems:
+# shared 2-core CPU, 592 s; `benchmarks/README.md` has the whole output; this notebook's
+# full mode printed the same numbers), on 100 held-out problems:
 #
 # | stage | accuracy [95% Wilson] | calls / problem |
 # |---|---|---|
