@@ -85,3 +85,42 @@ def test_async_benchmark_prints_sync_and_both_staleness_bounds():
     assert set(rows) == {"sync", "async S=1", "async S=2"}, result.stdout
     assert float(rows["sync"][1]) == 1.0 and float(rows["sync"][2]) == 0.0  # the ratio's base; never stale
     assert all(float(rows[m][0]) > 0 and float(rows[m][2]) <= s for m, s in (("async S=1", 1), ("async S=2", 2)))
+
+
+@pytest.mark.slow
+def test_tool_lift_benchmark_reports_paired_lifts():
+    """A minimal run of benchmarks/tool_lift.py: every stage is evaluated and every lift printed."""
+    from course_lib.models import ModelNotAvailableError, resolve_model_path
+
+    try:
+        resolve_model_path("smollm2-135m")
+    except ModelNotAvailableError as error:
+        pytest.skip(str(error))
+    script = ROOT / "benchmarks" / "tool_lift.py"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    result = subprocess.run([sys.executable, str(script), "--eval-n", "3", "--warmup-batches", "1",
+                             "--warmup-batch-size", "2", "--steps", "1", "--batch", "4", "--max-completion-length", "48"],
+                            capture_output=True, text=True, env=env, timeout=900, cwd=ROOT)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
+    out = result.stdout
+    for stage in ("base", "warm", "grpo"):
+        assert re.search(rf"\] {stage}\s+accuracy \d+\.\d% \[.*\] \(\d/3\)", out), out
+    for pair in ("warm - base", "grpo - warm", "grpo - base"):
+        assert re.search(rf"{pair}: [+-]\d+\.\d \[[+-]\d+\.\d, [+-]\d+\.\d\]", out), out
+    assert re.search(r"^\s+1\s+\d\.\d\d\s+\d\.\d{3}", out, re.M), out  # the step's call frequency and reward
+
+
+@pytest.mark.slow
+def test_tool_lift_tiny_benchmark_reports_each_stage():
+    script = ROOT / "benchmarks" / "tool_lift_tiny.py"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    result = subprocess.run([sys.executable, str(script), "--eval-n", "3", "--warmup-batches", "1",
+                             "--warmup-batch-size", "2", "--warmup-epochs", "1", "--steps", "1"],
+                            capture_output=True, text=True, env=env, timeout=600, cwd=ROOT)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
+    out = result.stdout
+    assert re.search(r"prompt \((\d+) tokens\)", out) and int(re.search(r"prompt \((\d+) tokens\)", out).group(1)) < 64
+    for stage in ("base", "warm", "grpo"):
+        assert re.search(rf"\] {stage}\s+accuracy \d+\.\d% .*\(\d/3\).*% call on the question's numbers", out), out
+    for pair in ("warm - base", "grpo - warm"):
+        assert re.search(rf"{pair}: [+-]\d+\.\d \[[+-]\d+\.\d, [+-]\d+\.\d\] points", out), out

@@ -1,0 +1,158 @@
+"""Greedy held-out evaluation of a policy that may call tools (multi-turn).
+
+Each problem is rolled out once, greedily, through the same loop the trainer samples with
+(:func:`~course_lib.rollout.agents.run_agent_rollouts`, the prompt rendered with the tools'
+schemas, tool results appended token by token). The *final answer* is the trajectory's last
+model turn; it is scored with the course's one rule for "correct"
+(:func:`course_lib.rewards.answers.is_correct`, or a given ``correct_fn``). A trajectory that
+ends on a tool call (the iteration cap or the token budget reached) has no final answer and
+is wrong.
+
+The per-problem booleans pair before and after training on the same problems, for
+:func:`course_lib.evaluation.lift_interval`::
+
+    before = evaluate_tool_accuracy(model, tokenizer, held_out, tools=[multiply])
+    ...train...
+    after = evaluate_tool_accuracy(model, tokenizer, held_out, tools=[multiply])
+    lift, low, high = lift_interval(before.correct, after.correct)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+import torch
+
+from .progress import progress_bar
+from .rewards.answers import is_correct
+from .rollout.tool_calls import parse_tool_calls
+
+__all__ = ["ToolEvaluation", "evaluate_tool_accuracy", "final_answer"]
+
+
+@dataclass
+class ToolEvaluation:
+    """Per-problem outcomes of :func:`evaluate_tool_accuracy`, in dataset order.
+
+    Attributes:
+        correct: whether the final answer is correct.
+        calls, failures: tool calls run and how many of them failed.
+        stops: how each trajectory ended (``"eos"``, ``"length"``, ``"iteration_cap"``, ``"budget"``).
+        answers: the final model turn (``""`` when the trajectory ended on a call).
+        texts: the whole trajectory, tool results marked ``[tool: ...]``.
+    """
+
+    correct: list[bool] = field(default_factory=list)
+    calls: list[int] = field(default_factory=list)
+    failures: list[int] = field(default_factory=list)
+    stops: list[str] = field(default_factory=list)
+    answers: list[str] = field(default_factory=list)
+    texts: list[str] = field(default_factory=list)
+
+    @property
+    def accuracy(self) -> float:
+        return sum(self.correct) / len(self.correct)
+
+    @property
+    def call_frequency(self) -> float:
+        """Calls per problem (TRL's ``tools/call_frequency``, here of greedy rollouts)."""
+        return sum(self.calls) / len(self.calls)
+
+    @property
+    def called_share(self) -> float:
+        """Share of problems whose trajectory ran at least one call."""
+        return sum(c > 0 for c in self.calls) / len(self.calls)
+
+    @property
+    def failure_frequency(self) -> float:
+        """Failed calls per call (0 without calls), as ``tools/failure_frequency``."""
+        total = sum(self.calls)
+        return sum(self.failures) / total if total else 0.0
+
+    def summary(self) -> str:
+        from .evaluation import format_accuracy
+
+        return (f"accuracy {format_accuracy(sum(self.correct), len(self.correct))}, "
+                f"{self.call_frequency:.2f} calls/problem, {100 * self.called_share:.0f}% of problems call, "
+                f"{100 * self.failure_frequency:.0f}% of calls failed")
+
+
+def final_answer(trajectory) -> str:
+    """The text of the trajectory's last model turn, or ``""`` when that turn is a tool call
+    (the trajectory stopped at the iteration cap or the budget before any answer)."""
+    turns = [m for m in trajectory.messages if m.get("role") == "assistant"]
+    if not turns:
+        return ""
+    text = turns[-1].get("content") or ""
+    return "" if parse_tool_calls(text) else text
+
+
+@torch.no_grad()
+def evaluate_tool_accuracy(model, tokenizer, dataset, *, tools: Sequence[Callable] | None = None,
+                           environment_factory=None, correct_fn: Callable | None = None,
+                           answer_column: str = "answer", max_completion_length: int = 128,
+                           max_tool_calling_iterations: int | None = 1, tool_timeout: float | None = None,
+                           batch_size: int = 32, chat_template_kwargs: dict | None = None, engine=None,
+                           progress: bool | None = None) -> ToolEvaluation:
+    """Greedy multi-turn rollouts on ``dataset`` with ``tools`` and/or ``environment_factory``;
+    per-problem correctness of the final answer and the calls made (see the module doc).
+
+    Args:
+        model, tokenizer: the policy (a PEFT model works); it is put in eval mode for the
+            rollouts and its training mode is restored after.
+        dataset: rows with a conversational ``prompt``, the ``answer_column`` and whatever
+            columns the environments' ``reset(**row)`` reads.
+        tools, environment_factory: as for ``Trainer`` (TRL 1.16's meaning).
+        correct_fn: ``correct_fn(final_answer, reference) -> bool``; default :func:`is_correct`
+            (the ``<answer>`` tag's number, else the first number).
+        max_completion_length, max_tool_calling_iterations, tool_timeout: as in the config;
+            tool results count toward ``max_completion_length``.
+        batch_size: problems rolled out together.
+        engine: the rollout engine; default ``HFEngine(model, tokenizer)``.
+    """
+    from .rollout import HFEngine, SamplingConfig
+    from .rollout.tool_run import ToolRun
+
+    if not tools and environment_factory is None:
+        raise ValueError("evaluate_tool_accuracy needs tools or an environment_factory; for single-turn "
+                         "evaluation use course_lib.evaluation.evaluate_accuracy.")
+    if len(dataset) == 0:
+        raise ValueError("evaluate_tool_accuracy got a dataset with no rows, which has no accuracy.")
+    if answer_column not in dataset.column_names:
+        raise ValueError(f"evaluate_tool_accuracy reads the reference from column {answer_column!r} "
+                         f"(columns: {dataset.column_names}). Fix: add it or pass answer_column=.")
+    if batch_size < 1:
+        raise ValueError(f"batch_size={batch_size}: use at least 1.")
+    columns = {name: list(dataset[name]) for name in dataset.column_names}
+    run = ToolRun(tools, environment_factory, tokenizer, columns, max_tool_calling_iterations=max_tool_calling_iterations,
+                  tool_timeout=tool_timeout, max_completion_length=max_completion_length)
+    engine = engine if engine is not None else HFEngine(model, tokenizer, record_logps=False)
+    sampling = SamplingConfig(temperature=0.0, max_tokens=max_completion_length,
+                              chat_template_kwargs=chat_template_kwargs)
+    check = correct_fn or is_correct
+    was_training = getattr(model, "training", False)
+    if model is not None:
+        model.eval()
+    out = ToolEvaluation()
+    count = len(dataset)
+    show = count > batch_size if progress is None else progress
+    try:
+        with progress_bar(total=count, desc="tool eval", unit="problem", disable=not show) as bar:
+            for start in range(0, count, batch_size):
+                rows = list(range(start, min(start + batch_size, count)))
+                batch_columns = {name: [values[r] for r in rows] for name, values in columns.items()}
+                rollout = run.rollout(engine, tokenizer, batch_columns["prompt"], batch_columns, rows, sampling)
+                for r, trajectory in zip(rows, rollout.agent.trajectories):
+                    answer = final_answer(trajectory)
+                    out.correct.append(bool(answer) and bool(check(answer, columns[answer_column][r])))
+                    out.calls.append(trajectory.calls)
+                    out.failures.append(trajectory.failures)
+                    out.stops.append(trajectory.stop)
+                    out.answers.append(answer)
+                    out.texts.append(trajectory.display_text())
+                bar.update(len(rows))
+    finally:
+        if model is not None and was_training:
+            model.train()
+    return out
