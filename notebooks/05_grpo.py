@@ -434,7 +434,8 @@ feedback(ex05.check_grpo_clipped_loss, ex.grpo_clipped_loss);
 #   to keep the same effective batch on a smaller GPU.
 # - **Speed**: `use_vllm=True` generates with vLLM when the model is supported (lesson 10).
 # - **Monitoring**: watch `reward` (the mean reward of the completions), `reward_std` (the
-#   spread *within* groups: the raw material of the advantages) and `kl` (the divergence
+#   spread over the whole batch; `reward_std_in_groups` is the spread *within* groups, the
+#   raw material of the advantages) and `kl` (the divergence
 #   from the reference model, logged when β > 0).
 #
 # ## 6. The same recipe with `course_lib`
@@ -640,7 +641,8 @@ print(f"after 3 steps: largest weight difference loop vs Trainer {gap:.1e}; larg
 # ## 8. What to watch
 #
 # - **`reward`** should trend upward. It is noisy: each step sees only a few prompts.
-# - **`reward_std`**, the mean spread inside groups, is what the advantages are made of.
+# - **`reward_std_in_groups`**, the mean spread inside groups, is what the advantages are made
+#   of (`reward_std`, TRL's name, is the spread over the whole batch).
 #   If it collapses to 0 the model answers every prompt the same way, right or wrong, and
 #   learning stops; `frac_reward_zero_std` says the same thing as a fraction of groups.
 #   Near 1, the prompts are too easy or too hard for the model: change the data, raise the

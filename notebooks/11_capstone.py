@@ -351,7 +351,8 @@ print(f"{len(history)} steps in {time.time() - started:.0f} s")
 # |---|---|---|
 # | `reward` | mean total reward of the step's completions | trends up, noisily |
 # | `rewards/<name>/mean` | each function on its own | shows *which* part improves (format first, correctness later is typical) |
-# | `reward_std` | spread of the rewards inside groups: the raw material of the advantages | stays above 0 |
+# | `reward_std` | spread of the rewards over the whole batch (TRL's meaning) | stays above 0 |
+# | `reward_std_in_groups` | spread inside groups, averaged: the raw material of the advantages | stays above 0 |
 # | `frac_reward_zero_std` | fraction of groups whose completions all scored the same: no signal | low; near 1 = task too easy or too hard |
 # | `kl` | divergence from the reference (β > 0) | grows slowly; a jump = steps too large |
 # | `entropy` | how random the sampled tokens are | falls slowly as the policy sharpens; a crash = it stopped exploring |

@@ -424,8 +424,10 @@ class GRPO(Algorithm):
             advantages, stats = group_advantages(rewards, G, config.scale_rewards, return_stats=True)
         metrics = {
             "reward": torch.nanmean(rewards).item(),
-            # TRL's reward_std: the std of each group, averaged (what the advantages divide by).
-            "reward_std": torch.nanmean(nanstd(rewards.view(-1, G), dim=1).nan_to_num(0.0)).item(),
+            # reward_std is TRL 1.16's: the std over the whole batch (the same name and meaning for
+            # RLOO and PPO); the spread inside each group, averaged, is what the advantages divide by.
+            "reward_std": nanstd(rewards).nan_to_num(0.0).item(),
+            "reward_std_in_groups": torch.nanmean(nanstd(rewards.view(-1, G), dim=1).nan_to_num(0.0)).item(),
             "frac_reward_zero_std": stats.is_std_zero.float().mean().item(),
         }
         return Advantages(advantages=advantages, metrics=metrics)

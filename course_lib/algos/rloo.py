@@ -292,6 +292,8 @@ class RLOO(Algorithm):
                                                       scored.is_eos, config)
         metrics.update(reward=torch.nanmean(scored.rewards).item(),
                        reward_std=nanstd(scored.rewards).nan_to_num(0.0).item(),
+                       reward_std_in_groups=torch.nanmean(nanstd(scores.view(-1, scored.num_generations), dim=1)
+                                                          .nan_to_num(0.0)).item(),
                        frac_reward_zero_std=frac_reward_zero_std(scored.rewards, scored.num_generations))
         return Advantages(advantages=advantages, metrics=metrics)
 

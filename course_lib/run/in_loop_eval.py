@@ -79,7 +79,8 @@ class InLoopEvaluator:
             model.train(was_training)
         G = config.effective_num_generations_eval
         metrics = {"eval/reward": torch.nanmean(total).item(),
-                   "eval/reward_std": torch.nanmean(_group_std(total, G)).item() if G > 1 else 0.0,
+                   "eval/reward_std": nanstd(total).nan_to_num(0.0).item(),  # over the batch, as in training
+                   "eval/reward_std_in_groups": torch.nanmean(_group_std(total, G)).item() if G > 1 else 0.0,
                    "eval/greedy_reward": torch.nanmean(greedy_total).item()}
         for f, function in enumerate(self.reward_funcs):
             metrics[f"eval/rewards/{reward_function_name(function)}/mean"] = torch.nanmean(per_func[:, f]).item()

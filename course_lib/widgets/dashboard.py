@@ -35,7 +35,7 @@ __all__ = ["DEFAULT_PANELS", "LiveDashboard", "load_history", "metric_series", "
 DEFAULT_PANELS: tuple[str | tuple[str, ...], ...] = (
     ("reward", "eval/reward"),  # training vs held-out reward: generalisation at a glance
     ("eval/greedy_accuracy", "eval/accuracy"),
-    "reward_std",
+    ("reward_std", "reward_std_in_groups"),
     "frac_reward_zero_std",
     "kl",
     "entropy",

@@ -292,3 +292,24 @@ def test_leave_one_out_identity(case):
     rewards = _tensor(rows)
     centred = rewards - rewards.view(-1, g).mean(dim=1).repeat_interleave(g)
     torch.testing.assert_close(rloo_advantages(rewards, g), g / (g - 1) * centred)
+
+
+@pytest.mark.parametrize("algo", ["grpo", "rloo", "ppo"])
+def test_reward_std_is_the_batch_spread_for_every_algorithm(algo):
+    """``reward_std`` means what TRL 1.16 logs (the std over the whole batch) for all three
+    algorithms; GRPO and RLOO also log the spread inside groups, averaged, under its own name.
+    Hand-worked: rewards [0,1,1,1 | 0,0,0,0], G = 4: batch mean 3/8, sum of squares 1.875,
+    std sqrt(1.875 / 7) = 0.5175; group stds 0.5 and 0, mean 0.25."""
+    from course_lib.algos import get_algorithm, make_config
+    from course_lib.algos.base import ScoredBatch
+
+    rewards = torch.tensor([0.0, 1.0, 1.0, 1.0, 0.0, 0.0, 0.0, 0.0])
+    B, T = 8, 3
+    config = make_config(algo, num_generations=4, per_device_train_batch_size=8)
+    scored = ScoredBatch(rewards=rewards, mask=torch.ones(B, T), is_eos=torch.ones(B, dtype=torch.bool),
+                         num_generations=4, old_logps=torch.zeros(B, T), ref_logps=torch.zeros(B, T),
+                         old_values=torch.zeros(B, T))
+    metrics = get_algorithm(config).advantages(scored, config).metrics
+    assert metrics["reward_std"] == pytest.approx(math.sqrt(1.875 / 7), abs=1e-6)
+    if algo != "ppo":
+        assert metrics["reward_std_in_groups"] == pytest.approx(0.25, abs=1e-6)
