@@ -16,10 +16,15 @@ def _report(device="cpu", vllm=True):
     return {"device": device, "engines": {"hf": True, "vllm": vllm, "unsloth": False}}
 
 
-@pytest.mark.parametrize("bf16, expected", [(True, "pays off: this CPU has native bfloat16"),
-                                            (False, "little or no gain: this CPU has no native bfloat16")])
-def test_env_says_when_vllm_pays_off_on_a_cpu(bf16, expected, monkeypatch):
+@pytest.mark.parametrize("bf16, avx512, expected", [
+    (True, True, "pays off: this CPU has native bfloat16"),
+    (False, True, "some gain: this CPU has AVX-512 but no native bfloat16"),  # float32 vLLM measured 1.6x a step
+    (False, False, "little or no gain: this CPU has neither native bfloat16 nor AVX-512")])
+def test_env_says_when_vllm_pays_off_on_a_cpu(bf16, avx512, expected, monkeypatch):
+    import torch
+
     monkeypatch.setattr(distributed, "cpu_supports_bfloat16", lambda: bf16)
+    monkeypatch.setattr(torch.cpu, "_is_avx512_supported", lambda: avx512)
     assert machine.vllm_verdict(_report()).startswith(expected)
 
 
