@@ -44,17 +44,18 @@ def multiply(a: int, b: int) -> int:
     return a * b
 
 
-def problems(rows: int, seed: int, exclude=frozenset()):
-    """``rows`` problems (prompt, answer, a, b) drawn with ``seed``, none of them a pair in ``exclude``."""
+def problems(rows: int, seed: int, exclude=frozenset(), a_range=(100, 999), b_range=(10, 999), question=QUESTION):
+    """``rows`` problems (prompt, answer, a, b) drawn with ``seed``, none of them a pair in ``exclude``;
+    ``a`` and ``b`` uniform in their inclusive ranges, the prompt ``question`` with them filled in."""
     from datasets import Dataset
 
     rng = random.Random(seed)
     pairs = []
     while len(pairs) < rows:
-        pair = (rng.randint(100, 999), rng.randint(10, 999))
+        pair = (rng.randint(*a_range), rng.randint(*b_range))
         if pair not in exclude:
             pairs.append(pair)
-    return Dataset.from_dict({"prompt": [[{"role": "user", "content": QUESTION.format(a=a, b=b)}] for a, b in pairs],
+    return Dataset.from_dict({"prompt": [[{"role": "user", "content": question.format(a=a, b=b)}] for a, b in pairs],
                               "answer": [str(a * b) for a, b in pairs],
                               "a": [a for a, _ in pairs], "b": [b for _, b in pairs]})
 

@@ -18,12 +18,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import random
 import re
 import tempfile
 import time
 
 import torch
+
+import tool_lift  # this folder is on sys.path when a benchmark runs as a script
 
 COMPACT_TOOL_TEMPLATE = (
     "{%- if tools %}{{- '<|im_start|>system\\n' }}{%- for tool in tools %}"
@@ -49,17 +50,8 @@ def mul(a: int, b: int) -> int:
 
 
 def problems(rows: int, seed: int, exclude=frozenset()):
-    from datasets import Dataset
-
-    rng = random.Random(seed)
-    pairs = []
-    while len(pairs) < rows:
-        pair = (rng.randint(10, 98), rng.randint(10, 98))
-        if pair not in exclude:
-            pairs.append(pair)
-    return Dataset.from_dict({"prompt": [[{"role": "user", "content": f"{a}*{b}"}] for a, b in pairs],
-                              "answer": [str(a * b) for a, b in pairs],
-                              "a": [a for a, _ in pairs], "b": [b for _, b in pairs]})
+    """Two-digit products in the compact prompt ``a*b`` (tool_lift.py's problems, smaller)."""
+    return tool_lift.problems(rows, seed, exclude, a_range=(10, 98), b_range=(10, 98), question="{a}*{b}")
 
 
 def scripted_turn(text: str) -> str:
@@ -69,15 +61,7 @@ def scripted_turn(text: str) -> str:
     return text.rsplit("<|im_start|>tool\n", 1)[1].split("<|im_end|>")[0]
 
 
-def correct_answer(prompts, completions, answer, **_):
-    from course_lib.rewards.answers import is_correct
-
-    scores = []
-    for messages, reference in zip(completions, answer):
-        turns = [m for m in messages if m.get("role") == "assistant"]
-        text = turns[-1]["content"] if turns else ""
-        scores.append(float("<tool_call>" not in text and is_correct(text, reference)))
-    return scores
+correct_answer = tool_lift.correct_answer  # 1.0 when the last model turn (not a call) holds the product
 
 
 def copied_share(result, dataset) -> float:
