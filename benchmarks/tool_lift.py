@@ -71,13 +71,9 @@ def scripted_turn(text: str) -> str:
 def correct_answer(prompts, completions, answer, **_):
     """1.0 when the trajectory's final model turn (not a tool call) holds the right product."""
     from course_lib.rewards.answers import is_correct
+    from course_lib.tool_evaluation import final_turn
 
-    scores = []
-    for messages, reference in zip(completions, answer):
-        turns = [m for m in messages if m.get("role") == "assistant"]
-        text = turns[-1]["content"] if turns else ""
-        scores.append(float("<tool_call>" not in text and is_correct(text, reference)))
-    return scores
+    return [float(is_correct(final_turn(messages), reference)) for messages, reference in zip(completions, answer)]
 
 
 def main() -> None:

@@ -78,14 +78,20 @@ class ToolEvaluation:
                 f"{100 * self.failure_frequency:.0f}% of calls failed")
 
 
-def final_answer(trajectory) -> str:
-    """The text of the trajectory's last model turn, or ``""`` when that turn is a tool call
-    (the trajectory stopped at the iteration cap or the budget before any answer)."""
-    turns = [m for m in trajectory.messages if m.get("role") == "assistant"]
+def final_turn(messages) -> str:
+    """The text of the last assistant message, or ``""`` when there is none or it is a tool call
+    (the trajectory stopped at the iteration cap or the budget before any answer). ``messages``
+    is a trajectory's chat, as a reward function receives it in ``completions``."""
+    turns = [m for m in messages if m.get("role") == "assistant"]
     if not turns:
         return ""
     text = turns[-1].get("content") or ""
     return "" if parse_tool_calls(text) else text
+
+
+def final_answer(trajectory) -> str:
+    """:func:`final_turn` of a trajectory's messages: the answer the evaluation reads."""
+    return final_turn(trajectory.messages)
 
 
 @torch.no_grad()

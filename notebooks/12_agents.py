@@ -311,7 +311,7 @@ feedback(ex12.check_guessing_game, ex.GuessingGame);
 from course_lib.evaluation import lift_interval, wilson_interval
 from course_lib.rewards.answers import is_correct
 from course_lib.rollout.tool_calls import tool_chat_template
-from course_lib.tool_evaluation import evaluate_tool_accuracy
+from course_lib.tool_evaluation import evaluate_tool_accuracy, final_turn
 
 
 def multiply_problems(rows, seed, exclude=frozenset()):
@@ -379,12 +379,7 @@ print("   how the trajectories ended:", {stop: warm.stops.count(stop) for stop i
 # %%
 def correct_answer(prompts, completions, answer, **_):
     """1.0 when the last model turn (not a tool call) holds the right product."""
-    scores = []
-    for messages, reference in zip(completions, answer):
-        turns = [m for m in messages if m.get("role") == "assistant"]
-        text = turns[-1]["content"] if turns else ""
-        scores.append(float("<tool_call>" not in text and is_correct(text, reference)))
-    return scores
+    return [float(is_correct(final_turn(messages), reference)) for messages, reference in zip(completions, answer)]
 
 
 STEPS, BATCH = scaled(2, 8), 8
