@@ -211,6 +211,19 @@ def check_groups(rewards: Tensor, num_generations: int) -> None:
                          "Fix: pass whole groups, B = num_prompts * num_generations, prompt-major.")
 
 
+def group_spread(rewards: Tensor, num_generations: int) -> Tensor:
+    """(B / G,) the std of each group's rewards, NaN (unscorable) rewards left out; 0 for a
+    group with fewer than two scored rewards. ``rewards`` is (B,) prompt-major."""
+    from course_lib.ops.stats import nanstd
+
+    return nanstd(rewards.view(-1, num_generations), dim=1).nan_to_num(0.0)
+
+
+def mean_group_spread(rewards: Tensor, num_generations: int) -> float:
+    """``reward_std_in_groups``: :func:`group_spread` averaged, what group advantages divide by."""
+    return torch.nanmean(group_spread(rewards, num_generations)).item()
+
+
 def frac_reward_zero_std(rewards: Tensor, num_generations: int) -> float:
     """TRL's ``frac_reward_zero_std``: the fraction of prompts whose completions all got the same reward.
 
@@ -221,9 +234,7 @@ def frac_reward_zero_std(rewards: Tensor, num_generations: int) -> float:
     """
     if num_generations < 2:
         return float("nan")
-    from course_lib.ops.stats import nanstd
-
-    spread = nanstd(rewards.view(-1, num_generations), dim=1).nan_to_num(0.0)
+    spread = group_spread(rewards, num_generations)
     return torch.isclose(spread, torch.zeros_like(spread)).float().mean().item()
 
 

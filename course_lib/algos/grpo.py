@@ -45,6 +45,7 @@ from course_lib.algos.base import (
     ScoredBatch,
     advantage_column,
     check_groups,
+    mean_group_spread,
 )
 from course_lib.algos.grpo_config import GRPOConfig
 from course_lib.algos.grpo_losses import (
@@ -427,7 +428,7 @@ class GRPO(Algorithm):
             # reward_std is TRL 1.16's: the std over the whole batch (the same name and meaning for
             # RLOO and PPO); the spread inside each group, averaged, is what the advantages divide by.
             "reward_std": nanstd(rewards).nan_to_num(0.0).item(),
-            "reward_std_in_groups": torch.nanmean(nanstd(rewards.view(-1, G), dim=1).nan_to_num(0.0)).item(),
+            "reward_std_in_groups": mean_group_spread(rewards, G),
             "frac_reward_zero_std": stats.is_std_zero.float().mean().item(),
         }
         return Advantages(advantages=advantages, metrics=metrics)

@@ -33,6 +33,7 @@ from course_lib.algos.base import (
     check_groups,
     entropy_metrics,
     frac_reward_zero_std,
+    mean_group_spread,
 )
 from course_lib.algos.onpolicy import OnPolicyConfig, _alias, kl_penalized_rewards, penalize_missing_eos
 from course_lib.config import fail
@@ -292,8 +293,7 @@ class RLOO(Algorithm):
                                                       scored.is_eos, config)
         metrics.update(reward=torch.nanmean(scored.rewards).item(),
                        reward_std=nanstd(scored.rewards).nan_to_num(0.0).item(),
-                       reward_std_in_groups=torch.nanmean(nanstd(scores.view(-1, scored.num_generations), dim=1)
-                                                          .nan_to_num(0.0)).item(),
+                       reward_std_in_groups=mean_group_spread(scored.rewards, scored.num_generations),
                        frac_reward_zero_std=frac_reward_zero_std(scored.rewards, scored.num_generations))
         return Advantages(advantages=advantages, metrics=metrics)
 

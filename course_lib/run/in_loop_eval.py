@@ -21,6 +21,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
+from ..algos.base import mean_group_spread
 from ..ops.stats import nanstd
 from ..rewards import compute_rewards, reward_function_name
 from ..rewards.answers import is_correct
@@ -80,7 +81,7 @@ class InLoopEvaluator:
         G = config.effective_num_generations_eval
         metrics = {"eval/reward": torch.nanmean(total).item(),
                    "eval/reward_std": nanstd(total).nan_to_num(0.0).item(),  # over the batch, as in training
-                   "eval/reward_std_in_groups": torch.nanmean(_group_std(total, G)).item() if G > 1 else 0.0,
+                   "eval/reward_std_in_groups": mean_group_spread(total, G) if G > 1 else 0.0,
                    "eval/greedy_reward": torch.nanmean(greedy_total).item()}
         for f, function in enumerate(self.reward_funcs):
             metrics[f"eval/rewards/{reward_function_name(function)}/mean"] = torch.nanmean(per_func[:, f]).item()
@@ -88,7 +89,3 @@ class InLoopEvaluator:
             correct = [bool(self.correct_fn(text, answer)) for text, answer in zip(texts, self.columns["answer"])]
             metrics["eval/greedy_accuracy"] = sum(correct) / len(correct)
         return metrics
-
-
-def _group_std(rewards: torch.Tensor, G: int) -> torch.Tensor:
-    return nanstd(rewards.view(-1, G), dim=1).nan_to_num(0.0)
