@@ -60,7 +60,34 @@ def make_accelerator(config):
             f"--num-processes {config.num_processes} does it).")
     _check_precision(config, accelerator.device)
     _check_same_config(accelerator, config)
+    if accelerator.num_processes > 1:
+        _destroy_process_group_at_exit()
     return accelerator
+
+
+def _destroy_process_group_at_exit() -> None:
+    """Tear the process group down while the interpreter is still whole.
+
+    A worker that exits with its gloo group alive can die with SIGABRT ("terminate called
+    without an active exception"): the group's C++ threads are destroyed during interpreter
+    finalization. Scripts rarely call ``destroy_process_group`` themselves, so the trainer
+    registers it once with ``atexit``; it is a no-op when the group is already gone.
+    """
+    import atexit
+
+    global _TEARDOWN_REGISTERED
+    if _TEARDOWN_REGISTERED:
+        return
+    _TEARDOWN_REGISTERED = True
+
+    def teardown() -> None:
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()
+
+    atexit.register(teardown)
+
+
+_TEARDOWN_REGISTERED = False
 
 
 def cpu_supports_bfloat16() -> bool:

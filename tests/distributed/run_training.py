@@ -103,5 +103,19 @@ def _tool_trainer(config, model, tokenizer):
     return trainer
 
 
+def _report_teardown(path: str) -> None:
+    """At exit, after the trainer's own handlers (atexit runs last-registered first), write
+    whether this process's group is still alive."""
+    import atexit
+
+    def report():
+        with open(f"{path}.rank{os.environ.get('RANK', '0')}", "w") as file:
+            file.write(str(torch.distributed.is_initialized()))
+
+    atexit.register(report)
+
+
 if __name__ == "__main__":
+    if os.environ.get("TEARDOWN_REPORT"):
+        _report_teardown(os.environ["TEARDOWN_REPORT"])
     main(*sys.argv[1:])

@@ -124,6 +124,15 @@ def test_a_launch_that_does_not_match_num_processes_is_refused(tmp_path):
 
 
 @pytest.mark.xdist_group("distributed")
+def test_workers_tear_their_process_group_down_before_the_interpreter_exits(tmp_path):
+    """A gloo group left alive at interpreter finalization can abort a worker (SIGABRT after a
+    finished run); the trainer destroys it at exit on every process."""
+    report = tmp_path / "alive"
+    _run(tmp_path, "teardown", "grpo", ["max_steps=1"], processes=2, env={"TEARDOWN_REPORT": str(report)})
+    assert [(tmp_path / f"alive.rank{rank}").read_text() for rank in (0, 1)] == ["False", "False"]
+
+
+@pytest.mark.xdist_group("distributed")
 def test_two_processes_resume_where_they_stopped(tmp_path):
     """Stopped after step 1 with half a generation batch in flight, resumed: as the straight run."""
     common = ["steps_per_generation=2", "lr_scheduler_type=constant", "save_steps=1"]
