@@ -75,9 +75,8 @@ class RLConfig(metaclass=SuggestingFields):
     """Folder for checkpoints, logs and the final model; a folder holding another run is refused
     (see `overwrite_output_dir`)."""
     overwrite_output_dir: bool = False
-    """Start a new run in a non-empty `output_dir` by deleting the earlier run's history,
-    checkpoints and final model first; False refuses it unless the run resumes from a checkpoint
-    there."""
+    """Start a new run in a non-empty `output_dir` by deleting the earlier run's history, checkpoints
+    and final model first; False refuses it unless the run resumes from a checkpoint there."""
     seed: int = 42
     """Seed for sampling, data order and initialisation."""
     device: Literal["auto", "cpu", "cuda"] = "auto"
@@ -105,13 +104,11 @@ class RLConfig(metaclass=SuggestingFields):
     max_grad_norm: float = 1.0
     """Clip the global gradient norm to this value; 0 disables clipping."""
     max_steps: int = -1
-    """Optimizer steps to run; -1 runs `num_train_epochs` passes over the prompts instead (see
-    `total_steps`)."""
+    """Optimizer steps to run; -1 runs `num_train_epochs` passes over the prompts (`total_steps`)."""
     num_train_epochs: float = 3.0
     """Passes over the prompt dataset when `max_steps` is -1 (TRL's rule)."""
     gradient_checkpointing: bool = False
-    """Recompute activations in the backward pass to save memory (TRL defaults to True for large
-    models; off here because the course models are small)."""
+    """Recompute activations in the backward pass to save memory (TRL's default is True; off here for small models)."""
 
     # --- batching (TRL's RepeatSampler scheme; see schedule.py) -------------------
     per_device_train_batch_size: int = 8
@@ -309,12 +306,15 @@ class RLConfig(metaclass=SuggestingFields):
     after them is completed with zero-spread groups."""
     async_generation: bool = False
     """Sample the next generation batches in a worker process while the trainer learns; samples lag by
-    up to max_staleness optimizer steps and the sampling correction reweights them (course_lib.run.async_rollouts)."""
+    up to max_staleness optimizer steps, corrected as async_old_logps says (course_lib.run.async_rollouts)."""
     max_staleness: int = 1
     """With async_generation: most optimizer steps a batch's sampling weights lag the trainer's (TRL's
     AsyncGRPOConfig name); 0 samples what the synchronous trainer samples. The trainer waits, never drops."""
     weight_sync_steps: int = 1
     """With async_generation: weights reach the worker at steps that are multiples of this (<= max_staleness + 1)."""
+    async_old_logps: Literal["sampler", "recompute"] = "sampler"
+    """With async_generation, the clip's old log-probs: "sampler", the worker's (TRL's AsyncGRPO; no extra forward);
+    "recompute", the trainer's when it takes the batch, with the sampling correction (decoupled PPO, AReaL)."""
 
     # --- derived in __post_init__ (not arguments, not saved) --------------------
     effective_steps_per_generation: int = field(init=False, repr=False)
@@ -392,7 +392,8 @@ class RLConfig(metaclass=SuggestingFields):
     def _derive_rest(self) -> None:
         correction = self.vllm_importance_sampling_correction
         self._set("effective_vllm_importance_sampling_correction",  # stale samples are corrected too
-                  (self.engine == "vllm" or self.async_generation) if correction is None else bool(correction))
+                  (self.engine == "vllm" or self.async_generation and self.async_old_logps == "recompute")
+                  if correction is None else bool(correction))
 
     def _warn_risky(self) -> None:
         if self.epsilon_high is not None and self.epsilon_high < self.epsilon:

@@ -233,10 +233,9 @@ class Trainer:
             metrics.update(self.tool_run.metrics(generated.tools, total,
                                                  lambda t: shards.gather_rows(t.to(self.accelerator.device)).cpu()))
         old_logps, old_values, ref_logps = self._logps_before_learning(rollout)
-        sampling_ratio = None
-        if config.effective_vllm_importance_sampling_correction and rollout.sampling_logps is not None:
-            sampling_ratio = self._sampling_correction(old_logps, rollout.sampling_logps.float(),
-                                                       generated.loss_mask, metrics)
+        corrected = config.effective_vllm_importance_sampling_correction and rollout.sampling_logps is not None
+        sampling_ratio = (self._sampling_correction(old_logps, rollout.sampling_logps.float(), generated.loss_mask,
+                                                    metrics) if corrected else None)
         # Advantages see the whole generation batch: gather what they read, keep this process's rows.
         gather = lambda t: shards.gather_rows(None if t is None else t.to(self.accelerator.device))  # noqa: E731
         scored = ScoredBatch(rewards=gather(total), mask=gather(mask), is_eos=gather(rollout.is_eos),
@@ -284,24 +283,27 @@ class Trainer:
         return metrics
 
     def _logps_before_learning(self, rollout):
-        """Old log-probs (and values) when the schedule, the correction or the algorithm needs them; reference log-probs when beta != 0."""
-        config = self.config
+        """Old log-probs (and values) when the schedule, the correction or the algorithm needs them, or the
+        generation worker's (async_old_logps="sampler", no forward); reference log-probs when beta != 0."""
+        config, with_values = self.config, self.value_head is not None
         off_policy = config.num_iterations > 1 or config.effective_steps_per_generation > config.gradient_accumulation_steps
-        needs_old = (off_policy or bool(config.effective_vllm_importance_sampling_correction)
-                     or self.algorithm.always_needs_old_logps)
+        sampler_old = self.pipeline is not None and config.async_old_logps == "sampler"
+        needs_old = not sampler_old and (off_policy or bool(config.effective_vllm_importance_sampling_correction)
+                                         or self.algorithm.always_needs_old_logps)
         tensors = {"prompt_ids": rollout.prompt_ids, "prompt_mask": rollout.prompt_mask,
                    "completion_ids": rollout.completion_ids, "completion_mask": rollout.completion_mask}
-        if not needs_old and self.reference is None:
-            return None, None, None
-        was_training = self.model.training
-        self.model.eval()  # no dropout in the reference passes
-        old_logps, old_values = (self._forward_in_chunks(self.model, tensors, with_values=self.value_head is not None)
-                                 if needs_old else (None, None))
-        ref_logps = None
-        if self.reference is not None:
-            with self.reference.model() as reference:
-                ref_logps, _ = self._forward_in_chunks(reference, tensors)
-        self.model.train(was_training)
+        old_logps = old_values = ref_logps = None
+        if needs_old or with_values or self.reference is not None:
+            was_training = self.model.training
+            self.model.eval()  # no dropout in the reference passes
+            if needs_old or with_values:
+                old_logps, old_values = self._forward_in_chunks(self.model, tensors, with_values=with_values)
+            if self.reference is not None:
+                with self.reference.model() as reference:
+                    ref_logps, _ = self._forward_in_chunks(reference, tensors)
+            self.model.train(was_training)
+        if sampler_old:  # the behaviour policy's own log-probs, recorded while sampling; 0 past each completion
+            old_logps = rollout.sampling_logps.float().masked_fill(rollout.completion_mask == 0, 0.0)
         return old_logps, old_values, ref_logps
 
     def _sync_engine(self) -> None:

@@ -682,10 +682,22 @@ else:
 #   a batch before the weights it must use exist, so it runs at most $S$ versions ahead and
 #   the trainer waits rather than drops a batch; $S = 0$ samples exactly what the synchronous
 #   trainer samples (a test checks the completions, losses and weights).
-# - **the correction** of section 3: the trainer recomputes each batch's log-probs under its
-#   current weights and multiplies the loss by $\pi_\theta(y)/\pi_v(y)$ (TRL's
-#   `sequence_mask`: a completion whose ratio leaves $[0, 3]$ drops out). The history logs
-#   `sample/staleness_mean` / `_max` beside the correction's `sampling/*` statistics.
+# - **a correction for the lag**, chosen by `async_old_logps`:
+#   - `"sampler"` (the default, as TRL's `AsyncGRPOTrainer`): the worker records the
+#     log-probs of what it samples, $\log \pi_v(y_t)$, and they become the clip's old
+#     log-probs. The ratio $r_t = \pi_\theta(y_t)/\pi_v(y_t)$ then measures the whole lag,
+#     and PPO's clip is exactly the tool for a ratio that has drifted from 1: a token whose
+#     ratio left $[1-\epsilon, 1+\epsilon]$ in the advantage's direction stops pushing. The
+#     trainer runs no forward pass before learning.
+#   - `"recompute"` (decoupled PPO, Hilton et al. 2022; AReaL): the trainer recomputes the
+#     log-probs under its current weights, clips around *those*, and corrects the lag with
+#     the weight of section 3, $\pi_\theta(y)/\pi_v(y)$ (TRL's `sequence_mask`: a
+#     completion whose ratio leaves $[0, 3]$ drops out). It costs one forward pass per batch,
+#     and separates two questions: how far may one update move ($\epsilon$), and how stale may
+#     a sample be (the weight's cap).
+#
+#   The history logs `sample/staleness_mean` / `_max`, the clip's `clip_ratio/*` and, with
+#   `"recompute"`, the correction's `sampling/*` statistics.
 #
 # Which weights sample which batch (one optimizer step per batch; with `weight_sync_steps`
 # $k$ only the versions that are multiples of $k$ reach the worker):

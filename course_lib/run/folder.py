@@ -74,6 +74,7 @@ RESUME_SAFE_FIELDS = {
     "async_generation": "where the samples are drawn (the same prompts and seeds; batches in flight are redrawn)",
     "max_staleness": "how old the sampling weights may be (batches in flight are redrawn on resume)",
     "weight_sync_steps": "which weight versions reach the generation worker",
+    "async_old_logps": "how stale samples are corrected (the sampler's log-probs or the trainer's recomputed ones)",
 }
 _RUN_LENGTH = ("max_steps", "num_train_epochs")
 

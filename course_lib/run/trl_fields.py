@@ -49,6 +49,8 @@ COURSE_ONLY: dict[str, str] = {
                         "trainer (experimental AsyncGRPOTrainer with a vLLM server), not a GRPOConfig field.",
     "max_staleness": "AsyncGRPOConfig's name (TRL drops staler samples; we wait, so none is dropped).",
     "weight_sync_steps": "AsyncGRPOConfig's name: optimizer steps between weight pushes to the generator.",
+    "async_old_logps": "TRL's AsyncGRPOTrainer always takes the sampler's log-probs as the old ones ('sampler'); "
+                       "'recompute' (decoupled PPO with the sampling correction) has no TRL counterpart.",
     "tool_timeout": "Seconds a tool call may take before it becomes a failed call; TRL 1.16 runs tools "
                     "without a limit.",
     "doctor": "The run doctor (course_lib.doctor); for a TRL run, `python -m course_lib doctor` reads its "

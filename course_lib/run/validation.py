@@ -362,3 +362,7 @@ def check_async_settings(config) -> None:
         if bad:
             fail("async_generation", True, f"cannot be combined with {name}={getattr(config, name)!r}: {why}",
                  f"set async_generation=False or change {name}")
+    if config.async_old_logps == "sampler" and config.vllm_importance_sampling_correction:
+        fail("vllm_importance_sampling_correction", True, "has no effect with async_old_logps='sampler': the old "
+             "log-probs are the sampler's, so the correction's weights are all 1", "set async_old_logps='recompute' "
+             "(the trainer's log-probs, reweighted by the correction) or leave the correction unset")

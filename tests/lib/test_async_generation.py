@@ -69,12 +69,17 @@ def test_sampled_version_keeps_the_bound_and_the_sync_steps():
         make_config("grpo", model_name_or_path="tiny", max_staleness=-1)
 
 
-def test_staleness_zero_equals_the_synchronous_trainer(tmp_path):
-    # async generation switches the sampling correction on by default; the synchronous run gets it too, so
-    # that both compute the same loss (the correction's weights are exactly 1 when nothing is stale)
-    sync = _trainer(tmp_path / "sync", vllm_importance_sampling_correction=True)
+@pytest.mark.parametrize("old_logps", ["sampler", "recompute"])
+def test_staleness_zero_equals_the_synchronous_trainer(tmp_path, old_logps):
+    # "recompute" switches the sampling correction on by default; the synchronous run gets it too, so that
+    # both compute the same loss (the correction's weights are exactly 1 when nothing is stale). "sampler"
+    # takes the worker's log-probs as the old ones: the ratio is 1 up to the rounding of cached decoding
+    # against one full forward (measured below 2e-6 in log space), which Adam turns into parameter
+    # differences of about 1e-2 x lr: lr 1e-4 keeps them under the 1e-5 tolerance (as the data-parallel tests)
+    sync = _trainer(tmp_path / "sync", vllm_importance_sampling_correction=old_logps == "recompute", learning_rate=1e-4)
     sync_batches, sync_rows = _recording(sync), sync.train()
-    run = _trainer(tmp_path / "async", async_generation=True, max_staleness=0)
+    run = _trainer(tmp_path / "async", async_generation=True, max_staleness=0, async_old_logps=old_logps,
+                   learning_rate=1e-4)
     with _deadline(300):
         async_batches, async_rows = _recording(run), run.train()
     assert len(sync_batches) == len(async_batches) == 3
@@ -82,23 +87,70 @@ def test_staleness_zero_equals_the_synchronous_trainer(tmp_path):
         assert torch.equal(a, b)  # the same completions, sampled in the worker process
     for a, b in zip(sync_rows, async_rows):
         assert a["loss"] == pytest.approx(b["loss"], abs=1e-6)
-        assert b["sample/staleness_max"] == 0.0 and b["sampling/importance_sampling_ratio/min"] == pytest.approx(1.0, abs=1e-4)
+        assert b["sample/staleness_max"] == 0.0
+        if old_logps == "recompute":
+            assert b["sampling/importance_sampling_ratio/min"] == pytest.approx(1.0, abs=1e-4)
+        else:
+            assert not any(key.startswith("sampling/") for key in b)
     for (name, p), q in zip(sync.model.named_parameters(), run.model.parameters()):
         torch.testing.assert_close(p, q, atol=1e-5, rtol=0, msg=name)
     assert run.pipeline is None  # the worker is stopped when train() returns
 
 
-def test_staleness_one_trains_with_corrected_stale_samples(tmp_path):
+def _counting_forwards(trainer):
+    """Count the trainer's forward passes before learning (old or reference log-probs)."""
+    calls, forward = [], trainer._forward_in_chunks
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return forward(*args, **kwargs)
+
+    trainer._forward_in_chunks = counted
+    return calls
+
+
+def test_staleness_one_takes_the_samplers_log_probs_as_the_old_ones(tmp_path):
     run = _trainer(tmp_path, async_generation=True, max_staleness=1, max_steps=4)
+    forwards, batches, score = _counting_forwards(run), [], run._score
+
+    def recorded(generated):
+        batch = score(generated)
+        batches.append((generated.rollout.sampling_logps.clone(), generated.rollout.completion_mask, batch))
+        return batch
+
+    run._score = recorded
+    with _deadline(300):
+        rows = run.train()
+    assert [r["step"] for r in rows] == [1, 2, 3, 4]
+    assert [r["sample/staleness_max"] for r in rows] == [0.0, 1.0, 1.0, 1.0]
+    assert forwards == []  # no forward pass before learning: the worker's log-probs are the old ones
+    for sampling_logps, mask, batch in batches:
+        assert batch.sampling_ratio is None
+        torch.testing.assert_close(batch.old_logps, sampling_logps.float() * mask, rtol=0, atol=0)
+    assert all(torch.isfinite(p).all() for p in run.model.parameters())
+
+
+def test_staleness_one_recomputes_and_corrects_stale_samples(tmp_path):
+    run = _trainer(tmp_path, async_generation=True, max_staleness=1, max_steps=4, async_old_logps="recompute")
+    forwards = _counting_forwards(run)
     with _deadline(300):
         rows = run.train()
     assert [r["step"] for r in rows] == [1, 2, 3, 4]
     staleness = [r["sample/staleness_max"] for r in rows]
     assert staleness == [0.0, 1.0, 1.0, 1.0]  # the first batch comes from the initial weights, taken at step 0
+    assert len(forwards) == 4  # one forward pass per batch: the trainer's own log-probs
     for row in rows[1:]:  # a stale batch: the trainer's log-probs differ from the sampler's
         assert row["sampling/sampling_logp_difference/max"] > 0
         assert "sampling/importance_sampling_ratio/mean" in row
     assert all(torch.isfinite(p).all() for p in run.model.parameters())
+
+
+def test_the_correction_is_refused_where_it_cannot_act():
+    with pytest.raises(ValueError, match="vllm_importance_sampling_correction.*async_old_logps='sampler'"):
+        make_config("grpo", model_name_or_path="tiny", async_generation=True, vllm_importance_sampling_correction=True)
+    config = make_config("grpo", model_name_or_path="tiny", async_generation=True, async_old_logps="recompute")
+    assert config.effective_vllm_importance_sampling_correction
+    assert not make_config("grpo", model_name_or_path="tiny", async_generation=True).effective_vllm_importance_sampling_correction
 
 
 def test_a_killed_worker_stops_the_run_with_a_clear_error(tmp_path):

@@ -130,6 +130,7 @@ ACTS_IN: dict[str, tuple[str, str]] = {
     "async_generation": ("course_lib.run.async_rollouts", "a worker process samples ahead, with stale weights"),
     "max_staleness": ("course_lib.run.async_rollouts", "how stale the worker's sampling weights may be"),
     "weight_sync_steps": ("course_lib.run.async_rollouts", "which weight versions reach the worker"),
+    "async_old_logps": ("course_lib.trainer", "the clip's old log-probs of stale samples (sampler's or recomputed)"),
     "sync_ref_model": ("course_lib.trainer", "the reference model moves (TR-DPO)"),
     "ref_model_mixup_alpha": ("course_lib.trainer", "the reference update"),
     "ref_model_sync_steps": ("course_lib.trainer", "the reference update"),
