@@ -24,6 +24,7 @@ On a machine with two cores the worker and the trainer each get one thread
 (``OMP_NUM_THREADS=1``); the overlap can at best hide the shorter of the two phases.
 
     OMP_NUM_THREADS=1 python benchmarks/async_vs_sync.py                   # tiny, 30 s per mode
+    OMP_NUM_THREADS=1 python benchmarks/async_vs_sync.py --models tiny-learn --seconds 30  # the tiny learning preset
     OMP_NUM_THREADS=1 python benchmarks/async_vs_sync.py --models smollm2 --seconds 180 --warmup 1
 """
 
@@ -38,7 +39,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-SETUPS = {  # as benchmarks/step_vs_trl.py
+from course_lib.presets import MEASURED  # noqa: E402
+
+SETUPS = {  # "tiny" and "smollm2" as benchmarks/step_vs_trl.py; "tiny-learn": the tiny model's learning preset
     "tiny": {"model": "tiny", "task": "arithmetic", "rewards": ["correctness_first_number_reward"], "tokens": 8,
              "config": dict(per_device_train_batch_size=16, num_generations=8, max_completion_length=8,
                             learning_rate=3e-4, beta=0.0, loss_type="dapo", temperature=1.0)},
@@ -47,6 +50,9 @@ SETUPS = {  # as benchmarks/step_vs_trl.py
                 "config": dict(per_device_train_batch_size=4, num_generations=4, max_completion_length=32,
                                learning_rate=1e-4, beta=0.0, loss_type="dapo", temperature=0.7, use_lora=True,
                                lora_r=16, lora_alpha=32, lora_dropout=0.05)},
+    "tiny-learn": {"model": "tiny", "task": "arithmetic", "rewards": ["correctness_first_number_reward"], "tokens": 8,
+                   "config": {k: v for k, v in MEASURED[("tiny", "arithmetic", "grpo")].items()
+                              if k not in ("max_steps", "lr_scheduler_type")}},
 }
 MODES = {"sync": {}, "async S=1": dict(async_generation=True, max_staleness=1),
          "async S=2": dict(async_generation=True, max_staleness=2),

@@ -54,7 +54,7 @@ def _cmd_demo(args) -> int:
     from .demo import run_demo
 
     run_demo(model=args.model, output_dir=args.output_dir, max_steps=args.max_steps, engine=args.engine,
-             eval_n=args.eval_n)
+             eval_n=args.eval_n, asynchronous=False if args.sync else None)
     return 0
 
 
@@ -169,6 +169,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--engine", choices=["hf", "vllm"], default=None,
                    help="rollout engine (default: vLLM with a bfloat16 sampler where this CPU runs it, else hf)")
     p.add_argument("--eval-n", type=count_argument(2), default=None, help="held-out problems (default 200)")
+    p.add_argument("--sync", action="store_true", help="generate, then learn, in one process (default with "
+                   "Hugging Face generate on a CPU: a second process samples while the trainer learns)")
     p.set_defaults(func=_cmd_demo)
 
     sub.add_parser("make-stubs", help="regenerate exercises/ from solutions/").set_defaults(func=_cmd_make_stubs)

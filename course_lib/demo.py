@@ -42,8 +42,15 @@ _LOGGING = {"smollm2-135m": dict(logging_steps=10, log_completions=True, num_com
 
 
 def demo_settings(model: str, output_dir: str | os.PathLike, max_steps: int | None = None,
-                  engine: str | None = None) -> dict[str, Any]:
-    """The config values of a demo run: the measured preset, the fast engine, logging and paths."""
+                  engine: str | None = None, asynchronous: bool | None = None) -> dict[str, Any]:
+    """The config values of a demo run: the measured preset, the fast engine, logging and paths.
+
+    ``asynchronous`` (None: where it is faster) samples in a second process while the trainer
+    learns (``async_generation``): SmolLM2 on Hugging Face ``generate`` on a CPU, where
+    ``benchmarks/async_vs_sync.py`` measured 1.67x the synchronous steps per minute. The vLLM
+    engine stays synchronous, and so does the tiny model: its whole run (200 steps, ~16 s) is shorter
+    than the worker's start-up (~10 s of imports) could repay.
+    """
     demo = DEMOS[model]
     settings = dict(MEASURED[(model, demo["task"], "grpo")], **_LOGGING[model], model_name_or_path=model,
                     output_dir=str(Path(output_dir) / model), save_steps=0, seed=0,
@@ -57,6 +64,12 @@ def demo_settings(model: str, output_dir: str | os.PathLike, max_steps: int | No
             settings.pop("dtype", None)
     if max_steps is not None:
         settings["max_steps"] = max_steps
+    if asynchronous is None:
+        import torch
+
+        asynchronous = model != "tiny" and settings.get("engine", "hf") == "hf" and not torch.cuda.is_available()
+    if asynchronous:
+        settings.update(async_generation=True, max_staleness=1)
     return settings
 
 
@@ -86,13 +99,15 @@ def greedy_correct(trainer, dataset, desc: str = "eval") -> tuple[list[bool], li
 
 #: Seconds per held-out problem (one greedy evaluation) and per training step of the
 #: smollm2-135m demo on each path, and its start-up (model load, engine warm-up), measured
-#: with ``benchmarks/demo_paths.py`` (3 steps, 25 problems, the demo's real settings) on 2
-#: shared cores of an Intel Xeon with AVX-512 and AMX, under a load average of 7 to 16 (see
-#: the README). A quiet machine is faster: the whole bf16 demo took 4 min 9 s there.
+#: with ``benchmarks/demo_paths.py`` (the demo's real settings) on 2 shared cores of an Intel
+#: Xeon with AVX-512 and AMX, under the load average in ``load`` (see the README). A quiet
+#: machine is faster: the whole bf16 demo took 4 min 9 s there.
 MEASURED_PACE = {
-    "vllm-bf16": {"eval_s": 0.10, "step_s": 10.35, "start_s": 54.7},
-    "vllm-fp32": {"eval_s": 0.447, "step_s": 28.68, "start_s": 78.0},
-    "hf-fp32": {"eval_s": 2.163, "step_s": 45.88, "start_s": 23.0},
+    "vllm-bf16": {"eval_s": 0.10, "step_s": 10.35, "start_s": 54.7, "load": 7.4},
+    "vllm-fp32": {"eval_s": 0.447, "step_s": 28.68, "start_s": 78.0, "load": 15.8},
+    "hf-fp32": {"eval_s": 2.163, "step_s": 45.88, "start_s": 23.0, "load": 7.4},
+    # `--engine hf` with and without `--sync`, 4 steps and 10 problems, side by side in a quiet moment
+    "hf-fp32-async": {"eval_s": 0.629, "step_s": 6.05, "start_s": 17.7, "load": 1.4},
 }
 
 
@@ -110,6 +125,8 @@ def path_and_estimate(model: str, settings: dict[str, Any], eval_n: int) -> tupl
                   "this CPU has no native bfloat16 (AVX512-BF16 or AMX)" if not cpu_supports_bfloat16() else
                   "vLLM is not installed")
         path, why = "hf-fp32", f"Hugging Face generate and float32 training ({reason})"
+        if settings.get("async_generation"):
+            path, why = "hf-fp32-async", why + "; a second process samples while the trainer learns (--sync: one)"
     pace = MEASURED_PACE.get(path) if model == "smollm2-135m" else None
     if pace is None:
         return path, why, None
@@ -181,7 +198,7 @@ def _quiet_vllm() -> None:
 
 
 def run_demo(model: str = "smollm2-135m", output_dir: str = "outputs/demo", max_steps: int | None = None,
-             engine: str | None = None, eval_n: int | None = None) -> dict[str, Any]:
+             engine: str | None = None, eval_n: int | None = None, asynchronous: bool | None = None) -> dict[str, Any]:
     """Evaluate, train with GRPO, evaluate again; print the table and return ``results.json``'s content."""
     import matplotlib
 
@@ -198,7 +215,7 @@ def run_demo(model: str = "smollm2-135m", output_dir: str = "outputs/demo", max_
     if model not in DEMOS:
         raise SystemExit(f"make demo MODEL={model}: choose one of {', '.join(DEMOS)}.")
     demo = DEMOS[model]
-    settings = demo_settings(model, output_dir, max_steps, engine)
+    settings = demo_settings(model, output_dir, max_steps, engine, asynchronous)
     if settings.get("engine") == "vllm":
         _quiet_vllm()
     config = GRPOConfig(**settings)
@@ -206,14 +223,14 @@ def run_demo(model: str = "smollm2-135m", output_dir: str = "outputs/demo", max_
     output = Path(config.output_dir)
     start = time.time()
     n_test = eval_n or demo["eval_n"]
-    _, why, seconds = path_and_estimate(model, settings, n_test)
+    path, why, seconds = path_and_estimate(model, settings, n_test)
     print(f"GRPO demo: {model} on {demo['task']}, {config.max_steps} steps of "
           f"{config.unique_prompts_per_generation} prompts x {config.num_generations} completions")
     print(f"path: {why}")
     if seconds is not None:
         print(f"expect about {max(1, round(seconds / 60))} min in all (start-up, evaluation of {n_test} problems, "
-              f"{config.max_steps} steps, evaluation again): the pace measured on 2 busy cores (load average "
-              f"about 8); a quiet or faster machine takes less")
+              f"{config.max_steps} steps, evaluation again): the pace measured on 2 shared cores at a load average "
+              f"of {MEASURED_PACE[path]['load']}; a quieter or faster machine takes less")
     with heartbeat("loading the model and starting the rollout engine"):
         policy, tokenizer = load_policy(model)
         test = get_task(demo["task"], split="test", n=n_test, seed=0)

@@ -258,6 +258,9 @@ config = GRPOConfig(
     engine=sampler.get("engine", "hf"),         # "vllm": see section 9 and lesson 10
     vllm_dtype=sampler.get("vllm_dtype", "auto"),
     dtype=sampler.get("dtype", "auto"),
+    # SmolLM2 on Hugging Face generate on a CPU: a second process samples while this one learns
+    # (lesson 10, section 9; measured 1.86x the steps per minute with LoRA on 2 cores)
+    async_generation=MODEL != "tiny" and "engine" not in sampler and not torch.cuda.is_available(),
     # --- optimisation (lessons 03, 10)
     learning_rate=scaled(3e-5, 1e-4),           # measured: 3e-4 made the tiny model worse; 1e-6 to 1e-5 for billions
     lr_scheduler_type="constant",
@@ -561,7 +564,8 @@ sort_config = GRPOConfig(
     seed=0, use_lora=True, lora_r=16, lora_alpha=32, lora_dropout=0.0, learning_rate=1e-4,
     lr_scheduler_type="constant", per_device_train_batch_size=16, num_generations=8, temperature=1.0,
     max_completion_length=24, max_steps=scaled(2, 30), reward_weights=[1.0, 1.0],
-    logging_steps=10, save_steps=0, **fast_engine_settings())
+    # vLLM where this machine runs it fast; fast mode's 2 steps do not repay the engine's start-up
+    logging_steps=10, save_steps=0, **(fast_engine_settings() if not fast_mode() else {}))
 sort_trainer = Trainer(sort_config, [sorting.sorting_reward, sorted_exactly], sort_train, sort_policy,
                        sort_tokenizer, progress=not fast_mode())
 

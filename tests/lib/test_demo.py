@@ -91,6 +91,22 @@ def test_the_demo_names_its_path_and_estimates_its_time_from_the_measured_pace(m
     assert demo.path_and_estimate("tiny", {"max_steps": 200}, 200)[2] is None  # no measured pace: no guess
 
 
+def test_the_demo_samples_in_a_second_process_only_where_that_was_measured_faster(monkeypatch, tmp_path):
+    from course_lib import demo
+
+    monkeypatch.setattr(demo, "fast_engine_settings", lambda: {})  # no vLLM here: Hugging Face generate
+    settings = demo.demo_settings("smollm2-135m", tmp_path)
+    assert settings["async_generation"] and settings["max_staleness"] == 1
+    assert demo.path_and_estimate("smollm2-135m", settings, 200)[0] == "hf-fp32-async"
+    assert "async_generation" not in demo.demo_settings("smollm2-135m", tmp_path, asynchronous=False)
+    assert "async_generation" not in demo.demo_settings("tiny", tmp_path)  # a 16 s run: the worker's start-up would not pay
+    monkeypatch.setattr(demo, "fast_engine_settings", lambda: {"engine": "vllm", "vllm_dtype": "bfloat16"})
+    assert "async_generation" not in demo.demo_settings("smollm2-135m", tmp_path)  # the worker runs HF only
+    from course_lib.algos import GRPOConfig
+
+    GRPOConfig(**settings)  # a valid config
+
+
 def test_the_demo_evaluation_reports_progress_in_chunks(capsys):
     from course_lib import demo
 
