@@ -62,7 +62,11 @@ def no_learning_signal(rows, config):
         return None
     zero_std = mean(values(recent, "frac_reward_zero_std"))
     clipped = mean(values(recent, "completions/clipped_ratio"))
-    if zero_std > 0.999:
+    if not values(recent, "reward"):  # NaN totals are logged as missing
+        why = ("no sample was scored: every reward function returned None (or NaN) for every completion, so "
+               "the rewards are NaN and every advantage is 0 (an UnscorableSampleWarning shows the first such "
+               "sample). Fix: make at least one reward function return a number for each completion.")
+    elif zero_std > 0.999:
         why = (f"every group's rewards are equal (frac_reward_zero_std={zero_std:.2f}), so every advantage is 0 "
                "(see zero_spread_groups for the fix).")
     elif clipped > 0.999 and config.get("mask_truncated_completions"):

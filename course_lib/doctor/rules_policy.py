@@ -281,6 +281,12 @@ def non_finite_values(rows, config):
     """A loss, gradient, reward, entropy or KL that is NaN or infinite (logged as null)."""
     for r in rows:
         bad = [k for k in ("loss", "grad_norm", "reward", "entropy", "kl") if k in r and not is_finite(r[k])]
+        if bad == ["reward"]:  # the update itself is finite: no sample of the batch was scored
+            return Diagnosis(
+                f"reward not finite at step {r['step']} while the loss and gradient are: no completion of that "
+                "batch was scored (every reward function returned None or NaN for each, so each got advantage "
+                "0; an UnscorableSampleWarning shows the first). Fix: make at least one reward function return "
+                "a number for each completion.", {"step": r["step"], "keys": bad})
         if bad:
             return Diagnosis(
                 f"{', '.join(bad)} not finite at step {r['step']}. Fixes: a lower learning rate "

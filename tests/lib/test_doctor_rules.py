@@ -55,6 +55,7 @@ def test_loss_near_zero_with_a_gradient_is_info():
     ({"frac_reward_zero_std": 0.0, "completions/clipped_ratio": 1.0}, {"mask_truncated_completions": True},
      "mask_truncated_completions"),
     ({"frac_reward_zero_std": 0.0}, {"lora_target_modules": "all-linear"}, "requires_grad"),
+    ({"frac_reward_zero_std": 0.0, "reward": None}, {}, "no sample was scored"),  # as a run whose rewards are all None logs
 ])
 def test_no_learning_signal_names_its_cause(extra, config, cause):
     found = fired(rows(**{**HEALTHY, "loss": 0.0, "grad_norm": 0.0, **extra}), config)
@@ -238,6 +239,12 @@ def test_non_finite_values_name_the_step():
     history[7]["grad_norm"] = None  # the logger writes NaN/inf as null
     found = fired(history)["non_finite_values"]
     assert found.severity == "error" and found.evidence == {"step": 8, "keys": ["grad_norm"]}
+    assert "learning rate" in found.message
+    history = rows(**HEALTHY)
+    history[4]["reward"] = None  # every reward function returned None for the batch: a NaN total
+    found = fired(history)["non_finite_values"]
+    assert found.evidence == {"step": 5, "keys": ["reward"]} and "no completion of that batch was scored" in found.message
+    assert "learning rate" not in found.message
 
 
 def test_the_live_doctor_reports_each_finding_once():
