@@ -54,10 +54,11 @@ test: install
 
 # Every notebook in JupyterLab, driven by a headless Chromium (Debian: apt-get install
 # chromium; CHROMIUM=/path/to/chrome for another one): all cells run in fast mode, every
-# control is moved and must redraw its figure. Skips, saying why, without a browser.
+# control is moved and must redraw its figure; two notebooks at a time, each in its own
+# JupyterLab and browser. Skips, saying why, without a browser.
 CHROMIUM ?=
 test-browser: install
-	COURSE_CHROMIUM="$(CHROMIUM)" $(PY) -m pytest tests/browser -q -m browser -p no:cacheprovider -rs
+	COURSE_CHROMIUM="$(CHROMIUM)" $(PY) -m pytest tests/browser -q -m browser -p no:cacheprovider -rs -n 2
 
 # JupyterLab on the lessons, with the course's kernel ("Python (RL for LLMs)", this .venv)
 # registered for the user and selected for the notebooks, serving this folder (lessons in

@@ -242,4 +242,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from .run.distributed import exit_worker
+
+    sys.exit(exit_worker(main()))  # a launched worker leaves without interpreter teardown

@@ -90,6 +90,29 @@ def _destroy_process_group_at_exit() -> None:
 _TEARDOWN_REGISTERED = False
 
 
+def exit_worker(code: int = 0):
+    """End a launched worker process now, without the interpreter's teardown.
+
+    Even with its process group destroyed, a gloo worker under load sometimes died with
+    SIGABRT ("terminate called without an active exception") while the interpreter shut
+    down after a finished run, so the launcher reported a failure for a run that had saved
+    everything. A worker that has nothing left to do flushes its output, destroys its group
+    and leaves with ``os._exit`` (no ``atexit`` handlers, no C++ destructors): the course's
+    own entry points (``python -m course_lib train`` under a launcher, the tests' script)
+    end this way. In one process it only returns ``code``.
+    """
+    if "LOCAL_RANK" not in os.environ:
+        return code
+    import logging
+
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 def cpu_supports_bfloat16() -> bool:
     """Whether this CPU has native bfloat16 arithmetic (AVX512-BF16 or AMX); without it bf16 is emulated."""
     probes = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")

@@ -116,6 +116,11 @@ def _report_teardown(path: str) -> None:
 
 
 if __name__ == "__main__":
-    if os.environ.get("TEARDOWN_REPORT"):
+    if os.environ.get("TEARDOWN_REPORT"):  # the ordinary exit, to check the trainer's atexit teardown
         _report_teardown(os.environ["TEARDOWN_REPORT"])
-    main(*sys.argv[1:])
+        main(*sys.argv[1:])
+    else:
+        from course_lib.run.distributed import exit_worker
+
+        main(*sys.argv[1:])
+        exit_worker(0)

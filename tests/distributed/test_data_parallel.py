@@ -132,6 +132,23 @@ def test_workers_tear_their_process_group_down_before_the_interpreter_exits(tmp_
     assert [(tmp_path / f"alive.rank{rank}").read_text() for rank in (0, 1)] == ["False", "False"]
 
 
+def test_a_finished_worker_leaves_without_interpreter_teardown():
+    """exit_worker: output flushed, the code kept, no atexit handler run (the teardown is skipped);
+    outside a launched worker it only returns the code."""
+    from course_lib.run.distributed import exit_worker
+
+    assert "LOCAL_RANK" in os.environ or exit_worker(5) == 5
+    script = ("import atexit, sys\n"
+              "from course_lib.run.distributed import exit_worker\n"
+              "atexit.register(lambda: print('teardown ran'))\n"
+              "print('saved', end='')\n"
+              "sys.stderr.write('still here')\n"
+              "exit_worker(3)\n")
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT, timeout=120,
+                            env={**os.environ, "LOCAL_RANK": "0", "PYTHONPATH": str(ROOT)})
+    assert (result.returncode, result.stdout, result.stderr) == (3, "saved", "still here")
+
+
 @pytest.mark.xdist_group("distributed")
 def test_two_processes_resume_where_they_stopped(tmp_path):
     """Stopped after step 1 with half a generation batch in flight, resumed: as the straight run."""
