@@ -120,7 +120,8 @@ def _by_value(rollout):
     """The batch with numpy arrays for tensors: small arrays pickle by value, where each tensor would
     get a shared-memory file and a descriptor handed over a socket (~0.5 ms a tensor)."""
     return dataclasses.replace(rollout, **{f.name: getattr(rollout, f.name).numpy() for f in dataclasses.fields(rollout)
-                                           if isinstance(getattr(rollout, f.name), torch.Tensor)})
+                                           if isinstance(getattr(rollout, f.name), torch.Tensor)
+                                           and getattr(rollout, f.name).dtype != torch.bfloat16})  # numpy has none
 
 
 def _as_tensors(rollout):

@@ -200,3 +200,22 @@ def test_an_asynchronous_run_may_resume_synchronously(tmp_path):
     resumed = _trainer(tmp_path, max_steps=3, lr_scheduler_type="constant")
     rows = resumed.train(resume_from="latest")
     assert [r["step"] for r in rows] == [1, 2, 3] and "sample/staleness_max" not in rows[2]
+
+
+def test_a_batch_crosses_the_process_boundary_unchanged():
+    """Batches travel as numpy arrays (bfloat16, which numpy lacks, as a tensor) and come back equal."""
+    import pickle
+
+    from course_lib.rollout.base import RolloutBatch
+    from course_lib.run.async_rollouts import _as_tensors, _by_value
+
+    for logps_dtype in (torch.float32, torch.bfloat16):
+        batch = RolloutBatch(prompt_ids=torch.tensor([[0, 5, 6]]), prompt_mask=torch.tensor([[0, 1, 1]]),
+                             completion_ids=torch.tensor([[7, 2]]), completion_mask=torch.tensor([[1, 1]]),
+                             is_eos=torch.tensor([True]), texts=["a"],
+                             sampling_logps=torch.tensor([[-0.5, -1.25]], dtype=logps_dtype))
+        back = _as_tensors(pickle.loads(pickle.dumps(_by_value(batch))))
+        for name in ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask", "is_eos", "sampling_logps"):
+            got, want = getattr(back, name), getattr(batch, name)
+            assert got.dtype == want.dtype and torch.equal(got, want), name
+        assert back.texts == ["a"]
