@@ -17,13 +17,13 @@ from course_lib.trainer import Trainer
 CORRECT = get_reward_functions(["correctness_first_number_reward", "proximity_reward"])
 
 
-def _trainer(tmp_path, **overrides):
+def _trainer(tmp_path, algo="grpo", **overrides):
     settings = dict(model_name_or_path="tiny", output_dir=str(tmp_path), max_steps=3, learning_rate=1e-3,
                     per_device_train_batch_size=4, gradient_accumulation_steps=1, num_generations=4,
                     max_completion_length=6, logging_steps=1, save_steps=0, seed=3)
     settings.update(overrides)
     model, tokenizer = load_policy("tiny")
-    return Trainer(make_config("grpo", **settings), CORRECT, get_task("arithmetic", n=64, seed=0), model, tokenizer,
+    return Trainer(make_config(algo, **settings), CORRECT, get_task("arithmetic", n=64, seed=0), model, tokenizer,
                    progress=False)
 
 
@@ -127,6 +127,31 @@ def test_staleness_one_takes_the_samplers_log_probs_as_the_old_ones(tmp_path):
     for sampling_logps, mask, batch in batches:
         assert batch.sampling_ratio is None
         torch.testing.assert_close(batch.old_logps, sampling_logps.float() * mask, rtol=0, atol=0)
+    assert all(torch.isfinite(p).all() for p in run.model.parameters())
+
+
+@pytest.mark.parametrize("algo", ["rloo", "ppo"])
+def test_rloo_and_ppo_learn_from_the_samplers_log_probs(tmp_path, algo):
+    """RLOO's KL-shaped reward and PPO's ratio read the worker's log-probs; PPO still runs its forward
+    pass before learning, for the values only."""
+    run = _trainer(tmp_path, algo, async_generation=True, max_staleness=1, max_steps=3, beta=0.05,
+                   num_iterations=1)  # one optimizer step per batch (PPO's default is 4 epochs)
+    forwards, batches, score = _counting_forwards(run), [], run._score
+
+    def recorded(generated):
+        batch = score(generated)
+        batches.append((generated.rollout.sampling_logps.clone(), generated.rollout.completion_mask, batch))
+        return batch
+
+    run._score = recorded
+    with _deadline(300):
+        rows = run.train()
+    assert [r["sample/staleness_max"] for r in rows] == [0.0, 1.0, 1.0]
+    for sampling_logps, mask, batch in batches:
+        torch.testing.assert_close(batch.old_logps, sampling_logps.float() * mask, rtol=0, atol=0)
+        assert (batch.old_values is not None) == (algo == "ppo")
+    # the reference model's log-probs every batch (beta > 0), plus PPO's values
+    assert len(forwards) == len(batches) * (2 if algo == "ppo" else 1)
     assert all(torch.isfinite(p).all() for p in run.model.parameters())
 
 
