@@ -95,8 +95,8 @@ def _weight_slots(model, count: int) -> list[dict]:
     and a message naming it, instead of new shared memory for every update (measured on the
     tiny model: a 0.9M-parameter tensor sent through the queue costs ~4.5 ms each way).
     """
-    return [{dtype: ([n for n, _ in items], torch.cat([p.detach().reshape(-1) for _, p in items]).share_memory_())
-             for dtype, items in _trainable(model).items()} for _ in range(count)]
+    return [{dtype: ([n for n, _ in items], torch.empty(sum(p.numel() for _, p in items), dtype=items[0][1].dtype)
+                     .share_memory_()) for dtype, items in _trainable(model).items()} for _ in range(count)]
 
 
 def _write_slot(model, slot: dict) -> None:

@@ -80,14 +80,15 @@ def _destroy_process_group_at_exit() -> None:
         return
     _TEARDOWN_REGISTERED = True
 
-    def teardown() -> None:
-        if torch.distributed.is_available() and torch.distributed.is_initialized():
-            torch.distributed.destroy_process_group()
-
-    atexit.register(teardown)
+    atexit.register(_destroy_live_process_group)
 
 
 _TEARDOWN_REGISTERED = False
+
+
+def _destroy_live_process_group() -> None:
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
 
 
 def exit_worker(code: int = 0):
@@ -105,8 +106,7 @@ def exit_worker(code: int = 0):
         return code
     import logging
 
-    if torch.distributed.is_available() and torch.distributed.is_initialized():
-        torch.distributed.destroy_process_group()
+    _destroy_live_process_group()
     logging.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()

@@ -39,6 +39,19 @@ def _recording(trainer):
     return seen
 
 
+def _recording_scored(trainer):
+    """Record, for every generation batch, the worker's log-probs, the completion mask and the scored batch."""
+    seen, score = [], trainer._score
+
+    def recorded(generated):
+        batch = score(generated)
+        seen.append((generated.rollout.sampling_logps.clone(), generated.rollout.completion_mask, batch))
+        return batch
+
+    trainer._score = recorded
+    return seen
+
+
 @contextmanager
 def _deadline(seconds):
     """Fail instead of hanging: SIGALRM raises in the main thread."""
@@ -111,14 +124,7 @@ def _counting_forwards(trainer):
 
 def test_staleness_one_takes_the_samplers_log_probs_as_the_old_ones(tmp_path):
     run = _trainer(tmp_path, async_generation=True, max_staleness=1, max_steps=4)
-    forwards, batches, score = _counting_forwards(run), [], run._score
-
-    def recorded(generated):
-        batch = score(generated)
-        batches.append((generated.rollout.sampling_logps.clone(), generated.rollout.completion_mask, batch))
-        return batch
-
-    run._score = recorded
+    forwards, batches = _counting_forwards(run), _recording_scored(run)
     with _deadline(300):
         rows = run.train()
     assert [r["step"] for r in rows] == [1, 2, 3, 4]
@@ -136,14 +142,7 @@ def test_rloo_and_ppo_learn_from_the_samplers_log_probs(tmp_path, algo):
     pass before learning, for the values only."""
     run = _trainer(tmp_path, algo, async_generation=True, max_staleness=1, max_steps=3, beta=0.05,
                    num_iterations=1)  # one optimizer step per batch (PPO's default is 4 epochs)
-    forwards, batches, score = _counting_forwards(run), [], run._score
-
-    def recorded(generated):
-        batch = score(generated)
-        batches.append((generated.rollout.sampling_logps.clone(), generated.rollout.completion_mask, batch))
-        return batch
-
-    run._score = recorded
+    forwards, batches = _counting_forwards(run), _recording_scored(run)
     with _deadline(300):
         rows = run.train()
     assert [r["sample/staleness_max"] for r in rows] == [0.0, 1.0, 1.0]
