@@ -38,9 +38,11 @@ sampling weights and the trainer's when the batch is taken) and ``perf/rollout_w
 trainer's wait for the batch); the clip's ``clip_ratio/*`` show how far stale samples moved
 (with ``"recompute"``, the correction's ``sampling/*`` statistics as well).
 
-Failures: a worker that raises sends its traceback, and one that dies (killed, out of memory)
-is noticed within half a second; both stop the run with a ``GenerationWorkerError``, never a
-hang. The worker ignores Ctrl-C (the trainer saves, then stops it) and exits when the trainer's
+Failures: a worker that raises sends its traceback, one that dies (killed, out of memory)
+is noticed within half a second, and one that sends nothing for ``async_batch_timeout_s``
+(stopped, stuck) is killed; each stops the run with a ``GenerationWorkerError``, never a hang.
+The trainer first saves a checkpoint of the steps it completed, as a stop signal does, and the
+message names it (or says that none exists). The worker ignores Ctrl-C (the trainer saves, then stops it) and exits when the trainer's
 process is gone. On resume the batches that were in flight are regenerated from the resumed
 weights (their sampling weights were not saved), so the first ones are fresher than in the
 uninterrupted run; a checkpoint may also resume with ``async_generation=False`` (or another bound).
@@ -249,12 +251,22 @@ class AsyncGeneration:
         return _as_tensors(rollout)
 
     def _receive(self, cycle: int):
+        limit = self.config.async_batch_timeout_s
+        deadline = None if limit is None else time.monotonic() + limit
         while True:
             try:
                 message = self.outbox.get(timeout=0.5)
             except queue.Empty:
                 if not self.process.is_alive():
                     raise self._died(cycle) from None
+                if deadline is not None and time.monotonic() > deadline:
+                    self.process.kill()  # stopped (SIGSTOP) or stuck: it will not hand the batch over
+                    self.process.join(timeout=5)
+                    raise GenerationWorkerError(
+                        f"the generation worker (pid {self.process.pid}) sent no batch {cycle} within "
+                        f"async_batch_timeout_s={limit} s (it was stopped or is stuck), so it was killed. Fix: find "
+                        "what stopped it, or raise async_batch_timeout_s if a batch takes longer on this machine "
+                        "(None waits without a limit).") from None
                 continue
             except (OSError, EOFError) as error:  # a dead worker can no longer hand over its tensors
                 self.process.join(timeout=5)
@@ -264,10 +276,9 @@ class AsyncGeneration:
             return message
 
     def _died(self, cycle: int) -> GenerationWorkerError:
-        return GenerationWorkerError(
+        return GenerationWorkerError(  # the trainer adds what it saved (Trainer._generate_or_save)
             f"the generation worker (pid {self.process.pid}) exited with code {self.process.exitcode} while the "
-            f"trainer waited for generation batch {cycle}. The run stops here; resume from its latest checkpoint "
-            "(train(resume_from='latest')).")
+            f"trainer waited for generation batch {cycle}.")
 
     def close(self) -> None:
         """Stop the worker (it finishes or drops what it holds) and release the queues."""
@@ -276,6 +287,9 @@ class AsyncGeneration:
             self.process.join(timeout=5)
         if self.process.is_alive():
             self.process.terminate()
+            self.process.join(timeout=5)
+        if self.process.is_alive():  # a stopped process ignores SIGTERM until continued; SIGKILL is not ignored
+            self.process.kill()
             self.process.join(timeout=5)
         for q in (self.inbox, self.outbox):
             q.cancel_join_thread()
