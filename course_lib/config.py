@@ -318,7 +318,8 @@ class RLConfig(metaclass=SuggestingFields):
     "recompute", the trainer's when it takes the batch, with the sampling correction (decoupled PPO, AReaL)."""
     async_batch_timeout_s: float | None = 1800.0
     """With async_generation: most seconds the trainer waits for one batch from the worker; past it the worker
-    (stopped or stuck) is killed, and the run saves what it has and stops with an error. None = no limit."""
+    (stopped or stuck) is killed, and the run saves what it has and stops with an error (the worker's
+    start-up gets at least 600 s). None = no limit."""
 
     # --- derived in __post_init__ (not arguments, not saved) --------------------
     effective_steps_per_generation: int = field(init=False, repr=False)
