@@ -16,6 +16,7 @@ import os
 from pathlib import Path
 
 from ..run.history import load_history
+from ..run.wording import fix
 from .core import Finding, format_report, metric_rows
 
 __all__ = ["load_run", "doctor_run", "plot_findings"]
@@ -201,8 +202,8 @@ def doctor_run(path: str | Path, figure: str | Path | None = None) -> tuple[list
     target = Path(figure) if figure else (base if base.is_dir() else base.parent) / "doctor.png"
     if figure is None and target.is_symlink():  # as every write in a run folder: never through a link
         raise ValueError(f"{target} is a symbolic link (to {os.readlink(target)}); saving the figure through it "
-                         "would overwrite a file outside the run. Fix: delete the link, or pass --figure PATH "
-                         "(figure=...) to save it elsewhere.")
+                         "would overwrite a file outside the run. Fix: delete the link, or pass "
+                         f"{fix('--figure PATH', 'figure=PATH')} to save it elsewhere.")
     saved = plot_findings(rows, findings, target)
     if saved is not None:
         text += f"\nfigure: {saved}"
