@@ -203,6 +203,7 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     """Errors caused by what the user passed (a value, a path, a file, a reward, the machine):
     a message, not a traceback. Each of them names the cause and the fix. Anything else is a
     bug in the library and keeps its traceback."""
+    from .run.async_rollouts import GenerationWorkerError
     from .run.checkpoint import CheckpointError
     from .run.nonfinite import NonFiniteTrainingError
     from .models import ModelNotAvailableError
@@ -211,7 +212,7 @@ def _user_errors() -> tuple[type[BaseException], ...]:
 
     return (ValueError, KeyError, FileNotFoundError, NotADirectoryError, IsADirectoryError, PermissionError,
             CheckpointError, NonFiniteTrainingError, RewardFunctionError, SandboxUnavailableError,
-            ModelNotAvailableError)
+            ModelNotAvailableError, GenerationWorkerError)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -189,7 +189,8 @@ class RLConfig(metaclass=SuggestingFields):
     `max_completion_length`, which tool results count toward, still ends every trajectory)."""
     tool_timeout: float | None = 30.0
     """Seconds one tool call may run before it fails with a timeout message (the model reads it and
-    the call counts in `tools/failure_frequency`); None = no limit (TRL 1.16 has none)."""
+    the call counts in `tools/failure_frequency`); an environment's `reset` past it stops the run with
+    an error naming the row. None = no limit (TRL 1.16 has none)."""
     vllm_importance_sampling_correction: bool | None = None
     """Correct for the sampler not being the trained policy (TIS/MIS, "Your Efficient RL Framework
     Secretly Brings You Off-Policy RL Training", Yao et al. 2025); None = on exactly when engine is
@@ -315,6 +316,10 @@ class RLConfig(metaclass=SuggestingFields):
     async_old_logps: Literal["sampler", "recompute"] = "sampler"
     """With async_generation, the clip's old log-probs: "sampler", the worker's (TRL's AsyncGRPO; no extra forward);
     "recompute", the trainer's when it takes the batch, with the sampling correction (decoupled PPO, AReaL)."""
+    async_batch_timeout_s: float | None = 1800.0
+    """With async_generation: most seconds the trainer waits for one batch from the worker; past it the worker
+    (stopped or stuck) is killed, and the run saves what it has and stops with an error (the worker's
+    start-up gets at least 600 s). None = no limit."""
 
     # --- derived in __post_init__ (not arguments, not saved) --------------------
     effective_steps_per_generation: int = field(init=False, repr=False)

@@ -400,6 +400,9 @@ def get_task(name: str, *, split: str = "train", n: int | None = 1000, seed: int
     a ``.jsonl`` file or ``module:function`` (:mod:`course_lib.run.user_tasks`)."""
     from .run.user_tasks import is_user_task, load_user_task
 
+    if not isinstance(name, str):
+        raise ValueError(f"get_task: name={name!r} is a {type(name).__name__}, not a task name. Fix: pass one of "
+                         f"{', '.join(TASKS)}, 'gsm8k', 'gsm8k:<folder>', a .jsonl file or module:function.")
     if name == "gsm8k" or name.startswith("gsm8k:"):
         path = name.partition(":")[2] or None
         return load_gsm8k(path, split=split, n=n, seed=seed)

@@ -79,9 +79,11 @@ def format_accuracy(correct: int, total: int) -> str:
 
 
 @torch.no_grad()
-def _check_positions(model, tokenizer, texts: list[str], max_new_tokens: int) -> None:
-    """Refuse what the model cannot read: a prompt plus ``max_new_tokens`` beyond its positions
-    (the generation would run past the trained positions, or fail inside the model)."""
+def _check_positions(model, tokenizer, texts: list[str], max_new_tokens: int, max_prompt_length: int | None = None,
+                     lengths_fix: str | None = None) -> None:
+    """Refuse what the model cannot read: a prompt (cut to ``max_prompt_length`` tokens) plus
+    ``max_new_tokens`` beyond its positions (the generation would run past the trained
+    positions, or fail inside the model). ``lengths_fix``: the fix to name (the caller's options)."""
     from .rollout.base import ContextLengthError
 
     if max_new_tokens < 1:
@@ -91,18 +93,23 @@ def _check_positions(model, tokenizer, texts: list[str], max_new_tokens: int) ->
     if not limit:
         return
     lengths = [len(ids) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]]
+    if max_prompt_length is not None:
+        lengths = [min(n, max_prompt_length) for n in lengths]
     longest = max(range(len(lengths)), key=lengths.__getitem__)
     if lengths[longest] + max_new_tokens > limit:
+        lengths_fix = lengths_fix or f"lower {fix('--max-new-tokens', 'max_new_tokens')}, or evaluate shorter prompts"
         raise ContextLengthError(f"prompt {longest} has {lengths[longest]} tokens; with "
                                  f"max_new_tokens={max_new_tokens} "
                                  f"it needs {lengths[longest] + max_new_tokens} positions, but the model reads at most "
-                                 f"{limit}. Fix: lower {fix('--max-new-tokens', 'max_new_tokens')}, or evaluate shorter "
-                                 "prompts.")
+                                 f"{limit}. Fix: {lengths_fix}.")
 
 
 def greedy_completions(model, tokenizer, prompts, max_new_tokens: int = 32, batch_size: int = 32,
-                       progress: bool | None = None, desc: str = "eval") -> list[str]:
+                       progress: bool | None = None, desc: str = "eval", max_prompt_length: int | None = None,
+                       lengths_fix: str | None = None) -> list[str]:
     """Greedy completions (text, special tokens removed) for conversational prompts.
+
+    ``max_prompt_length``: keep each prompt's last that many tokens, as training does.
 
     ``progress``: show a bar (periodic lines where no bar can be drawn, see
     :mod:`course_lib.progress`); None (default) shows one when there is more than one batch.
@@ -110,14 +117,17 @@ def greedy_completions(model, tokenizer, prompts, max_new_tokens: int = 32, batc
     model.eval()
     tokenizer.padding_side = "left"
     texts = [tokenizer.apply_chat_template(p, add_generation_prompt=True, tokenize=False) for p in prompts]
-    _check_positions(model, tokenizer, texts, max_new_tokens)
+    _check_positions(model, tokenizer, texts, max_new_tokens, max_prompt_length, lengths_fix)
+    cut = {} if max_prompt_length is None else {"truncation": True, "max_length": max_prompt_length}
+    if cut:
+        tokenizer.truncation_side = "left"  # the prompt's end (the question) is what the model answers
     completions = []
     device = next(model.parameters()).device
     show = len(texts) > batch_size if progress is None else progress
     with progress_bar(total=len(texts), desc=desc, unit="prompt", disable=not show) as bar:
         for start in range(0, len(texts), batch_size):
             batch = tokenizer(texts[start:start + batch_size], return_tensors="pt", padding=True,
-                              add_special_tokens=False).to(device)
+                              add_special_tokens=False, **cut).to(device)
             output = model.generate(**batch, max_new_tokens=max_new_tokens, do_sample=False,
                                     pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)
             new_tokens = output[:, batch["input_ids"].shape[1]:]
@@ -127,7 +137,8 @@ def greedy_completions(model, tokenizer, prompts, max_new_tokens: int = 32, batc
 
 
 def evaluate_accuracy(model, tokenizer, dataset, max_new_tokens: int = 32, batch_size: int = 32,
-                      return_completions: bool = False, progress: bool | None = None, correct_fn=None):
+                      return_completions: bool = False, progress: bool | None = None, correct_fn=None,
+                      max_prompt_length: int | None = None, lengths_fix: str | None = None):
     """Fraction of rows whose greedy completion is correct: ``correct_fn(completion, answer) -> bool``,
     by default :func:`is_correct` (the number in ``<answer>`` tags, else the first number).
 
@@ -136,7 +147,8 @@ def evaluate_accuracy(model, tokenizer, dataset, max_new_tokens: int = 32, batch
     if len(dataset) == 0:
         raise ValueError("evaluate_accuracy got a dataset with no rows, which has no accuracy. Fix: evaluate at "
                          f"least one row ({fix('--n / --eval-n >= 1', 'a dataset of at least 1 row')}).")
-    completions = greedy_completions(model, tokenizer, dataset["prompt"], max_new_tokens, batch_size, progress)
+    completions = greedy_completions(model, tokenizer, dataset["prompt"], max_new_tokens, batch_size, progress,
+                                     max_prompt_length=max_prompt_length, lengths_fix=lengths_fix)
     if "answer" not in dataset.column_names:
         raise ValueError(f"evaluate_accuracy needs an 'answer' column (columns: {dataset.column_names}). Fix: add "
                          "the reference answers to the rows.")

@@ -53,7 +53,7 @@ from .run.distributed import Shards, make_accelerator
 from .run.folder import claim_output_dir, run_identity
 from .doctor.live import LiveDoctor
 from .run.dynamic_sampling import draw_batch
-from .run.async_rollouts import pipeline_closed, start_pipeline
+from .run.async_rollouts import GenerationWorkerError, pipeline_closed, start_pipeline
 from .run.history import (MetricsLogger, StepClock, format_samples, mean_rows as _mean_rows,
                           prompt_text as _prompt_text, unique_prompt_samples)
 from .run.in_loop_eval import InLoopEvaluator
@@ -62,6 +62,11 @@ from .run.nonfinite import check_finite_update, check_finite_weights, clip_gradi
 from .run.step_report import StepReport
 from .run.trainer_state import resume_trainer, save_final_model, save_trainer_checkpoint
 from .run.validation import check_train_dataset
+from .run.wording import resume_latest
+
+
+#: Arguments the reward call passes itself, so no dataset column may carry these names.
+_REWARD_ARGUMENTS = frozenset({"prompts", "completions", "completion_ids", "environments", "trainer_state"})
 
 
 class Trainer:
@@ -85,6 +90,15 @@ class Trainer:
         if not reward_funcs and environment_factory is None:
             raise ValueError("reward_funcs is empty: pass at least one reward function.")
         check_train_dataset(train_dataset)  # a table with usable prompts (course_lib.run.validation)
+        clashing = sorted(set(train_dataset.column_names) & _REWARD_ARGUMENTS)
+        if clashing:  # the reward call passes these itself: caught here, not blamed on a reward function later
+            raise ValueError(f"train_dataset has a column named {clashing[0]!r}, a name the reward functions already "
+                             f"receive as an argument ({', '.join(sorted(_REWARD_ARGUMENTS))}). Fix: rename the "
+                             f"column, e.g. dataset.rename_column({clashing[0]!r}, 'reference_{clashing[0]}').")
+        if model is not None and tokenizer is None:
+            raise ValueError("Trainer got a model but tokenizer=None: the prompts cannot be encoded. Fix: pass the "
+                             "model's tokenizer too (model, tokenizer = load_policy(...)), or pass neither and set "
+                             "config.model_name_or_path.")
         if len(train_dataset) < config.unique_prompts_per_generation:
             raise ValueError(f"train_dataset has {len(train_dataset)} rows but one generation batch needs "
                              f"{config.unique_prompts_per_generation} distinct prompts; add rows or lower "
@@ -103,6 +117,11 @@ class Trainer:
         self.tokenizer = tokenizer
         self.tool_run, self.reward_funcs, self.reward_weights = setup_tools(
             config, list(reward_funcs or []), tools, environment_factory, tokenizer, self._columns)
+        for function in self.reward_funcs:  # refused now, not at the first completion holding code
+            if getattr(function, "needs_sandbox", False):
+                from .sandbox.isolation import require_isolation
+
+                require_isolation(f"reward function {reward_function_name(function)!r}")
         # accelerate owns the device and the process group; one process is the plain case.
         self.accelerator = make_accelerator(config)
         self.shards = Shards(self.accelerator, config.per_device_train_batch_size * config.effective_steps_per_generation)
@@ -396,7 +415,7 @@ class Trainer:
         self.pipeline = start_pipeline(self)  # None unless async_generation
         while self.step < self.max_steps:
             if self.batch is None or self.batch_position >= micro_per_cycle:
-                self.batch, self.batch_position = self._score(self._generate()), 0
+                self.batch, self.batch_position = self._score(self._generate_or_save()), 0
             index = self.batch_position % config.effective_steps_per_generation
             self._window.append(self._micro_step(self.batch.micro_batch(index, config.per_device_train_batch_size)))
             self.batch_position += 1
@@ -421,6 +440,31 @@ class Trainer:
         self.logger.close()
         self._report.closing(self.output_dir, self.step, self.interrupted, config.report_to)
         return self.logger.rows
+
+    def _generate_or_save(self) -> Generated:
+        """``_generate()``; when the asynchronous generation worker fails, first save what the trainer
+        has (its completed steps, as a stop signal does) and say in the error what is on disk."""
+        if self.pipeline is None:
+            return self._generate()
+        sampler = self.sampler.state()  # before this cycle's prompts are drawn: the checkpoint's position
+        try:
+            return self._generate()
+        except GenerationWorkerError as error:
+            self.sampler.epoch, self.sampler.position = sampler["epoch"], sampler["position"]
+            raise GenerationWorkerError(f"{error} {self._save_after_failure()}") from None
+
+    def _save_after_failure(self) -> str:
+        """Save a checkpoint at the last completed optimizer step if none exists; the sentence saying
+        what the run can be continued from."""
+        saved = self.output_dir / f"checkpoint-{self.step}"
+        between_steps = self.micro_step % self.config.gradient_accumulation_steps == 0 and not self._window
+        if self.step > 0 and between_steps and ckpt.checkpoint_problem(saved) is not None:
+            self.save_checkpoint()
+        latest = ckpt.latest_checkpoint(self.output_dir)
+        if latest is None:
+            return "No checkpoint exists (no optimizer step was completed): start the run again."
+        return (f"The run stopped after step {self.step}; {latest} holds step {latest.name.split('-')[-1]}: "
+                f"continue with {resume_latest()}.")
 
     def _log_step(self, row: dict) -> bool:
         """Step 5: throughput, in-loop evaluation when due, ``history.jsonl``, the run doctor, progress bar,

@@ -12,19 +12,37 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 from ..run.history import load_history
+from ..run.wording import fix
 from .core import Finding, format_report, metric_rows
 
 __all__ = ["load_run", "doctor_run", "plot_findings"]
 
 
-def _trl_rows(log_history: list[dict]) -> list[dict]:
+def _trl_rows(log_history: list[dict], source: Path) -> list[dict]:
+    """The step rows of TRL's ``log_history``; a malformed one is refused naming ``source`` and the field."""
+
+    def refuse(where: str, value, expected: str):
+        raise ValueError(f"{source}: {where} is {type(value).__name__} {str(value)[:60]!r}, not {expected}. Fix: "
+                         "pass the trainer_state.json that TRL wrote (this one was edited or is damaged).")
+
+    if not isinstance(log_history, list):
+        refuse("log_history", log_history, "a list of entries")
     merged: dict[int, dict] = {}
-    for entry in log_history:
+    for index, entry in enumerate(log_history):
+        if not isinstance(entry, dict):
+            refuse(f"log_history[{index}]", entry, "an object of metrics")
         if "step" not in entry or "train_runtime" in entry:  # the run summary, not a training step
             continue
+        step = entry["step"]
+        if isinstance(step, bool) or not isinstance(step, (int, float)) or step != int(step) or step < 0:
+            refuse(f"log_history[{index}].step", step, "a whole number >= 0")
+        for key, value in entry.items():
+            if isinstance(value, str):  # a number written as text would be read as a missing (non-finite) value
+                refuse(f"log_history[{index}].{key}", value, "a number")
         row = merged.setdefault(int(entry["step"]), {"step": int(entry["step"])})
         for key, value in entry.items():
             if key.startswith("eval_") and key not in ("eval_runtime", "eval_samples_per_second",
@@ -55,6 +73,12 @@ def load_run(path: str | Path) -> tuple[list[dict], dict, str]:
         from ..run.checkpoint import latest_checkpoint, load_trainer_state
 
         rows = load_history(path)
+        for number, row in enumerate(rows, start=1):
+            step = row.get("step")
+            if row.get("type", "metrics") == "metrics" and step is not None and (
+                    isinstance(step, bool) or not isinstance(step, int) or step < 0):
+                raise ValueError(f"{path / 'history.jsonl'}: row {number} has step={str(step)[:40]!r}, not a whole "
+                                 "number >= 0. Fix: restore the file the run wrote (it was edited or is damaged).")
         last = latest_checkpoint(path)
         config = load_trainer_state(last).get("config", {}) if last is not None else {}
         # The live doctor writes the run's config into the history once (a row of type "config").
@@ -62,9 +86,16 @@ def load_run(path: str | Path) -> tuple[list[dict], dict, str]:
         return rows, config, "course"
     state_file = _trl_state_file(path)
     if state_file is not None:
-        state = json.loads(state_file.read_text(encoding="utf-8"))
+        try:
+            state = json.loads(state_file.read_text(encoding="utf-8"))
+        except (ValueError, UnicodeDecodeError) as error:
+            raise ValueError(f"{state_file}: not a JSON file ({error}). Fix: pass the trainer_state.json that TRL "
+                             "wrote.") from None
+        if not isinstance(state, dict):
+            raise ValueError(f"{state_file}: holds a {type(state).__name__}, not a JSON object with a log_history. "
+                             "Fix: pass the trainer_state.json that TRL wrote.")
         if "log_history" in state:
-            return _trl_rows(state["log_history"]), {}, "trl"
+            return _trl_rows(state["log_history"], state_file), {}, "trl"
         if "config" in state and (state_file.parent.parent / "history.jsonl").is_file():
             return load_history(state_file.parent.parent), state["config"], "course"
     raise FileNotFoundError(f"{path}: no history.jsonl and no TRL trainer_state.json with a log_history. "
@@ -169,6 +200,10 @@ def doctor_run(path: str | Path, figure: str | Path | None = None) -> tuple[list
         text += "\n(TRL log: rules that read the run's config name fields without their values)"
     base = Path(path)
     target = Path(figure) if figure else (base if base.is_dir() else base.parent) / "doctor.png"
+    if figure is None and target.is_symlink():  # as every write in a run folder: never through a link
+        raise ValueError(f"{target} is a symbolic link (to {os.readlink(target)}); saving the figure through it "
+                         "would overwrite a file outside the run. Fix: delete the link, or pass "
+                         f"{fix('--figure PATH', 'figure=PATH')} to save it elsewhere.")
     saved = plot_findings(rows, findings, target)
     if saved is not None:
         text += f"\nfigure: {saved}"

@@ -21,13 +21,19 @@ def nanstd(x: Tensor, dim: int | None = None) -> Tensor:
 
     Returns NaN where fewer than two values are present (an undefined spread), as
     TRL's `nanstd` does; `dim=None` reduces everything to a scalar.
+
+    Computed in float64 and returned in `x`'s dtype: squared deviations of rewards of
+    magnitude 1e20 or more overflow float32 (3.4e38), which made the spread infinite and
+    every advantage 0, while the spread itself fits float32.
     """
     if dim is None:
         x, dim = x.reshape(-1), 0
+    dtype = x.dtype
+    x = x.double() if x.is_floating_point() and x.device.type != "mps" else x  # MPS has no float64
     count = (~torch.isnan(x)).sum(dim=dim)
     mean = torch.nanmean(x, dim=dim, keepdim=True)
     variance = torch.nansum((x - mean) ** 2, dim=dim) / (count - 1).clamp(min=1)
-    return torch.where(count > 1, variance.sqrt(), torch.full_like(variance, float("nan")))
+    return torch.where(count > 1, variance.sqrt(), torch.full_like(variance, float("nan"))).to(dtype)
 
 
 def standardize(x: Tensor, eps: float = 1e-8) -> Tensor:

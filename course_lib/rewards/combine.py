@@ -316,6 +316,7 @@ def compute_rewards(
         raise ValueError("reward_funcs is empty; pass at least one reward function")
     if weights is None:
         weights = [1.0] * n_funcs
+    weights = _checked_weights(weights)
     if len(weights) != n_funcs:
         raise ValueError(f"got {len(weights)} weights for {n_funcs} reward functions; give one weight per function")
 
@@ -370,6 +371,28 @@ def compute_rewards(
             stacklevel=2,
         )
     return rewards_per_func, total
+
+
+def _checked_weights(weights: Any) -> list[float]:
+    """``weights`` as a list of finite floats; a scalar, a string, a NaN or an infinite weight is refused
+    (a NaN weight would silently zero its function's rewards, an infinite one make totals NaN)."""
+    if isinstance(weights, (torch.Tensor, np.ndarray)):
+        weights = weights.tolist()
+    if isinstance(weights, (str, bytes, Mapping)) or not isinstance(weights, Iterable):
+        raise ValueError(f"weights={_short(repr(weights), 60)} is not a list. Fix: give one number per reward "
+                         "function, e.g. weights=[1.0, 0.5].")
+    weights = list(weights)
+    for index, weight in enumerate(weights):
+        if isinstance(weight, np.generic):
+            weight = weight.item()
+        if isinstance(weight, bool) or not isinstance(weight, (int, float)):
+            raise ValueError(f"weights[{index}]={_short(repr(weight), 60)} is not a number. Fix: give one number "
+                             "per reward function, e.g. weights=[1.0, 0.5].")
+        if not math.isfinite(weight):
+            raise ValueError(f"weights[{index}]={weight!r} is not finite (NaN would silently drop that function's "
+                             "rewards, infinity make the totals NaN). Fix: give a finite weight, e.g. 1.0, or 0.0 "
+                             "to switch the function off.")
+    return [float(w) for w in weights]
 
 
 _EXPECTED = "a list of {batch} rewards (numbers or None), or a 1-D array / tensor of shape ({batch},)"

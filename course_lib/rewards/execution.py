@@ -115,6 +115,9 @@ def make_code_execution_reward(
 
     reward.__name__ = reward.__qualname__ = name
     reward.required_columns = (tests_column,)  # read by checks that a dataset can feed this reward
+    # Read by the trainer, which refuses to start without the sandbox: otherwise a run whose completions
+    # hold no code block yet would score 0 silently until the first one reached the sandbox.
+    reward.needs_sandbox = isolation == "os"
     return reward
 
 

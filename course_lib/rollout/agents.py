@@ -46,6 +46,9 @@ STOP_REASONS = ("eos", "length", "iteration_cap", "budget")
 # single-turn rollout draws, and later turns never reuse another row's or turn's seed.
 _TURN_STRIDE = 0x9E3779B97F4A7C15 % SEED_MODULUS
 TRUNCATION_MARK = " ...[{dropped} tokens cut]"
+#: More characters than any tokenizer puts in one token on average: a result is cut to
+#: ``(room + 1) * CHARS_PER_TOKEN`` characters before it is tokenized.
+CHARS_PER_TOKEN = 32
 
 
 @dataclass
@@ -130,20 +133,30 @@ class _ResultFitter:
         return self.tokenizer(text, add_special_tokens=False)["input_ids"]
 
     def fit(self, results: list[ToolResult], room: int) -> tuple[list[int], list[str]] | None:
-        """``(suffix ids, contents)`` within ``room`` tokens, or ``None`` if even empty results do not fit."""
-        contents = [r.content for r in results]
-        suffix = self.ids([(r.name, c) for r, c in zip(results, contents)])
-        if len(suffix) <= room:
-            return suffix, contents
+        """``(suffix ids, contents)`` within ``room`` tokens, or ``None`` if even empty results do not fit.
+
+        A result longer than ``room * CHARS_PER_TOKEN`` characters is cut by characters first:
+        tokenizing a 5 MB result to keep a few hundred tokens of it cost seconds and gigabytes.
+        The tokens dropped with those characters are estimated from the kept part's ratio.
+        """
+        limit = (room + 1) * CHARS_PER_TOKEN
+        full = [r.content for r in results]
+        contents = [c[:limit] for c in full]
+        if contents == full:
+            suffix = self.ids([(r.name, c) for r, c in zip(results, contents)])
+            if len(suffix) <= room:
+                return suffix, contents
         overhead = len(self.ids([(r.name, "") for r in results]))
         if overhead > room:
             return None
         pieces = [self.tokenizer(c, add_special_tokens=False)["input_ids"] for c in contents]
+        unseen = [round((len(f) - len(c)) * len(p) / max(len(c), 1)) for f, c, p in zip(full, contents, pieces)]
         keep = max(0, (room - overhead) // len(results))
         for _ in range(8):  # shrink until the rendered suffix fits; marks and merges cost a few tokens
-            contents = [c if len(p) <= keep else
-                        self.tokenizer.decode(p[:max(keep - 8, 0)]) + TRUNCATION_MARK.format(dropped=len(p) - max(keep - 8, 0))
-                        for c, p in zip((r.content for r in results), pieces)]
+            contents = [c if len(p) <= keep and not more else
+                        self.tokenizer.decode(p[:max(keep - 8, 0)])
+                        + TRUNCATION_MARK.format(dropped=len(p) - max(keep - 8, 0) + more)
+                        for c, p, more in zip(full, pieces, unseen)]
             suffix = self.ids([(r.name, c) for r, c in zip(results, contents)])
             if len(suffix) <= room:
                 return suffix, contents

@@ -87,7 +87,7 @@ class ToolRun:
         if self.environments is not None:
             row_dicts = [{"prompt": prompts[i], **{k: v[i] for k, v in columns.items()
                                                    if not (multiple and k == "environment")}} for i in range(count)]
-            observations = Environments.reset(instances, row_dicts, rows)
+            observations = Environments.reset(instances, row_dicts, rows, timeout=self.timeout)
             prompts = [append_observation(p, o) for p, o in zip(prompts, observations)]
         tool_lists = [self.tools + (public_methods(e) if e is not None else []) for e in instances]
         kwargs = dict(sampling.chat_template_kwargs or {})

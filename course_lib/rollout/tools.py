@@ -22,10 +22,12 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import os
 import threading
 from dataclasses import dataclass
 from typing import Callable, Mapping, Sequence
 
+from ..run.history import leave_if_forked
 from .tool_calls import ToolCall, error_text, result_text, tool_schema
 
 
@@ -115,13 +117,28 @@ class ToolBox:
             inspect.signature(function).bind(**call.arguments)
         except TypeError as error:
             return ToolResult(name, error_text(f"wrong arguments for {name}: {error}"), failed=True)
+        owner = os.getpid()
         try:
             value = _run_with_timeout(function, call.arguments, self.timeout)
         except TimeoutError:
             return ToolResult(name, error_text(f"{name} timed out after {self.timeout} s"), failed=True)
         except Exception as error:  # the tool's own failure is information for the model
-            return ToolResult(name, error_text(str(error) or type(error).__name__), failed=True)
-        return ToolResult(name, result_text(value))
+            return ToolResult(name, error_text(_shown(error)), failed=True)
+        finally:
+            leave_if_forked(owner, f"the tool {name!r}")  # a forked child must not return into the run
+        try:
+            return ToolResult(name, result_text(value))
+        except Exception as error:  # noqa: BLE001 - a __str__ that raises, a value nested too deep (RecursionError)
+            return ToolResult(name, error_text(f"{name} returned a {type(value).__name__} that cannot be written "
+                                               f"as text ({type(error).__name__}: {_shown(error)})"), failed=True)
+
+
+def _shown(error: BaseException) -> str:
+    """An exception's message, never raising itself (its ``__str__`` is the tool author's code)."""
+    try:
+        return str(error)[:2000] or type(error).__name__
+    except Exception:  # noqa: BLE001
+        return type(error).__name__
 
 
 def public_methods(instance) -> list[Callable]:
@@ -186,12 +203,20 @@ class Environments:
         return out
 
     @staticmethod
-    def reset(instances: Sequence, rows: Sequence[dict], row_ids: Sequence[int]) -> list:
-        """``reset(**row)`` on each instance; returns what each returned (``None`` or text)."""
+    def reset(instances: Sequence, rows: Sequence[dict], row_ids: Sequence[int], timeout: float | None = None) -> list:
+        """``reset(**row)`` on each instance; returns what each returned (``None`` or text).
+
+        ``timeout``: seconds each ``reset`` may take (the run's ``tool_timeout``); past it the run
+        stops with :class:`EnvironmentResetError` instead of waiting forever.
+        """
         observations = []
         for instance, row, row_id in zip(instances, rows, row_ids):
             try:
-                observation = instance.reset(**row)
+                observation = _run_with_timeout(instance.reset, dict(row), timeout)
+            except TimeoutError:
+                raise EnvironmentResetError(f"{type(instance).__name__}.reset did not return within tool_timeout="
+                                            f"{timeout} s on dataset row {row_id}. Fix: make reset return faster, "
+                                            "or raise tool_timeout.") from None
             except Exception as error:
                 raise EnvironmentResetError(f"{type(instance).__name__}.reset failed on dataset row {row_id} "
                                             f"(columns {sorted(row)}): {type(error).__name__}: {error}") from error

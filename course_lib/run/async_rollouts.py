@@ -38,9 +38,11 @@ sampling weights and the trainer's when the batch is taken) and ``perf/rollout_w
 trainer's wait for the batch); the clip's ``clip_ratio/*`` show how far stale samples moved
 (with ``"recompute"``, the correction's ``sampling/*`` statistics as well).
 
-Failures: a worker that raises sends its traceback, and one that dies (killed, out of memory)
-is noticed within half a second; both stop the run with a ``GenerationWorkerError``, never a
-hang. The worker ignores Ctrl-C (the trainer saves, then stops it) and exits when the trainer's
+Failures: a worker that raises sends its traceback, one that dies (killed, out of memory)
+is noticed within half a second, and one that sends nothing for ``async_batch_timeout_s``
+(stopped, stuck) is killed; each stops the run with a ``GenerationWorkerError``, never a hang.
+The trainer first saves a checkpoint of the steps it completed, as a stop signal does, and the
+message names it (or says that none exists). The worker ignores Ctrl-C (the trainer saves, then stops it) and exits when the trainer's
 process is gone. On resume the batches that were in flight are regenerated from the resumed
 weights (their sampling weights were not saved), so the first ones are fresher than in the
 uninterrupted run; a checkpoint may also resume with ``async_generation=False`` (or another bound).
@@ -63,6 +65,10 @@ import numpy as np
 import torch
 
 from .batches import PromptSampler
+
+
+#: Least seconds the worker's start-up may take (a spawned interpreter imports torch and copies the model).
+STARTUP_S = 600.0
 
 
 class GenerationWorkerError(RuntimeError):
@@ -138,6 +144,7 @@ def _worker_main(model, tokenizer, slots, inbox, outbox, parent_pid: int, thread
     torch.set_num_threads(threads)
     try:
         engine, version = HFEngine(model, tokenizer, record_logps=True), None
+        outbox.put(("ready",))  # start-up is over: from now on each batch has async_batch_timeout_s
         while True:
             try:
                 message = inbox.get(timeout=0.5)
@@ -182,6 +189,7 @@ class AsyncGeneration:
         self.pending: deque = deque()  # (cycle, version, prompts, sampling) sent, not yet taken
         self.metrics: dict = {}
         self.worker_seconds = 0.0
+        self.ready, self.started_at = False, time.monotonic()  # the worker says "ready" once it has started
         context = torch.multiprocessing.get_context("spawn")
         self.inbox, self.outbox = context.Queue(), context.Queue()
         import copy
@@ -249,25 +257,43 @@ class AsyncGeneration:
         return _as_tensors(rollout)
 
     def _receive(self, cycle: int):
+        limit, waited_from = self.config.async_batch_timeout_s, time.monotonic()
         while True:
             try:
                 message = self.outbox.get(timeout=0.5)
             except queue.Empty:
                 if not self.process.is_alive():
                     raise self._died(cycle) from None
+                if limit is not None and self._overdue(waited_from, limit):
+                    self.process.kill()  # stopped (SIGSTOP) or stuck: it will not hand the batch over
+                    self.process.join(timeout=5)
+                    what = (f"sent no batch {cycle} within async_batch_timeout_s={limit} s" if self.ready else
+                            f"did not start within {max(limit, STARTUP_S):g} s")
+                    raise GenerationWorkerError(
+                        f"the generation worker (pid {self.process.pid}) {what} (it was stopped or is stuck), so it "
+                        "was killed. Fix: find what stopped it, or raise async_batch_timeout_s if a batch takes "
+                        "longer on this machine (None waits without a limit).") from None
                 continue
             except (OSError, EOFError) as error:  # a dead worker can no longer hand over its tensors
                 self.process.join(timeout=5)
                 raise self._died(cycle) from error
             if message[0] == "error":
                 raise GenerationWorkerError(f"the generation worker failed on batch {cycle}:\n{message[1]}")
+            if message[0] == "ready":
+                self.ready, waited_from = True, time.monotonic()
+                continue
             return message
 
+    def _overdue(self, waited_from: float, limit: float) -> bool:
+        """Past the time limit: ``limit`` seconds for a batch once the worker is ready; before, its
+        start-up (importing, copying the model) gets at least :data:`STARTUP_S` from the start."""
+        now = time.monotonic()
+        return now - waited_from > limit if self.ready else now - self.started_at > max(limit, STARTUP_S)
+
     def _died(self, cycle: int) -> GenerationWorkerError:
-        return GenerationWorkerError(
+        return GenerationWorkerError(  # the trainer adds what it saved (Trainer._generate_or_save)
             f"the generation worker (pid {self.process.pid}) exited with code {self.process.exitcode} while the "
-            f"trainer waited for generation batch {cycle}. The run stops here; resume from its latest checkpoint "
-            "(train(resume_from='latest')).")
+            f"trainer waited for generation batch {cycle}.")
 
     def close(self) -> None:
         """Stop the worker (it finishes or drops what it holds) and release the queues."""
@@ -276,6 +302,9 @@ class AsyncGeneration:
             self.process.join(timeout=5)
         if self.process.is_alive():
             self.process.terminate()
+            self.process.join(timeout=5)
+        if self.process.is_alive():  # a stopped process ignores SIGTERM until continued; SIGKILL is not ignored
+            self.process.kill()
             self.process.join(timeout=5)
         for q in (self.inbox, self.outbox):
             q.cancel_join_thread()

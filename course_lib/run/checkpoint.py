@@ -26,6 +26,7 @@ Ctrl-C, SIGTERM and SIGHUP into "save and stop" at the next optimizer step (``co
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import random
@@ -99,14 +100,39 @@ def atomic_folder(folder: str | Path) -> Iterator[Path]:
     tmp.mkdir()
     try:
         yield tmp
-    except BaseException:
+    except BaseException as error:
         shutil.rmtree(tmp, ignore_errors=True)
+        if _out_of_space(error):
+            raise CheckpointError(_no_space_message(folder)) from error
         raise
     _fsync_tree(tmp)
     if folder.exists():  # saved again (a resumed run): hide the old one, then publish the new one
         _discard(folder)
     os.replace(tmp, folder)
     _fsync_dir(folder.parent)
+
+
+def _out_of_space(error: BaseException) -> bool:
+    """True for a write that failed for want of space: ``ENOSPC`` / ``EDQUOT``, or torch's and
+    safetensors' own wording of it (they report a failed write without the errno)."""
+    if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT):
+        return True
+    text = str(error)
+    return isinstance(error, (OSError, RuntimeError)) and any(
+        mark in text for mark in ("No space left", "file write failed", "Disk quota exceeded"))
+
+
+def _no_space_message(folder: Path) -> str:
+    try:
+        free = f"{shutil.disk_usage(folder.parent).free / 2**20:.1f} MiB free after the partial write was removed"
+    except OSError:
+        free = "free space unknown"
+    latest = latest_checkpoint(folder.parent) if _NAME.match(folder.name) else None
+    kept = (f"the last complete checkpoint, {latest.name}, is intact" if latest is not None
+            else "no complete checkpoint exists yet")
+    return (f"no space left on {folder.parent} ({free}): {folder.name} was not saved, and nothing of it is left "
+            f"behind; {kept}. Fix: free space there, or move the run folder to a disk with room, then continue "
+            f"with {resume_latest()}.")
 
 
 def save_checkpoint(folder: str | Path, *, model, tokenizer, optimizer, scheduler, trainer_state: dict,

@@ -42,9 +42,11 @@ CORRECT_HELP = ("your function f(completion, answer) -> bool deciding a correct 
 
 def correct_function(args):
     """The ``--correct`` function, or None for the default rule."""
-    from .user_code import resolve_callable
+    from .user_code import resolve_callable, strict_correctness
 
-    return resolve_callable(args.correct, what="--correct") if getattr(args, "correct", None) else None
+    if not getattr(args, "correct", None):
+        return None
+    return strict_correctness(resolve_callable(args.correct, what="--correct"), what="--correct")
 
 
 def add_train_arguments(parser: argparse.ArgumentParser) -> None:
@@ -208,5 +210,9 @@ def _evaluate(trainer, args) -> float:
     from ..evaluation import evaluate_accuracy
 
     test = get_task(args.task, split="test", n=args.eval_n, seed=0)
-    return evaluate_accuracy(trainer.model, trainer.tokenizer, test, max_new_tokens=trainer.config.max_completion_length,
-                             correct_fn=correct_function(args), progress=True)
+    config = trainer.config
+    return evaluate_accuracy(trainer.model, trainer.tokenizer, test, max_new_tokens=config.max_completion_length,
+                             correct_fn=correct_function(args), progress=True, max_prompt_length=config.max_prompt_length,
+                             lengths_fix=f"lower --set max_completion_length={config.max_completion_length}, or cut "
+                             "the prompts with --set max_prompt_length=N (as training does), or evaluate without "
+                             "--eval-n")

@@ -122,9 +122,10 @@ def write_reward_module(rewards: list, output: Path) -> tuple[list[str], list[st
             module_name, file = module.__name__, Path(getattr(module, "__file__", "") or "")
             if file.suffix == ".py" and "." not in module_name and not _installed(file.resolve()):
                 module_name = file.stem  # __main__ too: the copy is imported under the file's name
-                if not module_name.isidentifier() or module_name in {MODULE_NAME, "course_lib", "trl"}:
+                if not module_name.isidentifier() or module_name in {MODULE_NAME, "course_lib", "trl", *sys.stdlib_module_names}:
                     raise UserCodeError(f"export: reward {attribute!r} lives in {file.name}, which cannot be copied "
-                                        f"under that name. Fix: rename the file (not {MODULE_NAME}.py).")
+                                        f"under that name (it would replace that module where TRL runs). Fix: "
+                                        f"rename the file (not {MODULE_NAME}.py, nor a standard module's name).")
                 if copies.setdefault(module_name, file.resolve()) != file.resolve():
                     raise UserCodeError(f"export: two reward modules are both named {module_name}.py "
                                         f"({copies[module_name]} and {file}). Fix: rename one.")

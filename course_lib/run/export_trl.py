@@ -93,6 +93,41 @@ def _copy_model(source: Path, target: Path) -> None:
             shutil.copy2(path, target / path.name)
 
 
+#: What an export writes in its folder (and the copies of reward modules, ``*.py``).
+_WRITTEN = ("grpo.yaml", "data", "data/train.jsonl", "course_rewards.py", "README.txt", "model")
+
+
+def _check_output_folder(output: Path) -> None:
+    """Refuse an ``output`` that is a file, or that holds a symbolic link where the export writes:
+    writing through it would change a file outside the folder."""
+    if output.exists() and not output.is_dir():
+        raise ValueError(f"export-trl: {fix('--output', 'output')} {str(output)!r} is an existing file, not a folder. Fix: pass a "
+                         "folder path (a new one, or an earlier export to update).")
+    if not output.is_dir():
+        return
+    links = [name for name in _WRITTEN if (output / name).is_symlink()]
+    links += sorted(p.name for p in output.glob("*.py") if p.is_symlink() and p.name not in links)
+    if links:
+        raise ValueError(f"export-trl: {fix('--output', 'output')} {str(output)!r} holds symbolic links where the export writes "
+                         f"({', '.join(links)}); writing through them would change files outside the folder. "
+                         "Fix: delete the links (or export into a new folder).")
+
+
+def _json_line(row: dict, index: int) -> str:
+    """One row of ``data/train.jsonl``; a value JSON cannot hold is refused naming its row and column."""
+    try:
+        return json.dumps(row) + "\n"
+    except (TypeError, ValueError):
+        for column, value in row.items():
+            try:
+                json.dumps(value)
+            except (TypeError, ValueError):
+                raise ValueError(f"export-trl: dataset row {index}, column {column!r} holds a {type(value).__name__} "
+                                 f"({str(value)[:40]!r}), which data/train.jsonl (JSON) cannot carry. Fix: turn the "
+                                 f"column into text or numbers (e.g. decode bytes), or drop {column!r}.") from None
+        raise
+
+
 def export_run(config, rewards: list, dataset, output: str | Path, num_processes: int = 1,
                copy_model: bool = True, tools: list | None = None, environment_factory=None) -> Path:
     """Write ``grpo.yaml``, ``data/train.jsonl``, ``course_rewards.py`` and ``README.txt`` into ``output``.
@@ -130,12 +165,13 @@ def export_run(config, rewards: list, dataset, output: str | Path, num_processes
                          "run.")
     check_reward_columns(rewards, columns)  # before anything is written
     output = Path(output)
+    _check_output_folder(output)
+    lines = [_json_line(row, index) for index, row in enumerate(dataset)]  # refused before anything is written
     output.mkdir(parents=True, exist_ok=True)
     reward_paths, notes = write_reward_module(rewards, output)  # resolves every reward before anything else
     (output / "data").mkdir(exist_ok=True)
     with (output / "data" / "train.jsonl").open("w") as handle:
-        for row in dataset:
-            handle.write(json.dumps(row) + "\n")
+        handle.writelines(lines)
     arguments = trl_arguments(config)
     model = resolve_model_path(config.model_name_or_path)
     if copy_model and isinstance(model, Path):

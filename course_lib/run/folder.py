@@ -75,6 +75,7 @@ RESUME_SAFE_FIELDS = {
     "max_staleness": "how old the sampling weights may be (batches in flight are redrawn on resume)",
     "weight_sync_steps": "which weight versions reach the generation worker",
     "async_old_logps": "how stale samples are corrected (the sampler's log-probs or the trainer's recomputed ones)",
+    "async_batch_timeout_s": "how long the trainer waits for a batch from the generation worker",
 }
 _RUN_LENGTH = ("max_steps", "num_train_epochs")
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import os
+import sys
 import time
 from pathlib import Path
 
@@ -43,6 +45,29 @@ class StepClock:
         return row
 
 
+#: Exit status of a forked copy of a run that :func:`leave_if_forked` stops.
+FORKED_COPY_EXIT = 70
+
+
+def leave_if_forked(owner_pid: int, what: str) -> None:
+    """End this process at once when it is not ``owner_pid``: a copy of the run made by ``os.fork()``
+    in user code (a tool, a reward) that returned into the training loop.
+
+    Such a copy would go on training and write into the same ``history.jsonl`` and checkpoints
+    as the run itself. ``os._exit`` ends it without running the run's clean-up (which would
+    release the run's lock and stop its workers).
+    """
+    pid = os.getpid()
+    if pid == owner_pid:
+        return
+    with contextlib.suppress(Exception):
+        sys.stderr.write(f"error: process {pid} is a copy of training run {owner_pid} made by os.fork() in {what}; "
+                         f"it stops here instead of writing a second run into the same output folder. Fix: end "
+                         "the forked child with os._exit() (or use subprocess), and give the tool a tool_timeout.\n")
+        sys.stderr.flush()
+    os._exit(FORKED_COPY_EXIT)
+
+
 class MetricsLogger:
     def __init__(self, output_dir: str | Path, report_to: str = "none", config: dict | None = None,
                  previous_rows: list[dict] | None = None, write: bool = True):
@@ -56,6 +81,7 @@ class MetricsLogger:
         self.events: list[dict] = [r for r in previous if "type" in r]
         self.entries: list[dict] = previous  # both, in the file's order (what a checkpoint saves)
         self.write = write
+        self.pid = os.getpid()  # the run's process: a forked copy must not write (leave_if_forked)
         self._wandb = self._tensorboard = None
         if not write:
             return
@@ -71,6 +97,7 @@ class MetricsLogger:
             self._tensorboard = SummaryWriter(log_dir=str(self.path.parent / "tensorboard"))
 
     def log(self, row: dict) -> None:
+        leave_if_forked(self.pid, "user code (a tool or a reward function)")
         clean = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in row.items()}
         self.rows.append(clean)
         self.entries.append(clean)
@@ -88,6 +115,7 @@ class MetricsLogger:
 
     def log_event(self, row: dict) -> None:
         """Append a row that is not a step's metrics (it carries a ``"type"``) to the file."""
+        leave_if_forked(self.pid, "user code (a tool or a reward function)")
         if "type" not in row:
             raise ValueError("an event row needs a 'type' key (e.g. 'doctor'); metric rows go through log().")
         self.events.append(row)

@@ -98,4 +98,10 @@ def resume_trainer(trainer, folder: str | Path) -> list[dict]:
             saved = saved["other_ranks"][trainer.shards.rank - 1]
         trainer.batch, trainer._last_samples = saved["batch"], saved["samples"]
     trainer._weights_dirty = True
-    return [row for row in load_history(folder) if row["step"] <= trainer.step]
+    rows = load_history(folder)
+    for number, row in enumerate(rows, start=1):
+        if isinstance(row.get("step"), bool) or not isinstance(row.get("step"), int):
+            raise ValueError(f"{folder}/history.jsonl: row {number} has no whole-number 'step' (it holds "
+                             f"{str(row)[:80]}), so the rows up to step {trainer.step} cannot be kept. Fix: "
+                             "restore the file the run wrote, or resume from another checkpoint.")
+    return [row for row in rows if row["step"] <= trainer.step]

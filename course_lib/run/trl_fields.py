@@ -51,6 +51,8 @@ COURSE_ONLY: dict[str, str] = {
     "weight_sync_steps": "AsyncGRPOConfig's name: optimizer steps between weight pushes to the generator.",
     "async_old_logps": "TRL's AsyncGRPOTrainer always takes the sampler's log-probs as the old ones ('sampler'); "
                        "'recompute' (decoupled PPO with the sampling correction) has no TRL counterpart.",
+    "async_batch_timeout_s": "How long the course's generation worker may take for one batch; TRL's "
+                             "AsyncGRPOTrainer has no such worker.",
     "tool_timeout": "Seconds a tool call may take before it becomes a failed call; TRL 1.16 runs tools "
                     "without a limit.",
     "doctor": "The run doctor (course_lib.doctor); for a TRL run, `python -m course_lib doctor` reads its "

@@ -5,14 +5,17 @@ the library does not ship by where it lives, as TRL's ``reward_funcs`` does:
 
 - ``my_rewards:digit_sum_reward`` or ``my_rewards.digit_sum_reward``: a module importable
   from the working folder or the Python path;
-- ``path/to/my_rewards.py:digit_sum_reward``: a file, imported under its own stem (its
-  folder goes on ``sys.path`` so its own sibling imports work).
+- ``path/to/my_rewards.py:digit_sum_reward``: a file, imported under a private module name
+  (a file named ``json.py`` never replaces the standard ``json``); its folder goes at the end
+  of ``sys.path`` so its own sibling imports work.
 
 Only dotted identifiers are accepted: a name is never evaluated as code.
 """
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import importlib
 import importlib.util
 import sys
@@ -40,21 +43,37 @@ def _import_file(path: Path, what: str):
     if not stem.isidentifier():
         raise UserCodeError(f"{what}: {path.name} is not importable as a module name. Fix: rename the file to a "
                             "Python identifier (letters, digits, underscores).")
-    loaded = sys.modules.get(stem)
+    # A private name: a file called json.py (any module's name) must not replace that module for the
+    # whole process. The name has no dot, so the TRL export still copies the file under its stem.
+    name = f"_course_user_{stem}_{hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:10]}"
+    loaded = sys.modules.get(name)
     if loaded is not None and Path(getattr(loaded, "__file__", "") or "").resolve() == path.resolve():
         return loaded
     folder = str(path.resolve().parent)
     if folder not in sys.path:
-        sys.path.insert(0, folder)
-    spec = importlib.util.spec_from_file_location(stem, path)
+        sys.path.append(folder)  # its sibling imports work; installed and standard modules keep precedence
+    spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
-    sys.modules[stem] = module  # registered first, as ``import`` does, so pickling and re-imports find it
+    sys.modules[name] = module  # registered first, as ``import`` does, so pickling and re-imports find it
     try:
-        spec.loader.exec_module(module)
+        with _no_exit(what, str(path)):
+            spec.loader.exec_module(module)
     except BaseException:
-        sys.modules.pop(stem, None)
+        sys.modules.pop(name, None)
         raise
     return module
+
+
+@contextlib.contextmanager
+def _no_exit(what: str, where: str):
+    """Turn a ``sys.exit()`` run while importing user code into an error: a run that exits 0 having
+    done nothing would look like a success."""
+    try:
+        yield
+    except SystemExit as stop:
+        raise UserCodeError(f"{what}: importing {where} called sys.exit({stop.code!r}), so the run would end "
+                            "having done nothing. Fix: move that code under `if __name__ == \"__main__\":` "
+                            "(importing the module must only define functions).") from None
 
 
 def resolve_callable(reference: str, what: str = "function") -> Callable:
@@ -81,7 +100,8 @@ def resolve_callable(reference: str, what: str = "function") -> Callable:
         if cwd not in sys.path and "" not in sys.path:
             sys.path.insert(0, cwd)  # as ``python -m`` and TRL's script do: the working folder's modules
         try:
-            module = importlib.import_module(location)
+            with _no_exit(what, f"module {location!r}"):
+                module = importlib.import_module(location)
         except ModuleNotFoundError as error:
             if error.name and location.startswith(error.name):
                 raise UserCodeError(f"{what}: no module {location!r} (from {reference!r}). Fix: run from the folder "
@@ -99,3 +119,27 @@ def resolve_callable(reference: str, what: str = "function") -> Callable:
     if not callable(function):
         raise UserCodeError(f"{what}: {reference!r} is a {type(function).__name__}, not a function.")
     return function
+
+
+def strict_correctness(function: Callable, what: str = "--correct") -> Callable:
+    """``function`` (``f(completion, answer)``), whose every result must be a bool (or 0 / 1).
+
+    Accuracy counts the results: tested for truth, the string ``'False'`` would count as
+    correct and a forgotten ``return`` (None) as wrong, silently.
+    """
+    import numbers
+
+    import numpy as np
+
+    name = getattr(function, "__name__", repr(function))
+
+    def checked(completion, answer):
+        result = function(completion, answer)
+        if isinstance(result, (bool, np.bool_)) or isinstance(result, numbers.Integral) and result in (0, 1):
+            return bool(result)
+        raise UserCodeError(f"{what}: {name}(completion, answer) returned {result!r:.80} "
+                            f"({type(result).__name__}); a correctness check must return True or False (or 1 / "
+                            "0). Fix: return a bool, e.g. `return extracted == answer`.")
+
+    checked.__name__ = name
+    return checked

@@ -154,6 +154,8 @@ def check_field_types(config: Any) -> None:
         if isinstance(value, str) and list_hint is not None:
             example = f"[{value!r}]" if typing.get_args(list_hint)[0] is str else "[1.0, 0.5]"
             fix = f"pass a list, e.g. {spec.name}={example} (a string would be read one character at a time)"
+        elif list_hint is not None and isinstance(value, (int, float)) and not isinstance(value, bool):
+            fix = f"pass a list, e.g. {spec.name}=[{value!r}] (one entry per item)"
         elif isinstance(value, float) and float(value).is_integer():
             fix = f"write it as a whole number, {spec.name}={int(value)}"
         else:
@@ -289,9 +291,10 @@ def check_shared_ranges(config: Any) -> None:
     if "\0" in config.output_dir:
         fail("output_dir", config.output_dir[:80], "holds a NUL character, which no path may hold",
              "pass a plain folder path")
-    if config.use_lora and not config.lora_target_modules:
+    if not config.lora_target_modules:  # without use_lora too: a setting that means nothing is a mistake
         fail("lora_target_modules", config.lora_target_modules, "is empty, so LoRA would adapt no layer",
-             "name the projections to adapt, e.g. ['q_proj', 'v_proj'] (the default lists every projection)")
+             "name the projections to adapt, e.g. ['q_proj', 'v_proj'], or leave the field out (the default "
+             "lists every projection)")
     if config.reward_timeout_s is not None and not config.reward_timeout_s > 0:
         fail("reward_timeout_s", config.reward_timeout_s, "must be a positive number of seconds",
              "use e.g. 600, or None for no limit")
@@ -345,6 +348,9 @@ def check_run_options(config: Any) -> None:
 
 def check_async_settings(config) -> None:
     """Raise a ValueError naming the field unless the asynchronous settings make a usable run."""
+    if config.async_batch_timeout_s is not None and not config.async_batch_timeout_s > 0:
+        fail("async_batch_timeout_s", config.async_batch_timeout_s, "must be a positive number of seconds",
+             "use e.g. 1800, or None to wait without a limit")
     if config.max_staleness < 0:
         fail("max_staleness", config.max_staleness, "must be >= 0", "use 0 (synchronous samples) or e.g. 1")
     if config.weight_sync_steps < 1:

@@ -273,3 +273,12 @@ def detect_isolation() -> Isolation:
         return candidate
     return Isolation(None, bwrap=bwrap, reason=f"bubblewrap is installed but could not create the sandbox "
                      f"({candidate.mode}: {error}). " + INSTALL_HINT)
+
+
+def require_isolation(user: str) -> None:
+    """Raise :class:`SandboxUnavailableError` now when ``user`` (e.g. a reward function that will
+    run untrusted code) could not run it on this machine: at the start of a run, not at the
+    first completion that holds code."""
+    refusal = refusal_for(detect_isolation())
+    if refusal is not None:
+        raise SandboxUnavailableError(f"{user} runs untrusted code in the sandbox, which cannot run here: {refusal}")
