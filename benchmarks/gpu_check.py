@@ -92,7 +92,7 @@ STEP_WARMUP, STEP_TIMED = 2, 5
 # machine without vLLM (engine "hf", no asynchronous generation). A test compares these
 # values with the notebook's cell.
 LESSON11 = {
-    "model": "smollm2-135m", "task": "arithmetic-tagged", "train_n": 2000, "test_n": 200, "rambling_limit": 80,
+    "label": "full mode", "model": "smollm2-135m", "task": "arithmetic-tagged", "train_n": 2000, "test_n": 200, "rambling_limit": 80,
     "config": dict(seed=0, num_generations=8, per_device_train_batch_size=16, gradient_accumulation_steps=1,
                    steps_per_generation=None, num_iterations=1, loss_type="dapo", scale_rewards="group",
                    epsilon=0.2, epsilon_high=0.28, importance_sampling_level="token", beta=0.04,
@@ -199,7 +199,7 @@ def _step_section(result: dict) -> list[str]:
 
 
 def _lesson_section(result: dict) -> list[str]:
-    return [f"## Lesson 11, full mode ({result['model']}, {result['device']})", "",
+    return [f"## Lesson 11, {result['settings']['label']} ({result['model']}, {result['device']})", "",
             f"{result['steps']} steps in {result['train_s']:.0f} s ({result['s_per_step']:.2f} s/step); "
             f"held-out greedy evaluation {result['eval_s']:.0f} s for both.", "",
             "| held-out problems | before | after | lift [95% paired] |", "|---|---|---|---|",
@@ -476,17 +476,20 @@ def compare_steps(setup: dict, warmup: int, steps: int, seed: int = 42) -> dict:
 # lesson 11
 
 
-def lesson11_rewards(rambling_limit: int):
-    """The lesson's three reward functions for SmolLM2: correctness, format, and the tidy rubric."""
+def lesson11_rewards(model: str, rambling_limit: int):
+    """The lesson's three reward functions: correctness, a shaping term (format for SmolLM2,
+    proximity for the tiny model) and the tidy rubric."""
     import re
 
-    from course_lib.rewards import (answer_tag_format_reward, correctness_reward, number_reward,
-                                    predicate_reward, rubric)
+    from course_lib.rewards import (answer_tag_format_reward, correctness_reward, get_reward_functions,
+                                    number_reward, predicate_reward, rubric)
 
     def rambles(text: str) -> bool:
         return len(re.sub(r"</?answer>", "", text).strip()) > rambling_limit
 
     tidy = rubric((1.0, number_reward), (-0.5, predicate_reward(rambles, name="rambles")), name="tidy_rubric")
+    if model == "tiny":
+        return get_reward_functions(["correctness_first_number_reward", "proximity_reward"]) + [tidy]
     return [correctness_reward, answer_tag_format_reward, tidy]
 
 
@@ -503,7 +506,8 @@ def run_lesson11(settings: dict, output_dir: Path) -> dict:
     policy, tokenizer = load_policy(settings["model"])
     config = GRPOConfig(model_name_or_path=settings["model"], output_dir=str(output_dir), overwrite_output_dir=True,
                         **settings["config"])
-    trainer = Trainer(config, lesson11_rewards(settings["rambling_limit"]), train, policy, tokenizer, progress=False)
+    rewards = lesson11_rewards(settings["model"], settings["rambling_limit"])
+    trainer = Trainer(config, rewards, train, policy, tokenizer, progress=False)
     max_tokens = config.max_completion_length
 
     def held_out(model) -> list[bool]:
@@ -529,7 +533,7 @@ def run_lesson11(settings: dict, output_dir: Path) -> dict:
             "lift_excludes_zero": low > 0,
             "reward_first_quarter": statistics.fmean(row["reward"] for row in history[:quarter]),
             "reward_last_quarter": statistics.fmean(row["reward"] for row in history[-quarter:]),
-            "settings": {k: v for k, v in settings.items() if k != "config"} | {"config": settings["config"]}}
+            "settings": settings}
 
 
 # --------------------------------------------------------------------------------------
@@ -540,9 +544,12 @@ def small_settings():
     """Toy sizes for a CPU (the tests): the tiny model, a small head, one step."""
     step = {**STEP_SETUP, "model": "tiny", "task": "arithmetic", "rewards": ["correctness_first_number_reward"],
             "config": {**STEP_SETUP["config"], "max_completion_length": 8, "use_lora": False}}
-    lesson = {**LESSON11, "model": "tiny", "train_n": 64, "test_n": 8,
-              "config": {**LESSON11["config"], "max_steps": 2, "max_completion_length": 8, "use_lora": False}}
-    return {"tokens": (64, 96), "head": (32, 300), "step": step, "warmup": 0, "timed": 1, "lesson": lesson}
+    # lesson 11's fast mode (the tiny model on `arithmetic`), two steps, eight held-out problems
+    lesson = {**LESSON11, "label": "fast-mode settings, 2 steps", "model": "tiny", "task": "arithmetic", "train_n": 64, "test_n": 8, "rambling_limit": 8,
+              "config": {**LESSON11["config"], "per_device_train_batch_size": 32, "max_completion_length": 8,
+                         "learning_rate": 3e-5, "max_steps": 2, "use_lora": False, "logging_steps": 100}}
+    return {"tokens": (48,), "head": (32, 300), "repeats": 1, "step": step, "warmup": 0, "timed": 1,
+            "lesson": lesson}
 
 
 def parse_args(argv=None):
@@ -623,7 +630,8 @@ def _run_part(name: str, device: str | None, small: dict | None, args):
     if name == "logprobs":
         tokens, (hidden, vocab) = (small["tokens"], small["head"]) if small else (LOGPROB_TOKENS, LOGPROB_HEAD)
         dtype = "bfloat16" if device == "cuda" else "float32"
-        result = compare_logprob_heads(tokens, hidden, vocab, device=device, dtype=dtype)
+        result = compare_logprob_heads(tokens, hidden, vocab, device=device, dtype=dtype,
+                                       repeats=small["repeats"] if small else 3)
         return "ok", logprob_summary(result), result, None
     if name == "step":
         setup = dict(small["step"] if small else STEP_SETUP, device=device)
