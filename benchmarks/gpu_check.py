@@ -143,8 +143,11 @@ def markdown(data: dict) -> str:
         result = part["summary"] if part["status"] == "ok" else part["reason"]
         lines.append(f"| {name} | {part['status']} | {part['seconds']} | {_cell(result)} |")
     for name, part in data["parts"].items():
-        if part["status"] == "ok" and part["data"] and name in _SECTIONS:
-            lines += ["", *_SECTIONS[name](part["data"])]
+        found = part["data"] or {}
+        if "traceback" in found:
+            lines += ["", f"## {name}: failed", "", "```", found["traceback"].rstrip(), "```"]
+        elif found and name in _SECTIONS and (part["status"] == "ok" or name == "pytest"):
+            lines += ["", *_SECTIONS[name](found)]
     return "\n".join(lines) + "\n"
 
 
@@ -628,6 +631,7 @@ def main(argv=None) -> int:
         except Exception as error:  # one broken part must not hide the others' results
             status, summary, data = "failed", "", {"traceback": traceback.format_exc()[-4000:]}
             reason = f"{type(error).__name__}: {str(error)[:300]}"
+            print(data["traceback"], file=sys.stderr, flush=True)
         seconds = time.perf_counter() - started
         report.record(name, status, seconds, summary, data, reason)
         print(f"[{name}] {status} in {seconds:.1f} s: {summary or reason}", flush=True)

@@ -26,11 +26,6 @@ def _inputs(n: int, dtype: torch.dtype, seed: int = 0):
     return hidden, weight, targets, upstream
 
 
-def _naive_float32(hidden, weight, targets, temperature):
-    logits = hidden.detach().float() @ weight.detach().float().t() / temperature
-    return torch.log_softmax(logits, -1).gather(-1, targets[:, None]).squeeze(-1)
-
-
 def _grads(fn, hidden, weight, upstream):
     hidden.grad = weight.grad = None
     logp = fn()

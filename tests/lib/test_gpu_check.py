@@ -129,3 +129,17 @@ def test_triton_head_in_the_comparison_under_the_interpreter(tmp_path):
     row = next(r for r in data["parts"]["logprobs"]["data"]["rows"] if r["variant"] == "triton")
     assert "skipped" not in row, row
     assert max(row["max_diff_logp"], row["max_diff_grad_hidden"], row["max_diff_grad_weight"]) < 1e-5, row
+
+
+def test_a_part_that_breaks_is_reported_with_its_traceback_and_the_next_part_still_runs(tmp_path, monkeypatch):
+    def broken(*args, **kwargs):
+        raise RuntimeError("kernel launch failed")
+
+    monkeypatch.setattr(gpu_check, "compare_logprob_heads", broken)
+    assert gpu_check.main(["--out", str(tmp_path), "--device", "cpu", "--parts", "logprobs,env"]) == 0
+    parts = json.loads((tmp_path / "gpu_check.json").read_text())["parts"]
+    assert parts["logprobs"]["status"] == "failed"
+    assert parts["logprobs"]["reason"] == "RuntimeError: kernel launch failed"
+    assert parts["env"]["status"] == "ok"
+    table = (tmp_path / "gpu_check.md").read_text()
+    assert "| logprobs | failed |" in table and "## logprobs: failed" in table and "kernel launch failed" in table
