@@ -188,7 +188,8 @@ def _logprob_section(result: dict) -> list[str]:
 
 def _step_section(result: dict) -> list[str]:
     lines = [f"## One GRPO step, ours vs TRL's GRPOTrainer ({result['model']}, {result['dtype']}, {result['device']})",
-             "", f"{result['settings']}; {result['warmup']} warm-up steps, {result['timed']} timed; "
+             "", *([f"Model: {result['note']}", ""] if result.get("note") else []),
+             f"{result['settings']}; {result['warmup']} warm-up steps, {result['timed']} timed; "
              f"starting weights {result['digests']}.", "",
              "| side | s/step | completion tokens/step | generate | rewards | forward | backward | optimizer | other |",
              "|---|---|---|---|---|---|---|---|---|"]
@@ -455,6 +456,29 @@ def smollm2_available() -> str | None:
     return None
 
 
+SMOLLM2_SHAPE = dict(hidden_size=576, intermediate_size=1536, num_hidden_layers=30, num_attention_heads=9,
+                     num_key_value_heads=3, max_position_embeddings=2048, tie_word_embeddings=True,
+                     rope_parameters={"rope_type": "default", "rope_theta": 100000.0})
+
+
+def smollm2_shaped(_name: str = "smollm2-shaped"):
+    """(model, tokenizer): a Llama of SmolLM2-135M's shape (30 layers, width 576, tied
+    embeddings), randomly initialised with seed 0, with the tiny model's tokenizer (100
+    tokens, so its head is smaller than SmolLM2's 49,152). For timing where SmolLM2's
+    weights are absent: every load gives the same weights, and sampled completions run to
+    the length cap on both trainers alike."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from course_lib.models import load_policy
+
+    _, tokenizer = load_policy("tiny")
+    config = LlamaConfig(**SMOLLM2_SHAPE, vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id,
+                         eos_token_id=tokenizer.eos_token_id, bos_token_id=None)
+    torch.manual_seed(0)
+    return LlamaForCausalLM(config).eval(), tokenizer
+
+
 def compare_steps(setup: dict, warmup: int, steps: int, seed: int = 42) -> dict:
     """Ours, then TRL's GRPOTrainer, ``warmup + steps`` steps each on ``setup``; the timed means."""
     import warnings
@@ -469,7 +493,8 @@ def compare_steps(setup: dict, warmup: int, steps: int, seed: int = 42) -> dict:
     trl_clock, trl_digest = step_vs_trl.run_trl(setup, warmup + steps, seed)
     ours, trl = ours_clock.summary(warmup), trl_clock.summary(warmup)
     settings = ", ".join(f"{k}={v}" for k, v in setup["config"].items())
-    return {"model": setup["model"], "device": setup.get("device", "cpu"), "dtype": setup.get("dtype", "float32"),
+    return {"model": setup["model"], "note": setup.get("note"), "device": setup.get("device", "cpu"),
+            "dtype": setup.get("dtype", "float32"),
             "task": setup["task"], "rewards": setup["rewards"], "settings": settings, "warmup": warmup,
             "timed": steps, "ours": ours, "trl": trl, "ratio": ours["step"] / trl["step"],
             "digests": f"ours {ours_digest}, TRL {trl_digest} "
@@ -664,11 +689,12 @@ def _run_part(name: str, device: str | None, small: dict | None, args):
         if device == "cpu":
             setup["dtype"] = "float32"
         if setup["model"] != "tiny" and (why := smollm2_available()):
-            return "skipped", "", None, why
+            # the same step on a randomly initialised model of SmolLM2's shape, said in the table
+            setup.update(model="smollm2-shaped", load=smollm2_shaped, note=f"{why}; timed on smollm2_shaped() instead")
         warmup, timed = (small["warmup"], small["timed"]) if small else (STEP_WARMUP, STEP_TIMED)
         result = compare_steps(setup, warmup, timed)
-        summary = (f"ours {result['ours']['step']:.3f} s/step, TRL {result['trl']['step']:.3f} s/step: "
-                   f"{result['ratio']:.2f}x")
+        summary = (f"{result['model']}: ours {result['ours']['step']:.3f} s/step, TRL {result['trl']['step']:.3f} "
+                   f"s/step: {result['ratio']:.2f}x")
         return "ok", summary, result, None
     if name == "lesson11":
         settings = small["lesson"] if small else LESSON11

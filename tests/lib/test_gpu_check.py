@@ -143,3 +143,39 @@ def test_a_part_that_breaks_is_reported_with_its_traceback_and_the_next_part_sti
     assert parts["env"]["status"] == "ok"
     table = (tmp_path / "gpu_check.md").read_text()
     assert "| logprobs | failed |" in table and "## logprobs: failed" in table and "kernel launch failed" in table
+
+
+def test_smollm2_shaped_stand_in_is_the_same_model_on_every_load(monkeypatch):
+    """Where SmolLM2's weights are absent the step is timed on this stand-in; both trainers
+    load it separately, so every load must give the same weights (one layer here for speed)."""
+    import step_vs_trl
+
+    monkeypatch.setitem(gpu_check.SMOLLM2_SHAPE, "num_hidden_layers", 1)
+    first, tokenizer = gpu_check.smollm2_shaped()
+    second, _ = gpu_check.smollm2_shaped()
+    assert step_vs_trl.weights_digest(first) == step_vs_trl.weights_digest(second)
+    config = first.config
+    assert (config.hidden_size, config.intermediate_size, config.num_attention_heads,
+            config.num_key_value_heads) == (576, 1536, 9, 3)
+    assert config.vocab_size == len(tokenizer) and first.get_output_embeddings().weight is \
+        first.get_input_embeddings().weight
+
+
+@pytest.mark.slow
+def test_without_smollm2_the_step_is_timed_on_the_stand_in_and_says_so(monkeypatch):
+    """The `step` part's path on a machine without SmolLM2's weights (one layer, one step, CPU)."""
+    pytest.importorskip("trl")
+    monkeypatch.setitem(gpu_check.SMOLLM2_SHAPE, "num_hidden_layers", 1)
+    monkeypatch.setattr(gpu_check, "smollm2_available", lambda: "SmolLM2-135M-Instruct is not available here")
+    monkeypatch.setattr(gpu_check, "STEP_WARMUP", 0)
+    monkeypatch.setattr(gpu_check, "STEP_TIMED", 1)
+    monkeypatch.setitem(gpu_check.STEP_SETUP, "config", {**gpu_check.STEP_SETUP["config"], "max_completion_length": 4})
+    status, summary, data, reason = gpu_check._run_part("step", "cpu", None, None)
+    assert status == "ok" and reason is None
+    assert data["model"] == "smollm2-shaped" and "not available here" in data["note"]
+    assert "(identical)" in data["digests"] and data["dtype"] == "float32"
+    # a random model writes to the length cap on both sides: 16 completions x 4 tokens
+    assert data["ours"]["tokens"] == data["trl"]["tokens"] == 64
+    assert "Model: SmolLM2-135M-Instruct is not available here" in gpu_check.markdown(
+        {"command": "", "started": "", "parts": {"step": {"status": status, "seconds": 1, "summary": summary,
+                                                          "reason": None, "data": data}}})
