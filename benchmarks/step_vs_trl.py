@@ -117,11 +117,16 @@ class StepClock:
     tokens: list[int] = field(default_factory=list)
     _open: dict[str, float] = field(default_factory=dict)
     _tokens: int = 0
+    cuda: bool = False  # wait for the GPU's queued work at each step's end, so that it counts in its step
 
     def start(self) -> None:
         self.started, self.started_cpu = time.perf_counter(), time.process_time()
 
     def tick(self, *_args, **_kwargs) -> None:
+        if self.cuda:
+            import torch
+
+            torch.cuda.synchronize()
         self.ends.append(time.perf_counter())
         self.cpu_ends.append(time.process_time())
         self.phases.append({name: self._open.get(name, 0.0) for name in PHASES})
@@ -173,17 +178,28 @@ def timed_backward(clock: StepClock):
 def _base_config(setup: dict, steps: int, seed: int, output_dir: str):
     from course_lib.algos import GRPOConfig
 
-    return GRPOConfig(model_name_or_path=setup["model"], output_dir=output_dir, seed=seed, dtype="float32",
+    return GRPOConfig(model_name_or_path=setup["model"], output_dir=output_dir, seed=seed,
+                      device=setup.get("device", "cpu"), dtype=setup.get("dtype", "float32"),
                       max_steps=steps, save_steps=0, logging_steps=10**6, report_to="none",
                       lr_scheduler_type="linear", **setup["config"])
 
 
 def _load(setup: dict):
+    """(model, tokenizer, task, reward functions) of a setup, the model in the setup's dtype.
+
+    Both trainers get the model already in ``setup["dtype"]`` (float32 unless the setup says
+    otherwise), so that a bfloat16 run trains bfloat16 weights on both sides (given float32
+    weights, TRL would keep them and compute under autocast). ``setup["load"]``, when given,
+    replaces ``load_policy`` (a name -> (model, tokenizer) function).
+    """
+    import torch
+
     from course_lib.data import get_task
     from course_lib.models import load_policy
     from course_lib.rewards import get_reward_functions
 
-    model, tokenizer = load_policy(setup["model"])
+    model, tokenizer = setup.get("load", load_policy)(setup["model"])
+    model = model.to(getattr(torch, setup.get("dtype", "float32")))
     return model, tokenizer, get_task(setup["task"], n=512), get_reward_functions(setup["rewards"])
 
 
@@ -192,7 +208,7 @@ def weights_digest(model) -> str:
     digest = hashlib.sha1()
     for name, parameter in sorted(model.named_parameters()):
         digest.update(name.encode())
-        digest.update(parameter.detach().float().contiguous().numpy().tobytes())
+        digest.update(parameter.detach().float().cpu().contiguous().numpy().tobytes())
     return digest.hexdigest()[:12]
 
 
@@ -205,7 +221,7 @@ def run_ours(setup: dict, total_steps: int, seed: int, profile: bool = False) ->
     from course_lib.trainer import Trainer
 
     model, tokenizer, dataset, reward_funcs = _load(setup)
-    clock = StepClock()
+    clock = StepClock(cuda=setup.get("device", "cpu") == "cuda")
     originals = {name: getattr(trainer_module, name) for name in ("compute_rewards", "completion_forward")}
     # The training forward goes through `PolicyForward`, which calls policy.completion_forward.
     policy_forward = policy_module.completion_forward
@@ -249,7 +265,7 @@ def run_trl(setup: dict, total_steps: int, seed: int) -> tuple[StepClock, str]:
     from trl import GRPOTrainer
 
     model, tokenizer, dataset, reward_funcs = _load(setup)
-    clock = StepClock()
+    clock = StepClock(cuda=setup.get("device", "cpu") == "cuda")
 
     class Tick(TrainerCallback):
         """Step ends, and the optimizer's step between TRL's pre/post optimizer-step events."""
@@ -265,7 +281,9 @@ def run_trl(setup: dict, total_steps: int, seed: int) -> tuple[StepClock, str]:
 
     with tempfile.TemporaryDirectory() as output_dir:
         config = _base_config(setup, total_steps, seed, output_dir)
-        args = config.to_trl_grpo_config(use_cpu=True, bf16=False, fp16=False, report_to="none",
+        dtype = setup.get("dtype", "float32")
+        args = config.to_trl_grpo_config(use_cpu=setup.get("device", "cpu") == "cpu", bf16=dtype == "bfloat16",
+                                         fp16=dtype == "float16", report_to="none",
                                          logging_steps=10**6, save_strategy="no", dataloader_num_workers=0,
                                          use_vllm=False, disable_tqdm=True, seed=seed, output_dir=output_dir)
         peft_config = None

