@@ -81,15 +81,16 @@ class Trainer:
 
     def __init__(self, config, reward_funcs: list[Callable] | None, train_dataset, model=None, tokenizer=None,
                  progress: bool = True, on_step: Callable[[dict], None] | None = None, eval_dataset=None,
-                 correct_fn: Callable | None = None, tools: list[Callable] | None = None, environment_factory=None):
-        if not reward_funcs and environment_factory is None:
+                 correct_fn: Callable | None = None, tools: list[Callable] | None = None, environment_factory=None,
+                 teacher_model=None, teacher_tokenizer=None):
+        self.config, self.algorithm = config, get_algorithm(config)
+        if not reward_funcs and environment_factory is None and self.algorithm.needs_reward_funcs:
             raise ValueError("reward_funcs is empty: pass at least one reward function.")
         check_train_dataset(train_dataset)  # a table with usable prompts (course_lib.run.validation)
         if len(train_dataset) < config.unique_prompts_per_generation:
             raise ValueError(f"train_dataset has {len(train_dataset)} rows but one generation batch needs "
                              f"{config.unique_prompts_per_generation} distinct prompts; add rows or lower "
                              "per_device_train_batch_size / steps_per_generation.")
-        self.config, self.algorithm = config, get_algorithm(config)
         self.max_steps = config.total_steps(len(train_dataset))
         self.dataset = train_dataset
         # Plain lists once, so each generation cycle indexes them instead of slicing the dataset.
@@ -101,8 +102,9 @@ class Trainer:
 
             model, tokenizer = load_policy(config.model_name_or_path, **load_kwargs(config))
         self.tokenizer = tokenizer
-        self.tool_run, self.reward_funcs, self.reward_weights = setup_tools(
-            config, list(reward_funcs or []), tools, environment_factory, tokenizer, self._columns)
+        self.tool_run, self.reward_funcs, self.reward_weights = (
+            setup_tools(config, list(reward_funcs or []), tools, environment_factory, tokenizer, self._columns)
+            if reward_funcs or tools or environment_factory is not None else (None, [], []))
         # accelerate owns the device and the process group; one process is the plain case.
         self.accelerator = make_accelerator(config)
         self.shards = Shards(self.accelerator, config.per_device_train_batch_size * config.effective_steps_per_generation)
@@ -155,6 +157,7 @@ class Trainer:
         self.step_clock = StepClock()  # timing/*: wall and generation seconds between logged rows
         self.doctor = LiveDoctor(config)  # course_lib.doctor, every logging_steps
         self.pipeline = None  # async_generation: the worker process sampling ahead (course_lib.run.async_rollouts)
+        self.algorithm.setup(self, teacher_model=teacher_model, teacher_tokenizer=teacher_tokenizer)  # a teacher
 
     def _engine_options(self) -> dict:
         config = self.config
@@ -251,7 +254,8 @@ class Trainer:
                               advantages.float().reshape(len(generated.rows), -1)[:, 0].tolist())
         return GenerationBatch(prompt_ids=rollout.prompt_ids, prompt_mask=rollout.prompt_mask,
                                completion_ids=rollout.completion_ids, completion_mask=mask, advantages=advantages,
-                               rows=generated.rows, num_items_in_batch=int(scored.mask.sum()),
+                               rows=generated.rows, num_items_in_batch=int(scored.mask.sum() if result.num_items_in_batch
+                                                                           is None else result.num_items_in_batch),
                                old_logps=old_logps,  # None when on-policy: the loss detaches logps
                                ref_logps=ref_logps, sampling_ratio=sampling_ratio, old_values=old_values,
                                sampling_logps=None if rollout.sampling_logps is None else rollout.sampling_logps.float(),
@@ -261,6 +265,8 @@ class Trainer:
     def _rewards(self, generated: Generated) -> tuple[torch.Tensor, torch.Tensor]:
         """(B, K) each reward function's score and (B,) their weighted sum (NaN where none applied)."""
         rollout = generated.rollout
+        if not self.reward_funcs:  # an algorithm that learns without rewards (distillation): nothing to score
+            return torch.zeros(len(rollout.texts), 0), torch.full((len(rollout.texts),), float("nan"))
         conversational = isinstance(generated.prompts[0], list)
         completions = [[{"role": "assistant", "content": t}] if conversational else t for t in rollout.texts]
         completion_ids = [[token for token, kept in zip(ids, mask) if kept]  # the masked tokens, as plain lists
@@ -396,7 +402,7 @@ class Trainer:
         self.pipeline = start_pipeline(self)  # None unless async_generation
         while self.step < self.max_steps:
             if self.batch is None or self.batch_position >= micro_per_cycle:
-                self.batch, self.batch_position = self._score(self._generate()), 0
+                self.batch, self.batch_position = self.algorithm.next_batch(self), 0  # sampled + scored, or read
             index = self.batch_position % config.effective_steps_per_generation
             self._window.append(self._micro_step(self.batch.micro_batch(index, config.per_device_train_batch_size)))
             self.batch_position += 1
