@@ -36,7 +36,8 @@ def preference_pairs(model, tokenizer, dataset, reward_funcs, k: int = 4, max_to
         reward_funcs: the task's reward functions (their weighted sum with weight 1 decides).
         k: samples per prompt (>= 2).
     Returns:
-        the pairs, and ``{"prompts", "pairs", "tokens_generated"}`` (the sampling cost).
+        the pairs, and ``{"prompts", "pairs", "tokens_sampled"}``: the sampling cost, prompt + completion
+        tokens of every sample.
     """
     from course_lib.rollout import HFEngine, SamplingConfig
 
@@ -52,7 +53,7 @@ def preference_pairs(model, tokenizer, dataset, reward_funcs, k: int = 4, max_to
             prompts = list(dataset["prompt"][start:start + batch_prompts])
             sampling = SamplingConfig(temperature=temperature, max_tokens=max_tokens, seed=seed + start)
             batch = engine.generate(prompts, n=k, sampling=sampling)
-            generated += int(batch.completion_mask.sum())
+            generated += int(batch.completion_mask.sum() + batch.prompt_mask.sum())
             repeated = [p for p in prompts for _ in range(k)]
             cols = {name: [values[start + i // k] for i in range(len(repeated))] for name, values in columns.items()}
             _, total = compute_rewards(reward_funcs, repeated, batch.texts, cols)
@@ -65,7 +66,7 @@ def preference_pairs(model, tokenizer, dataset, reward_funcs, k: int = 4, max_to
                                  **{name: values[start + p] for name, values in columns.items()}})
     finally:
         model.train(was_training)
-    return rows, {"prompts": len(dataset), "pairs": len(rows), "tokens_generated": generated}
+    return rows, {"prompts": len(dataset), "pairs": len(rows), "tokens_sampled": generated}
 
 
 def prepared_dataset(config, dataset, reward_funcs):

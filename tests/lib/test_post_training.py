@@ -288,7 +288,7 @@ def test_preference_pairs_from_the_models_own_samples(tiny):
     model, tokenizer = _fresh(tiny)
     dataset = get_task("arithmetic", n=8, seed=0)
     rows, stats = preference_pairs(model, tokenizer, dataset, CORRECT, k=4, max_tokens=6)
-    assert stats["prompts"] == 8 and stats["pairs"] == len(rows) and stats["tokens_generated"] > 0
+    assert stats["prompts"] == 8 and stats["pairs"] == len(rows) and stats["tokens_sampled"] > 0
     for row in rows:
         from course_lib.rewards.answers import is_correct
 
