@@ -303,3 +303,24 @@ def test_export_trl_says_why_it_does_not_hand_over_the_run(tmp_path, algo, words
     config = make_config(algo, **COMMON, output_dir=str(tmp_path / "run"))
     with pytest.raises(ValueError, match=words):
         export_run(config, None, _sft_rows(4), tmp_path / "export")
+
+
+@pytest.mark.parametrize("algo", ["sft", "dpo", "rejection"])
+def test_resume_reproduces_the_uninterrupted_run(tmp_path, tiny, algo):
+    from course_lib.run.history import WALL_CLOCK_KEYS
+
+    data = {"sft": _sft_rows(16), "dpo": _pair_rows(16), "rejection": get_task("arithmetic", n=16, seed=0)}[algo]
+    rewards = CORRECT if algo == "rejection" else None
+    settings = dict(max_steps=4, save_steps=2, **({"num_generations": 4} if algo == "rejection" else {}))
+    full, full_history = _train(tmp_path / "full", tiny, algo, data, rewards, **settings)
+    model, tokenizer = _fresh(tiny)
+    config = make_config(algo, output_dir=str(tmp_path / "resumed"), **{**COMMON, **settings})
+    resumed = Trainer(config, rewards, data, model, tokenizer, progress=False)
+    resumed_history = resumed.train(resume_from=tmp_path / "full" / algo / "checkpoint-2")
+
+    def comparable(row):
+        return {k: v for k, v in row.items() if k not in WALL_CLOCK_KEYS and k not in ("tokens/s", "eps")}
+
+    assert [comparable(r) for r in resumed_history[2:]] == [comparable(r) for r in full_history[2:]]
+    for a, b in zip(full.model.parameters(), resumed.model.parameters()):
+        assert torch.equal(a, b)
