@@ -31,7 +31,8 @@ from typing import ClassVar, Literal
 import torch
 import torch.nn.functional as F
 
-from course_lib.algos.base import Advantages, Algorithm, LossOutput, MicroBatch, PolicyOutputs, ScoredBatch
+from course_lib.algos.base import (Advantages, Algorithm, LossOutput, MicroBatch, PolicyOutputs, ScoredBatch,
+                                   entropy_metrics)
 from course_lib.config import RLConfig, fail
 from course_lib.ops.masking import masked_sum
 
@@ -199,4 +200,5 @@ class DPO(Algorithm):
                        chosen_lengths, rejected_lengths)
         # The loss is a mean over this micro-batch's pairs; an accumulation window averages its micro-batches.
         out.loss = out.loss / config.gradient_accumulation_steps
+        out.metrics.update(entropy_metrics(outputs.entropies, mask, "entropy"))  # TRL's, over both completions
         return out

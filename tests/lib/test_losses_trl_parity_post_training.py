@@ -198,15 +198,17 @@ def test_dpo_loss_gradient_and_metrics_match_dpo_trainer(loss_type, beta):
     prompt_ids, prompt_mask, completion_ids, completion_mask = _course_layout(prompts, completions)
     with torch.no_grad():
         ref_logps, _, _ = completion_forward(reference, prompt_ids, prompt_mask, completion_ids, completion_mask)
-    logps, _, _ = completion_forward(ours_model, prompt_ids, prompt_mask, completion_ids, completion_mask)
+    logps, _, entropies = completion_forward(ours_model, prompt_ids, prompt_mask, completion_ids, completion_mask,
+                                             with_entropy=True)
     config = DPOConfig(beta=beta, loss_type=loss_type, per_device_train_batch_size=8)
     micro = MicroBatch(completion_mask=completion_mask, advantages=torch.zeros(8), ref_logps=ref_logps)
-    out = DPO().loss(micro, PolicyOutputs(logps=logps), config, num_items_in_batch=int(completion_mask.sum()))
+    out = DPO().loss(micro, PolicyOutputs(logps=logps, entropies=entropies), config,
+                     num_items_in_batch=int(completion_mask.sum()))
     out.loss.backward()
     torch.testing.assert_close(out.loss.detach().double(), trl_loss.double(), **TOL)
     _assert_same_grads(_grads(ours_model), _grads(trl_model))
     for name in ("rewards/chosen", "rewards/rejected", "rewards/margins", "rewards/accuracies", "logps/chosen",
-                 "logps/rejected"):
+                 "logps/rejected", "entropy"):
         assert out.metrics[name] == pytest.approx(trl_metrics[name], rel=1e-6, abs=1e-6), name
 
 
