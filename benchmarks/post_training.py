@@ -157,8 +157,16 @@ def main(argv=None) -> int:
     parser.add_argument("--teacher-steps", type=int, default=200)
     parser.add_argument("--pair-prompts", type=int, default=100, help="prompts DPO's pairs are sampled from (k=4 each)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="METHOD.FIELD=VALUE",
+                        help="change one method's setting, e.g. --set rejection.learning_rate=3e-5 (repeatable)")
     parser.add_argument("--out", default=None, help="folder for results.json and curves.png")
     args = parser.parse_args(argv)
+    for item in args.overrides:
+        key, _, value = item.partition("=")
+        method, _, name = key.partition(".")
+        if method not in SETTINGS or not name or not value:
+            parser.error(f"--set {item!r}: use METHOD.FIELD=VALUE with METHOD one of {', '.join(METHODS)}")
+        SETTINGS[method] = {**SETTINGS[method], name: json.loads(value) if value[0] in "[{" else _number(value)}
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
     unknown = [m for m in methods if m not in METHODS]
     if unknown:
@@ -224,6 +232,15 @@ def main(argv=None) -> int:
         (out / "results.json").write_text(json.dumps(results, indent=1))
         plot(results, methods, out / "curves.png")
     return 0
+
+
+def _number(text: str):
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return {"true": True, "false": False}.get(text.lower(), text)
 
 
 def table(results: dict, methods: list[str], k: int) -> str:
