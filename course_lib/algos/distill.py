@@ -23,7 +23,9 @@ Everything a lesson on on-policy distillation points at, top to bottom:
    teacher on the same tokens and compares the distributions.
 
 Simplifications vs TRL: the (B, T, V) logits of one micro-batch are materialised (TRL
-projects chunk by chunk); no teacher served by vLLM; no multi-turn tool rollouts.
+projects chunk by chunk), by a second student forward inside the loss (the trainer's own
+forward gives only the sampled tokens' log-probs, logged as ``distill/teacher_logp_gap``);
+one process only; no teacher served by vLLM; no multi-turn tool rollouts.
 """
 
 from __future__ import annotations
@@ -70,6 +72,10 @@ class DistillConfig(RLConfig):
         super()._check_ranges()
         if not 0.0 <= self.beta <= 1.0:
             fail("beta", self.beta, "must be in [0.0, 1.0]: 0 forward KL, 0.5 JSD, 1 reverse KL", "use 1.0")
+        if self.num_processes > 1:
+            fail("num_processes", self.num_processes, "is not supported yet: the student's full-vocabulary forward "
+                 "runs outside the data-parallel wrapper, so its gradients would not be averaged across processes",
+                 "run distillation on one process")
         if self.sync_ref_model:
             fail("sync_ref_model", self.sync_ref_model, "moves a reference model that distillation does not load",
                  "leave sync_ref_model=False")

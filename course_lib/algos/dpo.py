@@ -68,7 +68,10 @@ class DPOConfig(RLConfig):
     """Log-probs of the model's own distribution; only the evaluation samples use it."""
 
     def _check_ranges(self) -> None:
+        from course_lib.algos.supervised_batches import refuse_sampling_options
+
         super()._check_ranges()
+        refuse_sampling_options(self)
         if self.num_generations != 2:
             fail("num_generations", self.num_generations, "must be 2 for DPO: each pair is a chosen and a rejected row",
                  "leave num_generations=2")

@@ -75,7 +75,10 @@ class SFTConfig(RLConfig):
     """Log-probs of the model's own distribution (1.0); only the evaluation samples use it."""
 
     def _check_ranges(self) -> None:
+        from course_lib.algos.supervised_batches import refuse_sampling_options
+
         super()._check_ranges()
+        refuse_sampling_options(self)
         if self.num_generations != 1:
             fail("num_generations", self.num_generations, "must be 1 for SFT: each dataset row is one example",
                  "leave num_generations=1")

@@ -23,6 +23,17 @@ import torch
 from course_lib.rollout.base import left_pad, pad_token_id, tokenize_prompts
 
 
+def refuse_sampling_options(config) -> None:
+    """Refuse the options of a sampling loop on a run that reads its rows from the dataset (SFT, DPO)."""
+    from course_lib.config import fail
+
+    for name, why in (("async_generation", "there is no sampling to run ahead of the trainer"),
+                      ("dynamic_sampling", "there are no sampled groups to refill")):
+        if getattr(config, name):
+            fail(name, True, f"does nothing for {config.algo}, which reads its rows from the dataset: {why}",
+                 f"leave {name}=False")
+
+
 def _text(completion) -> str:
     """A completion as text: a string, or the content of a conversation's assistant message(s)."""
     if isinstance(completion, str):

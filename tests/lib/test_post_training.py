@@ -150,6 +150,9 @@ def test_reverse_kl_token_advantage_is_the_teacher_minus_student_logp():
     ("sft", "beta", 0.1, "beta"),
     ("distill", "beta", 1.5, r"\[0.0, 1.0\]"),
     ("rejection", "beta", 0.1, "beta"),
+    ("sft", "async_generation", True, "reads its rows from the dataset"),
+    ("dpo", "dynamic_sampling", True, "reads its rows from the dataset"),
+    ("distill", "num_processes", 2, "one process"),
 ])
 def test_bad_configs_are_refused_naming_the_field(algo, field, value, words):
     with pytest.raises(ValueError, match=field) as error:
