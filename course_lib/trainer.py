@@ -17,7 +17,9 @@ Read it top to bottom, as CleanRL's ``ppo.py``: the ``while`` loop of ``_train()
 
 What differs between GRPO, RLOO and PPO is two calls on the algorithm object
 (``course_lib/algos``): ``advantages(...)`` after scoring and ``loss(...)`` in each
-micro-step; the shared maths is in ``course_lib/ops``. This file only orders the calls
+micro-step; the shared maths is in ``course_lib/ops``. SFT and DPO replace steps 1-2 by
+reading their rows from the dataset (the algorithm's ``next_batch``), rejection sampling
+and distillation keep them (``setup`` gives distillation its teacher). This file only orders the calls
 and has no per-algorithm branch.
 
 Simplifications vs TRL: the generation batch is consumed in order, not shuffled (so the
@@ -65,7 +67,8 @@ from .run.validation import check_train_dataset
 
 
 class Trainer:
-    """GRPO, RLOO or PPO on a causal LM, selected by the config's class (``course_lib.algos``).
+    """GRPO, RLOO, PPO, SFT, rejection sampling, DPO or on-policy distillation on a causal LM, selected by the
+    config's class (``course_lib.algos``).
 
     Args:
         config: a ``GRPOConfig``, ``RLOOConfig`` or ``PPOConfig`` (course_lib.config).
@@ -77,6 +80,8 @@ class Trainer:
         correct_fn: ``f(completion, answer) -> bool``, the in-loop greedy accuracy's rule (default ``is_correct``).
         tools, environment_factory: multi-turn rollouts with tool calls, as in TRL 1.16
             (``course_lib.rollout.tool_run``); an environment's ``get_reward`` may replace reward_funcs.
+        teacher_model, teacher_tokenizer: distillation's teacher (a model, or a path to load), checked
+            against the student's tokenizer and vocabulary; other algorithms refuse one.
     """
 
     def __init__(self, config, reward_funcs: list[Callable] | None, train_dataset, model=None, tokenizer=None,
