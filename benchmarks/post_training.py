@@ -45,7 +45,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from course_lib.algos import make_config  # noqa: E402
-from course_lib.algos.post_training_data import demonstrations, preference_pairs  # noqa: E402
+from course_lib.post_training.data import demonstrations, preference_pairs  # noqa: E402
 from course_lib.data import arithmetic_dataset, get_task  # noqa: E402
 from course_lib.evaluation import evaluate_accuracy, lift_interval, wilson_interval  # noqa: E402
 from course_lib.models import load_policy  # noqa: E402

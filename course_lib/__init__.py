@@ -43,5 +43,5 @@ resolves and that the README's module table names every file listed here).
 14 post training: rejection sampling (expert iteration) -> course_lib/algos/rejection.py: rejection_filter
 14 post training: DPO's loss (sigmoid, hinge, ipo) and implicit rewards -> course_lib/algos/dpo.py: dpo_loss
 14 post training: on-policy distillation's generalized JSD and per-token reverse KL -> course_lib/algos/distill.py: generalized_jsd, reverse_kl_token_advantages
-14 post training: DPO pairs from the policy's own samples -> course_lib/algos/post_training_data.py: preference_pairs, demonstrations
+14 post training: DPO pairs from the policy's own samples -> course_lib/post_training/data.py: preference_pairs, demonstrations
 """

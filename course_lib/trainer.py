@@ -17,9 +17,7 @@ Read it top to bottom, as CleanRL's ``ppo.py``: the ``while`` loop of ``_train()
 
 What differs between GRPO, RLOO and PPO is two calls on the algorithm object
 (``course_lib/algos``): ``advantages(...)`` after scoring and ``loss(...)`` in each
-micro-step; the shared maths is in ``course_lib/ops``. SFT and DPO replace steps 1-2 by
-reading their rows from the dataset (the algorithm's ``next_batch``), rejection sampling
-and distillation keep them (``setup`` gives distillation its teacher). This file only orders the calls
+micro-step; the shared maths is in ``course_lib/ops``. This file only orders the calls
 and has no per-algorithm branch.
 
 Simplifications vs TRL: the generation batch is consumed in order, not shuffled (so the
@@ -46,7 +44,7 @@ from .models import resolve_dtype
 from .ops.importance import sampling_correction
 from .ops.stats import nanstd
 from .policy import PolicyForward, ReferencePolicy, completion_forward, prepare_policy
-from .rewards import compute_rewards, reward_function_name
+from .rewards import compute_rewards, no_rewards, reward_function_name
 from .rollout import HFEngine, SamplingConfig, make_engine
 from .rollout.tool_run import setup_tools
 from .run import checkpoint as ckpt
@@ -67,8 +65,7 @@ from .run.validation import check_train_dataset
 
 
 class Trainer:
-    """GRPO, RLOO, PPO, SFT, rejection sampling, DPO or on-policy distillation on a causal LM, selected by the
-    config's class (``course_lib.algos``).
+    """GRPO, RLOO, PPO, SFT, rejection sampling, DPO or distillation, selected by the config's class (``algos``).
 
     Args:
         config: a ``GRPOConfig``, ``RLOOConfig`` or ``PPOConfig`` (course_lib.config).
@@ -80,22 +77,18 @@ class Trainer:
         correct_fn: ``f(completion, answer) -> bool``, the in-loop greedy accuracy's rule (default ``is_correct``).
         tools, environment_factory: multi-turn rollouts with tool calls, as in TRL 1.16
             (``course_lib.rollout.tool_run``); an environment's ``get_reward`` may replace reward_funcs.
-        teacher_model, teacher_tokenizer: distillation's teacher (a model, or a path to load), checked
-            against the student's tokenizer and vocabulary; other algorithms refuse one.
     """
 
     def __init__(self, config, reward_funcs: list[Callable] | None, train_dataset, model=None, tokenizer=None,
                  progress: bool = True, on_step: Callable[[dict], None] | None = None, eval_dataset=None,
                  correct_fn: Callable | None = None, tools: list[Callable] | None = None, environment_factory=None,
-                 teacher_model=None, teacher_tokenizer=None):
-        self.config, self.algorithm = config, get_algorithm(config)
-        if not reward_funcs and environment_factory is None and self.algorithm.needs_reward_funcs:
-            raise ValueError("reward_funcs is empty: pass at least one reward function.")
+                 teacher_model=None):  # distillation's teacher: a model, (model, tokenizer) or a path
         check_train_dataset(train_dataset)  # a table with usable prompts (course_lib.run.validation)
         if len(train_dataset) < config.unique_prompts_per_generation:
             raise ValueError(f"train_dataset has {len(train_dataset)} rows but one generation batch needs "
                              f"{config.unique_prompts_per_generation} distinct prompts; add rows or lower "
                              "per_device_train_batch_size / steps_per_generation.")
+        self.config, self.algorithm = config, get_algorithm(config)
         self.max_steps = config.total_steps(len(train_dataset))
         self.dataset = train_dataset
         # Plain lists once, so each generation cycle indexes them instead of slicing the dataset.
@@ -107,9 +100,8 @@ class Trainer:
 
             model, tokenizer = load_policy(config.model_name_or_path, **load_kwargs(config))
         self.tokenizer = tokenizer
-        self.tool_run, self.reward_funcs, self.reward_weights = (
-            setup_tools(config, list(reward_funcs or []), tools, environment_factory, tokenizer, self._columns)
-            if reward_funcs or tools or environment_factory is not None else (None, [], []))
+        self.tool_run, self.reward_funcs, self.reward_weights = setup_tools(
+            config, list(reward_funcs or []), tools, environment_factory, tokenizer, self._columns)
         # accelerate owns the device and the process group; one process is the plain case.
         self.accelerator = make_accelerator(config)
         self.shards = Shards(self.accelerator, config.per_device_train_batch_size * config.effective_steps_per_generation)
@@ -162,7 +154,7 @@ class Trainer:
         self.step_clock = StepClock()  # timing/*: wall and generation seconds between logged rows
         self.doctor = LiveDoctor(config)  # course_lib.doctor, every logging_steps
         self.pipeline = None  # async_generation: the worker process sampling ahead (course_lib.run.async_rollouts)
-        self.algorithm.setup(self, teacher_model=teacher_model, teacher_tokenizer=teacher_tokenizer)  # a teacher
+        self.algorithm.setup(self, teacher_model=teacher_model)  # e.g. distillation's teacher
 
     def _engine_options(self) -> dict:
         config = self.config
@@ -226,7 +218,7 @@ class Trainer:
             self.model.train(was_training)
         generated = Generated(rows=rows, prompts=prompts, columns=columns, rollout=rollout, tools=tools)
         self.tokens_seen += int(self.shards.sum(int(generated.loss_mask.sum() + rollout.prompt_mask.sum())))
-        generated.per_func, generated.total = self._rewards(generated)
+        generated.per_func, generated.total = self._rewards(generated) if self.reward_funcs else no_rewards(len(rows))
         return generated
 
     def _score(self, generated: Generated) -> GenerationBatch:
@@ -259,8 +251,7 @@ class Trainer:
                               advantages.float().reshape(len(generated.rows), -1)[:, 0].tolist())
         return GenerationBatch(prompt_ids=rollout.prompt_ids, prompt_mask=rollout.prompt_mask,
                                completion_ids=rollout.completion_ids, completion_mask=mask, advantages=advantages,
-                               rows=generated.rows, num_items_in_batch=int(scored.mask.sum() if result.num_items_in_batch
-                                                                           is None else result.num_items_in_batch),
+                               rows=generated.rows, num_items_in_batch=int(result.num_items_in_batch or scored.mask.sum()),
                                old_logps=old_logps,  # None when on-policy: the loss detaches logps
                                ref_logps=ref_logps, sampling_ratio=sampling_ratio, old_values=old_values,
                                sampling_logps=None if rollout.sampling_logps is None else rollout.sampling_logps.float(),
@@ -270,8 +261,6 @@ class Trainer:
     def _rewards(self, generated: Generated) -> tuple[torch.Tensor, torch.Tensor]:
         """(B, K) each reward function's score and (B,) their weighted sum (NaN where none applied)."""
         rollout = generated.rollout
-        if not self.reward_funcs:  # an algorithm that learns without rewards (distillation): nothing to score
-            return torch.zeros(len(rollout.texts), 0), torch.full((len(rollout.texts),), float("nan"))
         conversational = isinstance(generated.prompts[0], list)
         completions = [[{"role": "assistant", "content": t}] if conversational else t for t in rollout.texts]
         completion_ids = [[token for token, kept in zip(ids, mask) if kept]  # the masked tokens, as plain lists

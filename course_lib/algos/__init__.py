@@ -19,7 +19,6 @@ sft.py      ``SFTConfig``, ``tokenize_prompt_and_output``, ``pack_examples``, ``
 rejection   ``RejectionConfig``, ``rejection_filter`` (expert iteration: SFT on the kept samples)
 dpo.py      ``DPOConfig``, ``dpo_loss`` (sigmoid, hinge, ipo) and its logged rewards
 distill.py  ``DistillConfig``, ``generalized_jsd`` (beta 1 reverse KL, 0 forward, 0.5 JSD)
-supervised_ the dataset's rows as a batch (SFT demonstrations, DPO pairs)
 ==========  ====================================================================
 
 :func:`make_config` builds a config by algorithm name (aliases such as ``rloo_k``

@@ -14,7 +14,7 @@ differs is two functions, gathered in an object that follows :class:`Algorithm`:
 Four facts about each algorithm (``name``, ``config_class``, ``always_needs_old_logps``,
 ``sampling_correction_level``) tell the trainer what to compute, and some members have
 defaults in :class:`Algorithm` that an algorithm overrides when it needs them:
-``needs_reward_funcs`` (False for SFT, DPO, distillation), ``next_batch`` (where a batch
+``next_batch`` (where a batch
 comes from: sampled and scored by default, the dataset's rows for SFT and DPO), ``setup``
 (e.g. distillation's teacher), ``make_value_head`` (PPO's critic), ``state`` /
 ``load_state`` (what a checkpoint keeps, e.g. GRPO's adaptive entropy coefficient).
@@ -161,10 +161,6 @@ class Algorithm(Protocol):
     def loss(self, micro_batch: MicroBatch, outputs: PolicyOutputs, config, num_items_in_batch: int) -> LossOutput:
         """The micro-batch's loss, divided for gradient accumulation, with metrics."""
         ...
-
-    needs_reward_funcs: bool = True
-    """False when the algorithm learns without reward functions (SFT and DPO read the dataset, on-policy
-    distillation reads a teacher); the trainer then accepts ``reward_funcs=None``."""
 
     def next_batch(self, trainer):
         """The next batch the micro-steps read (a ``course_lib.run.batches.GenerationBatch``).

@@ -51,6 +51,7 @@ class DistillConfig(RLConfig):
 
     algo: ClassVar[str] = "distill"
     MIN_GENERATIONS: ClassVar[int] = 1
+    NEEDS_REWARD_FUNCS: ClassVar[bool] = False
     ALIASES: ClassVar[dict[str, str]] = {"teacher_model_name_or_path": "teacher_model"}
 
     teacher_model: str | None = None
@@ -179,16 +180,18 @@ class Distill(Algorithm):
     config_class = DistillConfig
     always_needs_old_logps = False
     sampling_correction_level = "token"
-    needs_reward_funcs = False
 
     def __init__(self):
         self.teacher = None
         self.student = None
 
-    def setup(self, trainer, teacher_model=None, teacher_tokenizer=None) -> None:
-        """Take the teacher (a model, or a path / name to load; None: ``config.teacher_model``) and check
-        that it shares the student's tokenizer and vocabulary."""
+    def setup(self, trainer, teacher_model=None) -> None:
+        """Take the teacher (a model, a ``(model, tokenizer)`` pair, or a path / name to load; None:
+        ``config.teacher_model``) and check that it shares the student's tokenizer and vocabulary."""
         teacher = trainer.config.teacher_model if teacher_model is None else teacher_model
+        teacher_tokenizer = None
+        if isinstance(teacher, tuple):
+            teacher, teacher_tokenizer = teacher
         if teacher is None:
             raise ValueError("distillation needs a teacher: set teacher_model (a path or name) in the config or "
                              "pass teacher_model= (a model) to the Trainer.")

@@ -52,6 +52,7 @@ class DPOConfig(RLConfig):
     """
 
     algo: ClassVar[str] = "dpo"
+    NEEDS_REWARD_FUNCS: ClassVar[bool] = False
 
     num_generations: int = 2
     """Rows per pair: 2 (chosen, rejected), fixed."""
@@ -68,7 +69,7 @@ class DPOConfig(RLConfig):
     """Log-probs of the model's own distribution; only the evaluation samples use it."""
 
     def _check_ranges(self) -> None:
-        from course_lib.algos.supervised_batches import refuse_sampling_options
+        from course_lib.post_training.batches import refuse_sampling_options
 
         super()._check_ranges()
         refuse_sampling_options(self)
@@ -170,10 +171,9 @@ class DPO(Algorithm):
     config_class = DPOConfig
     always_needs_old_logps = False
     sampling_correction_level = "sequence"
-    needs_reward_funcs = False
 
     def setup(self, trainer, **options) -> None:
-        from course_lib.algos.supervised_batches import check_pair_rows
+        from course_lib.post_training.batches import check_pair_rows
 
         super().setup(trainer, **options)
         check_pair_rows(trainer.dataset)
@@ -182,7 +182,7 @@ class DPO(Algorithm):
                              "Fix: beta > 0 (TRL's default 0.1).")
 
     def next_batch(self, trainer):
-        from course_lib.algos.supervised_batches import pair_batch
+        from course_lib.post_training.batches import pair_batch
 
         return pair_batch(trainer)
 

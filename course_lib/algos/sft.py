@@ -51,6 +51,7 @@ class SFTConfig(RLConfig):
 
     algo: ClassVar[str] = "sft"
     MIN_GENERATIONS: ClassVar[int] = 1
+    NEEDS_REWARD_FUNCS: ClassVar[bool] = False
 
     num_generations: int = 1
     """One row per dataset example (there is no sampling); kept at 1."""
@@ -75,7 +76,7 @@ class SFTConfig(RLConfig):
     """Log-probs of the model's own distribution (1.0); only the evaluation samples use it."""
 
     def _check_ranges(self) -> None:
-        from course_lib.algos.supervised_batches import refuse_sampling_options
+        from course_lib.post_training.batches import refuse_sampling_options
 
         super()._check_ranges()
         refuse_sampling_options(self)
@@ -309,16 +310,15 @@ class SFT(Algorithm):
     config_class = SFTConfig
     always_needs_old_logps = False
     sampling_correction_level = "token"
-    needs_reward_funcs = False
 
     def setup(self, trainer, **options) -> None:
-        from course_lib.algos.supervised_batches import check_sft_rows
+        from course_lib.post_training.batches import check_sft_rows
 
         super().setup(trainer, **options)
         check_sft_rows(trainer.dataset)
 
     def next_batch(self, trainer):
-        from course_lib.algos.supervised_batches import sft_batch
+        from course_lib.post_training.batches import sft_batch
 
         return sft_batch(trainer)
 

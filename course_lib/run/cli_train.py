@@ -126,8 +126,8 @@ def build_run(args):
     config = apply_overrides(config, args.overrides)
     reward_names = args.rewards.split(",") if args.rewards else task_settings(args.task)["rewards"]
     dataset = get_task(args.task, split="train", n=args.train_rows, seed=config.seed)
-    if config.algo in ("sft", "dpo"):  # data the algorithm reads instead of rewards (course_lib.algos.post_training_data)
-        from ..algos.post_training_data import prepared_dataset
+    if config.algo in ("sft", "dpo"):  # data the algorithm reads instead of rewards (course_lib.post_training.data)
+        from ..post_training.data import prepared_dataset
 
         dataset = prepared_dataset(config, dataset, get_reward_functions(reward_names))
     return config, get_reward_functions(reward_names), dataset

@@ -20,7 +20,7 @@ from datasets import Dataset
 from course_lib.algos import make_config
 from course_lib.algos.dpo import dpo_loss
 from course_lib.algos.distill import check_teacher, reverse_kl_token_advantages
-from course_lib.algos.post_training_data import demonstrations, preference_pairs
+from course_lib.post_training.data import demonstrations, preference_pairs
 from course_lib.algos.rejection import EmptyRoundWarning, rejection_filter
 from course_lib.algos.sft import (pack_examples, packed_attention_mask, packed_logps, sft_loss,
                                   sft_microbatch_train_step, tokenize_prompt_and_output)
