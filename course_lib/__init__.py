@@ -39,4 +39,9 @@ resolves and that the README's module table names every file listed here).
 13 debugging: the failure museum -> course_lib/doctor/museum.py: run_exhibit
 13 debugging: DAPO's dynamic sampling (drop groups whose rewards are all equal) -> course_lib/run/dynamic_sampling.py: draw_batch
 13 debugging: DAPO's soft overlong punishment -> course_lib/rewards/overlong.py: soft_overlong_punishment
+14 post training: SFT's completion-only loss, tokenising with a response mask, packing without cross-example attention -> course_lib/algos/sft.py: sft_loss, tokenize_prompt_and_output, pack_examples, packed_attention_mask
+14 post training: rejection sampling (expert iteration) -> course_lib/algos/rejection.py: rejection_filter
+14 post training: DPO's loss (sigmoid, hinge, ipo) and implicit rewards -> course_lib/algos/dpo.py: dpo_loss
+14 post training: on-policy distillation's generalized JSD and per-token reverse KL -> course_lib/algos/distill.py: generalized_jsd, reverse_kl_token_advantages
+14 post training: DPO pairs from the policy's own samples -> course_lib/post_training/data.py: preference_pairs, demonstrations
 """

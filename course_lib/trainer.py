@@ -44,7 +44,7 @@ from .models import resolve_dtype
 from .ops.importance import sampling_correction
 from .ops.stats import nanstd
 from .policy import PolicyForward, ReferencePolicy, completion_forward, prepare_policy
-from .rewards import compute_rewards, reward_function_name
+from .rewards import compute_rewards, no_rewards, reward_function_name
 from .rollout import HFEngine, SamplingConfig, make_engine
 from .rollout.tool_run import setup_tools
 from .run import checkpoint as ckpt
@@ -70,7 +70,7 @@ _REWARD_ARGUMENTS = frozenset({"prompts", "completions", "completion_ids", "envi
 
 
 class Trainer:
-    """GRPO, RLOO or PPO on a causal LM, selected by the config's class (``course_lib.algos``).
+    """GRPO, RLOO, PPO, SFT, rejection sampling, DPO or distillation, selected by the config's class (``algos``).
 
     Args:
         config: a ``GRPOConfig``, ``RLOOConfig`` or ``PPOConfig`` (course_lib.config).
@@ -86,9 +86,8 @@ class Trainer:
 
     def __init__(self, config, reward_funcs: list[Callable] | None, train_dataset, model=None, tokenizer=None,
                  progress: bool = True, on_step: Callable[[dict], None] | None = None, eval_dataset=None,
-                 correct_fn: Callable | None = None, tools: list[Callable] | None = None, environment_factory=None):
-        if not reward_funcs and environment_factory is None:
-            raise ValueError("reward_funcs is empty: pass at least one reward function.")
+                 correct_fn: Callable | None = None, tools: list[Callable] | None = None, environment_factory=None,
+                 teacher_model=None):  # distillation's teacher: a model, (model, tokenizer) or a path
         check_train_dataset(train_dataset)  # a table with usable prompts (course_lib.run.validation)
         clashing = sorted(set(train_dataset.column_names) & _REWARD_ARGUMENTS)
         if clashing:  # the reward call passes these itself: caught here, not blamed on a reward function later
@@ -174,6 +173,7 @@ class Trainer:
         self.step_clock = StepClock()  # timing/*: wall and generation seconds between logged rows
         self.doctor = LiveDoctor(config)  # course_lib.doctor, every logging_steps
         self.pipeline = None  # async_generation: the worker process sampling ahead (course_lib.run.async_rollouts)
+        self.algorithm.setup(self, teacher_model=teacher_model)  # e.g. distillation's teacher
 
     def _engine_options(self) -> dict:
         config = self.config
@@ -237,7 +237,7 @@ class Trainer:
             self.model.train(was_training)
         generated = Generated(rows=rows, prompts=prompts, columns=columns, rollout=rollout, tools=tools)
         self.tokens_seen += int(self.shards.sum(int(generated.loss_mask.sum() + rollout.prompt_mask.sum())))
-        generated.per_func, generated.total = self._rewards(generated)
+        generated.per_func, generated.total = self._rewards(generated) if self.reward_funcs else no_rewards(len(rows))
         return generated
 
     def _score(self, generated: Generated) -> GenerationBatch:
@@ -270,7 +270,7 @@ class Trainer:
                               advantages.float().reshape(len(generated.rows), -1)[:, 0].tolist())
         return GenerationBatch(prompt_ids=rollout.prompt_ids, prompt_mask=rollout.prompt_mask,
                                completion_ids=rollout.completion_ids, completion_mask=mask, advantages=advantages,
-                               rows=generated.rows, num_items_in_batch=int(scored.mask.sum()),
+                               rows=generated.rows, num_items_in_batch=int(result.num_items_in_batch or scored.mask.sum()),
                                old_logps=old_logps,  # None when on-policy: the loss detaches logps
                                ref_logps=ref_logps, sampling_ratio=sampling_ratio, old_values=old_values,
                                sampling_logps=None if rollout.sampling_logps is None else rollout.sampling_logps.float(),
@@ -415,7 +415,7 @@ class Trainer:
         self.pipeline = start_pipeline(self)  # None unless async_generation
         while self.step < self.max_steps:
             if self.batch is None or self.batch_position >= micro_per_cycle:
-                self.batch, self.batch_position = self._score(self._generate_or_save()), 0
+                self.batch, self.batch_position = self.algorithm.next_batch(self), 0  # sampled + scored, or read
             index = self.batch_position % config.effective_steps_per_generation
             self._window.append(self._micro_step(self.batch.micro_batch(index, config.per_device_train_batch_size)))
             self.batch_position += 1

@@ -1,5 +1,6 @@
 """The algorithms of the course (GRPO in three files, RLOO and PPO in one each, with what
-the two share in ``onpolicy.py``) and the registry that names them.
+the two share in ``onpolicy.py``; SFT, rejection sampling, DPO and on-policy distillation
+beside them) and the registry that names them.
 
 ==========  ====================================================================
 file        what a lesson finds there
@@ -14,6 +15,10 @@ grpo_losses the loss types' other surrogates, averagings and metrics (CISPO, SAP
 onpolicy.py what RLOO and PPO share: their config fields, KL folded into the reward
 rloo.py     ``RLOOConfig``, ``rloo_advantages``, Reinforce++, ``rloo_policy_loss``
 ppo.py      ``PPOConfig``, ``ValueHead``, ``gae``, ``ppo_policy_loss``, ``value_loss``
+sft.py      ``SFTConfig``, ``tokenize_prompt_and_output``, ``pack_examples``, ``sft_loss``
+rejection   ``RejectionConfig``, ``rejection_filter`` (expert iteration: SFT on the kept samples)
+dpo.py      ``DPOConfig``, ``dpo_loss`` (sigmoid, hinge, ipo) and its logged rewards
+distill.py  ``DistillConfig``, ``generalized_jsd`` (beta 1 reverse KL, 0 forward, 0.5 JSD)
 ==========  ====================================================================
 
 :func:`make_config` builds a config by algorithm name (aliases such as ``rloo_k``
@@ -26,20 +31,28 @@ from collections.abc import Mapping
 from typing import Any
 
 from course_lib.algos.base import Algorithm, LossOutput
+from course_lib.algos.distill import Distill, DistillConfig
+from course_lib.algos.dpo import DPO, DPOConfig
 from course_lib.algos.grpo import GRPO, GRPOConfig
 from course_lib.algos.onpolicy import OnPolicyConfig
 from course_lib.algos.ppo import PPO, PPOConfig
+from course_lib.algos.rejection import Rejection, RejectionConfig
 from course_lib.algos.rloo import RLOO, RLOOConfig
+from course_lib.algos.sft import SFT, SFTConfig
 from course_lib.run.config_tools import from_dict, resolve_keys, suggest
 
 __all__ = [
     "ALGORITHMS",
     "Algorithm",
+    "DPOConfig",
+    "DistillConfig",
     "GRPOConfig",
     "LossOutput",
     "OnPolicyConfig",
     "PPOConfig",
     "RLOOConfig",
+    "RejectionConfig",
+    "SFTConfig",
     "config_class",
     "config_from_dict",
     "get_algorithm",
@@ -47,7 +60,22 @@ __all__ = [
 ]
 
 #: Every algorithm the trainer runs, by name.
-ALGORITHMS: dict[str, Algorithm] = {algorithm.name: algorithm for algorithm in (GRPO(), RLOO(), PPO())}
+ALGORITHMS: dict[str, Algorithm] = {algorithm.name: algorithm for algorithm in
+                                    (GRPO(), RLOO(), PPO(), SFT(), Rejection(), DPO(), Distill())}
+
+
+#: Why ``export-trl`` (which writes a TRL ``GRPOConfig`` run) does not hand over the other algorithms.
+NOT_EXPORTED: dict[str, str] = {
+    "rloo": "TRL's RLOO and PPO trainers differ from the course's on-policy ones",
+    "ppo": "TRL 1.16 has no PPOTrainer",
+    "sft": "an SFT run maps to TRL's SFTTrainer (trl sft --dataset_name ... with the same prompt/completion rows, "
+           "max_length, learning_rate), whose YAML export is not written",
+    "rejection": "TRL 1.16 has no rejection-sampling trainer (sample and filter, then trl sft on the kept rows)",
+    "dpo": "a DPO run maps to TRL's DPOTrainer (trl dpo with the same prompt/chosen/rejected rows, beta, loss_type), "
+           "whose YAML export is not written",
+    "distill": "an on-policy distillation run maps to TRL's DistillationTrainer (same beta, temperature and teacher), "
+               "whose YAML export is not written",
+}
 
 
 def _lookup(algo: str) -> Algorithm:
@@ -59,7 +87,7 @@ def _lookup(algo: str) -> Algorithm:
 
 
 def config_class(algo: str) -> type:
-    """The config dataclass of `algo` ("grpo", "rloo", "ppo")."""
+    """The config dataclass of `algo` ("grpo", "rloo", "ppo", "sft", "rejection", "dpo", "distill")."""
     return _lookup(algo).config_class
 
 

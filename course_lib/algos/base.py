@@ -12,10 +12,12 @@ differs is two functions, gathered in an object that follows :class:`Algorithm`:
    scaled for gradient accumulation.
 
 Four facts about each algorithm (``name``, ``config_class``, ``always_needs_old_logps``,
-``sampling_correction_level``) tell the trainer what to compute, and three members have
+``sampling_correction_level``) tell the trainer what to compute, and some members have
 defaults in :class:`Algorithm` that an algorithm overrides when it needs them:
-``make_value_head`` (PPO's critic), ``state`` / ``load_state`` (what a checkpoint keeps,
-e.g. GRPO's adaptive entropy coefficient).
+``next_batch`` (where a batch
+comes from: sampled and scored by default, the dataset's rows for SFT and DPO), ``setup``
+(e.g. distillation's teacher), ``make_value_head`` (PPO's critic), ``state`` /
+``load_state`` (what a checkpoint keeps, e.g. GRPO's adaptive entropy coefficient).
 
 Shared helpers for the loss functions live here too (input checks, the advantage column).
 """
@@ -80,6 +82,9 @@ class Advantages:
     """Reward and advantage metrics under TRL's names."""
     returns: Tensor | None = None
     """(B, T) value targets (PPO), else None."""
+    num_items_in_batch: int | None = None
+    """The token count the losses divide by when it is not the batch's completion tokens (rejection
+    sampling: the kept ones); None: every completion token of the batch."""
 
 
 @dataclass
@@ -156,6 +161,27 @@ class Algorithm(Protocol):
     def loss(self, micro_batch: MicroBatch, outputs: PolicyOutputs, config, num_items_in_batch: int) -> LossOutput:
         """The micro-batch's loss, divided for gradient accumulation, with metrics."""
         ...
+
+    def next_batch(self, trainer):
+        """The next batch the micro-steps read (a ``course_lib.run.batches.GenerationBatch``).
+
+        By default the RL cycle: sample from the policy, then score (``trainer._generate_or_save``,
+        which saves the completed steps if the generation worker fails, and ``trainer._score``, which
+        calls :meth:`advantages`). SFT and DPO override it to read the
+        dataset's demonstrations or pairs instead.
+        """
+        return trainer._score(trainer._generate_or_save())
+
+    def setup(self, trainer, **options) -> None:
+        """Called once by the trainer after it built the policy: e.g. load a teacher (distillation).
+
+        ``options`` are the trainer's algorithm-specific arguments (``teacher_model``); an
+        algorithm that reads none refuses any that is set.
+        """
+        given = sorted(name for name, value in options.items() if value is not None)
+        if given:
+            raise ValueError(f"{', '.join(given)} given to a {self.name} run, which does not read it. "
+                             "Fix: leave it out, or use the algorithm that reads it (teacher_model: algo='distill').")
 
     def make_value_head(self, policy, config) -> torch.nn.Module | None:
         """A critic to train beside the policy (PPO); None by default."""

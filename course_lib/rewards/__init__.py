@@ -31,6 +31,7 @@ from .combine import (
     RewardFunctionError,
     UnscorableSampleWarning,
     compute_rewards,
+    no_rewards,
     predicate_reward,
     reward_function_name,
     rubric,
@@ -69,6 +70,7 @@ from .overlong import soft_overlong_punishment
 from .registry import REWARD_FUNCTIONS, get_reward_functions
 
 __all__ = [
+    "no_rewards",
     "soft_overlong_punishment",
     "combine_rewards",
     "RewardModel",

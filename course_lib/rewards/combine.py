@@ -442,3 +442,9 @@ def _as_reward(value: Any, name: str, i: int, prompts, completions, columns) -> 
         )
         return math.nan
     return number
+
+
+def no_rewards(batch: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """What :func:`compute_rewards` returns for a run that learns without reward functions (on-policy
+    distillation reads a teacher instead): ``(B, 0)`` per-function scores and ``(B,)`` NaN totals."""
+    return torch.zeros((batch, 0), dtype=torch.float32), torch.full((batch,), math.nan, dtype=torch.float32)

@@ -126,6 +126,9 @@ def _is_conversation(prompt) -> bool:
 def setup_tools(config, reward_funcs: list, tools, environment_factory, tokenizer, columns):
     """``(tool_run or None, reward functions, their weights)`` for a trainer.
 
+    No reward source is refused, unless the config's algorithm learns without rewards (SFT, DPO,
+    distillation: their configs' ``NEEDS_REWARD_FUNCS`` is False).
+
     An environment's ``get_reward`` comes after ``reward_funcs`` with weight 1 (TRL 1.16);
     ``config.reward_weights`` covers ``reward_funcs`` only. Making the probe environments
     leaves the global random stream as it was, so a run's initialisation does not depend on them.
@@ -143,7 +146,7 @@ def setup_tools(config, reward_funcs: list, tools, environment_factory, tokenize
             raise ValueError(f"eval_strategy={config.eval_strategy!r}: in-loop evaluation runs single-turn and cannot "
                              "score tool runs. Fix: set eval_strategy='no' and evaluate after training.")
     environment_rewards = [] if run is None else run.reward_functions()
-    if not reward_funcs and not environment_rewards:
+    if not reward_funcs and not environment_rewards and getattr(config, "NEEDS_REWARD_FUNCS", True):
         raise ValueError("no reward source: pass reward_funcs, or an environment_factory whose environment defines "
                          "get_reward().")
     weights = list(config.check_reward_weights(len(reward_funcs))) if reward_funcs else []

@@ -1,4 +1,4 @@
-"""``python -m course_lib train``: one command for GRPO, RLOO and PPO runs.
+"""``python -m course_lib train``: one command for GRPO, RLOO, PPO, SFT, rejection-sampling, DPO and distillation runs.
 
 Example::
 
@@ -50,7 +50,10 @@ def correct_function(args):
 
 
 def add_train_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--algo", choices=["grpo", "rloo", "ppo"], default="grpo")
+    parser.add_argument("--algo", choices=["grpo", "rloo", "ppo", "sft", "rejection", "dpo", "distill"], default="grpo",
+                        help="RL (grpo, rloo, ppo), or sft (the task's answers as demonstrations), rejection "
+                        "(expert iteration), dpo (pairs from the start model's samples), distill (--set "
+                        "teacher_model=PATH)")
     parser.add_argument("--model", default="tiny", help="tiny, smollm2-135m, a local folder or a hub id")
     parser.add_argument("--task", default="arithmetic", help=TASK_HELP)
     parser.add_argument("--train-rows", type=count_argument(1), default=2000, help="rows of the task to train on")
@@ -125,6 +128,10 @@ def build_run(args):
     config = apply_overrides(config, args.overrides)
     reward_names = args.rewards.split(",") if args.rewards else task_settings(args.task)["rewards"]
     dataset = get_task(args.task, split="train", n=args.train_rows, seed=config.seed)
+    if config.algo in ("sft", "dpo"):  # data the algorithm reads instead of rewards (course_lib.post_training.data)
+        from ..post_training.data import prepared_dataset
+
+        dataset = prepared_dataset(config, dataset, get_reward_functions(reward_names))
     return config, get_reward_functions(reward_names), dataset
 
 

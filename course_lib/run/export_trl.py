@@ -147,8 +147,10 @@ def export_run(config, rewards: list, dataset, output: str | Path, num_processes
     from ..models import resolve_model_path
 
     if config.algo != "grpo":
-        raise ValueError(f"export_run: config.algo is {config.algo!r}; only GRPO runs are exported (TRL's RLOO and "
-                         "PPO trainers differ from the course's on-policy ones). Fix: export a "
+        from ..algos import NOT_EXPORTED
+
+        raise ValueError(f"export_run: config.algo is {config.algo!r}; only GRPO runs are exported "
+                         f"({NOT_EXPORTED.get(config.algo, 'no TRL trainer matches it')}). Fix: export a "
                          f"{fix('run with --algo grpo', 'GRPOConfig')}.")
     columns = getattr(dataset, "column_names", None) or (list(dataset[0]) if len(dataset) else [])
     marks = [f"max_tool_calling_iterations={config.max_tool_calling_iterations}"] \

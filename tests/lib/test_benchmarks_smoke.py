@@ -127,3 +127,36 @@ def test_tool_lift_tiny_benchmark_reports_each_stage():
         assert re.search(rf"\] {stage}\s+accuracy \d+\.\d% .*\(\d/3\).*% call on the question's numbers", out), out
     for pair in ("warm - base", "grpo - warm"):
         assert re.search(rf"{pair}: [+-]\d+\.\d \[[+-]\d+\.\d, [+-]\d+\.\d\] points", out), out
+
+
+def _post_training(*args: str, timeout: int) -> subprocess.CompletedProcess:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    return subprocess.run([sys.executable, str(ROOT / "benchmarks" / "post_training.py"), "--eval-n", "8",
+                           "--curve-n", "4", "--curve-points", "2", "--pass-n", "3", "--k", "2", "--train-rows", "64",
+                           *args], capture_output=True, text=True, env=env, timeout=timeout, cwd=ROOT)
+
+
+def test_post_training_benchmark_rejects_an_unknown_method():
+    result = _post_training("--methods", "sft,ppo2", timeout=120)
+    assert result.returncode == 2 and "ppo2" in result.stderr
+
+
+def _rows(out: str) -> dict:
+    return {m.group(1): m.group(2) for m in re.finditer(r"^\| (start model|\w+) \| (\d+) \|", out, re.M)}
+
+
+def test_post_training_benchmark_spends_the_same_budget_on_sft_and_grpo(tmp_path):
+    result = _post_training("--methods", "sft,grpo", "--budget", "4000", "--out", str(tmp_path), timeout=600)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
+    rows = _rows(result.stdout)
+    assert set(rows) == {"start model", "sft", "grpo"}, result.stdout
+    # Each stops at the first step whose cost reaches the budget: at least the budget, less than one more step.
+    assert all(4000 <= int(rows[m]) < 4000 + 2 * 32 * 60 for m in ("sft", "grpo")), rows
+    assert (tmp_path / "results.json").is_file() and (tmp_path / "curves.png").is_file()
+
+
+@pytest.mark.slow
+def test_post_training_benchmark_runs_all_five_methods(tmp_path):
+    result = _post_training("--budget", "6000", "--teacher-steps", "2", "--pair-prompts", "16", timeout=900)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
+    assert set(_rows(result.stdout)) == {"start model", "sft", "rejection", "dpo", "grpo", "distill"}, result.stdout
