@@ -158,10 +158,20 @@ def resolve_model_path(name: str | os.PathLike) -> Path | str:
             raise ModelNotAvailableError(f"{path} exists but has no config.json; point to a folder saved by "
                                          "save_pretrained, a training run's checkpoint-<step> or final/ folder.")
         return path
-    if name.startswith((".", "/", "~")) or name.count("/") != 1:
+    if "/" not in name and not name.startswith((".", "~")):
         raise ModelNotAvailableError(
             f"Unknown model {name!r}: use one of {', '.join(EMBEDDED_MODELS)}, a local folder, "
             "or a hub id such as 'HuggingFaceTB/SmolLM2-135M-Instruct'.")
+    if name.startswith((".", "/", "~")) or name.count("/") > 1 or path.parent.is_dir():
+        # A path (or a name whose first part is a local folder, as runs/x): say the folder is missing.
+        parent = path.parent
+        near = sorted(p.name for p in parent.iterdir() if p.is_dir())[:8] if parent.is_dir() else []
+        where = (f"; {parent} holds {', '.join(near)}" if near else
+                 "" if parent.is_dir() else f"; {parent} does not exist either")
+        raise ModelNotAvailableError(
+            f"No model folder at {str(path)!r}: no such folder{where}. Fix: give an existing folder (a run's "
+            "checkpoint-<step> or final/, or a save_pretrained folder), one of "
+            f"{', '.join(EMBEDDED_MODELS)}, or a hub id such as 'HuggingFaceTB/SmolLM2-135M-Instruct'.")
     return name  # a hub id
 
 
