@@ -127,10 +127,8 @@ def _cmd_train(args) -> int:
 
 def _cmd_export_trl(args) -> int:
     from .run.cli_train import build_run
-    from .run.export_trl import export_run
+    from .run.export_trl import export_run, launch_command
     from .presets import task_settings
-
-    import shlex
 
     if args.correct:
         print(f"note: --correct {args.correct} is not exported: TRL has no greedy before/after accuracy. Evaluate "
@@ -140,8 +138,7 @@ def _cmd_export_trl(args) -> int:
     reward_names = args.rewards.split(",") if args.rewards else task_settings(args.task)["rewards"]
     folder = export_run(config, reward_names, dataset, args.output, num_processes=args.num_processes)
     print((folder / "README.txt").read_text())
-    # A path holding $(...) or a quote stays one word in a shell.
-    print(f"now: cd {shlex.quote(str(folder.resolve()))} && trl grpo --config grpo.yaml")
+    print(f"now: {launch_command(folder)}")
     return 0
 
 

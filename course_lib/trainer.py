@@ -12,8 +12,8 @@ Read it top to bottom, as CleanRL's ``ppo.py``: the ``while`` loop of ``_train()
 4. **step** (``_optimizer_step``): every ``gradient_accumulation_steps`` micro-batches
    (``course_lib.schedule`` gives the same table);
 5. **log** (``_log_step``): TRL-named metrics to ``history.jsonl``, a progress bar, the
-   in-loop evaluation when due, a periodic sample table; then **save** every ``save_steps``
-   (``course_lib.run.trainer_state``).
+   in-loop evaluation when due, a periodic sample table; then **save** every ``save_steps`` and
+   at the last step, as TRL does (``course_lib.run.trainer_state``).
 
 What differs between GRPO, RLOO and PPO is two calls on the algorithm object
 (``course_lib/algos``): ``advantages(...)`` after scoring and ``loss(...)`` in each
@@ -31,8 +31,6 @@ eager push after every step, with fewer pushes). Several processes run through a
 from __future__ import annotations
 
 import contextlib
-import dataclasses
-import os
 import time
 from pathlib import Path
 from typing import Callable
@@ -59,49 +57,12 @@ from .run.async_rollouts import pipeline_closed, start_pipeline
 from .run.history import (MetricsLogger, StepClock, format_samples, mean_rows as _mean_rows,
                           prompt_text as _prompt_text, unique_prompt_samples)
 from .run.in_loop_eval import InLoopEvaluator
-from .run.model_options import apply_model_options, load_kwargs, mix_into_reference
+from .run.model_options import apply_model_options, mix_into_reference
 from .run.nonfinite import check_finite_update, check_finite_weights, clip_gradients
 from .run.step_report import StepReport
 from .run.trainer_state import resume_trainer, save_final_model, save_trainer_checkpoint
+from .run.trainer_arguments import load_model, trl_style_arguments
 from .run.validation import check_train_dataset
-
-
-def trl_style_arguments(config, reward_funcs, train_dataset, model, tokenizer, args, processing_class):
-    """``(config, reward_funcs, model, tokenizer)`` from the ways TRL's ``GRPOTrainer`` is called.
-
-    ``GRPOTrainer(model, reward_funcs, args, train_dataset, ...)`` puts the model first; here the
-    config comes first, so a model name in that place is refused with the keyword call to use.
-    """
-    from .config import RLConfig
-
-    if args is not None:
-        if config is not None:
-            raise ValueError("config and args= are both given; args= is TRL's name for the config. Fix: pass one.")
-        config = args
-    if processing_class is not None:
-        if tokenizer is not None:
-            raise ValueError("tokenizer and processing_class= are both given (TRL's name for the tokenizer). Fix: "
-                             "pass one.")
-        tokenizer = processing_class
-    if not isinstance(config, RLConfig):
-        raise TypeError(f"Trainer's first argument is the config (GRPOConfig, RLOOConfig or PPOConfig), not a "
-                        f"{type(config).__name__}. TRL's GRPOTrainer(model, reward_funcs, args, train_dataset) puts "
-                        "the model first; here write Trainer(config, reward_funcs, train_dataset, model) or "
-                        "Trainer(model=..., reward_funcs=..., args=config, train_dataset=...).")
-    if train_dataset is None:
-        raise ValueError("train_dataset is missing. Fix: pass the rows to train on (a datasets.Dataset with a "
-                         "'prompt' column).")
-    if callable(reward_funcs):  # TRL takes a single reward function as it is
-        reward_funcs = [reward_funcs]
-    if isinstance(model, (str, os.PathLike)):  # a name or a folder, loaded as TRL loads a model id
-        name = str(model)
-        if name != config.model_name_or_path:
-            config = dataclasses.replace(config, model_name_or_path=name)
-        model = None
-    if model is None and tokenizer is not None:
-        raise ValueError("tokenizer given without a model. Fix: pass both, or neither (both load from "
-                         "config.model_name_or_path).")
-    return config, reward_funcs, model, tokenizer
 
 
 class Trainer:
@@ -112,10 +73,8 @@ class Trainer:
         reward_funcs: functions ``f(prompts, completions, **columns) -> list[float | None]``.
         train_dataset: rows with a ``prompt`` (conversational or text) and any columns the
             reward functions read (e.g. ``answer``).
-        model, tokenizer: the policy; loaded from ``config.model_name_or_path`` when None. As in TRL,
-            ``model`` may be a name or folder (``"tiny"``, a hub id, a checkpoint), loaded here.
-            TRL's keywords work too: ``args=`` for ``config``, ``processing_class=`` for ``tokenizer``,
-            and one reward function needs no list.
+        model, tokenizer: the policy, or a name / folder (TRL's ``model``); None loads ``config.model_name_or_path``.
+            TRL's ``args=`` and ``processing_class=`` work too (``course_lib.run.trainer_arguments``).
         eval_dataset: held-out rows for ``config.eval_strategy="steps"`` (``course_lib.run.in_loop_eval``).
         correct_fn: ``f(completion, answer) -> bool``, the in-loop greedy accuracy's rule (default ``is_correct``).
         tools, environment_factory: multi-turn rollouts with tool calls, as in TRL 1.16
@@ -126,10 +85,8 @@ class Trainer:
                  model=None, tokenizer=None, progress: bool = True, on_step: Callable[[dict], None] | None = None,
                  eval_dataset=None, correct_fn: Callable | None = None, tools: list[Callable] | None = None,
                  environment_factory=None, *, args=None, processing_class=None):
-        config, reward_funcs, model, tokenizer = trl_style_arguments(config, reward_funcs, train_dataset, model,
-                                                                     tokenizer, args, processing_class)
-        if not reward_funcs and environment_factory is None:
-            raise ValueError("reward_funcs is empty: pass at least one reward function.")
+        config, reward_funcs, model, tokenizer = trl_style_arguments(
+            config, reward_funcs, train_dataset, model, tokenizer, args, processing_class, environment_factory, correct_fn)
         check_train_dataset(train_dataset)  # a table with usable prompts (course_lib.run.validation)
         if len(train_dataset) < config.unique_prompts_per_generation:
             raise ValueError(f"train_dataset has {len(train_dataset)} rows but one generation batch needs "
@@ -142,10 +99,7 @@ class Trainer:
         self._columns = {name: list(train_dataset[name]) for name in train_dataset.column_names}
         self.progress, self.on_step = progress, on_step
         torch.manual_seed(config.seed)
-        if model is None:
-            from .models import load_policy
-
-            model, tokenizer = load_policy(config.model_name_or_path, **load_kwargs(config))
+        model, tokenizer = load_model(config, model, tokenizer)
         self.tokenizer = tokenizer
         self.tool_run, self.reward_funcs, self.reward_weights = setup_tools(
             config, list(reward_funcs or []), tools, environment_factory, tokenizer, self._columns)
@@ -181,18 +135,6 @@ class Trainer:
         self.sampler = PromptSampler(len(train_dataset), config.seed, shuffle=config.shuffle_dataset)
         self.evaluator = (None if config.eval_strategy == "no" else
                           InLoopEvaluator(config, eval_dataset, self.reward_funcs, self.reward_weights, correct_fn))
-        if correct_fn is not None:
-            from .evaluation import check_correct_fn
-
-            check_correct_fn(correct_fn)
-            if self.evaluator is None:
-                import warnings
-
-                warnings.warn("correct_fn is read only by the evaluation during training (eval_strategy='steps' with "
-                              "an eval_dataset), which this config does not run, so it is unused. Fix: set "
-                              "eval_strategy='steps' and eval_steps, or pass correct_fn to evaluate_accuracy for a "
-                              "before/after accuracy (the command line's --correct does both).", UserWarning,
-                              stacklevel=2)
         self.output_dir = Path(config.output_dir)
         kernel = config.logprob_kernel  # -> completion_forward's fused / triton switches
         self._logprob_options = {"fused": kernel != "full", "chunk_size": config.logprob_chunk_size,
@@ -467,16 +409,11 @@ class Trainer:
             doctor_stop = self._log_step(row)
             # Ctrl-C on any process stops them all, as does an error finding under doctor="stop"
             stop = self.shards.sum(float(interrupt.requested or doctor_stop)) > 0
-            saved = config.save_steps > 0 and self.step % config.save_steps == 0 or stop
-            if saved:
+            if config.save_steps > 0 and (self.step % config.save_steps == 0 or self.step == self.max_steps) or stop:
                 self.save_checkpoint()
             if stop:
                 self.interrupted, self.stop_signal = True, interrupt.signum
                 break
-            if self.step == self.max_steps and config.save_steps > 0 and not saved:
-                # As TRL's Trainer: the last step always gets its checkpoint, so a finished run can be
-                # evaluated as checkpoint-<last> and extended with a larger max_steps and resume.
-                self.save_checkpoint()
         self._report.close_bar()
         if not self.interrupted and self.shards.is_main:
             self.save_final()

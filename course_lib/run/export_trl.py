@@ -97,6 +97,12 @@ def _copy_model(source: Path, target: Path) -> None:
             shutil.copy2(path, target / path.name)
 
 
+def launch_command(output: str | Path) -> str:
+    """``cd <output> && trl grpo --config grpo.yaml`` for the export's current place, shell-quoted
+    (a folder named with ``$(...)`` or a quote stays one word, and nothing in its name runs)."""
+    return f"cd {shlex.quote(str(Path(output).resolve()))} && trl grpo --config grpo.yaml"
+
+
 def export_run(config, rewards: list, dataset, output: str | Path, num_processes: int = 1,
                copy_model: bool = True, tools: list | None = None, environment_factory=None) -> Path:
     """Write ``grpo.yaml``, ``data/train.jsonl``, ``course_rewards.py`` and ``README.txt`` into ``output``.
