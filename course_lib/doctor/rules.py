@@ -111,6 +111,11 @@ def zero_spread_groups(rows, config):
         advice = (f" With a mean reward of {reward:.2f} the task looks {side} for this model: for a 0/1 reward, a "
                   f"group of G rewards is all-equal with probability p^G + (1-p)^G"
                   + (f", which falls to 25% at num_generations={needed}." if needed else "."))
+    lr = config.get("learning_rate")
+    if isinstance(lr, (int, float)) and lr <= 1e-6:  # the data may not be the only cause
+        advice += (f" Also, learning_rate={lr:g} is TRL's default for billion-parameter models: a small model "
+                   "barely moves at it, so the share of equal groups stays where it started (the tiny model "
+                   "learns at 3e-5; course_lib.presets holds each model's measured settings).")
     hotter = ("" if config.get("temperature", 0.0) >= 1.0 else
               f" a higher temperature ({_field(config, 'temperature')}; 1.0 is the usual),")
     return Diagnosis(

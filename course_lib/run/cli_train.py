@@ -201,7 +201,13 @@ def run_train(args) -> int:
         from ..data import get_task
 
         eval_dataset = get_task(args.task, split="test", n=args.eval_n or 64, seed=0)
-    trainer = Trainer(config, reward_funcs, dataset, eval_dataset=eval_dataset, correct_fn=correct_function(args))
+    correct = correct_function(args)
+    if correct is not None and not args.eval_n and eval_dataset is None:
+        print(f"warning: --correct {args.correct} is read by the evaluations, and this run has none. Fix: add "
+              "--eval-n N (before and after) or --set eval_strategy=steps (during training).", file=sys.stderr)
+    # The in-loop evaluation reads correct_fn; the before/after one takes it from args.
+    trainer = Trainer(config, reward_funcs, dataset, eval_dataset=eval_dataset,
+                      correct_fn=correct if eval_dataset is not None else None)
     main = trainer.accelerator.is_main_process
     before = _evaluate(trainer, args) if args.eval_n and main else None
     history = trainer.train(resume_from=args.resume_from)

@@ -157,3 +157,46 @@ def test_a_log_file_gets_every_signal_of_the_bar(monkeypatch):
            "completions/clipped_ratio": 0.1, "timing/step_s": 1.5}
     text = bar_postfix(row)
     assert "trunc=0.100" in text and "s/step=1.500" in text
+
+
+def test_equal_groups_at_trls_learning_rate_name_the_rate_too():
+    from course_lib.doctor.rules import zero_spread_groups
+
+    rows = [{"step": i + 1, "frac_reward_zero_std": 1.0, "reward": 0.1} for i in range(5)]
+    assert "learning_rate=1e-06 is TRL's default" in zero_spread_groups(rows, {"learning_rate": 1e-6}).message
+    assert "learning_rate" not in zero_spread_groups(rows, {"learning_rate": 3e-5}).message.split("Fixes")[0]
+
+
+def test_train_rows_default_to_a_files_rows_and_export_help_hides_run_only_options(capsys):
+    import argparse
+
+    from course_lib.__main__ import build_parser
+    from course_lib.run.cli_train import GENERATED_ROWS, train_rows
+
+    for task, expected in [("rows.jsonl", None), ("gsm8k:mini.jsonl", None), ("arithmetic", GENERATED_ROWS),
+                           ("task.py:rows", GENERATED_ROWS)]:
+        assert train_rows(argparse.Namespace(train_rows=None, task=task)) == expected
+    assert train_rows(argparse.Namespace(train_rows=7, task="rows.jsonl")) == 7
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["export-trl", "--help"])
+    shown = capsys.readouterr().out
+    assert "--rewards" in shown and not any(flag in shown for flag in ("--resume-from", "--overwrite-output-dir",
+                                                                       "--eval-n", "--correct"))
+
+
+def test_the_start_up_line_names_the_settings_and_their_source():
+    import argparse
+
+    from course_lib.algos import make_config
+    from course_lib.presets import run_settings
+    from course_lib.run.cli_train import describe_settings
+
+    args = argparse.Namespace(model="tiny", task="mine.jsonl", algo="grpo", overrides=["learning_rate=1e-4"],
+                              preset=None, max_steps=None)
+    config = apply_overrides(make_config("grpo", **run_settings("tiny", "mine.jsonl", "grpo")), args.overrides)
+    line = describe_settings(config, args)
+    assert line.startswith("settings: learning_rate=0.0001, lr_scheduler_type='constant', "
+                           "per_device_train_batch_size=32, num_generations=8, max_completion_length=8")
+    assert "measured for tiny with grpo" in line and line.endswith("then --set learning_rate")
+    args = argparse.Namespace(model="tiny", task="mine.jsonl", algo="ppo", overrides=[], preset=None, max_steps=None)
+    assert "no measured settings for tiny with ppo" in describe_settings(make_config("ppo"), args)
