@@ -172,7 +172,7 @@ def dead_reward_function(rows, config):
         return None
     # The mean of batch means is no value the function returned: name the one value, or the
     # range of batch means (constant within each batch, different between batches).
-    listing = ", ".join(f"{n} (always {v[0]:g})" if max(v) - min(v) < 1e-9 else
+    listing = ", ".join(f"{n} (always {mean(v):g})" if not v or max(v) - min(v) < 1e-9 else
                         f"{n} (the same for every completion of a batch; batch means {min(v):g} to {max(v):g}: it "
                         "varies between prompts, never between the completions of one)" for n, v in dead)
     return Diagnosis(
