@@ -9,7 +9,7 @@
   is *standard* (tokenized as it is, with no chat template; completions are strings).
 - Splits: a ``train.jsonl`` beside a ``test.jsonl`` (or the other way round) is a pair, and
   each split reads its own file. Any other single file is split by a hash of each prompt,
-  85% train and 15% test (:data:`TEST_FRACTION`), with a :class:`~course_lib.data.SplitNotice`
+  85% train and 15% test (:data:`TEST_FRACTION`), with a :class:`~course_lib.run.splits.SplitNotice`
   saying so, so that ``--eval-n`` and ``eval`` measure rows training never saw; the split is
   the same on every run. ``n`` takes the first ``n`` rows of the split.
 - ``module:function`` or ``file.py:function`` (``course_lib.run.user_code``): called with the
@@ -28,6 +28,7 @@ from pathlib import Path
 from datasets import Dataset
 
 from .jsonl import read_jsonl
+from .splits import SplitNotice, is_test_problem
 from .user_code import looks_like_reference, resolve_callable
 
 
@@ -50,8 +51,6 @@ def _prompt_key(prompt) -> str:
 
 def hash_split(rows: list[dict], split: str, source: str) -> list[dict]:
     """The ``split`` rows of ``rows`` by a hash of each prompt (same rule as GSM8K's single file)."""
-    from ..data import SplitNotice, _is_test_problem
-
     if split not in ("train", "test"):
         raise TaskError(f"split={split!r} is not a split. Fix: use 'train' or 'test'.")
     warnings.warn(f"{source} holds one set of rows: they are split by a hash of each prompt, "
@@ -59,7 +58,7 @@ def hash_split(rows: list[dict], split: str, source: str) -> list[dict]:
                   "two never overlap), so the evaluation is held out. For your own split, give train.jsonl and "
                   "test.jsonl side by side, or a function that takes split.", SplitNotice, stacklevel=2)
     want_test = split == "test"
-    chosen = [row for row in rows if _is_test_problem(_prompt_key(row["prompt"]), TEST_FRACTION) == want_test]
+    chosen = [row for row in rows if is_test_problem(_prompt_key(row["prompt"]), TEST_FRACTION) == want_test]
     if not chosen:
         raise TaskError(f"{source}: the hash split leaves no {split} rows (of {len(rows)}). Fix: add rows, or give "
                         "train.jsonl and test.jsonl side by side.")
