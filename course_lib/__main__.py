@@ -44,7 +44,8 @@ def _cmd_eval(args) -> int:
                                               return_completions=True, progress=True,
                                               correct_fn=correct_function(args))
     for question, completion, answer in list(zip(dataset["prompt"], completions, dataset["answer"]))[:args.show]:
-        print(f"Q: {question[-1]['content']}\nA: {completion.strip()!r}  (reference {answer})")
+        shown = question if isinstance(question, str) else question[-1]["content"]
+        print(f"Q: {shown}\nA: {completion.strip()!r}  (reference {answer})")
     print(json.dumps({"model": str(args.model), "task": args.task, "split": args.split, "n": len(dataset),
                       "seed": args.seed, "accuracy": accuracy}))
     return 0
@@ -126,13 +127,18 @@ def _cmd_train(args) -> int:
 
 def _cmd_export_trl(args) -> int:
     from .run.cli_train import build_run
-    from .run.export_trl import export_run
+    from .run.export_trl import export_run, launch_command
     from .presets import task_settings
 
+    if args.correct:
+        print(f"note: --correct {args.correct} is not exported: TRL has no greedy before/after accuracy. Evaluate "
+              "the TRL run's checkpoint with python -m course_lib eval --model <folder>/trl-output/checkpoint-N "
+              f"--correct {args.correct}.", file=sys.stderr)
     config, _, dataset = build_run(args)
     reward_names = args.rewards.split(",") if args.rewards else task_settings(args.task)["rewards"]
     folder = export_run(config, reward_names, dataset, args.output, num_processes=args.num_processes)
     print((folder / "README.txt").read_text())
+    print(f"now: {launch_command(folder)}")
     return 0
 
 
@@ -193,7 +199,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_doctor)
 
     p = sub.add_parser("export-trl", help="write a TRL config, reward module and command for the same GRPO run")
-    add_train_arguments(p)
+    add_train_arguments(p, export=True)
     p.add_argument("--output", required=True, help="folder for grpo.yaml, data/, course_rewards.py, README.txt")
     p.set_defaults(func=_cmd_export_trl)
     return parser
@@ -215,6 +221,15 @@ def _user_errors() -> tuple[type[BaseException], ...]:
             ModelNotAvailableError, GenerationWorkerError)
 
 
+def _short_warnings() -> None:
+    """On the command line a warning is one ``Category: message`` block: the library's own
+    source line, which Python prints under it by default, tells a user nothing."""
+    import warnings
+
+    warnings.formatwarning = lambda message, category, filename, lineno, line=None: (
+        f"{category.__name__}: {message}\n")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run a command; a user error prints ``error: <what and the fix>`` and exits 2, with the
     traceback only under ``--debug`` (or ``COURSE_TRACEBACK=1``)."""
@@ -225,6 +240,7 @@ def main(argv: list[str] | None = None) -> int:
 
     was_active = command_line_active()
     use_command_line()  # fixes in error messages name flags, not Python arguments
+    _short_warnings()
     try:
         return args.func(args)
     except _user_errors() as error:

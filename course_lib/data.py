@@ -20,7 +20,6 @@ multi-step arithmetic, not reading comprehension.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import random
@@ -31,6 +30,7 @@ from typing import Callable, Iterable
 
 from datasets import Dataset
 
+from .run.splits import SplitNotice, is_test_problem as _is_test_problem  # noqa: F401 (SplitNotice: public here)
 from .run.wording import fix
 
 #: The instruction and worked example that teach a chat model the ``<answer>`` format.
@@ -80,12 +80,6 @@ _OPERATORS: dict[str, Callable[[int, int], int]] = {
     "-": lambda a, b: a - b,
     "*": lambda a, b: a * b,
 }
-
-
-def _is_test_problem(key: str, test_fraction: float) -> bool:
-    """A problem's split is a pure function of its text, so train and test never overlap."""
-    digest = hashlib.sha256(key.encode()).digest()
-    return int.from_bytes(digest[:4], "big") / 2**32 < test_fraction
 
 
 def _pick(split: str, candidates: list, n: int | None, seed: int, key: Callable) -> list:
@@ -234,10 +228,6 @@ def gsm8k_answer(solution: str) -> str:
 
 class DataError(ValueError):
     """A task's data cannot be read as asked (file, row, split or size); the message names the fix."""
-
-
-class SplitNotice(UserWarning):
-    """A single GSM8K file was split into train and test by the rule of :func:`load_gsm8k`."""
 
 
 #: Share of a single GSM8K file held out as ``test`` (the official split holds out 1,319 of 8,792).

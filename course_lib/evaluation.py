@@ -79,8 +79,8 @@ def format_accuracy(correct: int, total: int) -> str:
 
 
 @torch.no_grad()
-def _check_positions(model, tokenizer, texts: list[str], max_new_tokens: int, max_prompt_length: int | None = None,
-                     lengths_fix: str | None = None) -> None:
+def _check_positions(model, tokenizer, prompt_ids: list[list[int]], max_new_tokens: int,
+                     max_prompt_length: int | None = None, lengths_fix: str | None = None) -> None:
     """Refuse what the model cannot read: a prompt (cut to ``max_prompt_length`` tokens) plus
     ``max_new_tokens`` beyond its positions (the generation would run past the trained
     positions, or fail inside the model). ``lengths_fix``: the fix to name (the caller's options)."""
@@ -92,12 +92,19 @@ def _check_positions(model, tokenizer, texts: list[str], max_new_tokens: int, ma
     limit = getattr(getattr(model, "config", None), "max_position_embeddings", None)
     if not limit:
         return
-    lengths = [len(ids) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]]
+    lengths = [len(ids) for ids in prompt_ids]
     if max_prompt_length is not None:
         lengths = [min(n, max_prompt_length) for n in lengths]
     longest = max(range(len(lengths)), key=lengths.__getitem__)
     if lengths[longest] + max_new_tokens > limit:
-        lengths_fix = lengths_fix or f"lower {fix('--max-new-tokens', 'max_new_tokens')}, or evaluate shorter prompts"
+        room = limit - lengths[longest]
+        if lengths_fix is None:
+            # The command line's eval has --max-new-tokens; train sets the same length with --set
+            # max_completion_length; from Python it is the max_new_tokens argument.
+            lengths_fix = (f"lower {fix('--max-new-tokens (eval) or --set max_completion_length=N (train)', 'max_new_tokens')} "
+                           f"to at most {room}" if room >= 1 else
+                           "shorten the prompts: the prompt alone fills the model's positions, so no completion length "
+                           "fits") + ", or use a model with more positions"
         raise ContextLengthError(f"prompt {longest} has {lengths[longest]} tokens; with "
                                  f"max_new_tokens={max_new_tokens} "
                                  f"it needs {lengths[longest] + max_new_tokens} positions, but the model reads at most "
@@ -107,7 +114,11 @@ def _check_positions(model, tokenizer, texts: list[str], max_new_tokens: int, ma
 def greedy_completions(model, tokenizer, prompts, max_new_tokens: int = 32, batch_size: int = 32,
                        progress: bool | None = None, desc: str = "eval", max_prompt_length: int | None = None,
                        lengths_fix: str | None = None) -> list[str]:
-    """Greedy completions (text, special tokens removed) for conversational prompts.
+    """Greedy completions (text, special tokens removed).
+
+    Prompts follow TRL's two formats, as in training (``course_lib.rollout.base.tokenize_prompts``):
+    a list of chat messages goes through the chat template with the assistant turn opened
+    (conversational); a string is tokenized as it is, with no template (standard).
 
     ``max_prompt_length``: keep each prompt's last that many tokens, as training does.
 
@@ -115,25 +126,60 @@ def greedy_completions(model, tokenizer, prompts, max_new_tokens: int = 32, batc
     :mod:`course_lib.progress`); None (default) shows one when there is more than one batch.
     """
     model.eval()
-    tokenizer.padding_side = "left"
-    texts = [tokenizer.apply_chat_template(p, add_generation_prompt=True, tokenize=False) for p in prompts]
-    _check_positions(model, tokenizer, texts, max_new_tokens, max_prompt_length, lengths_fix)
-    cut = {} if max_prompt_length is None else {"truncation": True, "max_length": max_prompt_length}
-    if cut:
-        tokenizer.truncation_side = "left"  # the prompt's end (the question) is what the model answers
+    from .rollout.base import left_pad, tokenize_prompts
+
+    prompt_ids = tokenize_prompts(tokenizer, list(prompts))
+    _check_positions(model, tokenizer, prompt_ids, max_new_tokens, max_prompt_length, lengths_fix)
+    if max_prompt_length is not None:  # keep each prompt's end (the question), as training does
+        prompt_ids = [ids[-max_prompt_length:] for ids in prompt_ids]
     completions = []
     device = next(model.parameters()).device
-    show = len(texts) > batch_size if progress is None else progress
-    with progress_bar(total=len(texts), desc=desc, unit="prompt", disable=not show) as bar:
-        for start in range(0, len(texts), batch_size):
-            batch = tokenizer(texts[start:start + batch_size], return_tensors="pt", padding=True,
-                              add_special_tokens=False, **cut).to(device)
-            output = model.generate(**batch, max_new_tokens=max_new_tokens, do_sample=False,
-                                    pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)
-            new_tokens = output[:, batch["input_ids"].shape[1]:]
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    show = len(prompt_ids) > batch_size if progress is None else progress
+    with progress_bar(total=len(prompt_ids), desc=desc, unit="prompt", disable=not show) as bar:
+        for start in range(0, len(prompt_ids), batch_size):
+            ids, mask = left_pad(prompt_ids[start:start + batch_size], pad_id)
+            output = model.generate(input_ids=ids.to(device), attention_mask=mask.to(device),
+                                    max_new_tokens=max_new_tokens, do_sample=False,
+                                    pad_token_id=pad_id, eos_token_id=tokenizer.eos_token_id)
+            new_tokens = output[:, ids.shape[1]:]
             completions += tokenizer.batch_decode(new_tokens, skip_special_tokens=True)
             bar.update(len(new_tokens))
     return completions
+
+
+def check_correct_fn(correct_fn) -> None:
+    """Refuse a ``correct_fn`` that cannot be called as ``correct_fn(completion, answer)`` (a reward
+    function passed by mistake, for one) before any model runs."""
+    import inspect
+
+    if correct_fn is None:
+        return
+    if not callable(correct_fn):
+        raise ValueError(f"correct_fn={correct_fn!r} is not a function. Fix: pass f(completion, answer) -> bool "
+                        f"({fix('--correct module:function', 'correct_fn=f')}).")
+    try:
+        inspect.signature(correct_fn).bind("completion", "answer")
+    except TypeError:
+        name = getattr(correct_fn, "__name__", repr(correct_fn))
+        raise ValueError(f"correct function {name}{inspect.signature(correct_fn)} cannot be called as "
+                        f"{name}(completion, answer): the evaluation passes the completion's text and the row's "
+                        "answer. Fix: give a function f(completion: str, answer) -> bool (a reward function takes "
+                        "(prompts, completions, **columns) instead).") from None
+    except ValueError:  # a builtin without a readable signature: tried when called
+        pass
+
+
+def _judge(correct_fn, completion: str, answer, index: int) -> bool:
+    if correct_fn is None:
+        return bool(is_correct(completion, answer))
+    try:
+        return bool(correct_fn(completion, answer))
+    except Exception as error:
+        name = getattr(correct_fn, "__name__", repr(correct_fn))
+        raise ValueError(f"correct function {name!r} raised {type(error).__name__}: {error}\n  at row {index}\n  "
+                         f"completion: {completion!r}\n  answer: {answer!r}\nFix: make it return True or False for "
+                         "every completion, a malformed one included.") from error
 
 
 def evaluate_accuracy(model, tokenizer, dataset, max_new_tokens: int = 32, batch_size: int = 32,
@@ -144,6 +190,7 @@ def evaluate_accuracy(model, tokenizer, dataset, max_new_tokens: int = 32, batch
 
     Raises ``ValueError`` on an empty dataset: an accuracy of nothing is not 0.0.
     """
+    check_correct_fn(correct_fn)
     if len(dataset) == 0:
         raise ValueError("evaluate_accuracy got a dataset with no rows, which has no accuracy. Fix: evaluate at "
                          f"least one row ({fix('--n / --eval-n >= 1', 'a dataset of at least 1 row')}).")
@@ -152,7 +199,6 @@ def evaluate_accuracy(model, tokenizer, dataset, max_new_tokens: int = 32, batch
     if "answer" not in dataset.column_names:
         raise ValueError(f"evaluate_accuracy needs an 'answer' column (columns: {dataset.column_names}). Fix: add "
                          "the reference answers to the rows.")
-    check = correct_fn or is_correct
-    correct = [bool(check(c, a)) for c, a in zip(completions, dataset["answer"])]
+    correct = [_judge(correct_fn, c, a, i) for i, (c, a) in enumerate(zip(completions, dataset["answer"]))]
     accuracy = sum(correct) / len(correct)
     return (accuracy, completions) if return_completions else accuracy

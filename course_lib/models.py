@@ -165,10 +165,20 @@ def resolve_model_path(name: str | os.PathLike) -> Path | str:
             raise ModelNotAvailableError(f"{path} exists but has no config.json; point to a folder saved by "
                                          "save_pretrained, a training run's checkpoint-<step> or final/ folder.")
         return path
-    if name.startswith((".", "/", "~")) or name.count("/") != 1:
+    if "/" not in name and not name.startswith((".", "~")):
         raise ModelNotAvailableError(
             f"Unknown model {name!r}: use one of {', '.join(EMBEDDED_MODELS)}, a local folder, "
             "or a hub id such as 'HuggingFaceTB/SmolLM2-135M-Instruct'.")
+    if name.startswith((".", "/", "~")) or name.count("/") > 1 or path.parent.is_dir():
+        # A path (or a name whose first part is a local folder, as runs/x): say the folder is missing.
+        parent = path.parent
+        near = sorted(p.name for p in parent.iterdir() if p.is_dir())[:8] if parent.is_dir() else []
+        where = (f"; {parent} holds {', '.join(near)}" if near else
+                 "" if parent.is_dir() else f"; {parent} does not exist either")
+        raise ModelNotAvailableError(
+            f"No model folder at {str(path)!r}: no such folder{where}. Fix: give an existing folder (a run's "
+            "checkpoint-<step> or final/, or a save_pretrained folder), one of "
+            f"{', '.join(EMBEDDED_MODELS)}, or a hub id such as 'HuggingFaceTB/SmolLM2-135M-Instruct'.")
     return name  # a hub id
 
 
@@ -237,14 +247,22 @@ def load_unsloth_policy(name: str | os.PathLike, *, max_seq_length: int = 2048, 
 
     Unsloth patches the model for faster, leaner training (and with ``fast_inference`` a
     vLLM engine sharing the GPU memory); the result is an ordinary transformers model that
-    :class:`course_lib.trainer.Trainer` accepts.
+    :class:`course_lib.trainer.Trainer` accepts. Installed from ``requirements/unsloth.txt``
+    (with ``--no-deps``) and ``requirements/unsloth-deps.txt``; only ``FastLanguageModel`` is
+    used here, none of Unsloth's patches of TRL's trainers (it declares ``trl<=1.15.0``).
+    Unsloth wants to be imported before transformers; imported later it warns that some of
+    its optimisations may be missing.
     """
     if not torch.cuda.is_available():
         raise ModelNotAvailableError("Unsloth needs a CUDA GPU (it raises at import on CPU); use load_policy() here.")
     try:
         from unsloth import FastLanguageModel
     except ImportError as error:
-        raise ModelNotAvailableError("Unsloth is not installed: `pip install -e .[gpu]` on a GPU machine.") from error
+        raise ModelNotAvailableError(
+            "Unsloth is not installed. Fix, on a GPU machine, from the course folder: pip install --no-deps -r "
+            "requirements/unsloth.txt && pip install -r requirements/unsloth-deps.txt (on Colab: "
+            "python -m course_lib.colab --gpu --unsloth). --no-deps because Unsloth declares trl<=1.15.0 and the "
+            "course pins TRL 1.16 (requirements/unsloth.txt says why and what it costs).") from error
     model, tokenizer = FastLanguageModel.from_pretrained(model_name=str(resolve_model_path(name)),
                                                          max_seq_length=max_seq_length, load_in_4bit=load_in_4bit,
                                                          fast_inference=fast_inference, **kwargs)

@@ -5,10 +5,15 @@ here, so a run with no ``--set`` learns. Each entry says what it was measured wi
 learning tests (``tests/lib/test_learning.py``) train with exactly these settings.
 
 - :data:`TASKS`: the reward functions of a task and a completion length that fits it.
-- :data:`MEASURED`: config values for a model on a task with an algorithm. Where no
-  entry exists the run uses the task's settings and the config's defaults (TRL's), which
-  are tuned for large models: the tiny model, for one, barely moves at TRL's learning
-  rate of 1e-6 (about +4 points of held-out accuracy in 500 steps).
+- :data:`MEASURED`: config values for a model on a task with an algorithm.
+- :data:`MODEL_SETTINGS`: where no (model, task, algorithm) entry exists, as for a task of
+  your own, the learning settings measured for that model and algorithm (they depend on the
+  model far more than on the task). Only where neither exists does a run keep the config's
+  defaults (TRL's), which are tuned for large models: the tiny model, for one, barely moves
+  at TRL's learning rate of 1e-6 (about +4 points of held-out accuracy in 500 steps).
+
+:func:`settings_source` says in one line which of these a run starts from; ``train``
+prints it with the values before the first step.
 """
 
 from __future__ import annotations
@@ -52,6 +57,20 @@ MEASURED: dict[tuple[str, str, str], dict[str, Any]] = {
         per_device_train_batch_size=16, num_generations=8, max_completion_length=32, temperature=1.0,
         max_steps=30, lr_scheduler_type="constant"),
 }
+
+#: (model, algo) -> the learning settings of the measured entries above, for any other task
+#: (your own, or a shipped one with no entry). The completion length stays the task's, except
+#: that the tiny model reads at most 128 positions (``course_lib/tiny.py``), so a task of your
+#: own gets 8 completion tokens there (the arithmetic entries' length), not 64.
+MODEL_SETTINGS: dict[tuple[str, str], dict[str, Any]] = {
+    ("tiny", "grpo"): {k: v for k, v in _TINY_GRPO.items() if k not in ("max_completion_length", "max_steps")},
+    ("tiny", "rloo"): {k: v for k, v in MEASURED[("tiny", "arithmetic", "rloo")].items()
+                       if k not in ("max_completion_length", "max_steps")},
+    ("smollm2-135m", "grpo"): {k: v for k, v in MEASURED[("smollm2-135m", "arithmetic-tagged", "grpo")].items()
+                               if k not in ("max_completion_length", "max_steps")},
+}
+#: Completion length of a task without a :data:`TASKS` entry, per model (default: ``DEFAULT_TASK``'s).
+OWN_TASK_COMPLETION_LENGTH: dict[str, int] = {"tiny": 8}
 
 
 #: Named sets of config values: ``make_config(algo, preset=name)``, ``train --preset name``.
@@ -107,8 +126,29 @@ def task_settings(task: str) -> dict[str, Any]:
     return TASKS.get(task.partition(":")[0], DEFAULT_TASK)
 
 
+def _own_task(task: str) -> bool:
+    return task.partition(":")[0] not in TASKS
+
+
 def run_settings(model: str, task: str, algo: str) -> dict[str, Any]:
-    """Config values for a run: the task's completion length, then any measured settings."""
-    settings = {"max_completion_length": task_settings(task)["max_completion_length"], "max_steps": 100}
-    settings.update(MEASURED.get((model, task.partition(":")[0], algo), {}))
+    """Config values for a run: the task's completion length, then the measured settings of
+    (model, task, algo), else those of (model, algo) (:data:`MODEL_SETTINGS`)."""
+    length = task_settings(task)["max_completion_length"]
+    if _own_task(task):
+        length = OWN_TASK_COMPLETION_LENGTH.get(model, length)
+    settings = {"max_completion_length": length, "max_steps": 100}
+    measured = MEASURED.get((model, task.partition(":")[0], algo))
+    settings.update(measured if measured is not None else MODEL_SETTINGS.get((model, algo), {}))
     return settings
+
+
+def settings_source(model: str, task: str, algo: str) -> str:
+    """Where :func:`run_settings` took its values from, in words (printed by ``train``)."""
+    key = task.partition(":")[0]
+    if (model, key, algo) in MEASURED:
+        return f"measured for {model} on {key} with {algo} (course_lib.presets.MEASURED)"
+    if (model, algo) in MODEL_SETTINGS:
+        return (f"measured for {model} with {algo} on the course's tasks (course_lib.presets.MODEL_SETTINGS); "
+                f"{'your task' if _own_task(task) else key} has no entry of its own")
+    return (f"no measured settings for {model} with {algo}: the config's defaults (TRL's, tuned for large "
+            "models; a small model may barely move at learning_rate 1e-6). Fix: choose them with --set")

@@ -12,8 +12,8 @@ Read it top to bottom, as CleanRL's ``ppo.py``: the ``while`` loop of ``_train()
 4. **step** (``_optimizer_step``): every ``gradient_accumulation_steps`` micro-batches
    (``course_lib.schedule`` gives the same table);
 5. **log** (``_log_step``): TRL-named metrics to ``history.jsonl``, a progress bar, the
-   in-loop evaluation when due, a periodic sample table; then **save** every ``save_steps``
-   (``course_lib.run.trainer_state``).
+   in-loop evaluation when due, a periodic sample table; then **save** every ``save_steps`` and
+   at the last step, as TRL does (``course_lib.run.trainer_state``).
 
 What differs between GRPO, RLOO and PPO is two calls on the algorithm object
 (``course_lib/algos``): ``advantages(...)`` after scoring and ``loss(...)`` in each
@@ -57,10 +57,11 @@ from .run.async_rollouts import GenerationWorkerError, pipeline_closed, start_pi
 from .run.history import (MetricsLogger, StepClock, format_samples, mean_rows as _mean_rows,
                           prompt_text as _prompt_text, unique_prompt_samples)
 from .run.in_loop_eval import InLoopEvaluator
-from .run.model_options import apply_model_options, load_kwargs, mix_into_reference
+from .run.model_options import apply_model_options, mix_into_reference
 from .run.nonfinite import check_finite_update, check_finite_weights, clip_gradients
 from .run.step_report import StepReport
 from .run.trainer_state import resume_trainer, save_final_model, save_trainer_checkpoint
+from .run.trainer_arguments import load_model, trl_style_arguments
 from .run.validation import check_train_dataset
 from .run.wording import resume_latest
 
@@ -77,17 +78,21 @@ class Trainer:
         reward_funcs: functions ``f(prompts, completions, **columns) -> list[float | None]``.
         train_dataset: rows with a ``prompt`` (conversational or text) and any columns the
             reward functions read (e.g. ``answer``).
-        model, tokenizer: the policy; loaded from ``config.model_name_or_path`` when None.
+        model, tokenizer: the policy, or a name / folder (TRL's ``model``); None loads ``config.model_name_or_path``.
+            TRL's ``args=`` and ``processing_class=`` work too (``course_lib.run.trainer_arguments``).
         eval_dataset: held-out rows for ``config.eval_strategy="steps"`` (``course_lib.run.in_loop_eval``).
         correct_fn: ``f(completion, answer) -> bool``, the in-loop greedy accuracy's rule (default ``is_correct``).
         tools, environment_factory: multi-turn rollouts with tool calls, as in TRL 1.16
             (``course_lib.rollout.tool_run``); an environment's ``get_reward`` may replace reward_funcs.
     """
 
-    def __init__(self, config, reward_funcs: list[Callable] | None, train_dataset, model=None, tokenizer=None,
-                 progress: bool = True, on_step: Callable[[dict], None] | None = None, eval_dataset=None,
-                 correct_fn: Callable | None = None, tools: list[Callable] | None = None, environment_factory=None,
+    def __init__(self, config=None, reward_funcs: list[Callable] | Callable | None = None, train_dataset=None,
+                 model=None, tokenizer=None, progress: bool = True, on_step: Callable[[dict], None] | None = None,
+                 eval_dataset=None, correct_fn: Callable | None = None, tools: list[Callable] | None = None,
+                 environment_factory=None, *, args=None, processing_class=None,
                  teacher_model=None):  # distillation's teacher: a model, (model, tokenizer) or a path
+        config, reward_funcs, model, tokenizer = trl_style_arguments(
+            config, reward_funcs, train_dataset, model, tokenizer, args, processing_class, environment_factory, correct_fn)
         check_train_dataset(train_dataset)  # a table with usable prompts (course_lib.run.validation)
         clashing = sorted(set(train_dataset.column_names) & _REWARD_ARGUMENTS)
         if clashing:  # the reward call passes these itself: caught here, not blamed on a reward function later
@@ -109,10 +114,7 @@ class Trainer:
         self._columns = {name: list(train_dataset[name]) for name in train_dataset.column_names}
         self.progress, self.on_step = progress, on_step
         torch.manual_seed(config.seed)
-        if model is None:
-            from .models import load_policy
-
-            model, tokenizer = load_policy(config.model_name_or_path, **load_kwargs(config))
+        model, tokenizer = load_model(config, model, tokenizer)
         self.tokenizer = tokenizer
         self.tool_run, self.reward_funcs, self.reward_weights = setup_tools(
             config, list(reward_funcs or []), tools, environment_factory, tokenizer, self._columns)
@@ -428,7 +430,7 @@ class Trainer:
             doctor_stop = self._log_step(row)
             # Ctrl-C on any process stops them all, as does an error finding under doctor="stop"
             stop = self.shards.sum(float(interrupt.requested or doctor_stop)) > 0
-            if config.save_steps > 0 and self.step % config.save_steps == 0 or stop:
+            if config.save_steps > 0 and (self.step % config.save_steps == 0 or self.step == self.max_steps) or stop:
                 self.save_checkpoint()
             if stop:
                 self.interrupted, self.stop_signal = True, interrupt.signum

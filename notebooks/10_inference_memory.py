@@ -615,9 +615,11 @@ for billions in (0.5, 1.5, 3, 7, 8, 14, 17):
 # %% [markdown]
 # ## 8. On a GPU: Unsloth with fast inference, and the course's vLLM engine
 #
-# This cell runs only on a CUDA machine with the GPU extras installed (`pip install
-# unsloth vllm`; on Colab `!python -m course_lib.colab --gpu`, which keeps Colab's torch)
-# and network access to download the model. In Unsloth's own words, fast inference is
+# This cell runs only on a CUDA machine with vLLM and Unsloth installed (`pip install vllm`,
+# then Unsloth with `pip install --no-deps -r requirements/unsloth.txt && pip install -r
+# requirements/unsloth-deps.txt`, since Unsloth declares an older TRL than the course's; on
+# Colab `!python -m course_lib.colab --gpu --unsloth`, which keeps Colab's torch) and network
+# access to download the model. In Unsloth's own words, fast inference is
 # one flag of its loader:
 #
 # ```python

@@ -734,7 +734,8 @@ if torch.cuda.is_available() and importlib.util.find_spec("unsloth") is not None
     GRPOTrainer(model=fast_model, processing_class=fast_tokenizer, args=unsloth_args, train_dataset=tagged,
                 reward_funcs=[correctness_reward, answer_tag_format_reward, tidy_rubric]).train()
 else:
-    print("Unsloth needs a CUDA GPU and `pip install unsloth vllm`: skipped here.")
+    print("Unsloth needs a CUDA GPU, vLLM and Unsloth (README 'On Colab': python -m course_lib.colab --gpu "
+          "--unsloth): skipped here.")
 
 # %%
 if torch.cuda.is_available() and importlib.util.find_spec("vllm") is not None:

@@ -108,14 +108,19 @@ def zero_spread_groups(rows, config):
     if 0.0 < reward < 1.0:  # a 0/1 reward: a group is all-equal with probability p^G + (1-p)^G
         needed = _generations_for(reward)
         side = "too easy" if reward > 0.5 else "too hard"
-        advice = (f" With a mean reward of {reward:.2f} the task looks {side} for this model: a group of G "
-                  f"0/1 rewards is all-equal with probability p^G + (1-p)^G"
+        advice = (f" With a mean reward of {reward:.2f} the task looks {side} for this model: for a 0/1 reward, a "
+                  f"group of G rewards is all-equal with probability p^G + (1-p)^G"
                   + (f", which falls to 25% at num_generations={needed}." if needed else "."))
+    lr = config.get("learning_rate")
+    if isinstance(lr, (int, float)) and lr <= 1e-6:  # the data may not be the only cause
+        advice += (f" Also, learning_rate={lr:g} is TRL's default for billion-parameter models: a small model "
+                   "barely moves at it, so the share of equal groups stays where it started (the tiny model "
+                   "learns at 3e-5; course_lib.presets holds each model's measured settings).")
     hotter = ("" if config.get("temperature", 0.0) >= 1.0 else
               f" a higher temperature ({_field(config, 'temperature')}; 1.0 is the usual),")
     return Diagnosis(
         f"{mean(frac):.0%} of the groups have rewards that are all equal, so their advantages are 0.{advice} "
-        f"Fixes: more generations ({_field(config, 'num_generations')}),{hotter} data matched to the model "
+        f"Fixes: more generations (more than {_field(config, 'num_generations')}),{hotter} data matched to the model "
         "(harder if it solves everything, easier if it solves nothing), or dynamic sampling "
         "(dynamic_sampling=True: drop the equal groups and generate more, DAPO).",
         {"frac_reward_zero_std": mean(frac), "reward": reward})
@@ -162,15 +167,19 @@ def dead_reward_function(rows, config):
     for name in _reward_names(rows):
         std = values(rows[-5:], f"rewards/{name}/std")
         if len(std) == 5 and max(std) < 1e-9:
-            dead.append((name, mean(values(rows[-5:], f"rewards/{name}/mean"))))
+            dead.append((name, values(rows[-5:], f"rewards/{name}/mean")))
     if not dead:
         return None
-    listing = ", ".join(f"{n} (always {v:g})" for n, v in dead)
+    # The mean of batch means is no value the function returned: name the one value, or the
+    # range of batch means (constant within each batch, different between batches).
+    listing = ", ".join(f"{n} (always {mean(v):g})" if not v or max(v) - min(v) < 1e-9 else
+                        f"{n} (the same for every completion of a batch; batch means {min(v):g} to {max(v):g}: it "
+                        "varies between prompts, never between the completions of one)" for n, v in dead)
     return Diagnosis(
         f"constant reward: {listing}. A function that gives every completion the same score adds nothing to "
         "any advantage. Fix: call it on a few real completions and check what it parses (a format the model "
         "never writes, a column name that does not match, an exception caught into a default); or remove it "
-        "(lesson 09).", {name: value for name, value in dead})
+        "(lesson 09).", {name: mean(value) for name, value in dead})
 
 
 @rule("dominant_reward_function", "warning", ("rewards/<name>/std", "reward_weights"),

@@ -215,7 +215,9 @@ def _failing_sample(function, prompts, completions, columns, extra, timeout_s) -
 
 
 def _sample_context(i: int, prompts, completions, columns) -> str:
-    row = {k: _short(v[i], 80) for k, v in columns.items()}
+    # Numbers stay numbers (an int answer shown as '2' would look like a type bug); the rest is cut text.
+    row = {k: v[i] if isinstance(v[i], (bool, int, float, type(None))) else _short(v[i], 80)
+           for k, v in columns.items()}
     return (
         f"sample index {i}\n  prompt: {_short(prompts[i])}\n  completion: {_short(completions[i])}"
         + (f"\n  columns: {row}" if row else "")

@@ -267,9 +267,12 @@ def check_context(prompt_ids: Sequence[Sequence[int]], max_tokens: int, context_
     length = len(prompt_ids[longest])
     if length + max_tokens <= context_limit:
         return
-    room = context_limit - max_tokens
-    fix = (f"set max_prompt_length <= {room} (keeps each prompt's last tokens) or lower max_completion_length"
-           if room >= 1 else f"lower max_completion_length below {context_limit}")
+    room = context_limit - max_tokens      # the longest prompt that fits beside max_tokens
+    left = context_limit - length          # the most completion tokens that fit beside this prompt
+    options = [f"set max_prompt_length <= {room} (keeps each prompt's last tokens)"] if room >= 1 else []
+    options.append(f"lower max_completion_length to at most {left}" if left >= 1 else
+                   "shorten the prompts (this one alone fills the model's positions)")
+    fix = " or ".join(options)
     raise ContextLengthError(f"prompts[{longest}] has {length} tokens; with max_tokens={max_tokens} completion tokens "
                              f"it needs {length + max_tokens} positions, but the model reads at most {context_limit}. "
                              f"Fix: {fix}.")

@@ -33,6 +33,9 @@ def count_argument(minimum: int):
     return parse
 
 
+#: Rows drawn from a generated task (or a task function) when --train-rows is not given.
+GENERATED_ROWS = 2000
+
 TASK_HELP = ("arithmetic, arithmetic-tagged, arithmetic-mixed, word-problems, sorting, gsm8k, gsm8k:<folder or jsonl>, "
              "or your own: a .jsonl file with 'prompt' and 'answer' on each line, or module:function returning the "
              "rows (course_lib.run.user_tasks)")
@@ -42,44 +45,58 @@ CORRECT_HELP = ("your function f(completion, answer) -> bool deciding a correct 
 
 def correct_function(args):
     """The ``--correct`` function, or None for the default rule."""
+    from ..evaluation import check_correct_fn
     from .user_code import resolve_callable, strict_correctness
 
     if not getattr(args, "correct", None):
         return None
-    return strict_correctness(resolve_callable(args.correct, what="--correct"), what="--correct")
+    function = resolve_callable(args.correct, what="--correct")
+    check_correct_fn(function)
+    return strict_correctness(function, what="--correct")
 
 
-def add_train_arguments(parser: argparse.ArgumentParser) -> None:
+def add_train_arguments(parser: argparse.ArgumentParser, export: bool = False) -> None:
+    """The options of ``train``; ``export``: the same for ``export-trl``, whose ``--help`` hides the
+    options that only a run reads (resuming, the output folder's handling, the evaluation)."""
+    import functools
+
+    only_train = functools.partial(_train_only, export)
     parser.add_argument("--algo", choices=["grpo", "rloo", "ppo", "sft", "rejection", "dpo", "distill"], default="grpo",
                         help="RL (grpo, rloo, ppo), or sft (the task's answers as demonstrations), rejection "
                         "(expert iteration), dpo (pairs from the start model's samples), distill (--set "
                         "teacher_model=PATH)")
     parser.add_argument("--model", default="tiny", help="tiny, smollm2-135m, a local folder or a hub id")
     parser.add_argument("--task", default="arithmetic", help=TASK_HELP)
-    parser.add_argument("--train-rows", type=count_argument(1), default=2000, help="rows of the task to train on")
+    parser.add_argument("--train-rows", type=count_argument(1), default=None,
+                        help="rows of the task to train on (default: every row of a .jsonl file or gsm8k:<path>; "
+                             f"{GENERATED_ROWS} of a generated task or a task function)")
     parser.add_argument("--engine", choices=["hf", "vllm"], default="hf")
     parser.add_argument("--max-steps", type=int, default=None,
                         help="optimizer steps (default: the measured preset for the model and task, else 100; "
                              "-1 runs num_train_epochs passes)")
-    parser.add_argument("--output-dir", default="runs/latest")
-    parser.add_argument("--resume-from", default=None, help="a <output-dir>/checkpoint-<step> folder, or "
-                        "'latest' for the newest complete checkpoint in --output-dir")
-    parser.add_argument("--overwrite-output-dir", action="store_true", help="delete the run already in "
+    parser.add_argument("--output-dir", default="runs/latest", help=only_train("the run's folder"))
+    parser.add_argument("--resume-from", default=None, help=only_train("a <output-dir>/checkpoint-<step> folder, or "
+                        "'latest' for the newest complete checkpoint in --output-dir"))
+    parser.add_argument("--overwrite-output-dir", action="store_true", help=only_train("delete the run already in "
                         "--output-dir (history, checkpoints, final/) and start a new one there; without it a "
-                        "non-empty --output-dir is refused unless --resume-from continues the run in it")
+                        "non-empty --output-dir is refused unless --resume-from continues the run in it"))
     parser.add_argument("--rewards", default=None, help="comma-separated reward functions: shipped names or your "
                         "own as module:function / file.py:function (default: the task's, see course_lib.presets)")
-    parser.add_argument("--correct", default=None, metavar="MODULE:FUNCTION", help=CORRECT_HELP)
+    parser.add_argument("--correct", default=None, metavar="MODULE:FUNCTION", help=only_train(CORRECT_HELP))
     parser.add_argument("--preset", default=None, help="a named set of config values, e.g. older_trl_rloo (the "
                         "older TRL RLOOTrainer's defaults); --set wins over it (course_lib.presets.NAMED)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="any config field, e.g. --set learning_rate=3e-5 (repeatable)")
     parser.add_argument("--eval-n", type=count_argument(0), default=0,
-                        help="held-out problems to evaluate before and after (0 skips the evaluation)")
+                        help=only_train("held-out problems to evaluate before and after (0 skips the evaluation)"))
     parser.add_argument("--list-fields", action="store_true", help="print every config field with its doc and exit")
     parser.add_argument("--num-processes", type=int, default=1,
                         help="data-parallel processes: launches this command on N processes (CPU: torch's "
                              "launcher with gloo; GPUs: accelerate launch --multi_gpu)")
+
+
+def _train_only(export: bool, text: str) -> str:
+    return argparse.SUPPRESS if export else text
 
 
 def check_run_arguments(args) -> None:
@@ -127,12 +144,41 @@ def build_run(args):
                          **settings)
     config = apply_overrides(config, args.overrides)
     reward_names = args.rewards.split(",") if args.rewards else task_settings(args.task)["rewards"]
-    dataset = get_task(args.task, split="train", n=args.train_rows, seed=config.seed)
+    dataset = get_task(args.task, split="train", n=train_rows(args), seed=config.seed)
     if config.algo in ("sft", "dpo"):  # data the algorithm reads instead of rewards (course_lib.post_training.data)
         from ..post_training.data import prepared_dataset
 
         dataset = prepared_dataset(config, dataset, get_reward_functions(reward_names))
     return config, get_reward_functions(reward_names), dataset
+
+
+def train_rows(args) -> int | None:
+    """``--train-rows``, else every row of a file (None) and :data:`GENERATED_ROWS` of anything generated."""
+    if args.train_rows is not None:
+        return args.train_rows
+    return None if args.task.endswith(".jsonl") or args.task.startswith("gsm8k:") else GENERATED_ROWS
+
+
+#: Fields the start-up line always names; any field given with --set or --preset is named too.
+SHOWN_FIELDS = ("learning_rate", "lr_scheduler_type", "per_device_train_batch_size", "num_generations",
+                "max_completion_length", "temperature", "beta", "max_steps", "use_lora")
+
+
+def describe_settings(config, args) -> str:
+    """The settings a run starts from and where they came from, as printed before the first step."""
+    from ..presets import settings_source
+
+    changed = [item.partition("=")[0].strip().removeprefix("--").replace("-", "_") for item in args.overrides]
+    names = list(SHOWN_FIELDS) + [n for n in changed if n not in SHOWN_FIELDS and hasattr(config, n)]
+    values = ", ".join(f"{name}={getattr(config, name)!r}" for name in names if hasattr(config, name))
+    sources = [settings_source(args.model, args.task, args.algo)]
+    if getattr(args, "preset", None):
+        sources.append(f"--preset {args.preset}")
+    if args.max_steps is not None:
+        sources.append("--max-steps")
+    if changed:
+        sources.append("--set " + ", ".join(changed))
+    return f"settings: {values}\n  from: " + "; then ".join(sources)
 
 
 def run_train(args) -> int:
@@ -155,12 +201,20 @@ def run_train(args) -> int:
     from ..trainer import Trainer
 
     config, reward_funcs, dataset = build_run(args)
+    if "LOCAL_RANK" not in os.environ or os.environ.get("RANK", "0") == "0":
+        print(describe_settings(config, args), file=sys.stderr)
     eval_dataset = None
     if config.eval_strategy != "no":  # held-out prompts for evaluation during training
         from ..data import get_task
 
         eval_dataset = get_task(args.task, split="test", n=args.eval_n or 64, seed=0)
-    trainer = Trainer(config, reward_funcs, dataset, eval_dataset=eval_dataset, correct_fn=correct_function(args))
+    correct = correct_function(args)
+    if correct is not None and not args.eval_n and eval_dataset is None:
+        print(f"warning: --correct {args.correct} is read by the evaluations, and this run has none. Fix: add "
+              "--eval-n N (before and after) or --set eval_strategy=steps (during training).", file=sys.stderr)
+    # The in-loop evaluation reads correct_fn; the before/after one takes it from args.
+    trainer = Trainer(config, reward_funcs, dataset, eval_dataset=eval_dataset,
+                      correct_fn=correct if eval_dataset is not None else None)
     main = trainer.accelerator.is_main_process
     before = _evaluate(trainer, args) if args.eval_n and main else None
     history = trainer.train(resume_from=args.resume_from)

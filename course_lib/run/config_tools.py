@@ -149,6 +149,16 @@ def resolve_keys(cls: type, values: Mapping[str, Any]) -> dict[str, Any]:
     for key, value in values.items():
         name = aliases.get(key, key)
         if name not in fields:
+            from .trl_fields import translate_trl_field
+
+            try:
+                translated = translate_trl_field(key, value, fields)
+            except ValueError as error:
+                raise UnknownFieldError(f"{error} ({cls.__name__} has no field {key!r}; "
+                                        f"{field_list(cls.__name__)}.)") from None
+            if translated is not None:
+                name, value = translated
+        if name not in fields:
             raise UnknownFieldError(f"{key}={value!r}: {cls.__name__} has no field {key!r}."
                              f"{suggest(key, list(fields) + list(aliases))} "
                              f"Fix: {field_list(cls.__name__)}.")

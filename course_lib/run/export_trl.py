@@ -34,6 +34,10 @@ BEHAVIOUR_DIFFERENCES = [
     "such field (trim the data instead)",
     "log-probs: the fused chunked head and the shared-prompt forward here give the same values as TRL's "
     "forward up to float rounding",
+    "output folder: the course refuses a non-empty output_dir unless the run resumes or overwrites it; TRL "
+    "writes into it (and both save checkpoint-<last> at the end of a run)",
+    "evaluation: the course's --eval-n / --correct greedy accuracy before and after has no TRL counterpart "
+    "(TRL's eval reports the rewards on eval_dataset)",
 ]
 
 
@@ -128,6 +132,12 @@ def _json_line(row: dict, index: int) -> str:
         raise
 
 
+def launch_command(output: str | Path) -> str:
+    """``cd <output> && trl grpo --config grpo.yaml`` for the export's current place, shell-quoted
+    (a folder named with ``$(...)`` or a quote stays one word, and nothing in its name runs)."""
+    return f"cd {shlex.quote(str(Path(output).resolve()))} && trl grpo --config grpo.yaml"
+
+
 def export_run(config, rewards: list, dataset, output: str | Path, num_processes: int = 1,
                copy_model: bool = True, tools: list | None = None, environment_factory=None) -> Path:
     """Write ``grpo.yaml``, ``data/train.jsonl``, ``course_rewards.py`` and ``README.txt`` into ``output``.
@@ -182,11 +192,10 @@ def export_run(config, rewards: list, dataset, output: str | Path, num_processes
     # Relative to the export folder: TRL runs from it (``cd <output>`` in the commands).
     arguments.update(dataset_name="data", reward_funcs=reward_paths, output_dir="trl-output")
     (output / "grpo.yaml").write_text("".join(f"{k}: {_yaml_value(v)}\n" for k, v in sorted(arguments.items())))
-    folder = shlex.quote(str(output.resolve()))  # a path holding $(...) or a quote stays one word in a shell
-    commands = [f"cd {folder} && trl grpo --config grpo.yaml",
-                f"cd {folder} && accelerate launch --num_processes {int(num_processes)} "
-                "-m trl.scripts.grpo --config grpo.yaml"]
-    lines = ["Train this run with TRL:", *(f"  {c}" for c in commands), "",
+    # No absolute path: the folder moves as a whole, so its commands run from wherever it is now.
+    commands = ["trl grpo --config grpo.yaml",
+                f"accelerate launch --num_processes {int(num_processes)} -m trl.scripts.grpo --config grpo.yaml"]
+    lines = ["Train this run with TRL, from this folder:", *(f"  {c}" for c in commands), "",
              "Reward functions:", *(f"  {n}" for n in notes), "",
              "Fields whose value differs from TRL's default:",
              *(f"  {name}: {ours!r} here, TRL's default {theirs!r}"

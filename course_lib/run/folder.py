@@ -269,6 +269,11 @@ def _lock_and_check(output_dir: Path, resume_folder: str | Path | None, overwrit
         if continuing:
             _prune_abandoned_branch(output_dir, Path(resume_folder))
         existing = _entries(output_dir)
+        if existing == ["history.jsonl"] and not continuing and _holds_no_step(output_dir / "history.jsonl"):
+            # A run that stopped before its first step (a reward that raised, a bad prompt) left an
+            # empty history and nothing else: there is no run to protect, so the folder is free.
+            (output_dir / "history.jsonl").unlink()
+            existing = []
         if existing and not continuing:
             if not overwrite:
                 shown = ", ".join(existing[:5]) + (", ..." if len(existing) > 5 else "")
@@ -288,6 +293,14 @@ def _lock_and_check(output_dir: Path, resume_folder: str | Path | None, overwrit
         handle.close()
         raise
     return handle
+
+
+def _holds_no_step(history: Path) -> bool:
+    """True for a plain ``history.jsonl`` without a single logged row."""
+    try:
+        return history.is_file() and not history.is_symlink() and not history.read_text().strip()
+    except (OSError, UnicodeDecodeError):
+        return False
 
 
 def _prune_abandoned_branch(output_dir: Path, resume_folder: Path) -> None:

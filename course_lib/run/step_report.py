@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import shutil
+import sys
 from pathlib import Path
 
 
@@ -43,7 +44,8 @@ def _format(value: float) -> str:
 def bar_postfix(row: dict, width: int | None = None) -> str:
     """``"reward=0.41 correct=0.38 zero_std=0.25 entropy=0.812 ..."`` within ``width`` columns."""
     if width is None:
-        width = shutil.get_terminal_size((100, 24)).columns
+        # A log file has no width to fit: every signal is written (a terminal's width cuts the tail).
+        width = shutil.get_terminal_size((100, 24)).columns if sys.stderr.isatty() else 10_000
     room = max(width - _BAR_ROOM, 16)
     parts = []
     for label, key in _SIGNALS:

@@ -39,6 +39,59 @@ LEFT_OUT: dict[str, str] = {
 }
 
 
+#: `transformers.TrainingArguments` fields a TRL user writes that mean something else here, or
+#: that belong to TRL's scale-out: the config's answer points to the course's way.
+POINTERS: dict[str, str] = {
+    **dict.fromkeys(("bf16", "fp16", "tf32", "bf16_full_eval", "fp16_full_eval", "half_precision_backend"),
+                    "is transformers' mixed precision (float32 weights, bfloat16/float16 compute). Here the "
+                    "field dtype holds the weights' dtype: dtype='auto' (bfloat16 on a GPU that has it, float32 "
+                    "elsewhere), 'float32' or 'bfloat16'. Fix: set dtype instead"),
+    **dict.fromkeys(("deepspeed", "fsdp", "fsdp_config", "fsdp_min_num_params"),
+                    "is a sharded-training backend the course trainer does not run (one process or plain "
+                    "data-parallel). Fix: python -m course_lib export-trl, then launch TRL with accelerate (README: "
+                    "'On a GPU, on many processes, and beyond')"),
+    **dict.fromkeys(("push_to_hub", "hub_model_id", "hub_strategy", "hub_token", "hub_private_repo"),
+                    "uploads to the Hugging Face hub; the course runs offline. Fix: <output_dir>/final is a standard "
+                    "model folder: upload it with huggingface_hub's upload_folder"),
+}
+
+
+def _truth(value) -> bool | None:
+    """``True``/``False`` from a bool or its spelling on a command line; None for anything else."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in ("true", "1", "yes", "false", "0", "no"):
+        return value.strip().lower() in ("true", "1", "yes")
+    return None
+
+
+def translate_trl_field(key: str, value, fields) -> tuple[str, object] | None:
+    """TRL's way of writing a setting, in the course's terms.
+
+    Returns ``(field, value)`` where TRL's name means what one of ours does (``use_vllm=True``
+    is ``engine="vllm"``, ``use_cpu=True`` is ``device="cpu"``); None when ``key`` is no TRL
+    field we know. Raises ``ValueError`` naming the course's equivalent, or the reason it
+    is left out, for the TRL fields that differ (:data:`POINTERS`, :data:`LEFT_OUT`).
+    """
+    if key in ("use_vllm", "use_cpu", "no_cuda") and "engine" in fields:
+        flag = _truth(value)
+        if flag is None:
+            raise ValueError(f"{key}={value!r}: TRL's {key} is True or False. Fix: write {key}=True or {key}=False.")
+        if key == "use_vllm":
+            return "engine", "vllm" if flag else "hf"
+        return ("device", "cpu") if flag else ("device", "auto")
+    if key in POINTERS:
+        return _refuse(key, value, POINTERS[key])
+    if key in LEFT_OUT:
+        return _refuse(key, value, f"is a TRL field the course leaves out: {LEFT_OUT[key]} Fix: drop it, or run "
+                                   "in TRL (python -m course_lib export-trl)")
+    return None
+
+
+def _refuse(key, value, text):
+    raise ValueError(f"{key}={value!r}: TRL's {key} {text}.")
+
+
 #: Our fields that TRL 1.16's `GRPOConfig` has no counterpart for (the other direction), with what
 #: a TRL run does instead. `to_trl_grpo_config` drops them.
 COURSE_ONLY: dict[str, str] = {

@@ -145,3 +145,90 @@ def test_the_readme_module_table_names_every_file_of_the_lesson_map():
         top = relative.split("/")[0]
         candidates = {relative, stem, stem.split("/")[-1] + ".py", stem.split("/")[-1], top, top + "/"}
         assert candidates & named, f"README's module table does not name {path}"
+
+
+# ---------------------------------------------------------------------------------------
+# Unsloth beside the course: requirements/unsloth.txt (--no-deps) + requirements/unsloth-deps.txt
+
+#: Unsloth's declared requirements that the course's install sets aside, and why (requirements/unsloth.txt).
+UNSLOTH_SET_ASIDE = {"trl": "Unsloth declares trl<=1.15.0; the course pins trl==1.16.0 (its loss parity is with 1.16)"}
+
+
+def _requirements(path: Path) -> list[str]:
+    return [line.split("#")[0].strip() for line in path.read_text().splitlines()
+            if line.split("#")[0].strip()]
+
+
+def _published():
+    from packaging.requirements import Requirement
+
+    linux = {"sys_platform": "linux", "platform_system": "Linux", "platform_machine": "x86_64",
+             "python_version": "3.11"}
+    published = {}
+    for line in _requirements(ROOT / "requirements" / "unsloth-published.txt"):
+        source, _, text = line.partition(": ")
+        requirement = Requirement(text)
+        if requirement.marker is None or requirement.marker.evaluate(linux):
+            published.setdefault(source, []).append(requirement)
+    return published
+
+
+def _candidates(specifiers) -> list:
+    """Every version a specifier names, and its neighbours: if the sets intersect, one of these is in all."""
+    from packaging.version import Version
+
+    found = set()
+    for spec in specifiers:
+        for item in spec:
+            text = item.version.rstrip(".*")
+            base = Version(text)
+            found |= {base, Version(f"{base.base_version}.post9999"), Version(f"{base.major}.{base.minor}.9999"),
+                      Version(f"{base.major}.{base.minor + 1}"), Version(f"{base.major + 1}.0")}
+    return sorted(found) or [Version("1.0")]
+
+
+def test_the_unsloth_pins_are_the_recorded_releases_and_install_without_their_deps():
+    pins = _requirements(ROOT / "requirements" / "unsloth.txt")
+    assert sorted(pins) == sorted(_published()), "requirements/unsloth.txt and unsloth-published.txt disagree"
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    extras = [r for group in project["optional-dependencies"].values() for r in group]
+    assert "unsloth" not in {_name(r) for r in extras}  # as an extra pip cannot resolve it beside trl==1.16.0
+    from course_lib import colab
+
+    commands = colab.pip_commands(ROOT, Path("c.txt"), python="python", gpu=True, unsloth=True)
+    assert ["--no-deps", "-r", str(ROOT / "requirements" / "unsloth.txt")] == commands[2][-3:]
+    assert str(ROOT / "requirements" / "unsloth-deps.txt") in commands[3] and commands[3][-2:] == ["-c", "c.txt"]
+
+
+def test_unslothes_requirements_agree_with_the_courses_but_for_the_ones_set_aside():
+    """For each package, the course's own requirement (pyproject), the Unsloth install's
+    (unsloth-deps.txt) and what Unsloth declares must admit a common version; the ones that
+    cannot are exactly :data:`UNSLOTH_SET_ASIDE`, and unsloth-deps.txt covers every other
+    declared requirement, so nothing Unsloth needs is left out by --no-deps."""
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    course = {canonicalize_name(Requirement(r).name): Requirement(r).specifier
+              for r in project["dependencies"] + project["optional-dependencies"]["gpu"]}
+    course["torch"] = Requirement("torch==2.13.0").specifier  # the Makefile's and environment.yml's pin
+    deps = {canonicalize_name(Requirement(r).name): Requirement(r).specifier
+            for r in _requirements(ROOT / "requirements" / "unsloth-deps.txt")}
+    in_conflict, uncovered = {}, []
+    for source, requirements in _published().items():
+        for requirement in requirements:
+            name = canonicalize_name(requirement.name)
+            if name in ("unsloth-zoo", "unsloth"):
+                continue
+            if name not in course and name not in deps:
+                uncovered.append(f"{source}: {requirement}")
+            sets = [requirement.specifier] + [s for s in (course.get(name), deps.get(name)) if s is not None]
+            if not any(all(s.contains(v, prereleases=True) for s in sets) for v in _candidates(sets)):
+                in_conflict[name] = str(requirement)
+    assert not uncovered, f"declared by Unsloth, installed by neither the course nor unsloth-deps.txt: {uncovered}"
+    assert set(in_conflict) == set(UNSLOTH_SET_ASIDE), in_conflict
+    # The Unsloth install's own narrowing must stay inside what the course accepts.
+    for name, spec in deps.items():
+        if name in course:
+            assert any(spec.contains(v, prereleases=True) and course[name].contains(v, prereleases=True)
+                       for v in _candidates([spec, course[name]])), name

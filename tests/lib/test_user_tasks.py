@@ -40,7 +40,8 @@ def test_a_jsonl_file_is_a_task_and_train_jsonl_finds_its_test_split(tmp_path):
     (tmp_path / "train.jsonl").write_text("\n".join(json.dumps({"prompt": f"q{i}", "answer": i}) for i in range(4)))
     (tmp_path / "test.jsonl").write_text(json.dumps({"prompt": [{"role": "user", "content": "t"}], "answer": 9}))
     train = get_task(str(tmp_path / "train.jsonl"), split="train", n=3)
-    assert train["prompt"] == [[{"role": "user", "content": f"q{i}"}] for i in range(3)] and train["answer"] == [0, 1, 2]
+    # A string prompt is TRL's standard format: kept as it is (no chat template), in training and evaluation.
+    assert train["prompt"] == [f"q{i}" for i in range(3)] and train["answer"] == [0, 1, 2]
     test = get_task(str(tmp_path / "train.jsonl"), split="test", n=10)
     assert test["answer"] == [9]
 

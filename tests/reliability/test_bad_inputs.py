@@ -272,7 +272,7 @@ CLI_CASES = {
     "--rewards nosuch": (["--rewards", "nosuch_reward"], r"unknown reward function 'nosuch_reward'"),
     "--task nosuch": (["--task", "nosuch"], r"Unknown task 'nosuch'"),
     "--task gsm8k:missing": (["--task", "gsm8k:/no/such.jsonl"], r"No GSM8K file or folder at /no/such.jsonl"),
-    "--model missing": (["--model", "/no/such/model"], r"Unknown model '/no/such/model'"),
+    "--model missing": (["--model", "/no/such/model"], r"No model folder at '/no/such/model': no such folder"),
     "--resume-from latest, none saved": (["--resume-from", "latest"], r"no complete checkpoint-<step> folder"),
     "--resume-from missing folder": (["--resume-from", "/no/such/checkpoint-3"],
                                      r"cannot resume from /no/such/checkpoint-3: it does not exist"),
