@@ -259,9 +259,9 @@ def load_unsloth_policy(name: str | os.PathLike, *, max_seq_length: int = 2048, 
         from unsloth import FastLanguageModel
     except ImportError as error:
         raise ModelNotAvailableError(
-            "Unsloth is not installed. Fix, on a GPU machine, from the course folder: pip install --no-deps -r "
-            "requirements/unsloth.txt && pip install -r requirements/unsloth-deps.txt (on Colab: "
-            "python -m course_lib.colab --gpu --unsloth). --no-deps because Unsloth declares trl<=1.15.0 and the "
+            "Unsloth is not installed. Fix, on a GPU machine, from the course folder: `pip install --no-deps -r "
+            "requirements/unsloth.txt && pip install -r requirements/unsloth-deps.txt` (on Colab: "
+            "`python -m course_lib.colab --gpu --unsloth`). No dependencies because Unsloth declares trl<=1.15.0 and the "
             "course pins TRL 1.16 (requirements/unsloth.txt says why and what it costs).") from error
     model, tokenizer = FastLanguageModel.from_pretrained(model_name=str(resolve_model_path(name)),
                                                          max_seq_length=max_seq_length, load_in_4bit=load_in_4bit,

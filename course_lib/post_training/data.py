@@ -14,6 +14,7 @@ from __future__ import annotations
 import torch
 
 from course_lib.rewards import compute_rewards
+from course_lib.run.wording import fix
 
 
 def demonstrations(dataset, column: str = "answer"):
@@ -85,6 +86,6 @@ def prepared_dataset(config, dataset, reward_funcs):
         if len(rows) < config.unique_prompts_per_generation:
             raise ValueError(f"the start model's samples gave {len(rows)} pairs from {stats['prompts']} prompts (a "
                              "pair needs a prompt whose samples differ in reward), fewer than one batch needs. Fix: "
-                             "more --train-rows, or pass a dataset with chosen/rejected columns.")
+                             f"more {fix('--train-rows', 'rows in the dataset')}, or pass a dataset with chosen/rejected columns.")
         return Dataset.from_list(rows)
     return dataset
