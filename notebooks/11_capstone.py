@@ -259,7 +259,7 @@ config = GRPOConfig(
     vllm_dtype=sampler.get("vllm_dtype", "auto"),
     dtype=sampler.get("dtype", "auto"),
     # SmolLM2 on Hugging Face generate on a CPU: a second process samples while this one learns
-    # (lesson 10, section 9; measured 1.86x the steps per minute with LoRA on 2 cores)
+    # (lesson 10, section 9; measured 1.86x the steps per minute with LoRA on 2 cores against sync on 1)
     async_generation=MODEL != "tiny" and "engine" not in sampler and not torch.cuda.is_available(),
     # --- optimisation (lessons 03, 10)
     learning_rate=scaled(3e-5, 1e-4),           # measured: 3e-4 made the tiny model worse; 1e-6 to 1e-5 for billions
