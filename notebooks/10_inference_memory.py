@@ -713,6 +713,13 @@ else:
 #   The history logs `sample/staleness_mean` / `_max`, the clip's `clip_ratio/*` and, with
 #   `"recompute"`, the correction's `sampling/*` statistics.
 #
+# This is one design, bounded staleness per batch with waiting. The other common one is
+# PipelineRL's in-flight weight updates (Piché et al. 2025): the engine takes new weights
+# *while* it generates, without waiting for its sequences to finish, so one long completion
+# can hold tokens sampled by several policy versions, each recorded with its own log-prob;
+# the lag stays small without the trainer ever waiting. `course_lib` implements only the
+# first.
+#
 # Which weights sample which batch (one optimizer step per batch; with `weight_sync_steps`
 # $k$ only the versions that are multiples of $k$ reach the worker):
 
