@@ -331,7 +331,7 @@ feedback(ex12.check_guessing_game, ex.GuessingGame);
 #    `tools/failure_frequency` (failed calls per call), with TRL's names.
 #
 # Full mode is the measured run of `benchmarks/tool_lift.py` (100 held-out problems, 8 GRPO
-# steps); fast mode runs the same cells on 10 problems and 1 GRPO step, to show the mechanism.
+# steps); fast mode runs the same cells on 10 problems and 2 steps, to show the mechanism.
 
 # %%
 from course_lib.evaluation import lift_interval, wilson_interval
@@ -408,12 +408,12 @@ def correct_answer(prompts, completions, answer, **_):
     return [float(is_correct(final_turn(messages), reference)) for messages, reference in zip(completions, answer)]
 
 
-STEPS, BATCH = scaled(1, 8), 8
+STEPS, BATCH = scaled(2, 8), 8
 config = make_config("grpo", model_name_or_path="smollm2-135m", output_dir=tempfile.mkdtemp(prefix="agents-"),
                      max_steps=STEPS, learning_rate=2e-5, per_device_train_batch_size=BATCH, num_generations=4,
                      temperature=1.0, beta=0.0, max_completion_length=MAX_COMPLETION, max_tool_calling_iterations=1,
                      save_steps=0, logging_steps=1, seed=0)
-trainer = Trainer(config, [correct_answer], multiply_problems(scaled(16, 64), seed=0, exclude=seen), smol,
+trainer = Trainer(config, [correct_answer], multiply_problems(STEPS * BATCH, seed=0, exclude=seen), smol,
                   smol_tokenizer, progress=not fast_mode(), tools=[multiply])
 history = trainer.train()
 print(f"{'step':>4} {'calls/completion':>16} {'failures/call':>13} {'reward':>6}")
