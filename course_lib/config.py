@@ -301,7 +301,8 @@ class RLConfig(metaclass=SuggestingFields):
     dynamic_sampling: bool = False
     """DAPO's dynamic sampling (Yu et al. 2025; verl's `filter_groups.enable`): drop the groups whose
     rewards are all equal (no signal) and sample more prompts until the generation batch is full
-    of groups with a spread (`course_lib.run.dynamic_sampling`). TRL 1.16 has no equivalent."""
+    of groups with a spread or `max_num_gen_batches` rounds are spent, whichever comes first
+    (`course_lib.run.dynamic_sampling`). TRL 1.16 has no equivalent."""
     max_num_gen_batches: int = 10
     """With dynamic_sampling: most generation rounds per batch (verl's name); a batch still short
     after them is completed with zero-spread groups."""

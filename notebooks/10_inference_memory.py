@@ -3,6 +3,10 @@
 #
 # [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/rl-for-llms/course/blob/main/notebooks/10_inference_memory.ipynb)
 #
+# *Time in fast mode (`COURSE_FAST=1`, how the tests run this notebook): 1,112 s of wall time
+# and 58 s of CPU time, measured on the shared 2-core CPU with other jobs running (load
+# average 15); a free core needs about the CPU time.*
+#
 # An RL step for a language model does two very different things: it **generates**
 # completions (one token at a time, for every sample of every prompt) and it **trains** on
 # them (all tokens at once). This lesson is about making both fit and run fast on one GPU.
@@ -167,6 +171,17 @@ completion_mask = torch.ones_like(completion_ids)
 #   **5 GB for Llama 3.1 8B** and **3 GB for Llama 3.2 3B**; it is how Llama 3.3 70B
 #   Instruct (40 GB of weights) fine-tunes on one 48 GB GPU, where two copies would need
 #   80 GB or more.
+#
+# **Server mode** is the other way, and how TRL runs vLLM across several GPUs: with
+# `use_vllm=True, vllm_mode="server"` (TRL 1.16's default is `"colocate"`) the engine is a
+# separate vLLM server on GPUs of its own (TRL 1.16 starts it with vLLM's own
+# `VLLM_SERVER_DEV_MODE=1 vllm serve MODEL --weight-transfer-config '{"backend": "nccl"}' ...`,
+# `--tensor-parallel-size N` to shard it; `trl vllm-serve` still works but is deprecated),
+# the training processes run on the other GPUs and send it prompts over HTTP
+# (`vllm_server_host`, `vllm_server_port`), and after each optimizer step the trainer
+# broadcasts the new weights to the server over NCCL. Generation and training then no longer
+# share memory, and each side can be sized on its own; `vllm_mode="colocate"` is the
+# one-GPU choice this section describes. `course_lib` implements the colocated engine only.
 #
 # The course ships two engines with one interface: `hf` (`model.generate` on the
 # trainer's own model) and `vllm` (in-process; the CPU build of vLLM here, the GPU build on
@@ -691,15 +706,25 @@ else:
 #     and PPO's clip is exactly the tool for a ratio that has drifted from 1: a token whose
 #     ratio left $[1-\epsilon, 1+\epsilon]$ in the advantage's direction stops pushing. The
 #     trainer runs no forward pass before learning.
-#   - `"recompute"` (decoupled PPO, Hilton et al. 2022; AReaL): the trainer recomputes the
-#     log-probs under its current weights, clips around *those*, and corrects the lag with
-#     the weight of section 3, $\pi_\theta(y)/\pi_v(y)$ (TRL's `sequence_mask`: a
-#     completion whose ratio leaves $[0, 3]$ drops out). It costs one forward pass per batch,
-#     and separates two questions: how far may one update move ($\epsilon$), and how stale may
-#     a sample be (the weight's cap).
+#   - `"recompute"` (in the spirit of decoupled PPO, Hilton et al. 2022, and AReaL): the
+#     trainer recomputes the log-probs under its current weights before the update, a frozen
+#     *proximal* policy $\pi_{\text{prox}}$, clips around *those*, and corrects the lag with
+#     the weight of section 3, $\pi_{\text{prox}}(y)/\pi_v(y)$. The form of that weight is
+#     course_lib's choice: TRL's sampler-mismatch default, `sequence_mask` (a completion whose
+#     ratio leaves $[0, 3]$ drops out), applied here to staleness. AReaL's decoupled objective
+#     weights each *token* by a capped $\pi_{\text{prox}}(y_t)/\pi_v(y_t)$ instead. It costs one
+#     forward pass per batch, and separates two questions: how far may one update move
+#     ($\epsilon$), and how stale may a sample be (the weight's cap).
 #
 #   The history logs `sample/staleness_mean` / `_max`, the clip's `clip_ratio/*` and, with
 #   `"recompute"`, the correction's `sampling/*` statistics.
+#
+# This is one design, bounded staleness per batch with waiting. The other common one is
+# PipelineRL's in-flight weight updates (Piché et al. 2025): the engine takes new weights
+# *while* it generates, without waiting for its sequences to finish, so one long completion
+# can hold tokens sampled by several policy versions, each recorded with its own log-prob;
+# the lag stays small without the trainer ever waiting. `course_lib` implements only the
+# first.
 #
 # Which weights sample which batch (one optimizer step per batch; with `weight_sync_steps`
 # $k$ only the versions that are multiples of $k$ reach the worker):
@@ -725,25 +750,31 @@ for batch_index in range(6):
 feedback(ex10.check_sampling_version, ex.sampling_version);
 
 # %% [markdown]
-# Measured with `benchmarks/async_vs_sync.py` on a shared 2-core CPU (trainer and worker one
-# thread each, load average about 1.5; `benchmarks/README.md` has the commands and every
-# column). Each mode trains for the same wall time, then answers held-out problems greedily:
+# Measured with `benchmarks/async_vs_sync.py` on a shared 2-core CPU (load average about 1.5;
+# `benchmarks/README.md` has the commands and every column). The synchronous loop runs on
+# **one** thread; the asynchronous modes on **two**, the trainer and the worker one thread
+# each. So the "x sync" column compares one core with two, the analogue of giving generation
+# a device of its own; "per core" divides the asynchronous rate by two. Each mode trains for
+# the same wall time, then answers held-out problems greedily:
 #
-# | SmolLM2-135M LoRA, 180 s each | steps | x sync | held-out accuracy | vs sync [95%] |
-# |---|---|---|---|---|
-# | sync | 38 | 1.00 | 60% | - |
-# | async, S = 1 | 70 | 1.86 | 56% | −4 points [−21, +13] |
-# | async, S = 2 | 71 | 1.88 | 52% | −8 points [−20, +4] |
-# | async, S = 1, `"recompute"` | 64 | 1.71 | 52% | −8 points [−23, +7] |
-# | tiny model, lesson preset, 30 s each: sync | 371 | 1.00 | 52.5% | - |
-# | tiny: async, S = 1 | 627 | 1.69 | 52.0% | −0.5 points [−6.8, +5.8] |
-# | tiny: async, S = 2 | 602 | 1.62 | 58.5% | +6.0 points [−0.6, +12.6] |
-# | tiny, 16 completions a step: sync | 1134 in 60 s | 1.00 | | |
-# | tiny, 16 completions: async, S = 1 | 1399 | 1.23 | | |
+# | SmolLM2-135M LoRA, 180 s each | steps | x sync | per core | held-out accuracy | vs sync [95%] |
+# |---|---|---|---|---|---|
+# | sync (1 core) | 38 | 1.00 | 1.00 | 60% | - |
+# | async, S = 1 (2 cores) | 70 | 1.86 | 0.93 | 56% | −4 points [−21, +13] |
+# | async, S = 2 | 71 | 1.88 | 0.94 | 52% | −8 points [−20, +4] |
+# | async, S = 1, `"recompute"` | 64 | 1.71 | 0.86 | 52% | −8 points [−23, +7] |
+# | tiny model, lesson preset, 30 s each: sync | 371 | 1.00 | 1.00 | 52.5% | - |
+# | tiny: async, S = 1 | 627 | 1.69 | 0.85 | 52.0% | −0.5 points [−6.8, +5.8] |
+# | tiny: async, S = 2 | 602 | 1.62 | 0.81 | 58.5% | +6.0 points [−0.6, +12.6] |
+# | tiny, 16 completions a step: sync | 1134 in 60 s | 1.00 | 1.00 | | |
+# | tiny, 16 completions: async, S = 1 | 1399 | 1.23 | 0.62 | | |
 #
-# On SmolLM2 generation is much of the step, and hiding it behind the update nearly
-# doubles the steps per minute; after the same wall time the asynchronous runs are not
-# worse beyond the noise of the evaluation. With only 16 completions a step the tiny
+# On SmolLM2 generation is much of the step, and giving it a second core that works while
+# the first one learns nearly doubles the steps per minute of wall time; per core it is a
+# little less than the synchronous loop (0.93x: moving weights and batches between two
+# processes costs something). A synchronous run on two threads was not measured, so how much
+# of the 1.86x a second thread would give the plain loop is open. After the same wall time
+# the asynchronous runs are not worse beyond the noise of the evaluation. With only 16 completions a step the tiny
 # model generates for 23 ms of a 54 ms step, so the overlap can save little, and moving
 # weights and batches between two processes eats part of that. `"recompute"` pays a forward pass per batch for its
 # decoupled correction: on SmolLM2 it still gains 1.7x. An overlap never saves more than

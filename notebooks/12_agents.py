@@ -3,6 +3,10 @@
 #
 # [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/rl-for-llms/course/blob/main/notebooks/12_agents.ipynb)
 #
+# *Time in fast mode (`COURSE_FAST=1`, how the tests run this notebook): 118 s on an idle
+# 2-core CPU; with other jobs running (load average 9-19) 3,142 s of wall time and 336 s of
+# CPU time, the first run on a machine included, which converts SmolLM2's GGUF file once.*
+#
 # Until now a completion was one stretch of text the model wrote after the prompt, scored
 # once. An **agent** writes a little, calls a tool (a calculator, a search, a Python
 # interpreter, a game), reads what the tool answered, and goes on. The completion becomes a
@@ -89,7 +93,10 @@ print("fast mode:", fast_mode())
 #   The model still *reads* those tokens (they are in the attention mask): the answer it
 #   writes next depends on them.
 # - **The budget is shared.** Tool results count toward `max_completion_length`, as in TRL.
-#   A long result is cut (with a marker); a run that calls many tools needs a larger budget.
+#   Here a result longer than what is left of the budget is cut (with a marker); TRL 1.16
+#   instead drops the results that would overflow and ends the rollout with the completion
+#   as it is, so the same run gives different trajectories in the two trainers. Either way a
+#   run that calls many tools needs a larger budget.
 # - **The reward is for the whole trajectory.** One scalar at the end, so every model token
 #   of the trajectory gets the same GRPO advantage, whichever turn it is in (turn-level
 #   credit is an open research question; question 4 below).
@@ -276,6 +283,28 @@ desk.reset(a=37, b=45, prompt=None)
 print(desk.multiply(a=37, b=45), desk.get_reward())
 
 # %% [markdown]
+# **The same with TRL.** TRL 1.16 takes these objects as they are:
+# `GRPOTrainer(model, reward_funcs, args=GRPOConfig(max_tool_calling_iterations=...),
+# train_dataset=..., tools=[multiply])`, or `environment_factory=MultiplyDesk` (one instance
+# per rollout, `reset(**row)`, its public methods as tools, `get_reward` as a reward of weight
+# 1). It asks more of the model than this lesson's loop does, and checks at construction:
+#
+# - transformers 5.0 or later for `tools`, 5.2 or later for `environment_factory` (an
+#   experimental feature in TRL 1.16);
+# - a chat template that renders a whole tool exchange, user, assistant with `tool_calls`,
+#   tool (`trl.chat_template_utils.supports_tool_calling`); SmolLM2's ChatML template does
+#   not, so the trainer refuses it;
+# - a way to read the tool calls back out of the model's text: unless the tokenizer already
+#   has a `response_template`, `add_response_schema` sets one for the templates TRL knows
+#   (Qwen2.5, Qwen3, Llama 3.1 / 3.2, GPT-OSS, Gemma 4, ...) and raises "Unrecognized chat
+#   template" for any other, the course's `TOOL_CHAT_TEMPLATE` included.
+#
+# That is why this lesson trains with `course_lib`'s loop, which parses the
+# `<tool_call>{...}</tool_call>` text itself. To train the same task with TRL, start from a
+# model whose template it knows, such as Qwen2.5-0.5B-Instruct (a GPU is the practical place
+# for it), and keep the reward and the environment unchanged.
+
+# %% [markdown]
 # Exercise 2: write a guessing game in `exercises/ex12_agents.py` (a secret number, one
 # tool `guess` answering "higher", "lower" or "correct", a reward for finding it).
 
@@ -299,7 +328,8 @@ feedback(ex12.check_guessing_game, ex.GuessingGame);
 #    `supervised_warmup` minimises the negative log-likelihood of the trajectory's
 #    **model** tokens, the same mask as the RL loss (the SFT stage before RL in DeepSeek-R1
 #    or Tülu 3, here on tool traces). It is deliberately short (4 steps of 4 traces): the
-#    model learns to call, not yet to stop and answer;
+#    model learns to call, not yet to stop and answer (4 more steps would teach that too:
+#    the control after the table below);
 # 3. **after GRPO**: `Trainer(..., tools=[multiply])` with one reward, the correctness of the
 #    final answer. The trainer logs `tools/call_frequency` (calls per completion) and
 #    `tools/failure_frequency` (failed calls per call), with TRL's names.
@@ -430,6 +460,7 @@ plt.show()
 # | before | 0.0% [0.0, 3.7] | 0.00 |
 # | after the warm-up (4 steps) | 23.0% [15.8, 32.2] | 0.98 |
 # | after GRPO (8 steps) | 100.0% [96.3, 100.0] | 1.00 |
+# | control: 4 more warm-up steps instead of GRPO | 100.0% [96.3, 100.0] | not recorded |
 #
 # Lifts on the same problems with the paired interval: warm-up +23.0 points [+14.7, +31.3],
 # GRPO +77.0 [+68.7, +85.3], both beyond their noise; before to after +100 (every problem
@@ -441,12 +472,26 @@ plt.show()
 # whole notebook ran in 114 s here) measured 0/10, 4/10 and 10/10: the same direction, with
 # intervals three times as wide.
 #
-# What the stages teach. The warm-up teaches the *format* (the model goes from never calling
-# to calling on nearly every problem) from 16 scripted traces; GRPO, with nothing but a
-# correctness reward, teaches the model to *use* the result: answer after the tool instead of
-# calling again. Both matter: without the warm-up no rollout calls, every group scores 0 and
-# GRPO has no signal (`frac_reward_zero_std` = 1; we measured 0 calls in 50 greedy rollouts
-# after a 2-step warm-up, and 5 GRPO steps from there with a reward of 0 for every rollout). The
+# What the stages show, and what they do not. The warm-up takes the model from never calling
+# to calling on nearly every problem, from 16 scripted traces; GRPO, with nothing but a
+# correctness reward, then makes it answer after the tool instead of calling again. It is
+# tempting to read this as "format from supervision, use from RL", but a control says
+# otherwise: the same 4-step warm-up (the same losses, 0.96 / 0.44 / 0.23 / 0.13) followed
+# by **4 more supervised steps** on 16 new scripted traces (seeds 1004-1007, no held-out
+# pair) and no RL at all also reaches **100/100 [96.3, 100.0]** on the full mode's held-out
+# problems, every trajectory ending on its own end-of-turn token (10/10 on fast mode's ten,
+# like GRPO there). The scripted traces already show the behaviour GRPO found, answering after
+# the result, so on this task more warm-up does what the 8 GRPO steps did: the split comes
+# from stopping the warm-up at 4 steps. RL earns its place where scripted traces cannot show
+# the best behaviour (the tool helps on only some problems, several rounds whose best order
+# nobody can script, a reward for something no demonstration contains). What the run does
+# show is RL's mechanics on a trajectory with holes in its mask, and that a correctness
+# reward alone moves the model. In fast mode GRPO's second step had a mean reward of 0.00
+# (all eight rollouts wrong, so every advantage and the gradient were 0): the flip of the
+# greedy answers came from the one step with a spread, applied again through Adam's momentum.
+# Without enough warm-up GRPO has no signal at all: no rollout calls, every group scores 0
+# (`frac_reward_zero_std` = 1; we measured 0 calls in 50 greedy rollouts after a 2-step
+# warm-up, and 5 GRPO steps from there with a reward of 0 for every rollout). The
 # tiny model of sections 1-3, warmed up the same way on 2-digit products (480 steps, with a
 # compact template that keeps the question inside its 128 trained positions), calls on every
 # held-out problem but copies only the first factor into the call: 3/100 right, and 80 GRPO

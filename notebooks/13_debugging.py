@@ -3,6 +3,11 @@
 #
 # [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/rl-for-llms/course/blob/main/notebooks/13_debugging.ipynb)
 #
+# *Time in fast mode (`COURSE_FAST=1`, how the tests run this notebook): 82 s on an idle
+# 2-core CPU, measured before the dynamic-sampling cell's fast mode was cut from 30 to 10
+# steps (about 117 sampling rounds to about 39). With other jobs running (load average 5-15)
+# it took 1,194 s of wall time and 180 s of CPU time after the cut, 187 s of CPU before.*
+#
 # "Why is my loss 0?", "why is the reward flat?", "why did it collapse?" are the questions
 # people ask most about GRPO runs. The trainers log the signals that answer them
 # (`frac_reward_zero_std`, `completions/clipped_ratio`, clip fractions, entropy, KL, the
@@ -77,10 +82,12 @@ for spec in RULES.values():
 #
 # Each dashboard below is a real run of the tiny model on two-digit addition, broken in one
 # way (the museum, `course_lib.doctor.museum`). The doctor's markers are hidden. For each,
-# find the curve that no healthy run shows. Healthy values for this model: reward 0.3-0.5,
-# `frac_reward_zero_std` near 0.1, entropy 0.6-0.8 nats, clip fraction 0 (one pass per
-# batch) to a few percent, `completions/clipped_ratio` 0, sampler gap 0 (the same model
-# samples and trains).
+# find the curve that no healthy run shows. Healthy values for this model (the museum's
+# `healthy_grpo` run trained for 200 steps, means over steps 1-30 and over steps 171-200):
+# reward about 0.18 rising to 0.27, `frac_reward_zero_std` about 0.26 falling to 0.18,
+# entropy 0.69 to 0.61 nats, clip fraction 0 (one pass per batch) to a few percent,
+# `completions/clipped_ratio` 0, sampler gap 0 (the same model samples and trains). A
+# reward in that band is not enough to call a run healthy: read it with the others.
 
 # %%
 PANELS = ["reward", "frac_reward_zero_std", "entropy", "grad_norm", "clip_ratio/region_mean",
@@ -125,9 +132,24 @@ for letter, name in MYSTERY.items():
 # Several rules fire on one run because one cause has several symptoms: a learning rate
 # 100x too high first clips most of each update (`policy_moves_too_fast`), then the policy
 # degenerates: it stops finishing its answers, every group fails alike, and the gradient
-# vanishes. Read the **earliest** finding first: it is usually the cause.
+# vanishes. Read the **earliest** finding first: it is usually the cause. The later findings
+# describe symptoms, and the fixes they name answer the symptom, not the cause: after a
+# learning rate that destroyed the model, "remove the constant reward" (it is the only
+# correctness reward, constant because the model now fails everything) or "raise
+# `num_generations`" would be wrong. Fix the cause, rerun, and read what is left.
 #
-# Now apply two fixes the doctor named and compare the curves. The dashboard marks the
+# One finding deserves a second look: on dashboard D, `zero_spread_groups` reads the mean
+# reward (about 0.35) and blames a task that is too hard. Check it the way the rule should:
+# with independent samples and success rate p, a group of G is all alike with probability
+# p^G + (1-p)^G, here 0.35^8 + 0.65^8 = 3%, against the 83% logged. When the observed share is
+# far above that prediction, the samples are not independent: the group's completions are
+# copies of one another (a temperature near 0, or a collapsed policy), and the fix is more
+# diversity, not easier problems or more generations.
+#
+# Now apply two fixes the doctor named and compare the curves. For `short_budget` the doctor
+# says double the budget (2 -> 4 tokens); the cell gives 8, since the answers need 3-4 tokens
+# and their end-of-sequence token, the value the doctor reaches by doubling twice.
+# The dashboard marks the
 # findings (dashed lines, coloured by severity) on the curves each rule reads.
 
 # %%
@@ -219,7 +241,10 @@ print(f"long_rollouts: generation took {share:.0%} of the step time "
 # - **raw_units_reward**: a reward in raw units (0 to -100) beside a 0/1 one. The weighted
 #   sum's spread is almost all the distance reward's, so the advantages ignore correctness.
 # - **length_paid**: reward and completion length rise together: the run is paid for
-#   writing more (lesson 11's sorting study shows the same on a real task).
+#   writing more. The same pair of curves is also what a *healthy* reasoning run shows (in
+#   DeepSeek-R1-Zero the answers grow longer as the reward rises), so before calling it
+#   hacking, check whether correctness rises within each length bucket, or on held-out
+#   problems; here a reward that pays per character leaves no doubt.
 # - **kl_runaway** and **learning_rate_300x**: a learning rate 100-300x the preset's. On-policy
 #   the clip never binds, so the KL to the reference is what shows the policy leaving; at 300x
 #   the entropy explodes and the model writes noise, which then also fails every answer.
@@ -229,9 +254,10 @@ print(f"long_rollouts: generation took {share:.0%} of the step time "
 #   advice) and reads wall-clock times, so on a busy machine the share can fall under its
 #   line at half of a step (the printout says whether it fired here).
 # - **nan_reward**: a non-finite reward is an error at the first step (`doctor="stop"` would
-#   end the run there). Loss and gradient are 0 from then on, and `no_learning_signal`, seeing
-#   no zero-spread groups to blame, suspects parameters that do not train: a later symptom
-#   with a wrong guess at its cause. The earliest finding is the one to act on.
+#   end the run there). Loss and gradient are 0 from then on, and `no_learning_signal` fires
+#   too; both findings name the reward (no completion got a number) and the same fix, make a
+#   reward function return a number for each completion. The earliest, `non_finite_values`
+#   at step 1, is still the one to act on.
 #
 # ### The fixes, and the curves after them
 #
@@ -355,26 +381,35 @@ if feedback(ex13.check_truncation_rule, ex.truncation_rule):
 #
 # **Dynamic sampling.** A group whose G rewards are all equal has advantage 0 for every
 # completion: its generations cost compute and teach nothing. For a 0/1 reward with success
-# rate p, a group is all-equal with probability p^G + (1-p)^G: at p = 0.3 that is 24% of
+# rate p, a group is all-equal with probability p^G + (1-p)^G: at p = 0.3 that is 25% of
 # groups with G = 4 and 6% with G = 8. DAPO (Yu et al. 2025) samples, **drops** those groups
-# and **samples more prompts** until the batch is full of groups with a spread.
+# and **samples more prompts** until the batch is full of groups with a spread, or a cap on
+# the rounds is reached; a batch still short at the cap is completed with zero-spread groups.
 # `dynamic_sampling=True` does this (verl's name for the cap on rounds, `max_num_gen_batches`,
 # is kept); TRL 1.16 has no equivalent. The metrics `dynamic_sampling/num_gen_batches`
 # (rounds used) and `dynamic_sampling/groups_dropped` say what it cost. Here on the
 # near-greedy run, where most groups are alike:
 
 # %%
-rows_ds, _ = run_exhibit("near_greedy", RUNS / "near_greedy-dynamic", dynamic_sampling=True, max_num_gen_batches=4)
-plain = histories["near_greedy"][0]
+# Fast mode samples for the first 10 steps only (each takes up to 4 rounds) and compares them
+# with the same steps of the plain run; full mode runs all 30.
+rows_ds, rows_ds_config = run_exhibit("near_greedy", RUNS / "near_greedy-dynamic", dynamic_sampling=True,
+                                      max_num_gen_batches=4, **({"max_steps": 10} if fast_mode() else {}))
+plain = histories["near_greedy"][0][:len(rows_ds)]
 mean = lambda rows, key: sum(r[key] for r in rows) / len(rows)  # noqa: E731
 print(f"frac_reward_zero_std of the trained batches: {mean(plain, 'frac_reward_zero_std'):.2f} without, "
       f"{mean(rows_ds, 'frac_reward_zero_std'):.2f} with dynamic sampling")
-print(f"generation rounds per batch: {mean(rows_ds, 'dynamic_sampling/num_gen_batches'):.2f}; "
+print(f"generation rounds per batch: {mean(rows_ds, 'dynamic_sampling/num_gen_batches'):.2f} "
+      f"(cap {rows_ds_config.max_num_gen_batches}); groups topped up with zero spread at the cap: "
+      f"{mean(rows_ds, 'dynamic_sampling/groups_refilled_with_zero_spread'):.1f} a batch; "
       f"tokens through the sampler: {plain[-1]['num_tokens']:,} without, {rows_ds[-1]['num_tokens']:,} with")
 
 # %% [markdown]
-# Dynamic sampling trades sampler time for signal: every trained group carries a gradient,
-# but each batch may take several rounds. Whether that buys more held-out accuracy per token
+# Dynamic sampling trades sampler time for signal, and here the cap decides how much: on this
+# near-greedy run (full mode: 0.78 of the groups alike without it, 0.35 with it, 3.87 rounds
+# of the 4 allowed, 3.9 times the sampled tokens) the cap bound at almost every step, and
+# about a third of the trained groups still carried no gradient. Only when the batch fills
+# before the cap does every trained group carry one. Whether that buys more held-out accuracy per token
 # or per minute depends on how many groups are alike; `benchmarks/dynamic_sampling.py`
 # measures it on the tiny model (see its table in `benchmarks/README.md`).
 #
@@ -413,7 +448,15 @@ plt.show()
 #   `LiveDashboard` as they fire.
 # - **After the fact**: `python -m course_lib doctor outputs/my_run` prints the report and
 #   saves `doctor.png`; point it at a TRL run's `trainer_state.json` (or its output folder) and
-#   the same rules read TRL's log, whose metric names match.
+#   the same rules read TRL's log, whose metric names match. The rules count *logged rows*,
+#   not optimizer steps: with TRL's default `logging_steps=10` a window of 20 rows spans 200
+#   steps, and `nothing_moves` sums one learning rate per row, ten times fewer than the steps
+#   taken. Log every step (`logging_steps=1`) when the doctor is to read the run.
+# - **Calibrated on a tiny model**: the thresholds were measured on the museum's 0.9M-parameter
+#   model. On a real model treat a finding as a question to check, not a verdict: 30 AdamW
+#   steps at 1e-6 (a summed rate of 3e-5) toward four fixed completions raised their log-probs
+#   under SmolLM2-135M by 6 to 8 nats (question 5), and a KL to the reference that drifts slowly over thousands of steps is
+#   not the same failure as one that jumps in a few.
 # - **Not every finding is a bug**: `loss_near_zero_is_normal` is info on purpose. On-policy
 #   GRPO's loss is minus the mean advantage, and group advantages sum to 0: the loss sits near
 #   0 while the gradient does the work.

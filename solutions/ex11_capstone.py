@@ -103,9 +103,7 @@ def config_warnings(config, num_train_rows: int, model_billions: float) -> set[s
       300 steps to move);
     - `"few_rows"`: `num_train_rows < 500` (at least 500 rows give the best results);
     - `"small_model"`: `model_billions < 1.5` (smaller models may not learn to produce
-      proper thinking tokens);
-    - `"truncation_mask_with_kl"`: `config.mask_truncated_completions` with
-      `config.beta > 0` (when every completion is truncated the KL can become NaN).
+      proper thinking tokens).
 
     Example: TRL's defaults (`num_generations=8`, `temperature=1.0`) with
     `max_steps=100`, 200 rows and a 0.5B model give
@@ -124,7 +122,5 @@ def config_warnings(config, num_train_rows: int, model_billions: float) -> set[s
         warnings.add("few_rows")
     if model_billions < 1.5:
         warnings.add("small_model")
-    if config.mask_truncated_completions and config.beta > 0:
-        warnings.add("truncation_mask_with_kl")
     return warnings
     # END SOLUTION

@@ -131,6 +131,9 @@ def check_logits_memory_bytes(fn) -> None:
     for wrong, message in mistakes.items():
         if math.isclose(gib, wrong, rel_tol=1e-9) or math.isclose(got, wrong, rel_tol=1e-9):
             raise Hint(f"logits_memory_bytes(8, 20480, 128256) = {gib:.2f} GiB: {message}")
+    if got == 2 * 2 * 8 * 20_000 * 128_256:
+        raise Hint("logits_memory_bytes(8, 20480, 128256) gave the bytes of a 20,000-token context: 20K here is "
+                   "20 x 1024 = 20,480 tokens, and seq_len already holds it. Use the arguments as given.")
     if got != 84_053_852_160:
         raise Hint(f"logits_memory_bytes(8, 20480, 128256): expected 84,053,852,160 bytes (78.3 GiB), got {got:,}.")
     cases = [((1, 1, 1), {}, 4), ((3, 5, 7), {"bytes_per_value": 4, "copies": 1}, 420),
@@ -149,6 +152,13 @@ def check_kv_cache_bytes(fn) -> None:
     if got == 1_342_177_280:
         raise Hint("1.25 GiB for Llama 3.1 8B at 20K: a factor 2 is missing; the cache holds keys AND values "
                    "(and each value takes bytes_per_value = 2 bytes).")
+    if got == 4 * 2_684_354_560:
+        raise Hint("10 GiB for Llama 3.1 8B at 20K: 4 times too much. kv_dim is the width of the keys, 8 KV heads x "
+                   "128 = 1024 (grouped-query attention: 32 query heads share 8 KV heads), not 32 x 128 = 4096. "
+                   "Use the kv_dim argument as given.")
+    if got == 2 * 2 * 32 * 20_000 * 1024:
+        raise Hint("kv_cache_bytes(32, 1024, 20480) gave the bytes of a 20,000-token context: 20K here is "
+                   "20 x 1024 = 20,480 tokens, and context already holds it. Use the arguments as given.")
     if got != 2_684_354_560:
         raise Hint(f"kv_cache_bytes(32, 1024, 20480): expected 2,684,354,560 bytes (2.5 GiB), got {got:,}.")
     batched = fn(32, 1024, 20 * 1024, batch=8)
@@ -169,7 +179,10 @@ def check_truncated_is_weight(fn) -> None:
                         [[math.exp(-1.0), 2.0]],
                         "the weight was not truncated: min(ratio, cap).": [[math.e, math.exp(-1.0)]],
                         "the weight was also clipped from below; truncated IS only caps it from above.":
-                        [[2.0, 0.5]]})
+                        [[2.0, 0.5]],
+                        "the second weight is above 1 although the trainer finds that token LESS likely than the "
+                        "sampler did: the sign of the log-ratio matters, exp(old - sampling) without abs().":
+                        [[2.0, 2.0]]})
 
     generator = torch.Generator().manual_seed(11)
     old = -torch.rand(5, 7, generator=generator) * 3
@@ -194,21 +207,31 @@ def check_truncated_is_weight(fn) -> None:
                    "torch.no_grad()).")
 
 
-def _bound(weight: torch.Tensor, mode: str, clip_min: float | None, clip_max: float | None) -> torch.Tensor:
-    """Truncate or mask `weight` to [clip_min, clip_max] as `mode` says (for the hints)."""
+def _bound(weight: torch.Tensor, mode: str, clip_min: float | None, clip_max: float | None,
+           fill: float = 0.0) -> torch.Tensor:
+    """Truncate or mask `weight` to [clip_min, clip_max] as `mode` says (for the hints); a mask
+    mode writes `fill` outside the range (0 is right; 1 is a typical mistake)."""
     if mode.endswith("truncate"):
         return torch.clamp(weight, min=clip_min, max=clip_max)
     outside = (weight < (clip_min or 0.0)) | (weight > (math.inf if clip_max is None else clip_max))
-    return weight.masked_fill(outside, 0.0)
+    return weight.masked_fill(outside, fill)
 
 
 def check_correction_weight(fn) -> None:
     old, sampling, ones = torch.tensor([[0.0, -1.0]]), torch.tensor([[-1.0, 0.0]]), torch.ones(1, 2)
     assert_close(fn(old, sampling, ones, "token_truncate", None, 2.0), [[2.0, math.exp(-1.0)]],
-                 name="token_truncate, clip_max=2 (the docstring's example)")
+                 name="token_truncate, clip_max=2 (the docstring's example)",
+                 hints={"the second weight is above 1 although the trainer finds that token LESS likely than the "
+                        "sampler did: the sign of the log-ratio matters, exp(old - sampling) without abs().":
+                        [[2.0, 2.0]],
+                        "the ratio is inverted: the trainer's probability over the sampler's, exp(old - sampling).":
+                        [[math.exp(-1.0), 2.0]]})
     assert_close(fn(old, sampling, ones, "token_mask", None, 2.0), [[0.0, math.exp(-1.0)]],
                  name="token_mask, clip_max=2", hints={"a *_mask mode sets weights outside the range to 0; you "
-                                                      "clamped them (that is *_truncate).": [[2.0, math.exp(-1.0)]]})
+                                                      "clamped them (that is *_truncate).": [[2.0, math.exp(-1.0)]],
+                                                      "a *_mask mode sets weights outside the range to 0, not 1: the "
+                                                      "token drops out of the loss (a 1 would keep it at full "
+                                                      "weight, as if uncorrected).": [[1.0, math.exp(-1.0)]]})
     got = fn(old, sampling, ones, "sequence_mask", None, 3.0)
     assert_close(got, [[1.0]], name="sequence_mask of two cancelling tokens", hints={
         "sequence modes give one weight per completion, shape (B, 1): sum the log-ratios, then exponentiate.":
@@ -232,6 +255,12 @@ def check_correction_weight(fn) -> None:
             else:
                 hints["masked positions must hold weight 1: zero their log-ratio before the exponential."] = _bound(
                     torch.exp(old - sampling), mode, clip_min, clip_max)
+            if mode.endswith("mask"):
+                weight = torch.exp(log_ratio.sum(-1, keepdim=True)) if mode.startswith("sequence") \
+                    else torch.exp(log_ratio)
+                hints[f"{mode} sets weights outside [clip_min, clip_max] to 0, not 1: the token or completion drops "
+                      "out of the loss (a 1 would keep it at full weight, as if uncorrected)."] = _bound(
+                    weight, mode, clip_min, clip_max, fill=1.0)
             if clip_min is not None:
                 token_or_sequence = torch.exp(log_ratio.sum(-1, keepdim=True)) if mode.startswith("sequence") \
                     else torch.exp(log_ratio)
@@ -254,6 +283,14 @@ def check_sampling_version(fn) -> None:
             got = fn(step, bound, every)
             if got == expected:
                 continue
+            if isinstance(got, int) and got < 0:
+                raise Hint(f"step {step}, max_staleness={bound}, weight_sync_steps={every}: version {got} does not "
+                           f"exist; the first weights are those of step 0. Clamp at 0: max(0, s - max_staleness), "
+                           f"then round up ({expected}).")
+            if every == 1 and got == expected - 1:
+                raise Hint(f"step {step}, max_staleness={bound}: version {got} is {step - got} steps old, one past the "
+                           f"bound. The bound is inclusive: s - max_staleness <= v, so the oldest version is "
+                           f"s - max_staleness = {expected}, not s - max_staleness - 1.")
             if got == max(0, step - bound) and got % every:
                 raise Hint(f"step {step}, max_staleness={bound}, weight_sync_steps={every}: version {got} was never "
                            f"sent to the worker; round up to a multiple of weight_sync_steps ({expected}).")

@@ -64,6 +64,12 @@ def check_sorting_reward(fn) -> None:
         if label.startswith("an extra"):
             mistakes["divided the matches by the reference's length; use the longer of the two lists, so "
                      "extra numbers cost credit."] = 0.3
+            mistakes["compared sets for the 0.3 of the right numbers: set([3, 5, 9, 9]) == set([3, 5, 9]), but the "
+                     "answer has an extra 9. Compare sorted lists, sorted(predicted) == sorted(expected), so that "
+                     "repeated numbers count."] = 0.3 + 0.3 * 3 / 4
+        if label.startswith("a number missing"):
+            mistakes["divided the matches by the answer's length (2); use the longer of the two lists (3), so "
+                     "missing numbers cost credit."] = 0.3
         if label.startswith("right numbers") or label.startswith("descending"):
             mistakes["forgot the 0.3 for the right numbers in another order (sorted(predicted) == "
                      "sorted(expected))."] = 0.3 * 1 / 3
@@ -78,9 +84,26 @@ def check_sorting_reward(fn) -> None:
     assert_close(got, [1.0, 0.3], name="conversational completions with references '1, 2, 3' and '10, 2'",
                  atol=1e-9, hints={"the completions are lists of chat messages here: read their text with "
                                    "course_lib.rewards.completion_text(completion).": [0.0, 0.0]})
+    # A multi-turn completion (an agent's trajectory): only the last assistant message is the answer.
+    trajectory = [{"role": "assistant", "content": "First try: <answer>9, 5, 3</answer>"},
+                  {"role": "tool", "content": "descending; the task asks for ascending"},
+                  {"role": "assistant", "content": "3, 5, 9"}]
+    got = list(fn(prompts=[None], completions=[trajectory], answer=[REFERENCE]))
+    assert_close(got, [1.0], name="a conversational completion of three messages whose last assistant turn says "
+                 "'3, 5, 9'", atol=1e-9,
+                 hints={"the reward read the whole message list (str(completion) or every message's text): an "
+                        "earlier turn's <answer> tags were taken for the answer. Read the completion's text with "
+                        "course_lib.rewards.completion_text(completion), the last assistant message.":
+                        [0.3 + 0.3 * 1 / 3]})
     # Extra dataset columns arrive as keyword arguments and must be accepted.
-    fn(prompts=[None], completions=["3, 5, 9"], answer=[REFERENCE], question=["Sort: 9, 3, 5"],
-       completion_ids=[[1, 2, 3]])
+    try:
+        fn(prompts=[None], completions=["3, 5, 9"], answer=[REFERENCE], question=["Sort: 9, 3, 5"],
+           completion_ids=[[1, 2, 3]])
+    except TypeError as error:
+        if "argument" not in str(error):
+            raise
+        raise Hint(f"the trainer passes every dataset column as a keyword (here question=..., completion_ids=...): "
+                   f"end the signature with **kwargs. ({error})")
 
 
 def _config(**overrides) -> GRPOConfig:
@@ -97,7 +120,6 @@ RULES = {
     "few_steps": "max_steps < 300",
     "few_rows": "num_train_rows < 500",
     "small_model": "model_billions < 1.5",
-    "truncation_mask_with_kl": "mask_truncated_completions with beta > 0",
 }
 
 
@@ -110,10 +132,10 @@ def check_config_warnings(fn) -> None:
          {"few_generations", "low_temperature"}),
         ("boundaries: 4 generations, temperature 0.7, 300 steps, 500 rows, 1.5B", _config(
             num_generations=4, temperature=0.7, max_steps=300), 500, 1.5, set()),
+        # A KL term beside the truncation mask stays finite (TRL 1.16 and course_lib clamp every
+        # masked count at 1), so it is not a warning.
         ("DAPO's truncation mask with a KL term", _config(mask_truncated_completions=True, beta=0.04), 600, 8.0,
-         {"truncation_mask_with_kl"}),
-        ("the truncation mask without a reference model", _config(mask_truncated_completions=True, beta=0.0),
-         600, 8.0, set()),
+         set()),
         ("the course's fast run", _config(num_generations=8, per_device_train_batch_size=16, max_steps=12),
          256, 0.0009, {"few_steps", "few_rows", "small_model"}),
         ("2 generations at temperature 0.3", _config(num_generations=2, per_device_train_batch_size=4,

@@ -70,7 +70,15 @@ def check_guessing_game(cls) -> None:
     game.guess(number=42)
     if game.get_reward() != 1.0:
         raise Hint("a first correct guess earns 1.0.")
-    for _ in range(15):
+    game.guess(number=7)  # a guess after the secret was found
+    after = game.get_reward()
+    if after == 0.0:
+        raise Hint("42 was guessed, then 7: the secret WAS found, so the reward is 1.0 - 0.1 * 1 = 0.9, not 0.0. "
+                   "Check whether any guess was correct (secret in guesses), not only the last one.")
+    if abs(after - 0.9) > 1e-9:
+        raise Hint(f"guesses 42 (correct), then 7: two guesses, one after the first, so 1.0 - 0.1 * 1 = 0.9; "
+                   f"got {after!r}. Every guess counts, including those after the correct one.")
+    for _ in range(14):
         game.guess(number=1)
     if game.get_reward() != 0.0:
         raise Hint(f"16 guesses, one correct: the reward never goes below 0.0, max(0, 1 - 1.5) = 0.0; "

@@ -114,6 +114,19 @@ class GameWithPublicHelper(Game):
         return 0
 
 
+class GamePayingOnlyForTheLastGuess(Game):
+    def get_reward(self) -> float:
+        found = bool(self.guesses) and self.guesses[-1] == self.secret
+        return max(0.0, 1.0 - 0.1 * (len(self.guesses) - 1)) if found else 0.0
+
+
+class GameNotCountingGuessesAfterTheSecret(Game):
+    def get_reward(self) -> float:
+        if self.secret not in self.guesses:
+            return 0.0
+        return max(0.0, 1.0 - 0.1 * self.guesses.index(self.secret))
+
+
 @pytest.mark.parametrize("check, wrong, words", [
     (ex12.check_trajectory_loss_mask, mask_inverted, "inverted"),
     (ex12.check_trajectory_loss_mask, mask_drops_tool_ids, "tool results included"),
@@ -126,6 +139,8 @@ class GameWithPublicHelper(Game):
     (ex12.check_guessing_game, GameRememberingOldGuesses, "forget the previous game"),
     (ex12.check_guessing_game, GameWithNegativeReward, "never goes below 0.0"),
     (ex12.check_guessing_game, GameWithPublicHelper, "Prefix helpers with an underscore"),
+    (ex12.check_guessing_game, GamePayingOnlyForTheLastGuess, "not only the last one"),
+    (ex12.check_guessing_game, GameNotCountingGuessesAfterTheSecret, "including those after the correct one"),
 ], ids=lambda v: getattr(v, "__name__", None) if callable(v) else None)
 def test_typical_mistake_gets_its_diagnosis(check, wrong, words):
     assert words in _hint_of(check, wrong)
