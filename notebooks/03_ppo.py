@@ -12,8 +12,9 @@
 #
 # In this lesson you will:
 # 1. reuse samples with the **importance ratio** `r = pi_theta / pi_old`;
-# 2. bound each update with **`clip(r, 1 - eps, 1 + eps)`** and understand why PPO takes
-#    the **min** (a pessimistic bound), with the clip explorer;
+# 2. remove the incentive to move far in one update with **`clip(r, 1 - eps, 1 + eps)`**
+#    (it discourages large steps, it enforces no limit) and understand why PPO takes the
+#    **min** (a pessimistic bound), with the clip explorer;
 # 3. keep the model near its starting point with a **KL penalty** (coefficient `beta`)
 #    against a frozen **reference** model, estimated per token with **k1** or **k3**;
 # 4. name the **models of RLHF with PPO**: policy, reference, value model, reward model;

@@ -348,8 +348,10 @@ print(f"mean before {three_rewards.mean():.2f}, after reward whitening "
 # ## 6. The clipped value loss
 #
 # The policy loss is lesson 03's clipped surrogate, applied to every token with its own
-# advantage A_t: the ratio π/π_old is clipped to [1 − ε, 1 + ε] (`cliprange`, 0.2) so that
-# one batch cannot move the policy too far. The critic regresses V(s_t) on the returns. PPO's RLHF implementations clip that update
+# advantage A_t: the ratio π/π_old is clipped to [1 − ε, 1 + ε] (`cliprange`, 0.2), which
+# removes the incentive to move a token's probability further within one batch (it
+# enforces no limit: lesson 03's demo ended with ratios outside the range). The critic
+# regresses V(s_t) on the returns. PPO's RLHF implementations clip that update
 # the same way they clip the policy: the new value may not move further than
 # `cliprange_value` (0.2) from the value at rollout time without the loss taking the
 # worse of the two errors:
@@ -521,8 +523,10 @@ display(plot_training_history(history, keys=PPO_PANELS, columns=4, smooth=10, ti
 #   tokens. Its expectation is the KL (≥ 0), but a single token's k1 is negative whenever
 #   the policy now likes that token *less* than the reference did, and with 16 short
 #   completions the batch sum can dip **below 0** (it read −0.05 at the last step) when the
-#   true KL is small. A negative reading is noise, not a bug; a steady climb, or a jump,
-#   is what to watch.
+#   true KL is small. A negative reading is noise, not a bug, and so is a single jump: in
+#   the full run it swings from 0 to 1.2 and back to −0.05. Read the smoothed curve (the
+#   dashboard smooths over 10 steps); a trend that keeps rising over many steps is what to
+#   watch.
 # - `val/ratio` is exactly 1 on the first epoch of each batch (on-policy) and stays near 1
 #   on the others. `policy/clipfrac_avg` (mean and peak printed under the run) averages
 #   under 1%, with rare steps near 11%: the learning rate of 3e-5 moves the policy
@@ -537,8 +541,14 @@ display(plot_training_history(history, keys=PPO_PANELS, columns=4, smooth=10, ti
 #   `val/clipfrac_avg` stays at 0: the value clip never binds.
 # - With V ≈ 0 the advantages are just the whitened returns: this run learned the way
 #   REINFORCE with a batch baseline does (lesson 02), which is enough on a task this short.
-# - `val/num_eos_tokens` stays near the batch size (16): the EOS penalty makes truncated
-#   answers expensive. `learning_rate` falls linearly to 0: the annealing of section 7.
+# - `val/num_eos_tokens` is 16, the batch size, from the very first step: the tiny model
+#   always finishes within 8 tokens, so the missing-EOS penalty never fires in this run. In
+#   a run where this count falls (answers cut at the length limit), the penalty is what
+#   pushes back. `learning_rate` falls linearly to 0: the annealing of section 7.
+# - `policy/approxkl_avg` is ½·mean((log π − log π_old)²) over the tokens: how far the
+#   policy has moved from the one that sampled the batch, within the PPO epochs. It is 0
+#   on each first epoch and grows over the next three; if its smoothed curve keeps rising
+#   over the run, each batch moves the policy further than the last (lower the learning rate).
 #
 # The next cell gives the critic its own learning rate (`value_learning_rate`, a
 # `course_lib` option: TRL's former `PPOConfig` had none) and compares the two critics.
@@ -638,7 +648,10 @@ plt.show()
 # $$L = -\operatorname{mean}_{\text{pairs}} \log \sigma\big(s(\text{chosen}) - s(\text{rejected})\big).$$
 #
 # Only the *difference* of two scores enters, so a reward model's scores have an
-# arbitrary offset (and PPO's whitening, section 5, removes their scale as well).
+# arbitrary offset. PPO's whitening (section 5) removes their scale from the size of the
+# update, but with β > 0 the scale still matters: the per-token reward is
+# `score − β·KL`, so doubling the scores halves the effective KL price. That is why
+# implementations normalise a reward model's output before PPO.
 # `course_lib.reward_model` has the whole piece: `bradley_terry_loss`, `RewardModel`
 # (a copy of a policy's body plus a scalar head), `simulated_preferences` (a labeller
 # that follows Bradley-Terry from a hidden true score), `train_reward_model`, and

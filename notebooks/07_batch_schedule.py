@@ -54,6 +54,14 @@ if importlib.util.find_spec("course_lib") is None:
 # optimizer step, and with `num_iterations=1` training stays on-policy (the ratio of
 # lesson 05 is 1).
 #
+# Why would anyone raise it, then? To **amortise generation**. Sampling is usually the
+# slow part of a step, and an inference engine such as vLLM (lesson 10) is most efficient
+# on one large batch. With `steps_per_generation` a multiple of
+# `gradient_accumulation_steps`, one large generation feeds several optimizer updates in a
+# row, at the price of going off-policy from the second update on: the clip and the old
+# log-probs of lesson 06 then matter, as with `num_iterations > 1` (which reuses the same
+# completions instead of cutting a larger batch).
+#
 # One more rule concerns small batches. A generation batch must hold **whole groups**:
 # G divides the **generation batch** (per-device batch × processes ×
 # `steps_per_generation`), not the per-device batch. So `per_device_train_batch_size=1`
