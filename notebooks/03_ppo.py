@@ -201,13 +201,13 @@ for label, (kl, _, probs, ratios) in runs.items():
 # region: the batch has said what it can. Read the printed ratios: the clipped run ends
 # with its samples *outside* `[0.8, 1.2]`. The clip did not hold them in; it only stopped
 # rewarding further moves, so each step overshoots the edge a little and then the
-# gradient is zero. Without the clip, the ratios keep growing toward their ceiling. Without it, the same 16 samples keep pushing,
-# and `P('4')` even *falls* — `4` was not in the batch, so nothing defends it while the
+# gradient is zero. Without the clip, the same 16 samples keep pushing, their ratios grow
+# toward their ceiling, and `P('4')` even *falls* — `4` was not in the batch, so nothing defends it while the
 # sampled numbers soak up all the probability.
 #
 # ## 3. Staying near the start: the KL penalty and the reference model
 #
-# The clip limits each update relative to the *previous* policy. It says nothing about
+# The clip discourages large updates relative to the *previous* policy. It says nothing about
 # the sum of many small updates: after thousands of steps the model can drift far from
 # where it started — forgetting how to write fluent text, or finding odd outputs that a
 # learned reward model happens to score highly (**reward hacking**). So RLHF keeps a

@@ -541,6 +541,12 @@ display(plot_training_history(history, keys=PPO_PANELS, columns=4, smooth=10, ti
 #   `val/clipfrac_avg` stays at 0: the value clip never binds.
 # - With V ≈ 0 the advantages are just the whitened returns: this run learned the way
 #   REINFORCE with a batch baseline does (lesson 02), which is enough on a task this short.
+# - The run prints a `[doctor warning] dominant_reward_function` line (the run doctor of
+#   lesson 13 reads the metrics as they come): the correctness reward carries about 90% of
+#   the spread of the summed reward, so the proximity reward's partial credit barely moves
+#   the advantages. Partial credit is in the sum, but at weight 1 it is a small voice; the
+#   warning's fix (a larger weight for proximity, or normalising each reward within its
+#   group before the sum, lesson 09 §7) is what would make it heard.
 # - `val/num_eos_tokens` is 16, the batch size, from the very first step: the tiny model
 #   always finishes within 8 tokens, so the missing-EOS penalty never fires in this run. In
 #   a run where this count falls (answers cut at the length limit), the penalty is what
@@ -713,7 +719,7 @@ pairs = simulated_preferences(list(pair_questions["prompt"]), two_answers.texts[
 rm_train, rm_test = pairs.split(0.2, seed=0)
 print(f"{len(pairs)} pairs (identical answers dropped): {len(rm_train)} to train, {len(rm_test)} to test; e.g. "
       f"{rm_train.chosen[0]!r} preferred to {rm_train.rejected[0]!r}")
-reward_net = RewardModel.from_causal_lm(rm_policy)
+reward_net = RewardModel.from_causal_lm(rm_policy, seed=1)  # the scalar head is drawn from seed 1: re-runs agree
 for row in train_reward_model(reward_net, rm_tokenizer, rm_train, epochs=2, learning_rate=3e-4, test_pairs=rm_test):
     right = round(row["test_accuracy"] * len(rm_test))
     low, high = wilson_interval(right, len(rm_test))
@@ -729,76 +735,95 @@ for kind, keep in (("both answers clean numbers", True), ("at least one garbled"
     print(f"  {kind:<27}: {right}/{len(rows)} ordered right, {right / len(rows):.1%} [{100 * low:.1f}, {100 * high:.1f}]")
 
 # %% [markdown]
-# The reward model orders held-out pairs better than a coin (its interval excludes 50%),
-# and far from perfectly. The split by kind of pair shows where its knowledge lies: it
-# orders pairs with a garbled answer well, and pairs of two clean numbers, where the
-# labeller was judging the sum, close to chance. It has learned what is easy to see more
-# than whether the sum is right. Now it becomes PPO's only reward
-# (`reward_model_function` gives it TRL's reward-function signature), with no KL penalty
-# (`kl_coef = beta = 0`), so that nothing holds the policy near its start. Every few steps the
-# cell measures, on the 200 held-out questions, the **learned** reward of the greedy
-# answers (mean with a 95% interval) and their **true** accuracy (95% Wilson interval).
+# The reward model orders held-out pairs better than a coin, and far from perfectly. The
+# split by kind of pair shows where its knowledge lies: it orders pairs with a garbled
+# answer well, and pairs of two clean numbers, where the labeller was judging the sum,
+# close to chance. It has learned what is easy to see more than whether the sum is right.
+#
+# Now it becomes PPO's only reward (`reward_model_function` gives it TRL's reward-function
+# signature), with no KL penalty (`kl_coef = beta = 0`), so that nothing holds the policy
+# near its start, and a learning rate of 1e-4. A falling accuracy under a learned reward
+# proves nothing by itself: the settings alone could be destroying the policy. So the
+# cell trains **three** policies with the very same settings and seed, and changes only
+# the reward:
+#
+# - the **learned** reward model;
+# - a **random** reward, uniform noise in [0, 1) for every completion: a reward that knows
+#   nothing, the control for "what do these settings do on their own?";
+# - the **true** reward, the labeller's hidden score (section 8's correctness plus
+#   proximity): what the reward model was meant to stand for.
+#
+# At each measurement the cell scores the greedy answers to the 200 held-out questions
+# with the **learned** reward (mean with a 95% interval) and measures their **true**
+# accuracy (95% Wilson interval).
 
 # %%
 import math
 
 learned_reward = reward_model_function(reward_net, rm_tokenizer)
-rlhf_model, _ = load_policy("tiny")
-eval_every, rlhf_steps = 20, scaled(60, 150)
-curve = []
+noise = torch.Generator().manual_seed(0)
 
 
-def measure(step: int) -> None:
-    answers = greedy_completions(rlhf_model, tokenizer, test_prompts["prompt"], max_new_tokens=8)
+def random_reward(completions, **kwargs):
+    """The control: a score that knows nothing, uniform in [0, 1) per completion."""
+    return torch.rand(len(completions), generator=noise).tolist()
+
+
+eval_every, rlhf_steps = scaled(30, 50), scaled(60, 150)
+rlhf_config = replace(config, max_steps=rlhf_steps, lr_scheduler_type="constant", learning_rate=1e-4, beta=0.0,
+                      value_learning_rate=3e-3)
+
+
+def measure(the_model, step: int) -> dict:
+    answers = greedy_completions(the_model, tokenizer, test_prompts["prompt"], max_new_tokens=8)
     right = sum(is_correct(c, a) for c, a in zip(answers, test_prompts["answer"]))
     scores = torch.tensor(learned_reward(list(test_prompts["prompt"]), answers))
-    curve.append({"step": step, "accuracy": right / n_test, "accuracy_interval": wilson_interval(right, n_test),
-                  "reward": scores.mean().item(), "reward_half_width": 1.96 * scores.std().item() / math.sqrt(n_test),
-                  "answers": answers[:4]})
+    return {"step": step, "accuracy": right / n_test, "accuracy_interval": wilson_interval(right, n_test),
+            "reward": scores.mean().item(), "reward_half_width": 1.96 * scores.std().item() / math.sqrt(n_test),
+            "answers": answers[:4]}
 
 
-measure(0)
-rlhf_config = replace(config, output_dir=str(OUTPUT / "04_rlhf_learned_reward"), max_steps=rlhf_steps,
-                      lr_scheduler_type="constant", learning_rate=1e-4, beta=0.0, value_learning_rate=3e-3)
-Trainer(rlhf_config, [learned_reward], train_prompts, rlhf_model, tokenizer, progress=False,
-        on_step=lambda row: measure(row["step"]) if row["step"] % eval_every == 0 else None).train()
+start = measure(load_policy("tiny")[0], 0)  # the three runs start from the same weights
+curves = {}
+for label, funcs in (("learned reward model", [learned_reward]), ("random reward (control)", [random_reward]),
+                     ("true reward (control)", reward_funcs)):
+    run_model, _ = load_policy("tiny")
+    curve = curves[label] = [start]
+    run_config = replace(rlhf_config, output_dir=str(OUTPUT / ("04_rlhf_" + label.split()[0])))
+    Trainer(run_config, funcs, train_prompts, run_model, tokenizer, progress=False,
+            on_step=lambda row: curve.append(measure(run_model, row["step"])) if row["step"] % eval_every == 0
+            else None).train()
 
-fig, (ax_reward, ax_accuracy) = plt.subplots(1, 2, figsize=(10, 3.4), layout="constrained")
-steps = [point["step"] for point in curve]
-ax_reward.errorbar(steps, [p["reward"] for p in curve], yerr=[p["reward_half_width"] for p in curve], marker="o",
-                   capsize=3, color="tab:purple")
-ax_reward.set(title="learned reward (the reward model's score)", xlabel="PPO step", ylabel="mean score, 95% interval")
-accuracy = [100 * p["accuracy"] for p in curve]
-ax_accuracy.errorbar(steps, accuracy, marker="o", capsize=3, color="tab:green",
-                     yerr=[[a - 100 * p["accuracy_interval"][0] for a, p in zip(accuracy, curve)],
-                           [100 * p["accuracy_interval"][1] - a for a, p in zip(accuracy, curve)]])
+colours = {"learned reward model": "tab:purple", "random reward (control)": "tab:gray",
+           "true reward (control)": "tab:green"}
+fig, (ax_reward, ax_accuracy) = plt.subplots(1, 2, figsize=(11, 3.6), layout="constrained")
+for label, curve in curves.items():
+    steps = [point["step"] for point in curve]
+    ax_reward.errorbar(steps, [p["reward"] for p in curve], yerr=[p["reward_half_width"] for p in curve], marker="o",
+                       capsize=3, color=colours[label], label=label)
+    accuracy = [100 * p["accuracy"] for p in curve]
+    ax_accuracy.errorbar(steps, accuracy, marker="o", capsize=3, color=colours[label], label=label,
+                         yerr=[[a - 100 * p["accuracy_interval"][0] for a, p in zip(accuracy, curve)],
+                               [100 * p["accuracy_interval"][1] - a for a, p in zip(accuracy, curve)]])
+ax_reward.set(title="learned reward of the greedy answers", xlabel="PPO step", ylabel="mean score, 95% interval")
 ax_accuracy.set(title="true accuracy (greedy, 200 held-out questions)", xlabel="PPO step",
                 ylabel="% correct, 95% Wilson interval")
 for ax in (ax_reward, ax_accuracy):
     ax.grid(alpha=0.3)
-fig.suptitle("PPO against a learned reward model: over-optimisation")
+ax_accuracy.legend(fontsize=8)
+fig.suptitle("PPO (lr 1e-4, beta = 0) against a learned reward, and two controls")
 plt.show()
-for point in curve:
-    low, high = point["accuracy_interval"]
-    print(f"step {point['step']:>3}: learned reward {point['reward']:.3f} ± {point['reward_half_width']:.3f}, "
-          f"accuracy {100 * point['accuracy']:.1f}% [{100 * low:.1f}, {100 * high:.1f}], first answers "
-          f"{point['answers']}")
+for label, curve in curves.items():
+    print(label)
+    for point in curve:
+        low, high = point["accuracy_interval"]
+        print(f"  step {point['step']:>3}: learned reward {point['reward']:.3f} ± {point['reward_half_width']:.3f}, "
+              f"accuracy {100 * point['accuracy']:.1f}% [{100 * low:.1f}, {100 * high:.1f}], first answers "
+              f"{point['answers']}")
 print("references:", list(test_prompts["answer"][:4]))
 
 # %% [markdown]
-# Read the two panels together. The learned reward rises beyond its interval at step 0,
-# while the true accuracy collapses far outside its own: PPO found answers the reward
-# model rates higher than the policy's own (look at the first answers: clean numbers,
-# drifting away from the sums) without the quality the labeller's preferences were
-# about. This is **reward over-optimisation** (Gao, Schulman and Hilton 2022, *Scaling
-# Laws for Reward Model Overoptimization*): past some point, optimising a learned proxy
-# harder makes the true objective worse. Here the proxy is weak and the collapse quick;
-# Gao et al. measured the same shape with reward models of up to 3B parameters, the true
-# score rising first and then falling as the policy moves away from its start. The guards
-# are the ones this
-# lesson built: the KL penalty to the reference (β, section 3), early stopping on a
-# held-out true measure, a larger and fresher preference set, and, where answers can be
-# checked, a verifier instead of a learned reward (RLVR, lesson 05).
+# READING_PLACEHOLDER
 
 # %% [markdown]
 # ## Questions

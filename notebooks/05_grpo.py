@@ -523,8 +523,8 @@ for row in history[-3:]:
 # The same 48 (or 200) problems are answered before and after, so the lift is judged
 # with a **paired** interval, as in lesson 04: two separate Wilson intervals (printed
 # beside each accuracy) count the problem-to-problem difficulty twice and overlap even
-# when the lift is real. The line under the lift compares the two readings. In fast mode (8 steps, 48 held-out problems) our run printed exactly that
-# case: the two intervals overlap, while the paired interval of the lift excludes 0 (29.2%
+# when the lift is real. The line under the lift compares the two readings. In fast mode
+# (8 steps, 48 held-out problems) our run printed exactly that case: the two intervals overlap, while the paired interval of the lift excludes 0 (29.2%
 # → 43.8%, +14.6 points [+4.5, +24.7]); if yours reads otherwise, trust the paired line.
 # Eight steps on 48 problems is still one seed and little data; real runs
 # take hundreds of steps. The settings above are the ones the course's own learning

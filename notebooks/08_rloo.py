@@ -526,26 +526,28 @@ healthy = rloo_run(TRL_RLOO_DEFAULTS, 3e-5, scaled(12, 200), "lesson08_rloo", lo
 older = rloo_run(OLDER_RLOO_DEFAULTS, 3e-5, scaled(12, 200), "lesson08_rloo_older")
 
 # %% [markdown]
-# Each row of the history is one optimizer step. The documentation's metrics, what they
-# mean, and what healthy looks like:
+# Each row of the history is one optimizer step. The documentation's metrics (the older
+# trainer's names), their nearest counterpart in TRL 1.16's `RLOOTrainer` (— where it logs
+# none), what they mean, and what healthy looks like. A learner moving to TRL 1.16 reads
+# the second column:
 #
-# | metric | meaning | healthy |
-# |---|---|---|
-# | `eps` | episodes (completions) per second | throughput; drops when generation slows |
-# | `objective/kl` | mean KL(π ‖ π_ref) per completion, summed over tokens | grows slowly from 0; a k1 estimate, so a batch can even read slightly negative |
-# | `objective/entropy` | mean over completions of −Σ_t log π(y_t), a sampled estimate of the policy's entropy summed over the completion: how random it is | falls as the policy sharpens; a crash to 0 means it stopped exploring |
-# | `objective/non_score_reward` | −β · KL summed per completion | small and negative |
-# | `objective/rlhf_reward` | score + non_score_reward: **the objective** | **keeps rising** |
-# | `objective/scores` | mean score from the reward function / model (after the EOS penalty) | rising |
-# | `policy/approxkl_avg` | ½·mean((log π − log π_old)²) between the current policy and the one that sampled the batch (it grows over the PPO epochs) | small; **not** the same as `objective/kl` (that one is against the reference) |
-# | `policy/clipfrac_avg` | fraction of completions whose update was clipped | 0 on the first pass over a batch; on later passes RLOO's can be large (see below); values near 1, or a rise from one batch to the next, mean steps too large |
-# | `loss/policy_avg` | the clipped policy loss | hard to read alone; noisy around 0 |
-# | `val/clipfrac_avg` | clipped fraction of *value-function* updates | RLOO has no value function, so the course logs it for PPO only (lesson 04) |
-# | `policy/entropy_avg` | entropy of the policy during the updates (course name: `entropy`, per token) | like `objective/entropy` |
-# | `val/ratio` | mean of π / π_old | **hovers around 1.0**; clipped by `cliprange` 0.2 |
-# | `val/ratio_var` | variance of that ratio | small |
-# | `val/num_eos_tokens` | completions that ended with EOS | near the batch size; low means truncation |
-# | `lr`, `episode` | learning rate; completions generated so far | bookkeeping |
+# | metric (older trainer) | TRL 1.16 `RLOOTrainer` | meaning | healthy |
+# |---|---|---|---|
+# | `eps` | — | episodes (completions) per second | throughput; drops when generation slows |
+# | `objective/kl` | `kl` (per-token mean, only when β ≠ 0) | mean KL(π ‖ π_ref) per completion, summed over tokens | grows slowly from 0; a k1 estimate, so a batch can even read slightly negative |
+# | `objective/entropy` | `entropy` (per-token mean) | mean over completions of −Σ_t log π(y_t), a sampled estimate of the policy's entropy summed over the completion: how random it is | falls as the policy sharpens; a crash to 0 means it stopped exploring |
+# | `objective/non_score_reward` | — | −β · KL summed per completion | small and negative |
+# | `objective/rlhf_reward` | — | score + non_score_reward: **the objective** | **keeps rising** |
+# | `objective/scores` | `reward`, `rewards/<name>/mean` | mean score from the reward function / model (after the EOS penalty) | rising |
+# | `policy/approxkl_avg` | — | ½·mean((log π − log π_old)²) between the current policy and the one that sampled the batch (it grows over the PPO epochs) | small; **not** the same as `objective/kl` (that one is against the reference) |
+# | `policy/clipfrac_avg` | `clip_ratio/region_mean` (share of completions clipped) | fraction of completions whose update was clipped | 0 on the first pass over a batch; on later passes RLOO's can be large (see below); values near 1, or a rise from one batch to the next, mean steps too large |
+# | `loss/policy_avg` | `loss` | the clipped policy loss | hard to read alone; noisy around 0 |
+# | `val/clipfrac_avg` | — | clipped fraction of *value-function* updates | RLOO has no value function, so the course logs it for PPO only (lesson 04) |
+# | `policy/entropy_avg` | `entropy` | entropy of the policy during the updates (course name: `entropy`, per token) | like `objective/entropy` |
+# | `val/ratio` | — | mean of π / π_old | **hovers around 1.0**; clipped by `cliprange` 0.2 |
+# | `val/ratio_var` | — | variance of that ratio | small |
+# | `val/num_eos_tokens` | `completions/clipped_ratio` (share cut at the limit: the other side) | completions that ended with EOS | near the batch size; low means truncation |
+# | `lr`, `episode` | `learning_rate`, `num_tokens` | learning rate; completions generated so far | bookkeeping |
 #
 # The metric the documentation singles out for debugging is `val/ratio`: if it reads 2.0 or
 # 1000.0, or 0.1, the policy being trained is far further from the one that sampled the

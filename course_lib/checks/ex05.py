@@ -39,6 +39,11 @@ def _advantage_mistakes(rewards: torch.Tensor, num_generations: int) -> dict[str
         "grouped the rewards generation-major (rewards.view(num_generations, -1)); the layout is "
         "prompt-major: the G completions of a prompt are contiguous, use rewards.view(-1, G).":
             ((by_generation - by_generation.mean(0)) / (by_generation.std(0) + 1e-4)).view(-1),
+        "the epsilon is 1e-8; TRL and the course add 1e-4 to the std. The values differ from the 4th decimal "
+        "(1.1547 instead of 1.1545), and far more when a group's rewards are nearly equal.":
+            ((grouped - mean) / (std + 1e-8)).view(-1),
+        "put the epsilon inside the square root, sqrt(var + 1e-4); GRPO adds it to the std: "
+        "(r - mean) / (std + 1e-4).": ((grouped - mean) / torch.sqrt(grouped.var(1, keepdim=True) + 1e-4)).view(-1),
     }
 
 
@@ -98,8 +103,20 @@ def _loss_mistakes(logps, old_logps, advantages, mask, epsilon) -> dict[str, tor
     product_clamped = -torch.min(ratio * adv, torch.clamp(ratio * adv, 1 - epsilon, 1 + epsilon))
     log_ratio = logps - old_logps
     no_exp = -torch.min(log_ratio * adv, torch.clamp(log_ratio, 1 - epsilon, 1 + epsilon) * adv)
+    clamp = torch.clamp(ratio, 1 - epsilon, 1 + epsilon)
+    min_of_ratios = -(torch.min(ratio, clamp) * adv)
+    inverse = torch.exp(old_logps - logps)
+    inverted = -torch.min(inverse * adv, torch.clamp(inverse, 1 - epsilon, 1 + epsilon) * adv)
     seq_mean = lambda x: ((x * mask).sum(1) / mask.sum(1)).mean()  # noqa: E731
     return {
+        "took the max for negative advantages (min(r, clip(r)) * A, the min of the RATIOS, is the same "
+        "mistake): the pessimistic term is the min of the two PRODUCTS, min(r * A, clip(r) * A), for both "
+        "signs. For A < 0 it keeps r * A when r > 1 + eps (a bad token that became likelier is fully "
+        "penalised) and clips when r < 1 - eps.": seq_mean(min_of_ratios),
+        "the ratio is inverted: r = exp(logps - old_logps) = pi / pi_old (new over old), not old over new.":
+            seq_mean(inverted),
+        "divided each completion's masked sum by T, the padded width; divide by its own number of valid "
+        "tokens, mask.sum(1) ((x * mask).mean(1) is this mistake).": ((per_token * mask).sum(1) / mask.shape[1]).mean(),
         "took the max of the two terms: that is the optimistic bound. PPO and GRPO keep the MIN of r * A and "
         "clip(r) * A, the pessimistic one, so moving the ratio past the clip never pays.": seq_mean(optimistic),
         "the ratio is the log-ratio itself: exponentiate it, ratio = exp(logps - old_logps) = pi / pi_old "
@@ -203,13 +220,19 @@ def _logps_mistakes(logits, input_ids, prompt_length, mask, temperature) -> dict
         return log_probs.gather(-1, tokens.unsqueeze(-1)).squeeze(-1) * mask, log_probs
 
     no_shift, _ = tempered(shift=0)
+    shift_two, _ = tempered(shift=2)
     no_temp, _ = tempered(temp=1.0)
     after, _ = tempered(after=True)
     right, log_probs = tempered()
     unmasked = log_probs.gather(-1, input_ids[:, prompt_length:].unsqueeze(-1)).squeeze(-1)
+    both_shifted = log_probs.gather(-1, input_ids[:, prompt_length - 1:-1].unsqueeze(-1)).squeeze(-1) * mask
     return {
         "no shift: the logits at position i predict the token at i + 1, so the completion tokens are scored by "
         "logits[:, P - 1 : -1], not logits[:, P:].": no_shift,
+        "shifted by two: the logits at position i predict the token at i + 1 only, so the completion tokens "
+        "input_ids[:, P:] are scored by logits[:, P - 1 : -1].": shift_two,
+        "shifted the tokens together with the logits: the logits are shifted (logits[:, P - 1 : -1]) but the "
+        "tokens are not, they are the completion itself, input_ids[:, P:].": both_shifted,
         "the temperature is missing: divide the logits by it before the log-softmax, as the sampler did.": no_temp,
         "divided the log-probs by the temperature; divide the LOGITS, then take the log-softmax.": after,
         "the padded positions are not 0: multiply by completion_mask.": unmasked,
@@ -229,8 +252,9 @@ def check_completion_logps_and_entropy(fn) -> None:
     unmasked = "the padded positions are not 0: multiply by completion_mask."
     assert_close(logps, [[math.log(0.5), 0.0]], name="log-probs under uniform logits (second token padded)",
                  hints={unmasked: [[math.log(0.5), math.log(0.5)]]})
+    flipped = "the entropy's sign is flipped: H = -sum_v p_v log p_v is >= 0 (log p_v <= 0)."
     assert_close(entropy, [[math.log(2.0), 0.0]], name="entropy of a uniform 2-way choice (second token padded)",
-                 hints={unmasked: [[math.log(2.0), math.log(2.0)]]})
+                 hints={unmasked: [[math.log(2.0), math.log(2.0)]], flipped: [[-math.log(2.0), 0.0]]})
 
     for seed, temperature in ((0, 1.0), (1, 0.7), (2, 1.6)):
         logits, input_ids, prompt_length, mask = _logps_case(seed)
@@ -239,10 +263,11 @@ def check_completion_logps_and_entropy(fn) -> None:
         mistakes = _logps_mistakes(logits, input_ids, prompt_length, mask, temperature)
         assert_close(logps, expected_logps, name=f"log-probs (temperature {temperature})",
                      hints={message: wrong for message, wrong in mistakes.items()})
-        assert_close(entropy, expected_entropy, name=f"entropies (temperature {temperature})",
-                     hints={"the entropy is of the tempered distribution: divide the logits by the temperature "
-                            "first.": _loop_logps_entropy(logits, input_ids, prompt_length, mask, 1.0)[1]}
-                     if temperature != 1.0 else None)
+        entropy_hints = {flipped: -expected_entropy}
+        if temperature != 1.0:
+            entropy_hints["the entropy is of the tempered distribution: divide the logits by the temperature "
+                          "first."] = _loop_logps_entropy(logits, input_ids, prompt_length, mask, 1.0)[1]
+        assert_close(entropy, expected_entropy, name=f"entropies (temperature {temperature})", hints=entropy_hints)
 
     logits, input_ids, prompt_length, mask = _logps_case(3)
     current = logits.clone().requires_grad_(True)
@@ -420,13 +445,13 @@ def _check_loop_run(fn, steps: int, num_iterations: int) -> None:
     if calls != expected_calls:
         raise Hint(f"{label}: sample_batch was called with {calls}; over {steps} optimizer steps with "
                    f"num_iterations={num_iterations} call it once per generation batch, with k = "
-                   f"{expected_calls} in order (each batch serves num_iterations optimizer steps).")
+                   f"{expected_calls} in order (each batch serves num_iterations optimizer steps). sample_batch "
+                   "holds ONE PromptSampler for the whole run, which advances at each call, and k sets the "
+                   "sampling seed, as in Trainer.")
     expected, reference = _trainer_run(steps, num_iterations)
-    for mine, theirs in zip(log, expected):
-        if abs(mine["reward"] - theirs["reward"]) > 1e-6:
-            raise Hint(f"{label}, step {theirs['step']}: mean reward {mine['reward']:.4f}, Trainer's "
-                       f"{theirs['reward']:.4f}: report the mean of reward_fn(batch.texts, batch.answers) over the "
-                       "batch that step trained on.")
+    if abs(log[0]["reward"] - expected[0]["reward"]) > 1e-6:  # batch 0 comes from the untouched model
+        raise Hint(f"{label}, step 1: mean reward {log[0]['reward']:.4f}, Trainer's {expected[0]['reward']:.4f}: "
+                   "report the mean of reward_fn(batch.texts, batch.answers) over the batch that step trained on.")
     if all(torch.equal(p, q) for p, q in zip(model.parameters(), start)):
         raise Hint(f"{label}: the weights did not change: call loss.backward() and optimizer.step() every step "
                    "(and create the optimizer on model.parameters()).")
@@ -434,31 +459,32 @@ def _check_loop_run(fn, steps: int, num_iterations: int) -> None:
     if not math.isclose(first_mine, first_theirs, rel_tol=1e-4, abs_tol=1e-7):
         for name, wrong, _ in _run_mistakes(_GRADIENT_MISTAKES, 1, num_iterations, reward_fn):
             if math.isclose(first_mine, wrong[0]["grad_norm"], rel_tol=1e-4, abs_tol=1e-7):
-                raise Hint(f"{label}, step 1: gradient norm {first_mine:.5g}, Trainer's {first_theirs:.5g}: {_LOOP_MISTAKES[name]}")
-        raise Hint(f"{label}, step 1: gradient norm {first_mine:.5g} before clipping, Trainer's {first_theirs:.5g}: the "
-                   "gradient of the first step differs, so the advantages or the loss differ (the optimizer has not "
+                raise Hint(f"{label}, step 1: gradient norm {first_mine:.5g}, Trainer's {first_theirs:.5g}: "
+                           f"{_LOOP_MISTAKES[name]}")
+        raise Hint(f"{label}, step 1: gradient norm {first_mine:.5g} before clipping, Trainer's {first_theirs:.5g}: "
+                   "the gradient of the first step differs, so the advantages or the loss differ (the optimizer has not "
                    "acted yet). Check the z-score within each group (Exercise 1), the per-token log-probs "
                    "(completion_forward on the batch's four tensors) and the 'grpo' loss (Exercise 2). If you report "
                    "grad_norm yourself, report what clip_grad_norm_ returns (the norm before clipping).")
-    for mine, theirs in zip(log[1:], expected[1:]):
-        if not math.isclose(mine["grad_norm"], theirs["grad_norm"], rel_tol=1e-3, abs_tol=1e-7):
-            break
-    else:
-        mine = None
+    later = next((theirs["step"] for mine, theirs in zip(log[1:], expected[1:])
+                  if abs(mine["reward"] - theirs["reward"]) > 1e-6
+                  or not math.isclose(mine["grad_norm"], theirs["grad_norm"], rel_tol=1e-3, abs_tol=1e-7)), None)
     gap = _weight_gap(model, reference)
-    if gap <= 1e-6 and mine is None:
+    if gap <= 1e-6 and later is None:
         _check_clip_fractions(log, expected, label)
         return
     names = _UPDATE_MISTAKES + (("old_logps_each_pass",) if num_iterations > 1 else ())
     for name, _, wrong_model in _run_mistakes(names, steps, num_iterations, reward_fn):
         if _weight_gap(model, wrong_model) <= 1e-6:
             raise Hint(f"{label}: the first step's gradient matches Trainer's, the weights after {steps} steps do "
-                       f"not (by up to {gap:.1e}): {_LOOP_MISTAKES[name]}")
+                       f"not (they differ by up to {gap:.1e}): {_LOOP_MISTAKES[name]}")
     off_policy = ("; old log-probs once per batch, before its first update, without gradient" if num_iterations > 1
                   else "")
-    raise Hint(f"{label}: the first step's gradient matches Trainer's, the weights after {steps} steps differ by up "
-               f"to {gap:.1e}: the update is wrong. One AdamW(model.parameters(), lr, weight_decay=0.0) created "
-               f"before the loop; each step zero_grad, backward, clip_grad_norm_(..., 1.0), step{off_policy}.")
+    differs = (f"from step {later} on the rewards or gradients differ, " if later is not None else "") + (
+        f"the weights after {steps} steps differ by up to {gap:.1e}")
+    raise Hint(f"{label}: the first step's gradient matches Trainer's, {differs}: the update is wrong. One "
+               "AdamW(model.parameters(), lr, weight_decay=0.0) created before the loop; each step zero_grad, "
+               f"backward, clip_grad_norm_(..., 1.0), step{off_policy}.")
 
 
 def _check_clip_fractions(log, expected, label) -> None:

@@ -38,7 +38,8 @@ def check_cispo_per_token_loss(fn) -> None:
     loss, grad = _cispo_value_and_grad(fn, logps, old, advantages, 5.0)
     with_floor = lambda floor: [[-5 * math.log(0.4), -floor * math.log(0.25)]]  # noqa: E731
     assert_close(loss, [[-5 * math.log(0.4), -0.5 * math.log(0.25)]], name="the docstring's example (r = 8 and 0.5)",
-                 hints={"clipped the ratio from below as well (at 1): CISPO only caps it at epsilon_max.": with_floor(1.0),
+                 hints={"clipped the ratio from below as well (at 1): CISPO only caps it at epsilon_max.":
+                        with_floor(1.0),
                         "clipped the ratio from below (at 1 - epsilon = 0.8, as PPO's clip): CISPO has no lower bound, "
                         "only the cap min(r, epsilon_max).": with_floor(0.8),
                         "did not clip the weight: min(r, epsilon_max).": [[-8 * math.log(0.4), -0.5 * math.log(0.25)]],

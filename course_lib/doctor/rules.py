@@ -193,7 +193,7 @@ def dominant_reward_function(rows, config):
     if share <= 0.9 or not live_others:
         return None
     return Diagnosis(
-        f"{names[top]} carries {share:.0%} of the weighted reward spread; {', '.join(live_others)} barely move "
-        f"the advantages. Fix: rebalance reward_weights (now {weights}) so each function's weight x std is "
+        f"{names[top]} carries {share:.0%} of the weighted reward spread; "
+        f"{', '.join(live_others)} {'barely moves' if len(live_others) == 1 else 'barely move'} the advantages. Fix: rebalance reward_weights (now {weights}) so each function's weight x std is "
         "comparable, or multi_objective_aggregation='normalize_then_sum' (GDPO: each reward normalised in its "
         "group before the sum).", {"share": share, "dominant": names[top]})
