@@ -20,7 +20,8 @@
 # 5. list the **implementation details** that make PPO for RLHF work in practice;
 # 6. train the tiny model with PPO and read a **live dashboard** of its metrics;
 # 7. put the **H** in RLHF: train a **Bradley-Terry reward model** on preference pairs,
-#    use it as PPO's reward, and watch **reward over-optimisation** happen.
+#    use it as PPO's reward, and test for **reward over-optimisation** against two control
+#    runs (a random reward and the true one).
 
 # %%
 # On Colab (or with COURSE_SETUP=1): clone the course, install what the runtime lacks, keep its torch.
@@ -735,10 +736,13 @@ for kind, keep in (("both answers clean numbers", True), ("at least one garbled"
     print(f"  {kind:<27}: {right}/{len(rows)} ordered right, {right / len(rows):.1%} [{100 * low:.1f}, {100 * high:.1f}]")
 
 # %% [markdown]
-# The reward model orders held-out pairs better than a coin, and far from perfectly. The
-# split by kind of pair shows where its knowledge lies: it orders pairs with a garbled
-# answer well, and pairs of two clean numbers, where the labeller was judging the sum,
-# close to chance. It has learned what is easy to see more than whether the sum is right.
+# The reward model is weak: overall it orders the held-out pairs right only slightly more
+# often than a coin (our run: 56.2% [47.0, 65.1], an interval that does not exclude 50%).
+# The split by kind of pair shows what it did learn: it orders pairs with a garbled answer
+# well (70.5% [55.8, 81.8]), and pairs of two clean numbers, where the labeller was
+# judging the sum, at chance. It has learned what is easy to see, not whether the sum is
+# right. (The head is drawn from a fixed seed, so re-running the cell gives the same model;
+# other seeds give other, similarly weak, reward models.)
 #
 # Now it becomes PPO's only reward (`reward_model_function` gives it TRL's reward-function
 # signature), with no KL penalty (`kl_coef = beta = 0`), so that nothing holds the policy
@@ -823,7 +827,44 @@ for label, curve in curves.items():
 print("references:", list(test_prompts["answer"][:4]))
 
 # %% [markdown]
-# READING_PLACEHOLDER
+# Read the three runs together; in fast mode (60 steps) ours printed:
+#
+# - **The true reward** (green) does not improve the accuracy either: it slips from 35.5%
+#   to 28.5% (overlapping intervals). These settings are too aggressive even for the right
+#   reward. The doctor says so at
+#   step 10 of each run: `[doctor error] policy_moves_too_fast` (lesson 13 explains the
+#   doctor): about 10% of the tokens are clipped on every batch (`clip_ratio/region_mean`),
+#   because a learning rate of 1e-4 over 4 PPO epochs moves the policy far past the clip
+#   range. Its fixes are a lower learning rate, fewer epochs, or β > 0.
+# - **The random reward** (gray) collapses the accuracy on its own, to 13.0% at step 30
+#   and 6.5% at step 60, while the learned reward of its answers stays within its noise.
+#   With β = 0 nothing anchors the policy, and whitening (section 5) turns any reward, even
+#   noise, into unit-size advantages: PPO then pushes the policy around at full strength in
+#   random directions. **Most of the collapse is the settings, not the reward model.**
+# - **The learned reward** (purple) does what the controls cannot explain: its score rises
+#   well beyond its interval (0.90 ± 0.13 → 1.30 ± 0.09), and at step 30 its accuracy
+#   (6.0% [3.5, 10.2]) is below the random run's (13.0% [9.0, 18.4]), intervals apart. PPO
+#   climbed the proxy, toward answers the reward model rates higher (look at the first
+#   answers: clean numbers, drifting away from the sums), and that direction is worse than
+#   a random one. By step 60 both runs sit near the floor (3.0% and 6.5%, overlapping
+#   intervals).
+#
+# That gap between the learned-reward curve and the random-reward curve, not the fall of
+# the accuracy by itself, is the evidence of **reward over-optimisation** (Gao, Schulman
+# and Hilton 2022, *Scaling Laws for Reward Model Overoptimization*): optimising a learned
+# proxy harder makes the true objective worse. Here the evidence is thin, and honest about
+# it. The reward model is weak (its held-out interval does not exclude a coin), and the
+# result depends on it: with the head drawn from seed 0 instead of 1, the same cell gave
+# 12.5% for the learned reward and 6.5% for the random one at step 60, the learned reward
+# no longer the worse of the two, and its score not rising beyond its interval. Gao et al.
+# measured the effect cleanly with reward models of up to 3B parameters: the true score
+# rising first, then falling, as the policy moves away from its start. The habit to keep:
+# **before blaming a reward, run a control with the same settings and a reward that knows
+# nothing.** The guards are the ones this lesson built: the KL penalty to the reference
+# (β, section 3) and a gentler learning rate (section 8's run, β = 0.05 and 3e-5, lifted
+# the accuracy with the true reward), early stopping on a held-out true measure, a larger
+# and fresher preference set, and, where answers can be checked, a verifier instead of a
+# learned reward (RLVR, lesson 05).
 
 # %% [markdown]
 # ## Questions
@@ -840,9 +881,10 @@ print("references:", list(test_prompts["answer"][:4]))
 # 5. Four models sit in memory for PPO RLHF. Which of them could you drop, share or
 #    replace for a task whose answers can be checked by a program, and what would each
 #    change cost you?
-# 6. The reward model of section 10 orders about 6 pairs in 10 right, yet PPO raised its
-#    score while the accuracy fell. How can both happen at once, and what would you change
-#    first to make the learned reward safer to optimise?
+# 6. The reward model of section 10 orders barely more than half of the held-out pairs
+#    right, yet PPO raised its score far beyond its noise while the accuracy fell. How can
+#    both happen at once? Why is the accuracy drop alone no evidence of over-optimisation,
+#    and what would you change first to make the learned reward safer to optimise?
 
 # %% [markdown]
 # ### Answers
