@@ -451,19 +451,21 @@ feedback(ex06.check_sequence_level_ratio, ex.sequence_level_ratio);
 # That advice dates from older TRL versions. **TRL 1.16 clamps these denominators**
 # (`mask.sum(...).clamp(min=1.0)` in its loss, for `grpo`/`sapo`, `bnpo`, GSPO's sequence
 # ratio and the KL), so a masked row averages to 0 there too; the next cell reads the
-# clamps out of TRL's installed source. Its per-sequence *statistics*
-# (`clip_ratio/low_min`, `high_max`) are not clamped: an empty row gives NaN there, and
-# `nanmin`/`nanmax` skip it. `course_lib` does the same, and also overwrites
+# clamps out of TRL's installed source. `course_lib` does the same, and also overwrites
 # padded positions with 0 before any exponential or product, which removes the `-inf`
-# trap. Below, one truncated completion out of four (the naive versions first), and one
+# trap. (TRL's per-sequence *statistics*, `clip_ratio/low_min` and `high_max`, are not
+# clamped: an empty row gives NaN there, and `nanmin`/`nanmax` skip it.) Below, one truncated completion out of four (the naive versions first), and one
 # padded position holding `-inf`:
 
 # %%
 import inspect
+import warnings
 
-import trl
+with warnings.catch_warnings():  # TRL 1.16 warns about the newer vLLM the course pins; not this lesson's topic
+    warnings.filterwarnings("ignore", message="TRL currently supports vLLM versions")
+    import trl
 
-trl_loss_source = inspect.getsource(trl.GRPOTrainer._compute_loss)
+    trl_loss_source = inspect.getsource(trl.GRPOTrainer._compute_loss)
 print("`.clamp(min=1.0)` in TRL 1.16's _compute_loss:", trl_loss_source.count(".clamp(min=1.0)"),
       "times; those on a mask count:")
 for line in trl_loss_source.splitlines():

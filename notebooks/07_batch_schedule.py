@@ -192,7 +192,10 @@ feedback(ex07.check_batch_arithmetic, ex.batch_arithmetic);
 #    (TRL 1.16 first **shuffles** the completions of the generation batch, each process its
 #    own slice, with `torch.randperm`; the tables below keep them in order so that they stay
 #    readable, `schedule_table(..., shuffle_seed=0)` shows a shuffled cut, and
-#    `course_lib.trainer` does not shuffle, so its micro-batches match the tables);
+#    `course_lib.trainer` does not shuffle, so its micro-batches match the tables). The
+#    shuffle changes nothing for a loss that is a mean over completions or over the whole
+#    generation batch, but it does for `loss_type="bnpo"`, which averages over the tokens
+#    of each micro-batch: with TRL, which completions share a micro-batch is random;
 # 4. train on one micro-batch per micro-step, and step the optimizer after every
 #    `gradient_accumulation_steps` micro-steps (counted from the start of training).
 #

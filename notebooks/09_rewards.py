@@ -67,7 +67,9 @@ print("fast mode:", fast_mode())
 # Question 5 games unit tests, lesson 11 §8 shows a policy gaming a reward): maths answers
 # can be checked (2 + 2 = 4), code can be run against tests. Where answers cannot be
 # checked, the reward is *learned* from human preferences instead: lesson 04 §10 trains
-# such a reward model and shows how PPO over-optimises it. Designing verifiable rewards for other tasks is harder, which is why most
+# such a reward model and tests whether PPO over-optimises it. A verifier is also an
+# evaluation tool: with k samples per problem it gives pass@k (solved if any sample is
+# right) and maj@k (the majority answer), which lesson 11 §7 measures. Designing verifiable rewards for other tasks is harder, which is why most
 # examples are maths or code.
 #
 # The course's reward functions all have TRL's signature: the batch's `prompts` and

@@ -44,8 +44,9 @@ def loss_near_zero_is_normal(rows, config):
         return None
     if median([abs(x) for x in loss]) < 1e-3 and median(grad) > 1e-6:
         return Diagnosis(
-            "the loss is about 0 but the gradient is not: this is normal. On-policy (num_iterations=1) the "
-            "ratio is 1, so the loss is minus the mean advantage, and group advantages sum to 0; its gradient, "
+            "the loss is about 0 but the gradient is not: this is normal. On the first pass over each batch the "
+            "ratio is 1 (with num_iterations=1, on every step), so the loss is minus the mean advantage, and "
+            "group advantages sum to 0; its gradient, "
             "the advantage-weighted sum of grad log pi, is not 0. Read reward and grad_norm, not the loss "
             "(lesson 05).", {"median_abs_loss": median([abs(x) for x in loss]), "median_grad_norm": median(grad)})
     return None
@@ -115,7 +116,7 @@ def zero_spread_groups(rows, config):
               f" a higher temperature ({_field(config, 'temperature')}; 1.0 is the usual),")
     return Diagnosis(
         f"{mean(frac):.0%} of the groups have rewards that are all equal, so their advantages are 0.{advice} "
-        f"Fixes: more generations ({_field(config, 'num_generations')}),{hotter} data matched to the model "
+        f"Fixes: more generations (now {_field(config, 'num_generations')}),{hotter} data matched to the model "
         "(harder if it solves everything, easier if it solves nothing), or dynamic sampling "
         "(dynamic_sampling=True: drop the equal groups and generate more, DAPO).",
         {"frac_reward_zero_std": mean(frac), "reward": reward})
