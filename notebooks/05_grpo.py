@@ -667,8 +667,11 @@ for iterations in (1, 2):
 # the same weights up to float rounding, while the weights themselves moved by orders of
 # magnitude more: the forty lines of the loop are GRPO as `Trainer` runs it in this setting.
 # On-policy the clip fraction is 0 at every step: the ratio is exactly 1. With two steps
-# per batch it is 0 on each batch's first step and positive on its second, where the
-# stored old log-probs make the ratio differ from 1: the clip acting in your own loop.
+# per batch it is 0 on each batch's first step, and a second step can clip (5.8% of the
+# tokens at step 2 in our run, none at step 4): there the stored old log-probs make the
+# ratio differ from 1, and the clip acts in your own loop. The gradient norms match
+# `Trainer`'s at every step, which is how the check tells a wrong loss (the first step's
+# norm differs) from a wrong optimizer step (the first matches, the weights do not).
 # Everything else in `Trainer` is schedule and bookkeeping: several micro-batches per
 # step (lesson 07), the reference model and its KL term, other loss types
 # (lesson 06), the sampler/trainer correction (lesson 10), logging and checkpoints.
@@ -691,10 +694,12 @@ for iterations in (1, 2):
 # - **`grad_norm`**, the gradient norm *before* clipping (what `clip_grad_norm_` returns),
 #   is what to read instead of the loss. On-policy the "grpo" loss is −mean(A) = 0 at
 #   every step (section 4) and the other loss types stay near 0, whatever the policy
-#   learns, while `grad_norm` says how hard each step
-#   pushes. It is 0 when every group is silent, and a run of values far above
-#   `max_grad_norm` (1.0) means every step is being clipped: the effective step is set by
-#   the clip, not by the learning rate.
+#   learns, while `grad_norm` says how hard each step pushes. It is 0 when every group is
+#   silent (nothing to learn: see `frac_reward_zero_std`). Values steadily above
+#   `max_grad_norm` (1.0) are common and harmless with Adam, which normalises the size of
+#   each step (the loop of section 7 reads 2 to 4 at every step); what to watch is a
+#   *spike*, many times the run's usual value, or a NaN: a batch that would jerk the
+#   policy, which the clip caps and the doctor of lesson 13 reports.
 # - **`kl`** (with β > 0) measures how far the policy has drifted from the reference. It
 #   grows slowly in a healthy run; a sudden jump means the updates are too large (lower
 #   the learning rate).
