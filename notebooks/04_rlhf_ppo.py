@@ -3,6 +3,9 @@
 #
 # [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/rl-for-llms/course/blob/main/notebooks/04_rlhf_ppo.ipynb)
 #
+# *Fast mode (`COURSE_FAST=1`), as the notebook test runs it: about 220 s of CPU time on a 2-core CPU
+# (the wall time grows when the machine is busy with other work).*
+#
 # Lesson 03 built PPO's pieces on small tensors: the clipped ratio, the KL penalty, the
 # value function and GAE. This lesson puts them on a language model, the way OpenAI's
 # RLHF pipeline (InstructGPT, then ChatGPT) did, the way TRL's `PPOTrainer` did until TRL

@@ -3,6 +3,9 @@
 #
 # [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/rl-for-llms/course/blob/main/notebooks/09_rewards.ipynb)
 #
+# *Fast mode (`COURSE_FAST=1`), as the notebook test runs it: about 20 s of CPU time on a 2-core CPU
+# (the wall time grows when the machine is busy with other work).*
+#
 # GRPO and RLOO need only two things besides the model: prompts and a **reward function**.
 # The algorithm then maximizes whatever that function measures — including its mistakes.
 # This lesson is about writing rewards that measure what you mean.
