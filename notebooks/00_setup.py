@@ -3,6 +3,9 @@
 #
 # [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/rl-for-llms/course/blob/main/notebooks/00_setup.ipynb)
 #
+# *Fast mode (`COURSE_FAST=1`), as the notebook test runs it: about 90 s of CPU time on a 2-core CPU
+# (the wall time grows when the machine is busy with other work).*
+#
 # This course teaches reinforcement learning for language models, from bandits to PPO,
 # GRPO and RLOO. Every lesson is a notebook that imports `course_lib`, the tested library
 # that ships with the course, so what you learn here is what you will run later.
