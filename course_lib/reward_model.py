@@ -82,11 +82,17 @@ class RewardModel(nn.Module):
         self.head = nn.Linear(hidden_size, 1)
 
     @classmethod
-    def from_causal_lm(cls, causal_lm: nn.Module) -> "RewardModel":
+    def from_causal_lm(cls, causal_lm: nn.Module, seed: int = 0) -> "RewardModel":
         """A reward model that starts from a copy of a language model's body (InstructGPT
-        initialises its reward model from the SFT policy); the LM head is dropped."""
+        initialises its reward model from the SFT policy); the LM head is dropped.
+
+        The scalar head is drawn from its own generator seeded with ``seed`` (the global
+        random state is left as it was), so the same call gives the same reward model
+        whatever ran before it."""
         body = copy.deepcopy(causal_lm.get_decoder())
-        return cls(body, causal_lm.config.hidden_size)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            return cls(body, causal_lm.config.hidden_size)
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         """``(B, L)`` right-padded ids and mask -> ``(B,)`` scores."""

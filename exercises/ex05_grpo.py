@@ -19,7 +19,7 @@ def group_advantages(rewards: torch.Tensor, num_generations: int) -> torch.Tenso
     The `1e-4` keeps a group whose rewards are all equal at advantage 0 instead of 0/0.
 
     Example: `group_advantages(torch.tensor([1., 0., 0., 1., 1., 1.]), 3)` gives about
-    `[1.1546, -0.5773, -0.5773, 0., 0., 0.]`.
+    `[1.1545, -0.5773, -0.5773, 0., 0., 0.]`.
 
     Returns:
         `(B,)` advantages, same dtype as `rewards`.
@@ -93,35 +93,44 @@ def completion_logps_and_entropy(logits: torch.Tensor, input_ids: torch.Tensor, 
     raise NotImplementedError("Exercise: replace this line with your code.")
 
 
-def grpo_loop(model, tokenizer, dataset, reward_fn, steps: int, prompts_per_step: int = 4, num_generations: int = 8,
-              learning_rate: float = 3e-5, epsilon: float = 0.2, max_tokens: int = 6, seed: int = 0) -> list[dict]:
-    """GRPO from scratch: on-policy, `beta = 0`, `loss_type="grpo"`; returns one log row per step.
+def grpo_loop(model, sample_batch, reward_fn, steps: int, num_generations: int = 8, learning_rate: float = 3e-5,
+              epsilon: float = 0.2, num_iterations: int = 1) -> list[dict]:
+    """GRPO from scratch: `beta = 0`, `loss_type="grpo"`; returns one log row per optimizer step.
 
-    Each step, in order:
+    `sample_batch(k)` (ready-made, `course_lib.group_batches.group_batch_sampler`) returns
+    the k-th generation batch, k = 0, 1, 2, ...: `B = prompts x num_generations`
+    completions, prompt-major, with `.prompt_ids`, `.prompt_mask`, `.completion_ids`,
+    `.completion_mask`, `.texts` and `.answers`. It samples from the model's current weights.
 
-    1. **generate**: take `prompts_per_step` dataset rows with
-       `PromptSampler(len(dataset), seed).take(prompts_per_step)` (one sampler for the whole
-       run), repeat each row `num_generations` times (prompt-major), and sample one
-       completion per repeated prompt with `HFEngine(model, tokenizer).generate(prompts, n=1,
-       sampling=SamplingConfig(temperature=1.0, max_tokens=max_tokens, seed=...))`, with
-       `seed = seed * 2**40 + step * B` (B = completions per step, step counted from 0) and
-       the model in eval mode while it samples (train mode again after);
-    2. **score**: `reward_fn(completion_texts, answers)` -> one float per completion
-       (`answers` = the rows' `"answer"` column);
+    For each generation batch k, in order:
+
+    1. **sample**: `batch = sample_batch(k)`;
+    2. **score**: `reward_fn(batch.texts, batch.answers)` -> one float per completion;
     3. **advantages**: Exercise 1, the z-score within each prompt's group;
-    4. **log-probs**: `course_lib.policy.completion_forward(model, prompt_ids, prompt_mask,
-       completion_ids, completion_mask)` -> `(B, T)` token log-probs (Exercise 3 inside);
-    5. **loss**: Exercise 2 on-policy (the old log-probs are `logps.detach()`);
-    6. **step**: `torch.optim.AdamW(model.parameters(), lr=learning_rate, weight_decay=0.0)`
-       created once before the loop (after `torch.manual_seed(seed)`), zero the gradients,
-       backward, clip the gradient norm at 1.0 (`torch.nn.utils.clip_grad_norm_`, TRL's
-       `max_grad_norm`), step.
+    4. **old log-probs**: only when `num_iterations > 1`, the log-probs of the policy that
+       sampled the batch, computed once, without gradient (`torch.no_grad()`), before any update
+       on it; with `num_iterations = 1` they are `None` (on-policy, Exercise 2 detaches);
+    5. then `num_iterations` times (each an optimizer step on the same batch):
+       - **log-probs**: `course_lib.policy.completion_forward(model, prompt_ids, prompt_mask,
+         completion_ids, completion_mask)` -> `(B, T)` token log-probs (Exercise 3 inside);
+       - **loss**: Exercise 2 with the old log-probs of step 4;
+       - **step**: zero the gradients, backward, clip the gradient norm at 1.0
+         (`torch.nn.utils.clip_grad_norm_`, TRL's `max_grad_norm`; it returns the norm
+         *before* clipping), `optimizer.step()`, with one
+         `torch.optim.AdamW(model.parameters(), lr=learning_rate, weight_decay=0.0)` created
+         before the loop;
+
+    until `steps` optimizer steps are done. On the second pass over a batch the policy has
+    moved, so the ratio differs from 1 and the clip can act.
 
     These are the choices `course_lib.trainer.Trainer` makes with the same settings, so the
     two must sample the same completions and end with the same weights.
 
     Returns:
-        `[{"step": 1, "reward": mean reward of the step, "loss": loss value}, ...]`.
+        `[{"step": 1, "reward": mean reward of the batch, "loss": loss value, "grad_norm": norm
+        before clipping, "clip_fraction": share of the valid tokens whose clip is active}, ...]`;
+        a token's clip is active when `r < 1 - epsilon` and `A < 0`, or `r > 1 + epsilon` and
+        `A > 0` (TRL's `clip_ratio/region_mean`; 0 on-policy).
     """
-    # HINT: the sampler is created once; the sampling seed changes with the step; AdamW once, outside the loop.
+    # HINT: AdamW once, outside the loop; old log-probs once per batch, before its first update.
     raise NotImplementedError("Exercise: replace this line with your code.")

@@ -21,8 +21,8 @@ def cispo_per_token_loss(logps: torch.Tensor, old_logps: torch.Tensor, advantage
         advantages: `(B,)` one per completion (broadcast over tokens).
         epsilon_max: the cap on the ratio (TRL's `epsilon_high` with `loss_type="cispo"`).
 
-    Example: logps = log 8, old = 0 (r = 8), A = 1, epsilon_max = 5: the loss is
-    -5 * log 8 = -10.4, and its gradient with respect to logps is -5.
+    Example: logps = log 0.4, old = log 0.05 (r = 8), A = 1, epsilon_max = 5: the loss is
+    -5 * log 0.4 = +4.58, and its gradient with respect to logps is -5.
 
     Returns:
         `(B, T)` per-token losses.

@@ -15,7 +15,9 @@ def extract_answer(text: str) -> str | None:
        content of the LAST pair, stripped of surrounding whitespace. The content may span
        several lines;
     2. otherwise return the last number in the text, as written: an optional minus sign,
-       digits, and an optional decimal part (`-3`, `42`, `2.5`);
+       digits, and an optional decimal part (`-3`, `42`, `2.5`). This rule reads "1,000" as
+       "000" and misses fractions and LaTeX; the library's extractors handle thousands
+       commas (lesson 09 §2 says what a real maths verifier adds);
     3. otherwise return None.
 
     Examples: `"<answer> 42 </answer>"` -> `"42"`; `"3 apples, then 5"` -> `"5"`;
@@ -25,8 +27,12 @@ def extract_answer(text: str) -> str | None:
     raise NotImplementedError("Exercise: replace this line with your code.")
 
 
-def format_reward(completions: list[str]) -> list[float]:
+def partial_format_reward(completions: list[str]) -> list[float]:
     """Think-then-answer format reward with partial credit (DeepSeek-R1 style).
+
+    (Named apart from `course_lib.rewards.format_reward`, the strict all-or-nothing version
+    lesson 09 compares it with; the library's partial-credit twin is
+    `think_answer_format_reward`.)
 
     Search each completion for `<think>T</think>`, optional whitespace, then
     `<answer>A</answer>` (anywhere in the text; `T` and `A` may span several lines).

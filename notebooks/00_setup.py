@@ -3,6 +3,9 @@
 #
 # [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/rl-for-llms/course/blob/main/notebooks/00_setup.ipynb)
 #
+# *Fast mode (`COURSE_FAST=1`), as the notebook test runs it: about 90 s of CPU time on a 2-core CPU
+# (the wall time grows when the machine is busy with other work).*
+#
 # This course teaches reinforcement learning for language models, from bandits to PPO,
 # GRPO and RLOO. Every lesson is a notebook that imports `course_lib`, the tested library
 # that ships with the course, so what you learn here is what you will run later.
@@ -131,8 +134,11 @@ for row, completion in zip(tagged, greedy_completions(smol, smol_tokenizer, tagg
 # Greedy accuracy on held-out problems. A measured accuracy is an estimate: with *n*
 # problems, its 95% interval (Wilson's, which stays inside [0, 1]) is roughly ±1/√n wide,
 # about ±12 points at 64 problems (fast mode) and ±7 at 200. The black bars on the plot
-# are those intervals. Read two accuracies as different only when their intervals barely
-# overlap or not at all.
+# are those intervals. For two *independent* samples (different problems, or different
+# models measured on separate sets), read two accuracies as different only when their
+# intervals barely overlap or not at all. When the same problems are answered twice
+# (before and after training), a paired interval on the difference is sharper: lessons 04
+# and 05 use one.
 
 # %%
 import matplotlib.pyplot as plt

@@ -3,6 +3,9 @@
 #
 # [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/rl-for-llms/course/blob/main/notebooks/03_ppo.ipynb)
 #
+# *Fast mode (`COURSE_FAST=1`), as the notebook test runs it: about 20 s of CPU time on a 2-core CPU
+# (the wall time grows when the machine is busy with other work).*
+#
 # REINFORCE (lesson 02) uses every batch of samples for one gradient step, then throws
 # it away. For a language model the samples are the expensive part: generating
 # completions costs far more than one backward pass. **Proximal Policy Optimization**
@@ -12,8 +15,9 @@
 #
 # In this lesson you will:
 # 1. reuse samples with the **importance ratio** `r = pi_theta / pi_old`;
-# 2. bound each update with **`clip(r, 1 - eps, 1 + eps)`** and understand why PPO takes
-#    the **min** (a pessimistic bound), with the clip explorer;
+# 2. remove the incentive to move far in one update with **`clip(r, 1 - eps, 1 + eps)`**
+#    (it discourages large steps, it enforces no limit) and understand why PPO takes the
+#    **min** (a pessimistic bound), with the clip explorer;
 # 3. keep the model near its starting point with a **KL penalty** (coefficient `beta`)
 #    against a frozen **reference** model, estimated per token with **k1** or **k3**;
 # 4. name the **models of RLHF with PPO**: policy, reference, value model, reward model;
@@ -200,13 +204,13 @@ for label, (kl, _, probs, ratios) in runs.items():
 # region: the batch has said what it can. Read the printed ratios: the clipped run ends
 # with its samples *outside* `[0.8, 1.2]`. The clip did not hold them in; it only stopped
 # rewarding further moves, so each step overshoots the edge a little and then the
-# gradient is zero. Without the clip, the ratios keep growing toward their ceiling. Without it, the same 16 samples keep pushing,
-# and `P('4')` even *falls* — `4` was not in the batch, so nothing defends it while the
+# gradient is zero. Without the clip, the same 16 samples keep pushing, their ratios grow
+# toward their ceiling, and `P('4')` even *falls* — `4` was not in the batch, so nothing defends it while the
 # sampled numbers soak up all the probability.
 #
 # ## 3. Staying near the start: the KL penalty and the reference model
 #
-# The clip limits each update relative to the *previous* policy. It says nothing about
+# The clip discourages large updates relative to the *previous* policy. It says nothing about
 # the sum of many small updates: after thousands of steps the model can drift far from
 # where it started — forgetting how to write fluent text, or finding odd outputs that a
 # learned reward model happens to score highly (**reward hacking**). So RLHF keeps a

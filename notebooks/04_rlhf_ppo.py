@@ -3,6 +3,9 @@
 #
 # [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/rl-for-llms/course/blob/main/notebooks/04_rlhf_ppo.ipynb)
 #
+# *Fast mode (`COURSE_FAST=1`), as the notebook test runs it: about 220 s of CPU time on a 2-core CPU
+# (the wall time grows when the machine is busy with other work).*
+#
 # Lesson 03 built PPO's pieces on small tensors: the clipped ratio, the KL penalty, the
 # value function and GAE. This lesson puts them on a language model, the way OpenAI's
 # RLHF pipeline (InstructGPT, then ChatGPT) did, the way TRL's `PPOTrainer` did until TRL
@@ -20,7 +23,8 @@
 # 5. list the **implementation details** that make PPO for RLHF work in practice;
 # 6. train the tiny model with PPO and read a **live dashboard** of its metrics;
 # 7. put the **H** in RLHF: train a **Bradley-Terry reward model** on preference pairs,
-#    use it as PPO's reward, and watch **reward over-optimisation** happen.
+#    use it as PPO's reward, and test for **reward over-optimisation** against two control
+#    runs (a random reward and the true one).
 
 # %%
 # On Colab (or with COURSE_SETUP=1): clone the course, install what the runtime lacks, keep its torch.
@@ -348,8 +352,10 @@ print(f"mean before {three_rewards.mean():.2f}, after reward whitening "
 # ## 6. The clipped value loss
 #
 # The policy loss is lesson 03's clipped surrogate, applied to every token with its own
-# advantage A_t: the ratio π/π_old is clipped to [1 − ε, 1 + ε] (`cliprange`, 0.2) so that
-# one batch cannot move the policy too far. The critic regresses V(s_t) on the returns. PPO's RLHF implementations clip that update
+# advantage A_t: the ratio π/π_old is clipped to [1 − ε, 1 + ε] (`cliprange`, 0.2), which
+# removes the incentive to move a token's probability further within one batch (it
+# enforces no limit: lesson 03's demo ended with ratios outside the range). The critic
+# regresses V(s_t) on the returns. PPO's RLHF implementations clip that update
 # the same way they clip the policy: the new value may not move further than
 # `cliprange_value` (0.2) from the value at rollout time without the loss taking the
 # worse of the two errors:
@@ -521,8 +527,10 @@ display(plot_training_history(history, keys=PPO_PANELS, columns=4, smooth=10, ti
 #   tokens. Its expectation is the KL (≥ 0), but a single token's k1 is negative whenever
 #   the policy now likes that token *less* than the reference did, and with 16 short
 #   completions the batch sum can dip **below 0** (it read −0.05 at the last step) when the
-#   true KL is small. A negative reading is noise, not a bug; a steady climb, or a jump,
-#   is what to watch.
+#   true KL is small. A negative reading is noise, not a bug, and so is a single jump: in
+#   the full run it swings from 0 to 1.2 and back to −0.05. Read the smoothed curve (the
+#   dashboard smooths over 10 steps); a trend that keeps rising over many steps is what to
+#   watch.
 # - `val/ratio` is exactly 1 on the first epoch of each batch (on-policy) and stays near 1
 #   on the others. `policy/clipfrac_avg` (mean and peak printed under the run) averages
 #   under 1%, with rare steps near 11%: the learning rate of 3e-5 moves the policy
@@ -537,8 +545,20 @@ display(plot_training_history(history, keys=PPO_PANELS, columns=4, smooth=10, ti
 #   `val/clipfrac_avg` stays at 0: the value clip never binds.
 # - With V ≈ 0 the advantages are just the whitened returns: this run learned the way
 #   REINFORCE with a batch baseline does (lesson 02), which is enough on a task this short.
-# - `val/num_eos_tokens` stays near the batch size (16): the EOS penalty makes truncated
-#   answers expensive. `learning_rate` falls linearly to 0: the annealing of section 7.
+# - The run prints a `[doctor warning] dominant_reward_function` line (the run doctor of
+#   lesson 13 reads the metrics as they come): the correctness reward carries about 90% of
+#   the spread of the summed reward, so the proximity reward's partial credit barely moves
+#   the advantages. Partial credit is in the sum, but at weight 1 it is a small voice; the
+#   warning's fix (a larger weight for proximity, or normalising each reward within its
+#   group before the sum, lesson 09 §7) is what would make it heard.
+# - `val/num_eos_tokens` is 16, the batch size, from the very first step: the tiny model
+#   always finishes within 8 tokens, so the missing-EOS penalty never fires in this run. In
+#   a run where this count falls (answers cut at the length limit), the penalty is what
+#   pushes back. `learning_rate` falls linearly to 0: the annealing of section 7.
+# - `policy/approxkl_avg` is ½·mean((log π − log π_old)²) over the tokens: how far the
+#   policy has moved from the one that sampled the batch, within the PPO epochs. It is 0
+#   on each first epoch and grows over the next three; if its smoothed curve keeps rising
+#   over the run, each batch moves the policy further than the last (lower the learning rate).
 #
 # The next cell gives the critic its own learning rate (`value_learning_rate`, a
 # `course_lib` option: TRL's former `PPOConfig` had none) and compares the two critics.
@@ -638,7 +658,10 @@ plt.show()
 # $$L = -\operatorname{mean}_{\text{pairs}} \log \sigma\big(s(\text{chosen}) - s(\text{rejected})\big).$$
 #
 # Only the *difference* of two scores enters, so a reward model's scores have an
-# arbitrary offset (and PPO's whitening, section 5, removes their scale as well).
+# arbitrary offset. PPO's whitening (section 5) removes their scale from the size of the
+# update, but with β > 0 the scale still matters: the per-token reward is
+# `score − β·KL`, so doubling the scores halves the effective KL price. That is why
+# implementations normalise a reward model's output before PPO.
 # `course_lib.reward_model` has the whole piece: `bradley_terry_loss`, `RewardModel`
 # (a copy of a policy's body plus a scalar head), `simulated_preferences` (a labeller
 # that follows Bradley-Terry from a hidden true score), `train_reward_model`, and
@@ -700,7 +723,7 @@ pairs = simulated_preferences(list(pair_questions["prompt"]), two_answers.texts[
 rm_train, rm_test = pairs.split(0.2, seed=0)
 print(f"{len(pairs)} pairs (identical answers dropped): {len(rm_train)} to train, {len(rm_test)} to test; e.g. "
       f"{rm_train.chosen[0]!r} preferred to {rm_train.rejected[0]!r}")
-reward_net = RewardModel.from_causal_lm(rm_policy)
+reward_net = RewardModel.from_causal_lm(rm_policy, seed=1)  # the scalar head is drawn from seed 1: re-runs agree
 for row in train_reward_model(reward_net, rm_tokenizer, rm_train, epochs=2, learning_rate=3e-4, test_pairs=rm_test):
     right = round(row["test_accuracy"] * len(rm_test))
     low, high = wilson_interval(right, len(rm_test))
@@ -716,76 +739,135 @@ for kind, keep in (("both answers clean numbers", True), ("at least one garbled"
     print(f"  {kind:<27}: {right}/{len(rows)} ordered right, {right / len(rows):.1%} [{100 * low:.1f}, {100 * high:.1f}]")
 
 # %% [markdown]
-# The reward model orders held-out pairs better than a coin (its interval excludes 50%),
-# and far from perfectly. The split by kind of pair shows where its knowledge lies: it
-# orders pairs with a garbled answer well, and pairs of two clean numbers, where the
-# labeller was judging the sum, close to chance. It has learned what is easy to see more
-# than whether the sum is right. Now it becomes PPO's only reward
-# (`reward_model_function` gives it TRL's reward-function signature), with no KL penalty
-# (`kl_coef = beta = 0`), so that nothing holds the policy near its start. Every few steps the
-# cell measures, on the 200 held-out questions, the **learned** reward of the greedy
-# answers (mean with a 95% interval) and their **true** accuracy (95% Wilson interval).
+# The reward model is weak: overall it orders the held-out pairs right only slightly more
+# often than a coin (our run: 56.2% [47.0, 65.1], an interval that does not exclude 50%).
+# The split by kind of pair shows what it did learn: it orders pairs with a garbled answer
+# well (70.5% [55.8, 81.8]), and pairs of two clean numbers, where the labeller was
+# judging the sum, at chance. It has learned what is easy to see, not whether the sum is
+# right. (The head is drawn from a fixed seed, so re-running the cell gives the same model;
+# other seeds give other, similarly weak, reward models.)
+#
+# Now it becomes PPO's only reward (`reward_model_function` gives it TRL's reward-function
+# signature), with no KL penalty (`kl_coef = beta = 0`), so that nothing holds the policy
+# near its start, and a learning rate of 1e-4. A falling accuracy under a learned reward
+# proves nothing by itself: the settings alone could be destroying the policy. So the
+# cell trains **three** policies with the very same settings and seed, and changes only
+# the reward:
+#
+# - the **learned** reward model;
+# - a **random** reward, uniform noise in [0, 1) for every completion: a reward that knows
+#   nothing, the control for "what do these settings do on their own?";
+# - the **true** reward, the labeller's hidden score (section 8's correctness plus
+#   proximity): what the reward model was meant to stand for.
+#
+# At each measurement the cell scores the greedy answers to the 200 held-out questions
+# with the **learned** reward (mean with a 95% interval) and measures their **true**
+# accuracy (95% Wilson interval).
 
 # %%
 import math
 
 learned_reward = reward_model_function(reward_net, rm_tokenizer)
-rlhf_model, _ = load_policy("tiny")
-eval_every, rlhf_steps = 20, scaled(60, 150)
-curve = []
+noise = torch.Generator().manual_seed(0)
 
 
-def measure(step: int) -> None:
-    answers = greedy_completions(rlhf_model, tokenizer, test_prompts["prompt"], max_new_tokens=8)
+def random_reward(completions, **kwargs):
+    """The control: a score that knows nothing, uniform in [0, 1) per completion."""
+    return torch.rand(len(completions), generator=noise).tolist()
+
+
+eval_every, rlhf_steps = scaled(30, 50), scaled(60, 150)
+rlhf_config = replace(config, max_steps=rlhf_steps, lr_scheduler_type="constant", learning_rate=1e-4, beta=0.0,
+                      value_learning_rate=3e-3)
+
+
+def measure(the_model, step: int) -> dict:
+    answers = greedy_completions(the_model, tokenizer, test_prompts["prompt"], max_new_tokens=8)
     right = sum(is_correct(c, a) for c, a in zip(answers, test_prompts["answer"]))
     scores = torch.tensor(learned_reward(list(test_prompts["prompt"]), answers))
-    curve.append({"step": step, "accuracy": right / n_test, "accuracy_interval": wilson_interval(right, n_test),
-                  "reward": scores.mean().item(), "reward_half_width": 1.96 * scores.std().item() / math.sqrt(n_test),
-                  "answers": answers[:4]})
+    return {"step": step, "accuracy": right / n_test, "accuracy_interval": wilson_interval(right, n_test),
+            "reward": scores.mean().item(), "reward_half_width": 1.96 * scores.std().item() / math.sqrt(n_test),
+            "answers": answers[:4]}
 
 
-measure(0)
-rlhf_config = replace(config, output_dir=str(OUTPUT / "04_rlhf_learned_reward"), max_steps=rlhf_steps,
-                      lr_scheduler_type="constant", learning_rate=1e-4, beta=0.0, value_learning_rate=3e-3)
-Trainer(rlhf_config, [learned_reward], train_prompts, rlhf_model, tokenizer, progress=False,
-        on_step=lambda row: measure(row["step"]) if row["step"] % eval_every == 0 else None).train()
+start = measure(load_policy("tiny")[0], 0)  # the three runs start from the same weights
+curves = {}
+for label, funcs in (("learned reward model", [learned_reward]), ("random reward (control)", [random_reward]),
+                     ("true reward (control)", reward_funcs)):
+    run_model, _ = load_policy("tiny")
+    curve = curves[label] = [start]
+    run_config = replace(rlhf_config, output_dir=str(OUTPUT / ("04_rlhf_" + label.split()[0])))
+    Trainer(run_config, funcs, train_prompts, run_model, tokenizer, progress=False,
+            on_step=lambda row: curve.append(measure(run_model, row["step"])) if row["step"] % eval_every == 0
+            else None).train()
 
-fig, (ax_reward, ax_accuracy) = plt.subplots(1, 2, figsize=(10, 3.4), layout="constrained")
-steps = [point["step"] for point in curve]
-ax_reward.errorbar(steps, [p["reward"] for p in curve], yerr=[p["reward_half_width"] for p in curve], marker="o",
-                   capsize=3, color="tab:purple")
-ax_reward.set(title="learned reward (the reward model's score)", xlabel="PPO step", ylabel="mean score, 95% interval")
-accuracy = [100 * p["accuracy"] for p in curve]
-ax_accuracy.errorbar(steps, accuracy, marker="o", capsize=3, color="tab:green",
-                     yerr=[[a - 100 * p["accuracy_interval"][0] for a, p in zip(accuracy, curve)],
-                           [100 * p["accuracy_interval"][1] - a for a, p in zip(accuracy, curve)]])
+colours = {"learned reward model": "tab:purple", "random reward (control)": "tab:gray",
+           "true reward (control)": "tab:green"}
+fig, (ax_reward, ax_accuracy) = plt.subplots(1, 2, figsize=(11, 3.6), layout="constrained")
+for label, curve in curves.items():
+    steps = [point["step"] for point in curve]
+    ax_reward.errorbar(steps, [p["reward"] for p in curve], yerr=[p["reward_half_width"] for p in curve], marker="o",
+                       capsize=3, color=colours[label], label=label)
+    accuracy = [100 * p["accuracy"] for p in curve]
+    ax_accuracy.errorbar(steps, accuracy, marker="o", capsize=3, color=colours[label], label=label,
+                         yerr=[[a - 100 * p["accuracy_interval"][0] for a, p in zip(accuracy, curve)],
+                               [100 * p["accuracy_interval"][1] - a for a, p in zip(accuracy, curve)]])
+ax_reward.set(title="learned reward of the greedy answers", xlabel="PPO step", ylabel="mean score, 95% interval")
 ax_accuracy.set(title="true accuracy (greedy, 200 held-out questions)", xlabel="PPO step",
                 ylabel="% correct, 95% Wilson interval")
 for ax in (ax_reward, ax_accuracy):
     ax.grid(alpha=0.3)
-fig.suptitle("PPO against a learned reward model: over-optimisation")
+ax_accuracy.legend(fontsize=8)
+fig.suptitle("PPO (lr 1e-4, beta = 0) against a learned reward, and two controls")
 plt.show()
-for point in curve:
-    low, high = point["accuracy_interval"]
-    print(f"step {point['step']:>3}: learned reward {point['reward']:.3f} ± {point['reward_half_width']:.3f}, "
-          f"accuracy {100 * point['accuracy']:.1f}% [{100 * low:.1f}, {100 * high:.1f}], first answers "
-          f"{point['answers']}")
+for label, curve in curves.items():
+    print(label)
+    for point in curve:
+        low, high = point["accuracy_interval"]
+        print(f"  step {point['step']:>3}: learned reward {point['reward']:.3f} ± {point['reward_half_width']:.3f}, "
+              f"accuracy {100 * point['accuracy']:.1f}% [{100 * low:.1f}, {100 * high:.1f}], first answers "
+              f"{point['answers']}")
 print("references:", list(test_prompts["answer"][:4]))
 
 # %% [markdown]
-# Read the two panels together. The learned reward rises beyond its interval at step 0,
-# while the true accuracy collapses far outside its own: PPO found answers the reward
-# model rates higher than the policy's own (look at the first answers: clean numbers,
-# drifting away from the sums) without the quality the labeller's preferences were
-# about. This is **reward over-optimisation** (Gao, Schulman and Hilton 2022, *Scaling
-# Laws for Reward Model Overoptimization*): past some point, optimising a learned proxy
-# harder makes the true objective worse. Here the proxy is weak and the collapse quick;
-# Gao et al. measured the same shape with reward models of up to 3B parameters, the true
-# score rising first and then falling as the policy moves away from its start. The guards
-# are the ones this
-# lesson built: the KL penalty to the reference (β, section 3), early stopping on a
-# held-out true measure, a larger and fresher preference set, and, where answers can be
-# checked, a verifier instead of a learned reward (RLVR, lesson 05).
+# Read the three runs together; in fast mode (60 steps) ours printed:
+#
+# - **The true reward** (green) does not improve the accuracy either: it slips from 35.5%
+#   to 28.5% (overlapping intervals). These settings are too aggressive even for the right
+#   reward. The doctor says so at
+#   step 10 of each run: `[doctor error] policy_moves_too_fast` (lesson 13 explains the
+#   doctor): about 10% of the tokens are clipped on every batch (`clip_ratio/region_mean`),
+#   because a learning rate of 1e-4 over 4 PPO epochs moves the policy far past the clip
+#   range. Its fixes are a lower learning rate, fewer epochs, or β > 0.
+# - **The random reward** (gray) collapses the accuracy on its own, to 13.0% at step 30
+#   and 6.5% at step 60, while the learned reward of its answers stays within its noise.
+#   With β = 0 nothing anchors the policy, and whitening (section 5) turns any reward, even
+#   noise, into unit-size advantages: PPO then pushes the policy around at full strength in
+#   random directions. **Most of the collapse is the settings, not the reward model.**
+# - **The learned reward** (purple) does what the controls cannot explain: its score rises
+#   well beyond its interval (0.90 ± 0.13 → 1.30 ± 0.09), and at step 30 its accuracy
+#   (6.0% [3.5, 10.2]) is below the random run's (13.0% [9.0, 18.4]), intervals apart. PPO
+#   climbed the proxy, toward answers the reward model rates higher (look at the first
+#   answers: clean numbers, drifting away from the sums), and that direction is worse than
+#   a random one. By step 60 both runs sit near the floor (3.0% and 6.5%, overlapping
+#   intervals).
+#
+# That gap between the learned-reward curve and the random-reward curve, not the fall of
+# the accuracy by itself, is the evidence of **reward over-optimisation** (Gao, Schulman
+# and Hilton 2022, *Scaling Laws for Reward Model Overoptimization*): optimising a learned
+# proxy harder makes the true objective worse. Here the evidence is thin, and honest about
+# it. The reward model is weak (its held-out interval does not exclude a coin), and the
+# result depends on it: with the head drawn from seed 0 instead of 1, the same cell gave
+# 12.5% for the learned reward and 6.5% for the random one at step 60, the learned reward
+# no longer the worse of the two, and its score not rising beyond its interval. Gao et al.
+# measured the effect cleanly with reward models of up to 3B parameters: the true score
+# rising first, then falling, as the policy moves away from its start. The habit to keep:
+# **before blaming a reward, run a control with the same settings and a reward that knows
+# nothing.** The guards are the ones this lesson built: the KL penalty to the reference
+# (β, section 3) and a gentler learning rate (section 8's run, β = 0.05 and 3e-5, lifted
+# the accuracy with the true reward), early stopping on a held-out true measure, a larger
+# and fresher preference set, and, where answers can be checked, a verifier instead of a
+# learned reward (RLVR, lesson 05).
 
 # %% [markdown]
 # ## Questions
@@ -802,9 +884,10 @@ print("references:", list(test_prompts["answer"][:4]))
 # 5. Four models sit in memory for PPO RLHF. Which of them could you drop, share or
 #    replace for a task whose answers can be checked by a program, and what would each
 #    change cost you?
-# 6. The reward model of section 10 orders about 6 pairs in 10 right, yet PPO raised its
-#    score while the accuracy fell. How can both happen at once, and what would you change
-#    first to make the learned reward safer to optimise?
+# 6. The reward model of section 10 orders barely more than half of the held-out pairs
+#    right, yet PPO raised its score far beyond its noise while the accuracy fell. How can
+#    both happen at once? Why is the accuracy drop alone no evidence of over-optimisation,
+#    and what would you change first to make the learned reward safer to optimise?
 
 # %% [markdown]
 # ### Answers

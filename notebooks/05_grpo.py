@@ -3,6 +3,9 @@
 #
 # [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/rl-for-llms/course/blob/main/notebooks/05_grpo.ipynb)
 #
+# *Fast mode (`COURSE_FAST=1`), as the notebook test runs it: about 35 s of CPU time on a 2-core CPU
+# (the wall time grows when the machine is busy with other work).*
+#
 # PPO (lessons 03–04) needs a value model to know what reward to *expect* from a prompt.
 # GRPO, introduced by DeepSeek (DeepSeekMath, then DeepSeek-R1), gets that expectation for
 # free: sample several answers to the same prompt and compare them with each other.
@@ -137,6 +140,12 @@ from course_lib.widgets.advantage import advantage_explorer, plot_advantages
 display(plot_advantages([1, 0, 0, 1, 1, 1, 1, 1, 0.5, 0, 0, 0], num_generations=4))
 
 # %% [markdown]
+# Read the third group too: its lone 0.5, a half-right answer, gets the largest advantage
+# of the plot (+1.50), more than the full marks of the first group (+0.87 each, shared by
+# two). The z-score says how much better than its own group a completion did, not how
+# good it is: a partial success among failures is pushed up harder than a full success
+# among equals.
+#
 # Try it yourself: type rewards, change G, compare the scalings (lesson 06 explains the
 # `batch` and `none` options). The explorer needs ipywidgets; without it the cell only
 # prints a note.
@@ -434,16 +443,18 @@ feedback(ex05.check_grpo_clipped_loss, ex.grpo_clipped_loss);
 #   to keep the same effective batch on a smaller GPU.
 # - **Speed**: `use_vllm=True` generates with vLLM when the model is supported (lesson 10).
 # - **Monitoring**: watch `reward` (the mean reward of the completions), `reward_std` (the
-#   spread over the whole batch; `reward_std_in_groups` is the spread *within* groups, the
-#   raw material of the advantages) and `kl` (the divergence
-#   from the reference model, logged when β > 0).
+#   spread over the whole batch), `frac_reward_zero_std` (the share of groups whose rewards
+#   are all equal, which teach nothing), `entropy`, `grad_norm` and `kl` (the divergence
+#   from the reference model, logged when β > 0). `course_lib` also logs
+#   `reward_std_in_groups`, the spread *within* groups that the advantages are made of;
+#   TRL 1.16 does not log it.
 #
 # ## 6. The same recipe with `course_lib`
 #
 # `course_lib.trainer.Trainer` takes the same four ingredients, with TRL's names and
 # defaults. Here the policy is the tiny model, the prompts are two-digit additions, and
-# the reward function is a verifier with TRL's signature. Fast mode runs a handful of
-# steps (about 6 s on a CPU); the full size runs 200 (about a minute on a CPU).
+# the reward function is a verifier with TRL's signature. Fast mode runs 8 steps; the
+# full size runs 200 (about 30 s of CPU time for the training).
 
 # %%
 import os
@@ -515,15 +526,15 @@ for row in history[-3:]:
 # The same 48 (or 200) problems are answered before and after, so the lift is judged
 # with a **paired** interval, as in lesson 04: two separate Wilson intervals (printed
 # beside each accuracy) count the problem-to-problem difficulty twice and overlap even
-# when the lift is real. The line under the lift compares the two readings. In fast mode (8 steps, 48 held-out problems) our run printed exactly that
-# case: the two intervals overlap, while the paired interval of the lift excludes 0 (29.2%
+# when the lift is real. The line under the lift compares the two readings. In fast mode
+# (8 steps, 48 held-out problems) our run printed exactly that case: the two intervals overlap, while the paired interval of the lift excludes 0 (29.2%
 # → 43.8%, +14.6 points [+4.5, +24.7]); if yours reads otherwise, trust the paired line.
 # Eight steps on 48 problems is still one seed and little data; real runs
 # take hundreds of steps. The settings above are the ones the course's own learning
 # test uses: four prompts a step and a small learning rate, for 200 steps. The tiny model
 # has just learned to carry digits, and large, noisy updates (a learning rate ten times
 # higher, two prompts a step) knock it back instead of improving it. One full-size run of
-# this cell (200 steps, 29 s of CPU) took greedy accuracy on 200 held-out problems from
+# this cell (200 steps, about 30 s of CPU time) took greedy accuracy on 200 held-out problems from
 # 35.5% [29.2, 42.3] to 47.5% [40.7, 54.4], a paired lift of +12.0 points [+6.3, +17.7].
 #
 # About `loss_type`: the run trains with `loss_type="dapo"`, TRL 1.16's default, written
@@ -532,12 +543,16 @@ for row in history[-3:]:
 # averaged (per sequence, then over sequences, for "grpo"; over all tokens of the
 # generation batch for "dapo"), which changes how much each token of a long or short
 # completion weighs. Lesson 06 measures that difference.
-# The curves are what to read.
+#
+# The curves below are what to read during a run (section 8 says what each should do):
+# the reward, its spread, the share of silent groups, the policy's entropy, the gradient
+# norm before clipping, and the KL to the reference.
 
 # %%
 from course_lib.widgets import plot_training_history
 
-display(plot_training_history(history, keys=["reward", "reward_std", "frac_reward_zero_std", "kl"]))
+display(plot_training_history(history, keys=["reward", "reward_std_in_groups", "frac_reward_zero_std", "entropy",
+                                             "grad_norm", "kl"]))
 
 # %% [markdown]
 # ## 7. GRPO in forty lines: the loop you write
@@ -545,10 +560,11 @@ display(plot_training_history(history, keys=["reward", "reward_std", "frac_rewar
 # `Trainer` hides the loop. Here you write it, on the same tiny model: generate a group
 # per prompt, score it, turn rewards into group advantages (Exercise 1), compute per-token
 # log-probs (Exercise 3 below shows what that step does inside), take the clipped loss
-# (Exercise 2) and an optimizer step (Exercise 4). It is on-policy (one optimizer step per
-# generation batch), with `beta = 0` and `loss_type="grpo"`, and it reuses the trainer's
-# seeds (`PromptSampler` for the prompts, the sampling seed of each step), so that it can
-# be checked against `Trainer` run with the same settings.
+# (Exercise 2) and an optimizer step (Exercise 4). It runs with `beta = 0` and
+# `loss_type="grpo"`, first on-policy (one optimizer step per generation batch), then with
+# two optimizer steps on each batch, where the clip starts to act. The sampling is handed
+# to you ready-made (`sample_batch(k)`, with `Trainer`'s prompts and seeds), so that the
+# loop can be checked against `Trainer` run with the same settings.
 #
 # ### Exercise 3 — per-token log-probs and entropy
 #
@@ -593,14 +609,25 @@ print(f"largest difference: log-probs {(mine_logps - library_logps)[valid].abs()
 # %% [markdown]
 # ### Exercise 4 — the loop
 #
-# Now write `grpo_loop(model, tokenizer, dataset, reward_fn, steps)` in
-# `exercises/ex05_grpo.py`, about forty lines: each step generates a group per prompt
-# (`PromptSampler` picks the prompts, `HFEngine` samples them), scores the completions,
-# turns the rewards into group advantages (your Exercise 1), computes the per-token
-# log-probs with `completion_forward`, takes your Exercise 2 loss on-policy, and makes an
-# AdamW step with the gradient norm clipped at 1.0. The docstring gives the seeds and the
-# order of operations `Trainer` uses, because the check runs your loop and `Trainer`
-# for two steps on the same seed and asks for the same rewards and the same weights.
+# Now write `grpo_loop(model, sample_batch, reward_fn, steps, num_iterations=1)` in
+# `exercises/ex05_grpo.py`, about thirty lines. The sampling is given:
+# `sample_batch(k)` returns the k-th generation batch (`course_lib.group_batches`: four
+# prompts, eight completions each, prompt-major, sampled from the model's current weights
+# with `Trainer`'s prompt order and seeds). Your loop does the RL: score the completions,
+# turn the rewards into group advantages (your Exercise 1), compute the per-token
+# log-probs with `completion_forward` (your Exercise 3 inside), take your Exercise 2 loss,
+# and make an AdamW step with the gradient norm clipped at 1.0.
+#
+# With `num_iterations=2` each batch serves two optimizer steps. The second one sees a
+# policy that has already moved, so its ratio is no longer 1 and the clip can act: the
+# old log-probs must be computed once, right after sampling and without gradient, and
+# kept for both passes. Each row of the log also reports `grad_norm` (the norm before
+# clipping) and `clip_fraction` (the share of tokens whose clip is active).
+#
+# The check runs your loop and `Trainer` for two steps on the same seed, on-policy and
+# with `num_iterations=2`. It compares the rewards, then the first step's gradient norm
+# (a wrong advantage or loss shows there, before the optimizer has acted), then the
+# weights (a wrong optimizer step shows there), and names the mistake when it recognises it.
 
 # %%
 ex = load_exercise("ex05_grpo")
@@ -608,45 +635,74 @@ feedback(ex05.check_grpo_loop, ex.grpo_loop);
 
 # %% [markdown]
 # The same comparison in the open, with the reference solution (so the cell runs before
-# you finish yours), over three steps:
+# you finish yours), over four steps, on-policy and with two optimizer steps per batch:
 
 # %%
-loop_model, _ = load_policy("tiny")
-loop_log = reference_solution.grpo_loop(loop_model, tokenizer, train_prompts, first_number_is_correct, steps=3)
+from course_lib.group_batches import group_batch_sampler
 
-trainer_model, _ = load_policy("tiny")
-same_settings = GRPOConfig(output_dir=str(OUTPUT / "05_grpo_loop_check"), overwrite_output_dir=True,
-                           loss_type="grpo", beta=0.0, num_generations=8, per_device_train_batch_size=32,
-                           gradient_accumulation_steps=1, learning_rate=3e-5, lr_scheduler_type="constant",
-                           max_completion_length=6, temperature=1.0, max_steps=3, logging_steps=1, save_steps=0, seed=0)
-trainer_log = Trainer(same_settings, [first_number_is_correct], train_prompts, trainer_model, tokenizer,
-                      progress=False).train()
-for mine, theirs in zip(loop_log, trainer_log):
-    print(f"step {mine['step']}: reward {mine['reward']:.4f} (Trainer {theirs['reward']:.4f})")
-gap = max((p - q).abs().max().item() for p, q in zip(loop_model.parameters(), trainer_model.parameters()))
-moved = max((p - q).abs().max().item() for p, q in zip(loop_model.parameters(), load_policy("tiny")[0].parameters()))
-print(f"after 3 steps: largest weight difference loop vs Trainer {gap:.1e}; largest change of a weight "
-      f"since the start {moved:.1e}")
+start_model, _ = load_policy("tiny")
+for iterations in (1, 2):
+    loop_model, _ = load_policy("tiny")
+    sample_batch = group_batch_sampler(loop_model, tokenizer, train_prompts, prompts_per_batch=4, num_generations=8,
+                                       max_tokens=6, seed=0)
+    loop_log = reference_solution.grpo_loop(loop_model, sample_batch, first_number_is_correct, steps=4,
+                                            num_iterations=iterations)
+    trainer_model, _ = load_policy("tiny")
+    same_settings = GRPOConfig(output_dir=str(OUTPUT / "05_grpo_loop_check"), overwrite_output_dir=True,
+                               loss_type="grpo", beta=0.0, num_generations=8, per_device_train_batch_size=32,
+                               gradient_accumulation_steps=1, num_iterations=iterations, learning_rate=3e-5,
+                               lr_scheduler_type="constant", max_completion_length=6, temperature=1.0, max_steps=4,
+                               logging_steps=1, save_steps=0, seed=0)
+    trainer_log = Trainer(same_settings, [first_number_is_correct], train_prompts, trainer_model, tokenizer,
+                          progress=False).train()
+    print(f"num_iterations={iterations}:")
+    for mine, theirs in zip(loop_log, trainer_log):
+        print(f"  step {mine['step']}: reward {mine['reward']:.4f} (Trainer {theirs['reward']:.4f}), grad_norm "
+              f"{mine['grad_norm']:.4f} ({theirs['grad_norm']:.4f}), clip_fraction {mine['clip_fraction']:.3f} "
+              f"({theirs['clip_ratio/region_mean']:.3f})")
+    gap = max((p - q).abs().max().item() for p, q in zip(loop_model.parameters(), trainer_model.parameters()))
+    moved = max((p - q).abs().max().item() for p, q in zip(loop_model.parameters(), start_model.parameters()))
+    print(f"  after 4 steps: largest weight difference loop vs Trainer {gap:.1e}; largest change of a weight "
+          f"since the start {moved:.1e}")
 
 # %% [markdown]
 # The loop and `Trainer` sample the same completions, see the same rewards, and end with
 # the same weights up to float rounding, while the weights themselves moved by orders of
 # magnitude more: the forty lines of the loop are GRPO as `Trainer` runs it in this setting.
+# On-policy the clip fraction is 0 at every step: the ratio is exactly 1. With two steps
+# per batch it is 0 on each batch's first step, and a second step can clip (5.8% of the
+# tokens at step 2 in our run, none at step 4): there the stored old log-probs make the
+# ratio differ from 1, and the clip acts in your own loop. The gradient norms match
+# `Trainer`'s at every step, which is how the check tells a wrong loss (the first step's
+# norm differs) from a wrong optimizer step (the first matches, the weights do not).
 # Everything else in `Trainer` is schedule and bookkeeping: several micro-batches per
-# step (lesson 07), reusing a batch (`num_iterations`, where the stored old log-probs
-# and the clip start to matter), the reference model and its KL term, other loss types
+# step (lesson 07), the reference model and its KL term, other loss types
 # (lesson 06), the sampler/trainer correction (lesson 10), logging and checkpoints.
 
 # %% [markdown]
 # ## 8. What to watch
 #
 # - **`reward`** should trend upward. It is noisy: each step sees only a few prompts.
-# - **`reward_std_in_groups`**, the mean spread inside groups, is what the advantages are made
-#   of (`reward_std`, TRL's name, is the spread over the whole batch).
-#   If it collapses to 0 the model answers every prompt the same way, right or wrong, and
-#   learning stops; `frac_reward_zero_std` says the same thing as a fraction of groups.
-#   Near 1, the prompts are too easy or too hard for the model: change the data, raise the
-#   temperature or G.
+# - **`reward_std_in_groups`** (a `course_lib` metric; TRL logs only `reward_std`, the
+#   spread over the whole batch) is the mean spread inside groups, what the advantages are
+#   made of. If it collapses to 0 the model answers every prompt the same way, right or
+#   wrong, and learning stops; `frac_reward_zero_std` (logged by both) says the same thing
+#   as a fraction of groups. Near 1, the prompts are too easy or too hard for the model:
+#   change the data, raise the temperature or G.
+# - **`entropy`**, the mean entropy of the next-token distributions on the sampled tokens
+#   (Exercise 3 computes it), says how much the policy still explores. It falls slowly as
+#   the policy sharpens on what works. A collapse toward 0 within a few dozen steps means
+#   the policy now writes the same answer to every prompt: the groups lose their spread
+#   and the learning stops with them (raise the temperature, lower the learning rate).
+# - **`grad_norm`**, the gradient norm *before* clipping (what `clip_grad_norm_` returns),
+#   is what to read instead of the loss. On-policy the "grpo" loss is −mean(A) = 0 at
+#   every step (section 4) and the other loss types stay near 0, whatever the policy
+#   learns, while `grad_norm` says how hard each step pushes. It is 0 when every group is
+#   silent (nothing to learn: see `frac_reward_zero_std`). Values steadily above
+#   `max_grad_norm` (1.0) are common and harmless with Adam, which normalises the size of
+#   each step (the loop of section 7 reads 2 to 4 at every step); what to watch is a
+#   *spike*, many times the run's usual value, or a NaN: a batch that would jerk the
+#   policy, which the clip caps and the doctor of lesson 13 reports.
 # - **`kl`** (with β > 0) measures how far the policy has drifted from the reference. It
 #   grows slowly in a healthy run; a sudden jump means the updates are too large (lower
 #   the learning rate).

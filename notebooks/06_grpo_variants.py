@@ -3,6 +3,9 @@
 #
 # [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/rl-for-llms/course/blob/main/notebooks/06_grpo_variants.ipynb)
 #
+# *Fast mode (`COURSE_FAST=1`), as the notebook test runs it: about 50 s of CPU time on a 2-core CPU
+# (the wall time grows when the machine is busy with other work).*
+#
 # Within a year of GRPO, several papers found biases and instabilities in it and proposed
 # fixes. TRL (and `course_lib`) expose each fix as a config field, so you can switch them
 # on one at a time. This lesson goes through them field by field:
@@ -12,7 +15,7 @@
 # | `loss_type` | `"dapo"` | how per-token losses are averaged (length bias) | GRPO, BNPO, Dr. GRPO, DAPO |
 # | `scale_rewards` | `"group"` | what the advantages are divided by (difficulty bias) | GRPO, PPO-Lite, Dr. GRPO |
 # | `epsilon`, `epsilon_high` | 0.2, None | the clip range, asymmetric ("clip-higher") | PPO, DAPO |
-# | `delta` | None | a cap on the ratio for negative advantages | INTELLECT-2 |
+# | `delta` | None | a cap on the ratio for negative advantages | dual-clip PPO, INTELLECT-2 |
 # | `importance_sampling_level` | `"token"` | one ratio per token or per sequence | GSPO |
 # | `mask_truncated_completions` | False | drop completions that hit the length limit | DAPO |
 # | `num_iterations` | 1 | passes over each generation batch (μ) | GRPO / PPO epochs |
@@ -325,12 +328,14 @@ display(plot_advantages(rewards, num_generations=8, compare=True))
 # rarely sampled good tokens grow faster, which keeps the policy exploring (its entropy
 # from collapsing). When `epsilon_high` is None it equals `epsilon`.
 #
-# **`delta`** enables **two-sided** clipping (INTELLECT-2). Standard clipping never bounds
+# **`delta`** enables **two-sided** clipping. The idea is dual-clip PPO (Ye et al. 2020,
+# *Mastering Complex Control in MOBA Games*, a lower bound `c·A` with `c = 3` for A < 0);
+# INTELLECT-2 brought it to LLM RL as a cap on the ratio. Standard clipping never bounds
 # the ratio from above when A < 0: the objective `min(r·A, clip(r)·A)` keeps the unclipped
 # `r·A`, which can be huge if a bad token's probability went up a lot since sampling. With
-# `delta` the unclipped ratio is capped at `delta` as well. The INTELLECT-2 report
-# recommends `delta > 1 + epsilon` (e.g. 1.5), so that it only bites beyond the normal
-# clip range.
+# `delta` the unclipped ratio is capped at `delta` as well. It should be `> 1 + epsilon`,
+# so that it only bites beyond the normal clip range: the INTELLECT-2 run used `delta = 4`
+# (section 4.1 of its report), Unsloth's guide suggests 1.5 (the value plotted below).
 
 # %%
 from course_lib.widgets.clipping import clip_explorer, plot_clip_objective
@@ -434,7 +439,11 @@ feedback(ex06.check_sequence_level_ratio, ex.sequence_level_ratio);
 # that count 0, so **one** truncated completion in the batch gives 0 / 0 = NaN in its row,
 # and the mean over rows is NaN for the whole batch. Only the batch-level averages
 # (`bnpo`, `dapo`, the logged KL) need *every* completion truncated before they divide
-# 0 by 0. And a row that is only **partly** masked (an ordinary padded completion) has its
+# 0 by 0. (DAPO's two other fixes for long answers, the *soft overlong punishment*, a
+# reward that falls as an answer nears the limit, and *dynamic sampling*, which refills
+# the batch with groups whose rewards differ, are taught in lesson 13 §6, where the
+# symptoms they cure appear; `course_lib.rewards.overlong` ships the first,
+# `dynamic_sampling=True` the second.) And a row that is only **partly** masked (an ordinary padded completion) has its
 # own trap: if a padded position holds `-inf` (the log-prob of a token the model gives
 # probability 0, or a fill value), `-inf × 0` is NaN, so multiplying by the mask does not
 # remove it. Worse, NaN reaches the gradient even when the forward value is repaired after
@@ -447,15 +456,19 @@ feedback(ex06.check_sequence_level_ratio, ex.sequence_level_ratio);
 # ratio and the KL), so a masked row averages to 0 there too; the next cell reads the
 # clamps out of TRL's installed source. `course_lib` does the same, and also overwrites
 # padded positions with 0 before any exponential or product, which removes the `-inf`
-# trap. Below, one truncated completion out of four (the naive versions first), and one
+# trap. (TRL's per-sequence *statistics*, `clip_ratio/low_min` and `high_max`, are not
+# clamped: an empty row gives NaN there, and `nanmin`/`nanmax` skip it.) Below, one truncated completion out of four (the naive versions first), and one
 # padded position holding `-inf`:
 
 # %%
 import inspect
+import warnings
 
-import trl
+with warnings.catch_warnings():  # TRL 1.16 warns about the newer vLLM the course pins; not this lesson's topic
+    warnings.filterwarnings("ignore", message="TRL currently supports vLLM versions")
+    import trl
 
-trl_loss_source = inspect.getsource(trl.GRPOTrainer._compute_loss)
+    trl_loss_source = inspect.getsource(trl.GRPOTrainer._compute_loss)
 print("`.clamp(min=1.0)` in TRL 1.16's _compute_loss:", trl_loss_source.count(".clamp(min=1.0)"),
       "times; those on a mask count:")
 for line in trl_loss_source.splitlines():

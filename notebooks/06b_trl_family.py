@@ -3,6 +3,9 @@
 #
 # [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/rl-for-llms/course/blob/main/notebooks/06b_trl_family.ipynb)
 #
+# *Fast mode (`COURSE_FAST=1`), as the notebook test runs it: about 30 s of CPU time on a 2-core CPU
+# (the wall time grows when the machine is busy with other work).*
+#
 # Lesson 06 kept PPO's clipped surrogate and changed what surrounds it: the averaging,
 # the advantage scale, the clip range, the ratio's level. The losses of this lesson change
 # the surrogate itself, or choose **which tokens and completions** train at all. TRL 1.16
@@ -16,7 +19,7 @@
 # | `loss_type="luspo"` | GSPO's sequence loss times the sequence's length | LUSPO (2026) |
 # | `loss_type="vespo"` | a smooth, gamma-shaped weight of the whole sequence ratio | VESPO (2026) |
 # | `top_entropy_quantile` | trains only the highest-entropy tokens | Wang et al. 2025 |
-# | `entropy_coef`, `use_adaptive_entropy` | adds an entropy bonus, optionally steered to a target | classic; TRL 1.16 |
+# | `entropy_coef`, `use_adaptive_entropy` | adds an entropy bonus, optionally steered to a target | classic bonus; the adaptive controller from Skywork-OR1 (2025) |
 # | `off_policy_mask_threshold` | drops negative-advantage completions the policy drifted far from | DeepSeek-V3.2 |
 #
 # You will write CISPO's per-token loss and the high-entropy token mask.
@@ -172,7 +175,9 @@ for advantage, k, lam in ((1.0, 2.0, 3.0), (-1.0, 3.0, 2.0)):
 # high entropy. Training on those alone matched or beat training on all tokens in their
 # runs. TRL's `top_entropy_quantile=ρ` keeps in the policy loss only the top-ρ fraction of
 # tokens by entropy: the cut is the `1 − ρ` quantile of the valid tokens' entropies over
-# the whole batch (all processes), and ties at the cut are kept. The entropies come from
+# the micro-batch, gathered across processes (so it varies with the micro-batch size: with
+# `per_device_train_batch_size=1` the top 20% is taken within each completion), and ties
+# at the cut are kept. The entropies come from
 # the fused log-prob kernel (lesson 10), exactly, without a `(B, T, V)` tensor.
 #
 # **Where `course_lib` is stricter than TRL.** TRL documents the range as [0, 1] and

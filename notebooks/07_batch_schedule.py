@@ -3,6 +3,9 @@
 #
 # [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/rl-for-llms/course/blob/main/notebooks/07_batch_schedule.ipynb)
 #
+# *Fast mode (`COURSE_FAST=1`), as the notebook test runs it: about 20 s of CPU time on a 2-core CPU
+# (the wall time grows when the machine is busy with other work).*
+#
 # A GRPO trainer does two different things with batches: it **generates** completions
 # (many at once, because generation is slow) and it **trains** on them (in micro-batches
 # small enough for memory, accumulating gradients before each optimizer step). Six
@@ -53,6 +56,14 @@ if importlib.util.find_spec("course_lib") is None:
 # leave `steps_per_generation` at its default. Then one generation batch feeds exactly one
 # optimizer step, and with `num_iterations=1` training stays on-policy (the ratio of
 # lesson 05 is 1).
+#
+# Why would anyone raise it, then? To **amortise generation**. Sampling is usually the
+# slow part of a step, and an inference engine such as vLLM (lesson 10) is most efficient
+# on one large batch. With `steps_per_generation` a multiple of
+# `gradient_accumulation_steps`, one large generation feeds several optimizer updates in a
+# row, at the price of going off-policy from the second update on: the clip and the old
+# log-probs of lesson 06 then matter, as with `num_iterations > 1` (which reuses the same
+# completions instead of cutting a larger batch).
 #
 # One more rule concerns small batches. A generation batch must hold **whole groups**:
 # G divides the **generation batch** (per-device batch × processes ×
@@ -184,7 +195,10 @@ feedback(ex07.check_batch_arithmetic, ex.batch_arithmetic);
 #    (TRL 1.16 first **shuffles** the completions of the generation batch, each process its
 #    own slice, with `torch.randperm`; the tables below keep them in order so that they stay
 #    readable, `schedule_table(..., shuffle_seed=0)` shows a shuffled cut, and
-#    `course_lib.trainer` does not shuffle, so its micro-batches match the tables);
+#    `course_lib.trainer` does not shuffle, so its micro-batches match the tables). The
+#    shuffle changes nothing for a loss that is a mean over completions or over the whole
+#    generation batch, but it does for `loss_type="bnpo"`, which averages over the tokens
+#    of each micro-batch: with TRL, which completions share a micro-batch is random;
 # 4. train on one micro-batch per micro-step, and step the optimizer after every
 #    `gradient_accumulation_steps` micro-steps (counted from the start of training).
 #

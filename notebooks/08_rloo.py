@@ -3,6 +3,9 @@
 #
 # [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/rl-for-llms/course/blob/main/notebooks/08_rloo.ipynb)
 #
+# *Fast mode (`COURSE_FAST=1`), as the notebook test runs it: about 35 s of CPU time on a 2-core CPU
+# (the wall time grows when the machine is busy with other work).*
+#
 # GRPO (lesson 05) dropped PPO's value model by comparing the completions of one prompt
 # with each other. **RLOO** — REINFORCE Leave-One-Out — does the same with an even simpler
 # baseline, and it is the algorithm behind TRL's `RLOOTrainer`. This lesson reads that
@@ -325,8 +328,9 @@ feedback(ex08.check_token_level_rewards, ex.token_level_rewards);
 # | `token_level_kl` | eq. 1 instead of a summed penalty | per-token credit for drift (section 4; only `False` here) |
 #
 # (The documentation's parameter list says `token_level_kl` defaults to True, while the signature it
-# prints says False. The course follows the signature: False, the only value its RLOO accepts.) In the trainer, as in TRL's
-# RLOO, the clip acts on the normalized scores. A z-score beyond 10 needs a large batch and
+# prints says False. The course follows the signature: False, the only value its RLOO accepts.) In the course's trainer, as
+# in the older TRL `RLOOTrainer`, the clip acts on the normalized scores (TRL 1.16 changed
+# the field's meaning: see the table below). A z-score beyond 10 needs a large batch and
 # a wild outlier — exactly the case the clip is for:
 
 # %%
@@ -354,8 +358,9 @@ print(f"normalized advantages: mean {adv.mean():.2e}, std {adv.std():.3f}")
 # `normalize_advantage=True` does.
 #
 # Measured below: 2,000 simulated batches of 5 prompts × 8 completions with 0/1 rewards,
-# the prompts solved with probability 0.05, 0.25, 0.5, 0.75 and 0.95. For each scheme, the
-# mean advantage a *correct* answer receives, per prompt difficulty.
+# the prompts solved with probability 0.05, 0.25, 0.5, 0.75 and 0.95. For each scheme, per
+# prompt difficulty: the mean advantage a *correct* answer receives, the mean advantage a
+# *wrong* one receives, and the net push on a prompt (the sum of its group's advantages).
 
 # %%
 from course_lib.algos.grpo import group_advantages
@@ -366,20 +371,25 @@ sim = torch.Generator().manual_seed(0)
 schemes = {"GRPO, per-group std": lambda r: group_advantages(r, G, scale_rewards="group"),
            "RLOO + batch-global std": lambda r: normalize_advantages(rloo_advantages(r, G)),
            "Reinforce++ (no group baseline)": lambda r: (r - r.mean()) / r.std().clamp(min=1e-8)}
-credit = {name: torch.zeros(len(difficulty)) for name in schemes}
-counts = torch.zeros(len(difficulty))
+credit = {name: torch.zeros(len(difficulty)) for name in schemes}  # summed advantages of the correct answers
+blame = {name: torch.zeros(len(difficulty)) for name in schemes}  # ... of the wrong answers
+counts, wrong_counts, batches = torch.zeros(len(difficulty)), torch.zeros(len(difficulty)), 0
 for _ in range(trials):
     rewards = (torch.rand(len(difficulty), G, generator=sim) < difficulty.unsqueeze(1)).float()  # (prompts, G)
     flat = rewards.flatten()
     if flat.std() == 0:
         continue
-    counts += rewards.sum(1)
+    counts, wrong_counts, batches = counts + rewards.sum(1), wrong_counts + (1 - rewards).sum(1), batches + 1
     for name, scheme in schemes.items():
-        credit[name] += (scheme(flat).view(-1, G) * rewards).sum(1)  # advantages of the correct answers
-print(f"{'mean advantage of a correct answer':<34}" + "".join(f"  p={p:<5.2f}" for p in difficulty.tolist()))
-for name in schemes:
-    values = credit[name] / counts.clamp(min=1)
-    print(f"{name:<34}" + "".join(f"  {v:+7.2f}" for v in values.tolist()))
+        advantages = scheme(flat).view(-1, G)
+        credit[name] += (advantages * rewards).sum(1)
+        blame[name] += (advantages * (1 - rewards)).sum(1)
+for title, table in (("mean advantage of a correct answer", lambda n: credit[n] / counts.clamp(min=1)),
+                     ("mean advantage of a wrong answer", lambda n: blame[n] / wrong_counts.clamp(min=1)),
+                     ("net push on the prompt (group sum)", lambda n: (credit[n] + blame[n]) / batches)):
+    print(f"{title:<34}" + "".join(f"  p={p:<5.2f}" for p in difficulty.tolist()))
+    for name in schemes:
+        print(f"  {name:<32}" + "".join(f"  {v:+7.2f}" for v in table(name).tolist()))
 grpo_row, batch_row = credit["GRPO, per-group std"] / counts, credit["RLOO + batch-global std"] / counts
 print(f"hard prompt (p=0.05) over 50/50 prompt: GRPO {grpo_row[0] / grpo_row[2]:.2f}x, "
       f"batch-global {batch_row[0] / batch_row[2]:.2f}x")
@@ -390,9 +400,13 @@ print(f"hard prompt (p=0.05) over 50/50 prompt: GRPO {grpo_row[0] / grpo_row[2]:
 # success has a small std, and dividing by it inflates that one answer. With a single
 # batch-global std the multiple shrinks to what the centring alone gives (a rare success
 # is further from its group's mean), and the ranking of prompts follows their real reward
-# differences. Plain Reinforce++, with no per-prompt baseline, gives every correct answer
-# nearly the same advantage whatever the prompt: it no longer singles out a hard prompt's
-# rare success, and it pushes down the wrong answers of easy prompts hardest. Which
+# differences. The wrong answers mirror it: with a group baseline (GRPO, RLOO) the rare
+# failure of an easy prompt is pushed down hardest. Plain Reinforce++, with no per-prompt
+# baseline, gives every correct answer, and every wrong one, nearly the same advantage
+# whatever the prompt: it no longer singles out a hard prompt's rare success or an easy
+# prompt's rare failure. Instead the prompt's difficulty leaks into the signal (the third
+# table): a hard prompt's group is pushed down as a whole, an easy prompt's up, while the
+# group baselines give every prompt a net push of 0. Which
 # weighting is right is the question of lesson 06's `scale_rewards`: "group" (GRPO),
 # "batch" (the batch-global std, as here) or "none" (Dr. GRPO).
 
@@ -436,8 +450,12 @@ for name, default, new_name, note in documented:
 # at temperature 0.7. The last column shows the course's own defaults; the course accepts
 # both spellings (`rloo_k` and `num_generations`, `kl_coef` and `beta`, ...), so the source
 # notes' commands read the same here. Section 6 passes every value explicitly, so its
-# runs do not depend on either library's defaults. The course's defaults are TRL 1.16's, so
-# switching a GRPO run to RLOO changes the advantage and nothing else; the older trainer's
+# runs do not depend on either library's defaults. The course's defaults match TRL 1.16's
+# except `reward_clip_range`, which keeps the older trainer's meaning: ±10 on the
+# *normalized* scores, inert unless `normalize_reward=True` (off by default, so a default
+# run clips nothing, as TRL's default None). TRL 1.16's `(min, max)` pair on the raw
+# rewards is refused with a message that says so. With that one field aside, switching a
+# GRPO run to RLOO changes the advantage and nothing else; the older trainer's defaults
 # are one argument away: `make_config("rloo", preset="older_trl_rloo")`.
 #
 # **The EOS trick** (`missing_eos_penalty`): subtract a fixed penalty from the score of
@@ -464,7 +482,8 @@ print("scores before:", scores.tolist(), " mean after the EOS trick:", metrics["
 # the tiny model's (TRL's default learning rate, 1e-6, is tuned for billions of
 # parameters and barely moves a 1M-parameter model). A second run replays the **older
 # trainer's** defaults from the source notes, as history: 4 PPO epochs per batch,
-# temperature 0.7, the EOS trick.
+# temperature 0.7, plus the EOS trick of the documentation's example command
+# (`missing_eos_penalty=1.0`; the trainer's own default was None).
 #
 # `log_completions=True` prints a sample table every `logging_steps`: the course's
 # version of the documentation's "what is my model actually doing?" table (query, model
@@ -491,7 +510,7 @@ mismatched = {name: (value, trl_defaults[name]) for name, value in TRL_RLOO_DEFA
               if trl_defaults[name] != value}
 assert not mismatched, f"TRL's RLOOConfig defaults changed: {mismatched}"
 assert trl_defaults["reward_clip_range"] is None  # TRL 1.16 clips no reward by default
-# The older RLOOTrainer of the source notes (history): its documented defaults.
+# The older RLOOTrainer of the source notes (history): its defaults, plus the example command's EOS penalty.
 OLDER_RLOO_DEFAULTS = dict(num_generations=2, beta=0.05, num_iterations=4, epsilon=0.2, temperature=0.7,
                            normalize_advantages=False, missing_eos_penalty=1.0)
 
@@ -510,29 +529,32 @@ healthy = rloo_run(TRL_RLOO_DEFAULTS, 3e-5, scaled(12, 200), "lesson08_rloo", lo
 older = rloo_run(OLDER_RLOO_DEFAULTS, 3e-5, scaled(12, 200), "lesson08_rloo_older")
 
 # %% [markdown]
-# Each row of the history is one optimizer step. The documentation's metrics, what they
-# mean, and what healthy looks like:
+# Each row of the history is one optimizer step. The documentation's metrics (the older
+# trainer's names), their nearest counterpart in TRL 1.16's `RLOOTrainer` (— where it logs
+# none), what they mean, and what healthy looks like. A learner moving to TRL 1.16 reads
+# the second column:
 #
-# | metric | meaning | healthy |
-# |---|---|---|
-# | `eps` | episodes (completions) per second | throughput; drops when generation slows |
-# | `objective/kl` | mean KL(π ‖ π_ref) per completion, summed over tokens | grows slowly from 0; a k1 estimate, so a batch can even read slightly negative |
-# | `objective/entropy` | mean over completions of −Σ_t log π(y_t), a sampled estimate of the policy's entropy summed over the completion: how random it is | falls as the policy sharpens; a crash to 0 means it stopped exploring |
-# | `objective/non_score_reward` | −β · KL summed per completion | small and negative |
-# | `objective/rlhf_reward` | score + non_score_reward: **the objective** | **keeps rising** |
-# | `objective/scores` | mean score from the reward function / model (after the EOS penalty) | rising |
-# | `policy/approxkl_avg` | ½·mean((log π/π_old)²) between *successive* policies of the PPO epochs | small; **not** the same as `objective/kl` (that one is against the reference) |
-# | `policy/clipfrac_avg` | fraction of completions whose update was clipped | 0 on the first pass over a batch; on later passes RLOO's can be large (see below); values near 1, or a rise from one batch to the next, mean steps too large |
-# | `loss/policy_avg` | the clipped policy loss | hard to read alone; noisy around 0 |
-# | `val/clipfrac_avg` | clipped fraction of *value-function* updates | RLOO has no value function, so the course logs it for PPO only (lesson 04) |
-# | `policy/entropy_avg` | entropy of the policy during the updates (course name: `entropy`, per token) | like `objective/entropy` |
-# | `val/ratio` | mean of π / π_old | **hovers around 1.0**; clipped by `cliprange` 0.2 |
-# | `val/ratio_var` | variance of that ratio | small |
-# | `val/num_eos_tokens` | completions that ended with EOS | near the batch size; low means truncation |
-# | `lr`, `episode` | learning rate; completions generated so far | bookkeeping |
+# | metric (older trainer) | TRL 1.16 `RLOOTrainer` | meaning | healthy |
+# |---|---|---|---|
+# | `eps` | — | episodes (completions) per second | throughput; drops when generation slows |
+# | `objective/kl` | `kl` (per-token mean, only when β ≠ 0) | mean KL(π ‖ π_ref) per completion, summed over tokens | grows slowly from 0; a k1 estimate, so a batch can even read slightly negative |
+# | `objective/entropy` | `entropy` (per-token mean) | mean over completions of −Σ_t log π(y_t), a sampled estimate of the policy's entropy summed over the completion: how random it is | falls as the policy sharpens; a crash to 0 means it stopped exploring |
+# | `objective/non_score_reward` | — | −β · KL summed per completion | small and negative |
+# | `objective/rlhf_reward` | — | score + non_score_reward: **the objective** | **keeps rising** |
+# | `objective/scores` | `reward`, `rewards/<name>/mean` | mean score from the reward function / model (after the EOS penalty) | rising |
+# | `policy/approxkl_avg` | — | ½·mean((log π − log π_old)²) between the current policy and the one that sampled the batch (it grows over the PPO epochs) | small; **not** the same as `objective/kl` (that one is against the reference) |
+# | `policy/clipfrac_avg` | `clip_ratio/region_mean` (share of completions clipped) | fraction of completions whose update was clipped | 0 on the first pass over a batch; on later passes RLOO's can be large (see below); values near 1, or a rise from one batch to the next, mean steps too large |
+# | `loss/policy_avg` | `loss` | the clipped policy loss | hard to read alone; noisy around 0 |
+# | `val/clipfrac_avg` | — | clipped fraction of *value-function* updates | RLOO has no value function, so the course logs it for PPO only (lesson 04) |
+# | `policy/entropy_avg` | `entropy` | entropy of the policy during the updates (course name: `entropy`, per token) | like `objective/entropy` |
+# | `val/ratio` | — | mean of π / π_old | **hovers around 1.0**; clipped by `cliprange` 0.2 |
+# | `val/ratio_var` | — | variance of that ratio | small |
+# | `val/num_eos_tokens` | `completions/clipped_ratio` (share cut at the limit: the other side) | completions that ended with EOS | near the batch size; low means truncation |
+# | `lr`, `episode` | `learning_rate`, `num_tokens` | learning rate; completions generated so far | bookkeeping |
 #
 # The metric the documentation singles out for debugging is `val/ratio`: if it reads 2.0 or
-# 1000.0, or 0.1, successive policies differ far more than the clip range allows. A
+# 1000.0, or 0.1, the policy being trained is far further from the one that sampled the
+# batch than the clip range allows. A
 # recipe for reading it:
 #
 # 1. **On the first pass over a fresh batch it must be exactly 1.0** (the policy that

@@ -3,6 +3,9 @@
 #
 # [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/rl-for-llms/course/blob/main/notebooks/09_rewards.ipynb)
 #
+# *Fast mode (`COURSE_FAST=1`), as the notebook test runs it: about 20 s of CPU time on a 2-core CPU
+# (the wall time grows when the machine is busy with other work).*
+#
 # GRPO and RLOO need only two things besides the model: prompts and a **reward function**.
 # The algorithm then maximizes whatever that function measures — including its mistakes.
 # This lesson is about writing rewards that measure what you mean.
@@ -62,9 +65,14 @@ print("fast mode:", fast_mode())
 # | can also | run the code it is given (Python) and check logic, syntax and results without a human | penalize things that are not correctness: excessive length, poor readability |
 #
 # A reward function may call a verifier, but need not: a length penalty verifies nothing.
-# **Rule-based rewards for verifiable tasks** — RL with verifiable rewards, RLVR — are the
-# cheap, hard-to-fool kind: maths answers can be checked (2 + 2 = 4), code can be run
-# against tests. Designing verifiable rewards for other tasks is harder, which is why most
+# **Rule-based rewards for verifiable tasks** — RL with verifiable rewards, RLVR — are
+# cheap and transparent, but not hack-proof (section 5 scores a bare "72" at 2.5 points,
+# Question 5 games unit tests, lesson 11 §8 shows a policy gaming a reward): maths answers
+# can be checked (2 + 2 = 4), code can be run against tests. Where answers cannot be
+# checked, the reward is *learned* from human preferences instead: lesson 04 §10 trains
+# such a reward model and tests whether PPO over-optimises it. A verifier is also an
+# evaluation tool: with k samples per problem it gives pass@k (solved if any sample is
+# right) and maj@k (the majority answer), which lesson 11 §7 measures. Designing verifiable rewards for other tasks is harder, which is why most
 # examples are maths or code.
 #
 # The course's reward functions all have TRL's signature: the batch's `prompts` and
@@ -111,6 +119,13 @@ print(correctness_reward(prompts=task["prompt"], completions=completions, answer
 # the **last** `<answer>…</answer>` pair if there is one (a model may mention the tags
 # while reasoning), otherwise the **last** number.
 #
+# The exercise's number rule, `-?\d+(\.\d+)?`, is deliberately simple: it reads "1,000" as
+# "000". `course_lib.rewards` reads thousands commas and exponents, but neither
+# recognises fractions (`3/4`), words or LaTeX (`\frac{3}{4}`, `\boxed{}`): for
+# competition maths, a verifier also needs *answer equivalence* (a symbolic checker such as
+# the `math_verify` package), or it marks right answers wrong. Do not copy a weaker
+# extractor into a real reward.
+#
 # ### Exercise 1 — `extract_answer(text)`
 #
 # Open `exercises/ex09_rewards.py`. The check includes a tag whose content spans lines.
@@ -144,7 +159,8 @@ feedback(ex09.check_extract_answer, ex.extract_answer);
 #   still pass. The course's regexes forbid nested tags inside a block.
 
 # %%
-from course_lib.rewards import format_reward, think_answer_format_reward
+from course_lib.rewards import format_reward as strict_format_reward
+from course_lib.rewards import think_answer_format_reward
 
 samples = [
     "<think>2 + 2 is two more than 2.</think><answer>4</answer>",
@@ -155,7 +171,7 @@ samples = [
 ]
 naive = re.compile(r"^<think>.*?</think><answer>.*?</answer>$")
 print(f"{'naive re.match':>16} {'strict':>7} {'partial':>8}   completion")
-strict = format_reward(completions=samples)
+strict = strict_format_reward(completions=samples)
 partial = think_answer_format_reward(completions=samples)
 for text, s, p in zip(samples, strict, partial):
     print(f"{float(bool(naive.match(text))):>16} {s:>7} {p:>8}   {text!r:.70}")
@@ -165,19 +181,22 @@ for text, s, p in zip(samples, strict, partial):
 # accepts a trailing newline (`$`), and accepts two answers. The strict course version
 # rejects all of those, and anything before `<think>`.
 #
+# (The library calls the strict version `format_reward`; it is imported here as
+# `strict_format_reward`, so that it is not confused with the exercise below.)
+#
 # The **partial-credit** variant (third column) searches anywhere in the text, allows
 # whitespace between the blocks, and grades the content: **1.0** when the reasoning has
 # more than 20 characters and the answer is not empty, **0.5** for the right tags with
 # thin content, **0.0** without the pattern. Partial credit gives the model a gradient
 # towards the format before it masters it.
 #
-# ### Exercise 2 — `format_reward(completions)`
+# ### Exercise 2 — `partial_format_reward(completions)`
 #
-# Write the partial-credit version.
+# Write the partial-credit version (the library's `think_answer_format_reward`).
 
 # %%
 ex = load_exercise("ex09_rewards")
-feedback(ex09.check_format_reward, ex.format_reward);
+feedback(ex09.check_partial_format_reward, ex.partial_format_reward);
 
 # %% [markdown]
 # ## 4. Length rewards
@@ -210,6 +229,25 @@ ax.set(xlabel="completion length (characters)", ylabel="reward", title="Two leng
 ax.legend(fontsize=8)
 ax.grid(alpha=0.3)
 plt.show()
+
+# %% [markdown]
+# A third length reward targets the answers that hit the budget. A completion cut at
+# `max_completion_length` is scored as if it were finished, which punishes a reasoning
+# chain for being long rather than wrong. DAPO's **soft overlong punishment** (Yu et al.
+# 2025, eq. 13) is 0 up to `L_max − L_cache` tokens, then falls linearly to −1 at the
+# budget, and is −1 beyond it: a warning zone instead of a cliff. It counts tokens
+# (`completion_ids`), and gives the same values as TRL 1.16's
+# `trl.rewards.get_soft_overlong_punishment`. Lesson 13 §6 uses it together with DAPO's
+# other remedy, **dynamic sampling** (refilling the batch with groups whose rewards
+# differ), on a run where the symptoms they cure appear.
+
+# %%
+from course_lib.rewards import soft_overlong_punishment
+
+overlong = soft_overlong_punishment(max_completion_len=20, soft_punish_cache=5)
+token_counts = [10, 15, 16, 18, 20, 21]
+print("tokens:", token_counts)
+print("reward:", overlong(completions=[""] * len(token_counts), completion_ids=[[0] * n for n in token_counts]))
 
 # %% [markdown]
 # ## 5. The GSM8K reward family
@@ -418,29 +456,60 @@ ex = load_exercise("ex09_rewards")
 feedback(ex09.check_combine_rewards, ex.combine_rewards);
 
 # %% [markdown]
-# ## 9. The tiny model, graded
+# ## 9. Before training: does the reward separate the policy's own samples?
 #
-# Rewards meet real completions: greedy answers of the course's tiny model on six
-# arithmetic problems, scored by a correctness reward, the proximity reward and the
-# number-present reward. The heatmap shows at a glance which signal a policy could learn
-# from: correctness only splits right from wrong, proximity also ranks the wrong answers
-# (a near miss above a wild guess), and the number reward is the same for all of them —
-# it stops teaching once every answer is a number.
+# A reward teaches only where it **differs within a group**: GRPO's advantage is the
+# reward minus the group mean (lesson 05), so a reward that gives all G samples of a
+# prompt the same score contributes nothing, however sensible it looks. The check worth
+# keeping, before any training run: sample G completions per prompt from the policy you
+# will train, score them with each candidate reward, and measure, per reward, the share
+# of **silent groups** (zero spread: the `frac_reward_zero_std` of lesson 05, before the
+# first step) and the mean spread within a group. Here: the tiny model, 16 arithmetic
+# problems, G = 8 at temperature 1, and three rewards.
 
 # %%
 from course_lib.evaluation import greedy_completions
 from course_lib.models import load_policy
+from course_lib.rollout import SamplingConfig, make_engine
 from transformers.utils import logging as hf_logging
 
 hf_logging.disable_progress_bar()
 tiny, tokenizer = load_policy("tiny")
-problems = get_task("arithmetic", split="test", n=6, seed=3)
-answers = greedy_completions(tiny, tokenizer, problems["prompt"], max_new_tokens=6)
-for question, answer, reference in zip(problems["question"], answers, problems["answer"]):
+problems = get_task("arithmetic", split="test", n=16, seed=3)
+G = 8
+sampled = make_engine("hf", tiny, tokenizer).generate(list(problems["prompt"]), n=G,
+                                                      sampling=SamplingConfig(max_tokens=6, temperature=1.0, seed=0))
+names = ["correctness_last_number_reward", "proximity_reward", "number_reward"]
+per_function, _ = compute_rewards(get_reward_functions(names), [p for p in problems["prompt"] for _ in range(G)],
+                                  sampled.texts, {"answer": [a for a in problems["answer"] for _ in range(G)]})
+spread = per_function.view(len(problems), G, len(names)).std(dim=1)  # (prompts, rewards), prompt-major rows
+print(f"{'reward':<32} {'silent groups':>13} {'mean spread in a group':>23}")
+for k, name in enumerate(names):
+    print(f"{name:<32} {(spread[:, k] == 0).float().mean():>13.0%} {spread[:, k].mean():>23.3f}")
+print("first problem:", problems["question"][0], "->", sampled.texts[:G], "reference", problems["answer"][0])
+
+# %% [markdown]
+# Read it as a forecast of the run (our run printed 31%, 0% and 100% silent groups). The
+# correctness reward is silent wherever the model gets all eight samples right, or all
+# eight wrong: only the other groups teach. The proximity reward also ranks the wrong
+# answers (a near miss above a wild guess), so it speaks in every group: that is what
+# partial credit buys, and also why it must stay small next to correctness (section 6).
+# The number reward is silent in every group, because every sample of this model is
+# already a number: it stops teaching once the format is learned. A reward silent on most groups of
+# your policy means a run that spends its compute on nothing (raise the temperature or G,
+# change the data, add partial credit; lesson 13 §6's dynamic sampling drops the silent
+# groups instead). And when a reward *does* separate the samples, look at which samples
+# it puts on top: that is where a reward hack shows first.
+#
+# The same three rewards on the greedy answer to six problems, as a heatmap:
+
+# %%
+greedy_problems = problems.select(range(6))
+answers = greedy_completions(tiny, tokenizer, greedy_problems["prompt"], max_new_tokens=6)
+for question, answer, reference in zip(greedy_problems["question"], answers, greedy_problems["answer"]):
     print(f"{question:<18} model: {answer!r:<8} reference: {reference}")
-display(plot_reward_breakdown(answers, get_reward_functions(["correctness_last_number_reward", "proximity_reward",
-                                                             "number_reward"]),
-                              prompts=list(problems["question"]), answer=list(problems["answer"])))
+display(plot_reward_breakdown(answers, get_reward_functions(names), prompts=list(greedy_problems["question"]),
+                              answer=list(greedy_problems["answer"])))
 
 # %% [markdown]
 # ## 10. Running model-written code safely
@@ -497,7 +566,8 @@ except SandboxUnavailableError as error:
     print(error)
 
 # %% [markdown]
-# The two "hook off" rows get past the audit hook, and then find nothing: `os.system`
+# On a machine with the sandbox (the table above, not the refusal), the two "hook off"
+# rows get past the audit hook, and then find nothing: `os.system`
 # returns 32512, exit status 127 shifted left by 8 (there is no `/bin/sh` in the
 # sandbox), and `/` holds only the sandbox's own folders. `tests/reliability/test_sandbox_escapes.py` runs every known escape attempt —
 # both with and without the hook — and checks the host afterwards.

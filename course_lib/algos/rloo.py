@@ -73,12 +73,23 @@ class RLOOConfig(OnPolicyConfig):
     normalize_reward: bool = False
     """Reinforce++: standardise the scores over the batch, then clip them to +-reward_clip_range."""
     reward_clip_range: float = 10.0
-    """Reinforce++: clip range applied to the normalised scores (only with normalize_reward, as in
-    TRL's RLOO)."""
+    """Reinforce++: clip range applied to the normalised scores, only with normalize_reward (the older
+    RLOOTrainer's meaning). TRL 1.16's field of the same name is a `(min, max)` pair on the raw rewards,
+    default None; that form is refused here with a message that says so."""
     normalize_advantage: bool = False
     """Reinforce++: standardise the advantages over the batch to mean 0, std 1."""
 
     rloo_k = _alias("num_generations", "The older RLOOConfig's name of `num_generations`.")
+
+    def __post_init__(self) -> None:
+        if isinstance(self.reward_clip_range, (tuple, list)):  # before the type check, which would only say "not float"
+            fail("reward_clip_range", self.reward_clip_range,
+                 "is TRL 1.16's spelling, a (min, max) clip of the raw rewards; course_lib's RLOO keeps the older "
+                 "RLOOTrainer's meaning, one number c that clips the normalized scores to +-c, and only with "
+                 "normalize_reward=True",
+                 "to bound the raw rewards, clip them in your reward function (e.g. min(max(r, low), high)); for the "
+                 "older meaning pass normalize_reward=True with a single number, e.g. reward_clip_range=10.0")
+        super().__post_init__()
 
     def _check_ranges(self) -> None:
         super()._check_ranges()

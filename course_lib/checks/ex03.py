@@ -38,10 +38,16 @@ def check_clipped_surrogate(fn) -> None:
                         "the min is missing: it is min(r * A, clip(r) * A), not clip(r) * A alone.": clamp * advantages,
                         "clip the ratio, not the advantage.":
                             torch.minimum(ratio * advantages, ratio * torch.clamp(advantages, 0.8, 1.2)),
-                        "take the min of the two PRODUCTS; min(r, clip(r)) * A is wrong when A < 0.":
+                        "took the max for negative advantages (min(r, clip(r)) * A is the same mistake): the "
+                        "pessimistic term is the min of the two PRODUCTS for both signs. For A < 0, min(r * A, "
+                        "clip(r) * A) keeps r * A when r > 1 + eps (a bad token that became likelier is fully "
+                        "penalised) and clips when r < 1 - eps.":
                             torch.minimum(ratio, clamp) * advantages,
                         "the clip range is [1 - eps, 1 + eps] around 1, not [-eps, eps].":
-                            torch.minimum(ratio * advantages, torch.clamp(ratio, -0.2, 0.2) * advantages)})
+                            torch.minimum(ratio * advantages, torch.clamp(ratio, -0.2, 0.2) * advantages),
+                        "clamped the product r * A to [1 - eps, 1 + eps]; clip the RATIO, then multiply: "
+                        "clip(r, 1 - eps, 1 + eps) * A (the range is about r, whatever the size or sign of A).":
+                            torch.minimum(ratio * advantages, torch.clamp(ratio * advantages, 0.8, 1.2))})
 
     # Seeded batch against the library's PPO loss (objective = -per-token loss), with
     # per-completion advantages broadcast over the tokens.

@@ -194,6 +194,12 @@ def _clip_mistakes(ratio, advantages, epsilon, epsilon_high, delta) -> dict[str,
             torch.max(capped * adv, clipped * adv),
         "applied delta to the clipped term instead of the unclipped one.":
             torch.min(ratio * adv, torch.clamp(clipped, max=delta if delta is not None else float("inf")) * adv),
+        "took the max for negative advantages: the pessimistic term is the MIN for both signs. For A < 0, "
+        "min(r * A, clip(r) * A) keeps r * A when r > 1 + epsilon_high (capped by delta) and clips when "
+        "r < 1 - epsilon.": torch.where(adv > 0, torch.min(capped * adv, clipped * adv),
+                                        torch.max(capped * adv, clipped * adv)),
+        "swapped epsilon and epsilon_high: the range is [1 - epsilon, 1 + epsilon_high], the higher bound is "
+        "the one clip-higher raises.": torch.min(capped * adv, torch.clamp(ratio, 1 - high, 1 + epsilon) * adv),
     }
     return mistakes
 

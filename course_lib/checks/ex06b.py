@@ -33,12 +33,16 @@ def _cispo_value_and_grad(fn, logps, old, advantages, epsilon_max):
 
 
 def check_cispo_per_token_loss(fn) -> None:
-    logps, old, advantages = _t([[math.log(8.0), math.log(0.5)]]), _t([[0.0, 0.0]]), _t([1.0])
+    # Valid probabilities: 0.05 -> 0.4 (r = 8, capped at 5) and 0.5 -> 0.25 (r = 0.5, no lower bound).
+    logps, old, advantages = _t([[math.log(0.4), math.log(0.25)]]), _t([[math.log(0.05), math.log(0.5)]]), _t([1.0])
     loss, grad = _cispo_value_and_grad(fn, logps, old, advantages, 5.0)
-    assert_close(loss, [[-5 * math.log(8.0), -0.5 * math.log(0.5)]], name="the docstring's example (r = 8 and 0.5)",
-                 hints={"clipped the ratio from below as well: CISPO only caps it at epsilon_max.":
-                        [[-5 * math.log(8.0), -math.log(0.5) * 1.0]],
-                        "did not clip the weight: min(r, epsilon_max).": [[-8 * math.log(8.0), -0.5 * math.log(0.5)]],
+    with_floor = lambda floor: [[-5 * math.log(0.4), -floor * math.log(0.25)]]  # noqa: E731
+    assert_close(loss, [[-5 * math.log(0.4), -0.5 * math.log(0.25)]], name="the docstring's example (r = 8 and 0.5)",
+                 hints={"clipped the ratio from below as well (at 1): CISPO only caps it at epsilon_max.":
+                        with_floor(1.0),
+                        "clipped the ratio from below (at 1 - epsilon = 0.8, as PPO's clip): CISPO has no lower bound, "
+                        "only the cap min(r, epsilon_max).": with_floor(0.8),
+                        "did not clip the weight: min(r, epsilon_max).": [[-8 * math.log(0.4), -0.5 * math.log(0.25)]],
                         "returned PPO's -r * A instead of -sg(w) * A * logps.": [[-5.0, -0.5]]})
 
     generator = torch.Generator().manual_seed(13)

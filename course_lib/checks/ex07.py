@@ -68,6 +68,18 @@ def _arithmetic_hint(key: str, got, expected: dict, args: dict) -> str:
     return ""
 
 
+def _call_legal(fn, call: str, *args, **kwargs):
+    """Call the learner's function on a configuration both libraries accept: a ValueError there is a hint."""
+    try:
+        return fn(*args, **kwargs)
+    except ValueError as error:
+        raise Hint(f"{call} is a legal configuration (TRL and course_lib accept it), but your function raised "
+                   f"ValueError: {error}. Check the default: steps_per_generation=None (and no "
+                   "generation_batch_size) means steps_per_generation = gradient_accumulation_steps, and a "
+                   "generation batch is per_device_train_batch_size * steps_per_generation * num_processes "
+                   "completions.") from None
+
+
 def check_batch_arithmetic(fn) -> None:
     got = fn(3, 2, 3, steps_per_generation=4)
     if not isinstance(got, dict):
@@ -85,7 +97,7 @@ def check_batch_arithmetic(fn) -> None:
              generation_batch_size=24),
     ]
     for args in cases:
-        got = fn(**args)
+        got = _call_legal(fn, f"batch_arithmetic({', '.join(f'{k}={v}' for k, v in args.items())})", **args)
         expected = _expected_arithmetic(args["per_device_train_batch_size"], args["gradient_accumulation_steps"],
                                         args["num_generations"], args.get("num_processes", 1),
                                         args.get("steps_per_generation"), args.get("generation_batch_size"))
@@ -128,6 +140,13 @@ def _schedule_hint(got, expected, per_device, accumulation, generations, steps) 
         if got_flags == per_cycle:
             return ("the prompts are right but the optimizer steps are counted from the start of each cycle; "
                     "count micro-steps from the start of training (accumulation can straddle two cycles).")
+        before = [k % accumulation == 0 for k in range(len(expected))]
+        before_per_cycle = [(k % steps) % accumulation == 0 for k in range(len(expected))]
+        if got_flags in (before, before_per_cycle):
+            return ("the optimizer-step flags are one micro-step early: True at the FIRST micro-step of each "
+                    "accumulation window. Count the micro-step first, then test: the update comes after the "
+                    "gradient_accumulation_steps-th backward pass ((k + 1) % gradient_accumulation_steps == 0 for "
+                    "micro-step k counted from 0).")
         return ("the prompts are right but the optimizer-step flags are not: True after every "
                 "gradient_accumulation_steps-th micro-step.")
     if len(got) != len(expected):
@@ -162,7 +181,8 @@ def check_micro_batches(fn) -> None:
     ]
     for label, (per_device, accumulation, generations, steps), expected in cases:
         cycles = 3 if label == "three cycles" else 2
-        got = fn(per_device, accumulation, generations, steps, cycles=cycles)
+        got = _call_legal(fn, f"micro_batches({per_device}, {accumulation}, {generations}, {steps}, cycles={cycles})",
+                          per_device, accumulation, generations, steps, cycles=cycles)
         normalized = [(list(p), bool(f)) for p, f in got]
         if normalized != expected:
             diagnosis = _schedule_hint(normalized, expected, per_device, accumulation, generations,

@@ -217,7 +217,20 @@ def _sequence_loss_variants(logps, old, advantages, mask, c) -> dict[str, torch.
         "you averaged the log-ratio over the tokens (that is GSPO's ratio); RLOO sums it.":
             torch.max(-advantages * (diff.sum(1) / mask.sum(1)).exp(),
                       -advantages * (diff.sum(1) / mask.sum(1)).exp().clamp(1 - c, 1 + c)).mean(),
+        _MIN_WHEN_NEGATIVE: _min_when_negative(logps, old, advantages, mask, c),
     }
+
+
+_MIN_WHEN_NEGATIVE = ("you took the min of the two losses for negative advantages: the pessimistic bound is the "
+                      "MAX of the two losses for both signs. For A < 0 a ratio below 1 - c is clipped (loss "
+                      "-A * (1 - c), no gradient) and a ratio above 1 + c is not.")
+
+
+def _min_when_negative(logps, old, advantages, mask, c) -> torch.Tensor:
+    """The sign-dependent slip: max of the losses for A > 0, min for A < 0."""
+    ratio = torch.where(mask != 0, logps - old, torch.zeros_like(logps)).sum(1).exp()
+    plain, clipped = -advantages * ratio, -advantages * ratio.clamp(1 - c, 1 + c)
+    return torch.where(advantages > 0, torch.max(plain, clipped), torch.min(plain, clipped)).mean()
 
 
 def check_rloo_sequence_clipped_loss(fn) -> None:
@@ -236,6 +249,21 @@ def check_rloo_sequence_clipped_loss(fn) -> None:
         if grad.abs().max() > 1e-12:
             raise Hint("the clipped branch must give no gradient: clamp the ratio (torch.clamp), do not detach "
                        "or rebuild it by hand.")
+
+    # A < 0 by hand: log-ratios -0.2 and -0.1, r = e^-0.3 = 0.741 < 0.8: the clipped branch, loss
+    # max(0.741, 0.8) = 0.8 and no gradient (the min slip gives 0.741 with a gradient).
+    logps = torch.tensor([[-0.2, -0.1]], dtype=torch.float64, requires_grad=True)
+    negative = (torch.zeros(1, 2, dtype=torch.float64), torch.tensor([-1.0], dtype=torch.float64),
+                torch.ones(1, 2, dtype=torch.float64), 0.2)
+    loss = fn(logps, *negative)
+    variants = _sequence_loss_variants(logps.detach(), *negative)  # with A < 0 only, min everywhere = min for A < 0
+    assert_close(loss, 0.8, name="A = -1, r = e^-0.3 = 0.741 below 1 - c (c = 0.2)",
+                 hints={_MIN_WHEN_NEGATIVE: variants.pop(_MIN_WHEN_NEGATIVE), **variants})
+    if loss.requires_grad:
+        (grad,) = torch.autograd.grad(loss, logps)
+        if grad.abs().max() > 1e-12:
+            raise Hint("A = -1 with r below 1 - c is the clipped branch and must give no gradient: clamp the "
+                       "ratio (torch.clamp) and take the max of the two losses.")
 
     generator = torch.Generator().manual_seed(8)
     B, T = 6, 7
@@ -256,4 +284,7 @@ def check_rloo_sequence_clipped_loss(fn) -> None:
         if not got.requires_grad:
             raise Hint("the loss carries no gradient: keep logps in the graph (detach nothing).")
         (grad,) = torch.autograd.grad(got, leaf)
-        assert_close(grad, expected_grad, name=f"gradient with respect to logps (cliprange={c})")
+        wrong = current.clone().requires_grad_(True)
+        (wrong_grad,) = torch.autograd.grad(_min_when_negative(wrong, old, advantages, mask, c), wrong)
+        assert_close(grad, expected_grad, name=f"gradient with respect to logps (cliprange={c})",
+                     hints={_MIN_WHEN_NEGATIVE: wrong_grad})

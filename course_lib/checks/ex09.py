@@ -74,7 +74,7 @@ _FORMAT_CASES = [
 ]
 
 
-def check_format_reward(fn) -> None:
+def check_partial_format_reward(fn) -> None:
     completions = [text for text, _, _ in _FORMAT_CASES]
     got = fn(list(completions))
     if not isinstance(got, (list, tuple)) or len(got) != len(completions):
@@ -83,11 +83,11 @@ def check_format_reward(fn) -> None:
         if value == expected:
             continue
         if value in mistakes:
-            raise Hint(f"format_reward on {text!r} gave {value}: {mistakes[value]}")
-        raise Hint(f"format_reward on {text!r}: expected {expected}, got {value}.")
+            raise Hint(f"partial_format_reward on {text!r} gave {value}: {mistakes[value]}")
+        raise Hint(f"partial_format_reward on {text!r}: expected {expected}, got {value}.")
     # The same rule as the course library's reward function, on the same texts.
     library = think_answer_format_reward(completions=completions)
-    assert_close(got, library, name="format_reward vs course_lib.rewards.think_answer_format_reward")
+    assert_close(got, library, name="partial_format_reward vs course_lib.rewards.think_answer_format_reward")
     if fn([]) != []:
         raise Hint("no completions: return an empty list.")
 

@@ -44,8 +44,9 @@ def loss_near_zero_is_normal(rows, config):
         return None
     if median([abs(x) for x in loss]) < 1e-3 and median(grad) > 1e-6:
         return Diagnosis(
-            "the loss is about 0 but the gradient is not: this is normal. On-policy (num_iterations=1) the "
-            "ratio is 1, so the loss is minus the mean advantage, and group advantages sum to 0; its gradient, "
+            "the loss is about 0 but the gradient is not: this is normal. On the first pass over each batch the "
+            "ratio is 1 (with num_iterations=1, on every step), so the loss is minus the mean advantage, and "
+            "group advantages sum to 0; its gradient, "
             "the advantage-weighted sum of grad log pi, is not 0. Read reward and grad_norm, not the loss "
             "(lesson 05).", {"median_abs_loss": median([abs(x) for x in loss]), "median_grad_norm": median(grad)})
     return None
@@ -202,7 +203,7 @@ def dominant_reward_function(rows, config):
     if share <= 0.9 or not live_others:
         return None
     return Diagnosis(
-        f"{names[top]} carries {share:.0%} of the weighted reward spread; {', '.join(live_others)} barely move "
-        f"the advantages. Fix: rebalance reward_weights (now {weights}) so each function's weight x std is "
+        f"{names[top]} carries {share:.0%} of the weighted reward spread; "
+        f"{', '.join(live_others)} {'barely moves' if len(live_others) == 1 else 'barely move'} the advantages. Fix: rebalance reward_weights (now {weights}) so each function's weight x std is "
         "comparable, or multi_objective_aggregation='normalize_then_sum' (GDPO: each reward normalised in its "
         "group before the sum).", {"share": share, "dominant": names[top]})

@@ -5,8 +5,8 @@ def test_extract_answer(exercise):
     ex09.check_extract_answer(exercise("ex09_rewards").extract_answer)
 
 
-def test_format_reward(exercise):
-    ex09.check_format_reward(exercise("ex09_rewards").format_reward)
+def test_partial_format_reward(exercise):
+    ex09.check_partial_format_reward(exercise("ex09_rewards").partial_format_reward)
 
 
 def test_proximity_score(exercise):

@@ -297,16 +297,16 @@ def logps_unmasked(logits, input_ids, prompt_length, completion_mask, temperatur
     return logps, -(log_probs.exp() * log_probs).sum(-1)
 
 
-def grpo_loop_fresh_sampler_each_step(model, tokenizer, dataset, reward_fn, steps, prompts_per_step=4,
-                                      num_generations=8, learning_rate=3e-5, epsilon=0.2, max_tokens=6, seed=0):
-    """The reference loop, but a new PromptSampler every step: the same prompts come back."""
+def grpo_loop_fresh_sampler_each_step(model, sample_batch, reward_fn, steps, num_generations=8, learning_rate=3e-5,
+                                      epsilon=0.2, num_iterations=1):
+    """The reference loop restarted at every step: each restart asks for batch 0 again."""
     from course_lib.grading import load_exercise
 
     reference = load_exercise("ex05_grpo", impl="solutions")
     log = []
-    for step in range(steps):  # one step at a time, each with a fresh loop (and a fresh sampler)
-        row = reference.grpo_loop(model, tokenizer, dataset, reward_fn, 1, prompts_per_step, num_generations,
-                                  learning_rate, epsilon, max_tokens, seed)[0]
+    for step in range(steps):  # one step at a time, each with a fresh loop
+        row = reference.grpo_loop(model, sample_batch, reward_fn, 1, num_generations, learning_rate, epsilon,
+                                  num_iterations)[0]
         log.append({**row, "step": step + 1})
     return log
 

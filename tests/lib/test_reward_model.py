@@ -121,3 +121,19 @@ def test_training_refuses_no_pairs(tiny):
     policy, tokenizer = tiny
     with pytest.raises(ValueError, match="pairs is empty"):
         train_reward_model(RewardModel.from_causal_lm(policy), tokenizer, PreferencePairs([], [], []))
+
+
+def test_the_head_depends_on_the_seed_only_not_on_the_global_random_state(tiny):
+    """Re-running a notebook cell must give the same reward model, whatever ran before it."""
+    policy, _ = tiny
+    torch.manual_seed(1)
+    first = RewardModel.from_causal_lm(policy, seed=3).head.weight.detach().clone()
+    after_first = torch.rand(1)
+    torch.manual_seed(2)
+    torch.rand(5)
+    second = RewardModel.from_causal_lm(policy, seed=3).head.weight.detach()
+    torch.testing.assert_close(second, first, rtol=0, atol=0)
+    assert not torch.equal(RewardModel.from_causal_lm(policy, seed=4).head.weight, first)
+    torch.manual_seed(1)
+    RewardModel.from_causal_lm(policy, seed=3)
+    assert torch.equal(torch.rand(1), after_first), "drawing the head changed the global random state"

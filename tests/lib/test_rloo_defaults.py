@@ -45,3 +45,14 @@ def test_the_command_line_takes_the_preset_and_set_wins(tmp_path):
                                       "--output-dir", str(tmp_path / "r")])
     config, _, _ = build_run(args)
     assert (config.num_iterations, config.beta, config.temperature) == (4, 0.05, 0.9)
+
+
+@pytest.mark.parametrize("spelling", [(-1.0, 1.0), [-1.0, 1.0]])
+def test_trls_min_max_reward_clip_range_is_refused_with_the_difference_named(spelling):
+    """TRL 1.16's reward_clip_range is a (min, max) clip of the raw rewards; the course's is the older
+    trainer's +-c on normalized scores. The pair must not die on a bare 'not float' type error."""
+    with pytest.raises(ValueError) as caught:
+        make_config("rloo", reward_clip_range=spelling)
+    message = str(caught.value)
+    assert "reward_clip_range" in message and "(min, max)" in message and "raw rewards" in message
+    assert "normalize_reward=True" in message and "not float" not in message
