@@ -36,7 +36,7 @@ resolves and that the README's module table names every file listed here).
 12 agents: environments (reset, public methods as tools, get_reward) -> course_lib/rollout/tools.py: Environments, ToolBox, public_methods
 12 agents: supervised warm-up on scripted tool traces -> course_lib/rollout/warmup.py: ScriptedPolicy, supervised_warmup
 13 debugging: the run doctor's rules and diagnosis -> course_lib/doctor/core.py: rule, diagnose
-13 debugging: the failure museum -> course_lib/doctor/museum.py: run_exhibit
+13 debugging: the failure museum -> course_lib/museum.py: run_exhibit
 13 debugging: DAPO's dynamic sampling (drop groups whose rewards are all equal) -> course_lib/run/dynamic_sampling.py: draw_batch
 13 debugging: DAPO's soft overlong punishment -> course_lib/rewards/overlong.py: soft_overlong_punishment
 """

@@ -31,7 +31,7 @@ from typing import Callable, Iterable
 
 from datasets import Dataset
 
-from .run.wording import fix
+from .common.wording import fix
 
 #: The instruction and worked example that teach a chat model the ``<answer>`` format.
 #: Measured: with the instruction alone, SmolLM2-135M never emits the tags (reward 0,
@@ -251,7 +251,7 @@ def _read_jsonl(file: Path) -> list[dict]:
     string and whose ``answer`` is a string ending in ``#### <number>``.
     """
     from .rewards.extract import parse_number
-    from .run.jsonl import read_jsonl
+    from .common.jsonl import read_jsonl
 
     rows = []
     for number, row in read_jsonl(file, DataError, '{"question": ..., "answer": "... #### 42"}'):
@@ -397,8 +397,8 @@ TASKS: dict[str, Callable[..., Dataset]] = {
 
 def get_task(name: str, *, split: str = "train", n: int | None = 1000, seed: int = 0) -> Dataset:
     """A task by name: one of :data:`TASKS`, ``"gsm8k"`` (hub) or ``"gsm8k:<path>"`` (local), or your own:
-    a ``.jsonl`` file or ``module:function`` (:mod:`course_lib.run.user_tasks`)."""
-    from .run.user_tasks import is_user_task, load_user_task
+    a ``.jsonl`` file or ``module:function`` (:mod:`course_lib.common.user_tasks`)."""
+    from .common.user_tasks import is_user_task, load_user_task
 
     if name == "gsm8k" or name.startswith("gsm8k:"):
         path = name.partition(":")[2] or None

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 import torch
 from .progress import progress_bar
-from .run.wording import fix
+from .common.wording import fix
 from .rewards.answers import is_correct
 from .sampled_evaluation import (  # pass@k, maj@k and sampled accuracy live beside greedy evaluation
     SampledEvaluation,

@@ -66,7 +66,7 @@ NAMED: dict[str, dict[str, Any]] = {
 
 def named_preset(name: str, algo: str) -> dict[str, Any]:
     """The config values of preset ``name`` for ``algo``; a clear error for an unknown name or algorithm."""
-    from .run.config_tools import suggest
+    from .config.tools import suggest
 
     if name not in NAMED:
         raise ValueError(f"preset={name!r} is not a named preset.{suggest(name, NAMED)} Known: {', '.join(NAMED)}.")

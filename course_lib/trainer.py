@@ -61,7 +61,7 @@ from .run.model_options import apply_model_options, load_kwargs, mix_into_refere
 from .run.nonfinite import check_finite_update, check_finite_weights, clip_gradients
 from .run.step_report import StepReport
 from .run.trainer_state import resume_trainer, save_final_model, save_trainer_checkpoint
-from .run.validation import check_train_dataset
+from .config.validation import check_train_dataset
 
 
 class Trainer:
@@ -84,7 +84,7 @@ class Trainer:
                  correct_fn: Callable | None = None, tools: list[Callable] | None = None, environment_factory=None):
         if not reward_funcs and environment_factory is None:
             raise ValueError("reward_funcs is empty: pass at least one reward function.")
-        check_train_dataset(train_dataset)  # a table with usable prompts (course_lib.run.validation)
+        check_train_dataset(train_dataset)  # a table with usable prompts (course_lib.config.validation)
         if len(train_dataset) < config.unique_prompts_per_generation:
             raise ValueError(f"train_dataset has {len(train_dataset)} rows but one generation batch needs "
                              f"{config.unique_prompts_per_generation} distinct prompts; add rows or lower "

@@ -45,7 +45,7 @@ from pathlib import Path
 from IPython.display import display
 
 from course_lib.doctor import RULES, diagnose
-from course_lib.doctor.museum import EXHIBITS, run_exhibit
+from course_lib.museum import EXHIBITS, run_exhibit
 from course_lib.machine import fast_mode
 from course_lib.run.history import load_history
 from course_lib.widgets.dashboard import plot_training_history
@@ -76,7 +76,7 @@ for spec in RULES.values():
 # ## 2. Four broken runs: name the failure (exercise 1)
 #
 # Each dashboard below is a real run of the tiny model on two-digit addition, broken in one
-# way (the museum, `course_lib.doctor.museum`). The doctor's markers are hidden. For each,
+# way (the museum, `course_lib.museum`). The doctor's markers are hidden. For each,
 # find the curve that no healthy run shows. Healthy values for this model: reward 0.3-0.5,
 # `frac_reward_zero_std` near 0.1, entropy 0.6-0.8 nats, clip fraction 0 (one pass per
 # batch) to a few percent, `completions/clipped_ratio` 0, sampler gap 0 (the same model

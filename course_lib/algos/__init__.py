@@ -30,7 +30,7 @@ from course_lib.algos.grpo import GRPO, GRPOConfig
 from course_lib.algos.onpolicy import OnPolicyConfig
 from course_lib.algos.ppo import PPO, PPOConfig
 from course_lib.algos.rloo import RLOO, RLOOConfig
-from course_lib.run.config_tools import from_dict, resolve_keys, suggest
+from course_lib.config.tools import from_dict, resolve_keys, suggest
 
 __all__ = [
     "ALGORITHMS",

@@ -70,7 +70,7 @@ from course_lib.ops.importance import off_policy_sequence_mask
 from course_lib.ops.kl import kl_k3
 from course_lib.ops.masking import masked_sum
 from course_lib.ops.stats import STD_EPS, nanstd
-from course_lib.run.validation import field_choices
+from course_lib.config.validation import field_choices
 
 Tensor = torch.Tensor
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import ClassVar, Literal
 
 from course_lib.config import RLConfig, fail, warn
-from course_lib.run.config_tools import to_trl_grpo_config
+from course_lib.config.tools import to_trl_grpo_config
 
 
 @dataclass(frozen=True)

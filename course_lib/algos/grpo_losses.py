@@ -36,7 +36,7 @@ import torch
 from course_lib.algos.base import check_per_token
 from course_lib.algos.grpo_config import GRPOConfig
 from course_lib.ops.masking import masked_normalize, masked_sum
-from course_lib.run.validation import field_choices
+from course_lib.config.validation import field_choices
 
 Tensor = torch.Tensor
 

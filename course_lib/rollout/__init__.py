@@ -17,7 +17,7 @@ import os
 
 from ..config import RLConfig
 from ..models import unwrap_peft
-from ..run.validation import field_choices
+from ..config.validation import field_choices
 from .base import (ContextLengthError, PromptTruncationWarning, RolloutBatch, RolloutEngine, SamplingConfig,
                    tokenize_prompts)
 from .hf import HFEngine

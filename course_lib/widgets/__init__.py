@@ -24,7 +24,7 @@ package lets a cell that ends with a returned figure show it (`enable_notebook_d
 the figures are not pyplot figures, so `plt.show()` does not show them.
 """
 
-from ._common import enable_notebook_display
+from ..common.figures import enable_notebook_display
 from .advantage import advantage_explorer, compute_advantage_panels, plot_advantages
 from .clipping import (ClipCurve, clip_curve, clip_explorer, loss_weight_curve, plot_clip_objective, plot_loss_weights,
                        plot_sequence_ratio, sequence_clip_maps)

@@ -278,7 +278,7 @@ def test_the_fingerprint_is_deterministic(algo):
 
 
 def test_rloo_has_no_whiten_rewards_which_it_would_ignore():
-    from course_lib.run.config_tools import UnknownFieldError
+    from course_lib.config.tools import UnknownFieldError
 
     with pytest.raises(UnknownFieldError, match="whiten_rewards"):
         make_config("rloo", whiten_rewards=True)

@@ -119,7 +119,7 @@ def test_trainer_claims():
 
 def test_grpo_claims():
     from course_lib.algos import GRPOConfig
-    from course_lib.run.trl_fields import LEFT_OUT
+    from course_lib.config.trl_fields import LEFT_OUT
 
     assert "router_aux_loss_coef" in LEFT_OUT
     assert "router_aux_loss_coef" not in {f.name for f in dataclasses.fields(GRPOConfig)}

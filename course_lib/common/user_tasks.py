@@ -7,7 +7,7 @@
   ``answer``). A file named ``train.jsonl`` reads its sibling ``test.jsonl`` for the test
   split (evaluation), when there is one; any other file is its own test split, so give a
   separate file to ``eval``. ``n`` takes the first ``n`` rows.
-- ``module:function`` or ``file.py:function`` (``course_lib.run.user_code``): called with the
+- ``module:function`` or ``file.py:function`` (``course_lib.common.user_code``): called with the
   keywords it accepts among ``split``, ``n`` and ``seed``; returns a ``datasets.Dataset``
   or a list of row dicts.
 """
