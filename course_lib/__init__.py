@@ -39,4 +39,22 @@ resolves and that the README's module table names every file listed here).
 13 debugging: the failure museum -> course_lib/museum.py: run_exhibit
 13 debugging: DAPO's dynamic sampling (drop groups whose rewards are all equal) -> course_lib/run/dynamic_sampling.py: draw_batch
 13 debugging: DAPO's soft overlong punishment -> course_lib/rewards/overlong.py: soft_overlong_punishment
+
+Floors: a folder (or top-level module) imports only from floors below its own, so a lesson's
+file never reaches up into the machinery that runs it. ``tests/lib/test_import_layers.py``
+holds every import, function-level ones included, to this table, and every folder to a line
+of it; ``benchmarks/import_map.py`` prints the map.
+
+floor 0: common, machine, progress, schedule, sandbox, feedback, grading, colab
+floor 1: models, rewards, lesson_answers
+floor 2: ops, data, reward_model, sampled_evaluation
+floor 3: config, policy
+floor 4: rollout
+floor 5: presets, evaluation
+floor 6: algos, tiny, tool_evaluation
+floor 7: run, toy
+floor 8: doctor, widgets
+floor 9: trainer
+floor 10: cli, museum, demo, checks
+floor 11: __main__
 """

@@ -22,9 +22,10 @@ from pathlib import Path
 
 import torch
 
-from .tiny import TINY_DIR
 
 EMBEDDED_MODELS = ("tiny", "smollm2-135m")
+#: Where the embedded tiny model lives (``course_lib.tiny`` builds it there).
+TINY_DIR = Path(__file__).parent / "assets" / "tiny"
 #: Precisions a model can be trained or sampled in; configs add "auto" (see resolve_dtype).
 TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"

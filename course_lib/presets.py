@@ -90,7 +90,7 @@ def fast_engine_settings() -> dict[str, Any]:
     """
     import torch
 
-    from .run.distributed import cpu_supports_bfloat16
+    from .machine import cpu_supports_bfloat16
     from .rollout import vllm_available
 
     if not vllm_available():

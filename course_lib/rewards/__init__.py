@@ -14,7 +14,9 @@ Modules:
 - ``combine``: ``rubric`` of weighted checks and ``compute_rewards`` (TRL's rules, async
   functions awaited concurrently);
 - ``reward_model``: ``RewardModel``, a learned sequence-classification scorer as a reward;
-- ``registry``: ``REWARD_FUNCTIONS`` by name.
+- ``registry``: ``REWARD_FUNCTIONS`` by name;
+- ``overlong``: DAPO's soft overlong punishment, a length penalty near the budget;
+- ``calling``: calling a reward function with a time limit, on a copy of its inputs.
 """
 
 from .answers import (
