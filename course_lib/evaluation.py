@@ -12,6 +12,8 @@ import math
 from collections.abc import Sequence
 
 import torch
+
+from .models import eval_mode
 from .progress import progress_bar
 from .common.wording import fix
 from .rewards.answers import is_correct
@@ -107,14 +109,13 @@ def greedy_completions(model, tokenizer, prompts, max_new_tokens: int = 32, batc
     ``progress``: show a bar (periodic lines where no bar can be drawn, see
     :mod:`course_lib.progress`); None (default) shows one when there is more than one batch.
     """
-    model.eval()
     tokenizer.padding_side = "left"
     texts = [tokenizer.apply_chat_template(p, add_generation_prompt=True, tokenize=False) for p in prompts]
     _check_positions(model, tokenizer, texts, max_new_tokens)
     completions = []
     device = next(model.parameters()).device
     show = len(texts) > batch_size if progress is None else progress
-    with progress_bar(total=len(texts), desc=desc, unit="prompt", disable=not show) as bar:
+    with eval_mode(model), progress_bar(total=len(texts), desc=desc, unit="prompt", disable=not show) as bar:
         for start in range(0, len(texts), batch_size):
             batch = tokenizer(texts[start:start + batch_size], return_tensors="pt", padding=True,
                               add_special_tokens=False).to(device)

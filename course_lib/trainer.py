@@ -40,12 +40,12 @@ from tqdm.auto import tqdm
 
 from .algos import get_algorithm
 from .algos.base import MicroBatch, PolicyOutputs, ScoredBatch
-from .models import resolve_dtype
+from .models import eval_mode, resolve_dtype
 from .ops.importance import sampling_correction
 from .ops.stats import nanstd
 from .policy import PolicyForward, ReferencePolicy, completion_forward, prepare_policy
-from .rewards import compute_rewards, reward_function_name
-from .rollout import HFEngine, SamplingConfig, make_engine
+from .rewards import completions_like, compute_rewards, reward_function_name
+from .rollout import SamplingConfig, make_engine
 from .rollout.tool_run import setup_tools
 from .run import checkpoint as ckpt
 from .run.batches import Generated, GenerationBatch, PromptSampler, completion_metrics
@@ -205,17 +205,11 @@ class Trainer:
         sampling = SamplingConfig.from_config(config, first_row=self.shards.rows.start,
                                               seed=config.seed * 2**40 + self.cycle * config.effective_generation_batch_size
                                               + round_index * 2**36)  # dynamic sampling's refill rounds
-        # The HF engine samples in eval mode and restores the modules' modes itself; others get eval mode here.
-        own_modes, was_training = isinstance(self.engine, HFEngine), self.model.training
-        if not own_modes:
-            self.model.eval()
-        with self.step_clock.generating():
+        with eval_mode(self.model), self.step_clock.generating():
             tools = None if self.tool_run is None else self.tool_run.rollout(  # multi-turn (course_lib.rollout.agents)
                 self.engine, self.tokenizer, list(prompts), columns, rows, sampling)
             rollout = ((self.pipeline or self.engine).generate(list(prompts), n=1, sampling=sampling)
                        if tools is None else tools.agent.batch)
-        if not own_modes:
-            self.model.train(was_training)
         generated = Generated(rows=rows, prompts=prompts, columns=columns, rollout=rollout, tools=tools)
         self.tokens_seen += int(self.shards.sum(int(generated.loss_mask.sum() + rollout.prompt_mask.sum())))
         generated.per_func, generated.total = self._rewards(generated)
@@ -261,8 +255,7 @@ class Trainer:
     def _rewards(self, generated: Generated) -> tuple[torch.Tensor, torch.Tensor]:
         """(B, K) each reward function's score and (B,) their weighted sum (NaN where none applied)."""
         rollout = generated.rollout
-        conversational = isinstance(generated.prompts[0], list)
-        completions = [[{"role": "assistant", "content": t}] if conversational else t for t in rollout.texts]
+        completions = completions_like(generated.prompts, rollout.texts)
         completion_ids = [[token for token, kept in zip(ids, mask) if kept]  # the masked tokens, as plain lists
                           for ids, mask in zip(rollout.completion_ids.tolist(), rollout.completion_mask.tolist())]
         tools = generated.tools  # multi-turn: each completion is its messages; rewards may read the environments
@@ -294,14 +287,12 @@ class Trainer:
                    "completion_ids": rollout.completion_ids, "completion_mask": rollout.completion_mask}
         old_logps = old_values = ref_logps = None
         if needs_old or with_values or self.reference is not None:
-            was_training = self.model.training
-            self.model.eval()  # no dropout in the reference passes
-            if needs_old or with_values:
-                old_logps, old_values = self._forward_in_chunks(self.model, tensors, with_values=with_values)
-            if self.reference is not None:
-                with self.reference.model() as reference:
-                    ref_logps, _ = self._forward_in_chunks(reference, tensors)
-            self.model.train(was_training)
+            with eval_mode(self.model):  # no dropout in the reference passes
+                if needs_old or with_values:
+                    old_logps, old_values = self._forward_in_chunks(self.model, tensors, with_values=with_values)
+                if self.reference is not None:
+                    with self.reference.model() as reference:
+                        ref_logps, _ = self._forward_in_chunks(reference, tensors)
         if sampler_old:  # the behaviour policy's own log-probs, recorded while sampling; 0 past each completion
             old_logps = rollout.sampling_logps.float().masked_fill(rollout.completion_mask == 0, 0.0)
         return old_logps, old_values, ref_logps
@@ -464,12 +455,8 @@ class Trainer:
         self._sync_engine()
         if sampling is None:
             sampling = SamplingConfig(temperature=0.0, max_tokens=self.config.max_completion_length)
-        was_training = self.model.training
-        self.model.eval()
-        try:
+        with eval_mode(self.model):
             return self.engine.generate(list(prompts), n=n, sampling=sampling)
-        finally:
-            self.model.train(was_training)
 
     def save_checkpoint(self) -> Path:
         """``checkpoint-<step>`` (every process must call it): see :mod:`course_lib.run.trainer_state`."""

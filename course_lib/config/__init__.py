@@ -3,7 +3,6 @@
 - ``rl_config.py``: :class:`RLConfig`, the fields GRPO, RLOO and PPO share, validated when built.
 - ``validation.py``: the checks ``RLConfig`` runs (choices, types, ranges, run options).
 - ``tools.py``: field help, overrides, suggestions for a misspelt field, dict I/O, the TRL config.
-- ``trl_fields.py``: which TRL 1.16 ``GRPOConfig`` fields this package supports, renames or leaves out.
 
 ``from course_lib.config import RLConfig`` (and the other names below) is the public address.
 """

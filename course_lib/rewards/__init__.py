@@ -41,6 +41,7 @@ from .reward_model import RewardModel
 from .execution import code_execution_reward, make_code_execution_reward, parse_tests
 from .extract import (
     completion_text,
+    completions_like,
     extract_answer_tag,
     extract_code_block,
     extract_first_number,
@@ -81,6 +82,7 @@ __all__ = [
     "answer_tag_format_reward",
     "code_execution_reward",
     "completion_text",
+    "completions_like",
     "compute_rewards",
     "correctness_reward",
     "extract_answer_tag",

@@ -14,7 +14,7 @@ import importlib.util
 import pytest
 
 from course_lib.run import checkpoint as ckpt
-from course_lib.run import wording
+from course_lib.common import wording
 from course_lib.algos import make_config
 from course_lib.algos.grpo_config import GRPOConfig
 from course_lib.algos.ppo import PPOConfig

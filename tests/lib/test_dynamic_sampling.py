@@ -13,7 +13,7 @@ from course_lib.rewards import get_reward_functions
 from course_lib.rollout.base import RolloutBatch
 from course_lib.run.dynamic_sampling import Sampled, concat_sampled, fill_groups, zero_spread_groups
 from course_lib.run.history import WALL_CLOCK_KEYS
-from course_lib.config.trl_fields import COURSE_ONLY, trl_grpo_fields
+from trl_fields import COURSE_ONLY, trl_grpo_fields
 from course_lib.trainer import Trainer
 
 

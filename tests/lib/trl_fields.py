@@ -1,5 +1,7 @@
 """How the course's configs cover TRL 1.16's `GRPOConfig`: supported, renamed, left out (and why).
 
+Test data: the tests that hold the configs to TRL read it; no library module does.
+
 TRL 1.16's `GRPOConfig` declares 77 fields of its own on top of `transformers.TrainingArguments`.
 A field is *supported* when a `course_lib` config has it under the same name, meaning and
 default (`to_trl_grpo_config` then passes it through), or under another name listed in
