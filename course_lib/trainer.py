@@ -3,10 +3,11 @@
 Read it top to bottom, as CleanRL's ``ppo.py``: the ``while`` loop of ``_train()`` repeats
 
 1. **generate** (``_generate``): ``unique prompts x num_generations`` completions from the
-   rollout engine (``hf`` or ``vllm``), prompt-major;
-2. **score** (``_score``): reward functions -> rewards; old / reference log-probs when the
-   schedule or the KL needs them; the sampler-mismatch weight when a correction is on; the
-   algorithm's advantages (``algorithm.advantages``);
+   rollout engine (``hf`` or ``vllm``), prompt-major, and their rewards (``_generate_round``:
+   reward functions -> rewards here, because dynamic sampling keeps or redraws groups by them);
+2. **score** (``_score``): old / reference log-probs when the schedule or the KL needs them;
+   the sampler-mismatch weight when a correction is on; the algorithm's advantages
+   (``algorithm.advantages``);
 3. **learn** (``_micro_step``): ``steps_per_generation`` micro-batches, replayed
    ``num_iterations`` times, each a forward, ``algorithm.loss`` and a backward;
 4. **step** (``_optimizer_step``): every ``gradient_accumulation_steps`` micro-batches
@@ -48,7 +49,8 @@ from .rewards import completions_like, compute_rewards, reward_function_name
 from .rollout import SamplingConfig, make_engine
 from .rollout.tool_run import setup_tools
 from .run import checkpoint as ckpt
-from .run.batches import Generated, GenerationBatch, PromptSampler, completion_metrics
+from .run.batches import (Generated, GenerationBatch, PromptSampler, completion_metrics, cycle_seed,
+                          micro_steps_per_cycle, repeat_prompts)
 from .run.distributed import Shards, make_accelerator
 from .run.folder import claim_output_dir, run_identity
 from .doctor.live import LiveDoctor
@@ -200,11 +202,10 @@ class Trainer:
         # Every process draws the same prompts; it owns rows `self.shards.rows` of the U x G
         # completions (prompt-major) and samples them with their global indices as seeds.
         prompt_rows = self.sampler.take(config.unique_prompts_per_generation)
-        rows = [row for row in prompt_rows for _ in range(G)][self.shards.rows]
+        rows = repeat_prompts(prompt_rows, G)[self.shards.rows]
         prompts, columns = self._prompts_and_columns(rows)
         sampling = SamplingConfig.from_config(config, first_row=self.shards.rows.start,
-                                              seed=config.seed * 2**40 + self.cycle * config.effective_generation_batch_size
-                                              + round_index * 2**36)  # dynamic sampling's refill rounds
+                                              seed=cycle_seed(config, self.cycle, round_index))
         with eval_mode(self.model), self.step_clock.generating():
             tools = None if self.tool_run is None else self.tool_run.rollout(  # multi-turn (course_lib.rollout.agents)
                 self.engine, self.tokenizer, list(prompts), columns, rows, sampling)
@@ -216,7 +217,8 @@ class Trainer:
         return generated
 
     def _score(self, generated: Generated) -> GenerationBatch:
-        """Step 2: rewards, log-probs before learning, sampler correction, then the algorithm's advantages."""
+        """Step 2: log-probs before learning, sampler correction, then the algorithm's advantages (the
+        rewards came with step 1)."""
         config, shards, rollout = self.config, self.shards, generated.rollout
         per_func, total = generated.per_func, generated.total
         mask = generated.loss_mask.clone()
@@ -378,7 +380,7 @@ class Trainer:
         # Only the main process writes files; the others keep their rows in memory.
         self.logger = MetricsLogger(self.output_dir, config.report_to, config.to_dict(), previous_rows,
                                     write=self.shards.is_main)
-        micro_per_cycle = config.effective_steps_per_generation * config.num_iterations
+        micro_per_cycle = micro_steps_per_cycle(config)
         self._report = StepReport(self.max_steps, self.step, self.algorithm.name.upper(), config.max_grad_norm,
                                   shown=self.progress and self.shards.is_main)
         self._clock = (time.time(), self.tokens_seen)

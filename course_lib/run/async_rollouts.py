@@ -62,7 +62,7 @@ from contextlib import contextmanager
 import numpy as np
 import torch
 
-from .batches import PromptSampler
+from .batches import PromptSampler, cycle_seed, micro_steps_per_cycle, repeat_prompts
 
 
 class GenerationWorkerError(RuntimeError):
@@ -72,8 +72,7 @@ class GenerationWorkerError(RuntimeError):
 def sampled_version(cycle: int, config, start_step: int = 0) -> tuple[int, int]:
     """``(s_c, v_c)``: the optimizer step at which cycle ``cycle`` is taken, and the weights' version
     that samples it (never older than ``start_step``, the step the pipeline started at)."""
-    micro_per_cycle = config.effective_steps_per_generation * config.num_iterations
-    taken = cycle * micro_per_cycle // config.gradient_accumulation_steps
+    taken = cycle * micro_steps_per_cycle(config) // config.gradient_accumulation_steps
     k = config.weight_sync_steps
     version = math.ceil(max(0, taken - config.max_staleness) / k) * k
     return taken, min(taken, max(version, start_step))
@@ -176,8 +175,8 @@ class AsyncGeneration:
         state = trainer.sampler
         self.ahead = PromptSampler(state.num_rows, state.seed, state.epoch, state.position, shuffle=state.shuffle)
         self.next_cycle = trainer.cycle  # the next cycle to send
-        micro_per_cycle = config.effective_steps_per_generation * config.num_iterations
-        self.last_cycle = math.ceil(trainer.max_steps * config.gradient_accumulation_steps / micro_per_cycle)
+        micro_steps = trainer.max_steps * config.gradient_accumulation_steps
+        self.last_cycle = math.ceil(micro_steps / micro_steps_per_cycle(config))
         self.sent_version: int | None = None
         self.pending: deque = deque()  # (cycle, version, prompts, sampling) sent, not yet taken
         self.metrics: dict = {}
@@ -203,8 +202,7 @@ class AsyncGeneration:
         from ..rollout import SamplingConfig
 
         config = self.config  # the synchronous trainer's seed of this cycle (round 0, one process)
-        return SamplingConfig.from_config(config, first_row=0,
-                                          seed=config.seed * 2**40 + cycle * config.effective_generation_batch_size)
+        return SamplingConfig.from_config(config, first_row=0, seed=cycle_seed(config, cycle))
 
     def advance(self, step: int) -> None:
         """After optimizer step ``step``: send every cycle whose sampling weights are now known."""
@@ -219,7 +217,7 @@ class AsyncGeneration:
                 self.inbox.put(("weights", version, slot))
                 self.sent_version, self.sends = version, self.sends + 1
             prompt_rows = self.ahead.take(config.unique_prompts_per_generation)
-            rows = [row for row in prompt_rows for _ in range(G)]
+            rows = repeat_prompts(prompt_rows, G)
             prompts, _ = self.trainer._prompts_and_columns(rows)
             sampling = self._sampling(self.next_cycle)
             self.inbox.put(("generate", self.next_cycle, list(prompts), sampling))
