@@ -58,6 +58,7 @@ import time
 import traceback
 from collections import deque
 from contextlib import contextmanager
+from typing import Any
 
 import numpy as np
 import torch
@@ -67,6 +68,46 @@ from .batches import PromptSampler, cycle_seed, micro_steps_per_cycle, repeat_pr
 
 class GenerationWorkerError(RuntimeError):
     """The generation worker failed or died; the run stops instead of waiting forever."""
+
+
+# The messages between the trainer and the worker (pickled through two queues).
+@dataclasses.dataclass(frozen=True)
+class Weights:
+    """Trainer -> worker: the weights of ``version`` (an optimizer step) are in shared slot ``slot``."""
+
+    version: int
+    slot: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Generate:
+    """Trainer -> worker: sample cycle ``cycle`` (one completion a row) with the latest weights."""
+
+    cycle: int
+    prompts: list
+    sampling: Any
+
+
+@dataclasses.dataclass(frozen=True)
+class Stop:
+    """Trainer -> worker: leave."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Sampled:
+    """Worker -> trainer: cycle ``cycle`` sampled with the weights of ``version``, in ``seconds``."""
+
+    cycle: int
+    version: int | None
+    rollout: Any  # a RolloutBatch with numpy arrays for its tensors (_by_value)
+    seconds: float
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkerFailed:
+    """Worker -> trainer: the worker raised; its traceback."""
+
+    traceback: str
 
 
 def sampled_version(cycle: int, config, start_step: int = 0) -> tuple[int, int]:
@@ -144,18 +185,17 @@ def _worker_main(model, tokenizer, slots, inbox, outbox, parent_pid: int, thread
                 if os.getppid() != parent_pid:  # the trainer is gone
                     return
                 continue
-            if message[0] == "stop":
+            if isinstance(message, Stop):
                 return
-            if message[0] == "weights":
-                version = message[1]
-                _load_flat(model, slots[message[2]])
+            if isinstance(message, Weights):
+                version = message.version
+                _load_flat(model, slots[message.slot])
                 continue
-            _, cycle, prompts, sampling = message
             started = time.perf_counter()
-            rollout = engine.generate(prompts, n=1, sampling=sampling)
-            outbox.put(("rollout", cycle, version, _by_value(rollout), time.perf_counter() - started))
+            rollout = engine.generate(message.prompts, n=1, sampling=message.sampling)
+            outbox.put(Sampled(message.cycle, version, _by_value(rollout), time.perf_counter() - started))
     except Exception:  # noqa: BLE001 - everything goes back to the trainer, which raises it
-        outbox.put(("error", traceback.format_exc()))
+        outbox.put(WorkerFailed(traceback.format_exc()))
 
 
 class AsyncGeneration:
@@ -178,7 +218,7 @@ class AsyncGeneration:
         micro_steps = trainer.max_steps * config.gradient_accumulation_steps
         self.last_cycle = math.ceil(micro_steps / micro_steps_per_cycle(config))
         self.sent_version: int | None = None
-        self.pending: deque = deque()  # (cycle, version, prompts, sampling) sent, not yet taken
+        self.pending: deque = deque()  # (weights version, Generate) sent, not yet taken
         self.metrics: dict = {}
         self.worker_seconds = 0.0
         context = torch.multiprocessing.get_context("spawn")
@@ -214,14 +254,15 @@ class AsyncGeneration:
             if self.sent_version != version:
                 slot = self.sends % len(self.slots)
                 _write_slot(self.trainer.model, self.slots[slot])
-                self.inbox.put(("weights", version, slot))
+                self.inbox.put(Weights(version, slot))
                 self.sent_version, self.sends = version, self.sends + 1
             prompt_rows = self.ahead.take(config.unique_prompts_per_generation)
             rows = repeat_prompts(prompt_rows, G)
             prompts, _ = self.trainer._prompts_and_columns(rows)
             sampling = self._sampling(self.next_cycle)
-            self.inbox.put(("generate", self.next_cycle, list(prompts), sampling))
-            self.pending.append((self.next_cycle, version, list(prompts), sampling))
+            request = Generate(self.next_cycle, list(prompts), sampling)
+            self.inbox.put(request)
+            self.pending.append((version, request))
             self.next_cycle += 1
 
     # ---------------------------------------------------------------- taking
@@ -230,23 +271,24 @@ class AsyncGeneration:
         if not self.pending:
             raise GenerationWorkerError("no generation batch was sent for this cycle (the schedule ran past "
                                         f"the {self.last_cycle} cycles planned)")
-        cycle, version, sent_prompts, sent_sampling = self.pending.popleft()
-        if n != 1 or list(prompts) != sent_prompts or sampling != sent_sampling:
+        version, sent = self.pending.popleft()
+        cycle = sent.cycle
+        if n != 1 or list(prompts) != sent.prompts or sampling != sent.sampling:
             raise GenerationWorkerError(f"cycle {cycle}: the trainer asked for other prompts or sampling settings "
                                         "than were sent to the worker")
         started = time.perf_counter()
-        message = self._receive(cycle)
-        _, got_cycle, got_version, rollout, seconds = message
-        if (got_cycle, got_version) != (cycle, version):
-            raise GenerationWorkerError(f"expected cycle {cycle} at version {version}, got cycle {got_cycle} "
-                                        f"at version {got_version}")
+        got = self._receive(cycle)
+        if (got.cycle, got.version) != (cycle, version):
+            raise GenerationWorkerError(f"expected cycle {cycle} at version {version}, got cycle {got.cycle} "
+                                        f"at version {got.version}")
+        seconds = got.seconds
         self.worker_seconds += seconds
         staleness = float(self.trainer.step - version)
         self.metrics = {"sample/staleness_mean": staleness, "sample/staleness_max": staleness,
                         "perf/rollout_wait_s": time.perf_counter() - started, "perf/worker_generate_s": seconds}
-        return _as_tensors(rollout)
+        return _as_tensors(got.rollout)
 
-    def _receive(self, cycle: int):
+    def _receive(self, cycle: int) -> Sampled:
         while True:
             try:
                 message = self.outbox.get(timeout=0.5)
@@ -257,8 +299,8 @@ class AsyncGeneration:
             except (OSError, EOFError) as error:  # a dead worker can no longer hand over its tensors
                 self.process.join(timeout=5)
                 raise self._died(cycle) from error
-            if message[0] == "error":
-                raise GenerationWorkerError(f"the generation worker failed on batch {cycle}:\n{message[1]}")
+            if isinstance(message, WorkerFailed):
+                raise GenerationWorkerError(f"the generation worker failed on batch {cycle}:\n{message.traceback}")
             return message
 
     def _died(self, cycle: int) -> GenerationWorkerError:
@@ -270,7 +312,7 @@ class AsyncGeneration:
     def close(self) -> None:
         """Stop the worker (it finishes or drops what it holds) and release the queues."""
         if self.process.is_alive():
-            self.inbox.put(("stop",))
+            self.inbox.put(Stop())
             self.process.join(timeout=5)
         if self.process.is_alive():
             self.process.terminate()
