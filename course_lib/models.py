@@ -23,7 +23,6 @@ from pathlib import Path
 
 import torch
 
-
 EMBEDDED_MODELS = ("tiny", "smollm2-135m")
 #: Where the embedded tiny model lives (``course_lib.tiny`` builds it there).
 TINY_DIR = Path(__file__).parent / "assets" / "tiny"

@@ -8,8 +8,8 @@ the loss entry point), :mod:`course_lib.algos.grpo_losses` (the loss types' othe
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import ClassVar, Literal
 
 from course_lib.config import RLConfig, fail, warn
