@@ -1,6 +1,6 @@
 """The failure museum's confusion matrix: which doctor rule fires on which run.
 
-Trains every museum run (``course_lib.doctor.museum.EXHIBITS``: the tiny model, made to fail
+Trains every museum run (``course_lib.museum.EXHIBITS``: the tiny model, made to fail
 one way each, plus the healthy preset runs of GRPO, RLOO and PPO), runs the doctor over each
 history as it would live, and prints a rules x runs table (E/W/I = the severity of a rule
 that fired; '.' = silent) with each run's seconds.
@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from course_lib.doctor import RULES
-from course_lib.doctor.museum import EXHIBITS, confusion, run_exhibit
+from course_lib.museum import EXHIBITS, confusion, run_exhibit
 from course_lib.doctor.report import first_firing
 
 

@@ -36,7 +36,7 @@ resolves and that the README's module table names every file listed here).
 12 agents: environments (reset, public methods as tools, get_reward) -> course_lib/rollout/tools.py: Environments, ToolBox, public_methods
 12 agents: supervised warm-up on scripted tool traces -> course_lib/rollout/warmup.py: ScriptedPolicy, supervised_warmup
 13 debugging: the run doctor's rules and diagnosis -> course_lib/doctor/core.py: rule, diagnose
-13 debugging: the failure museum -> course_lib/doctor/museum.py: run_exhibit
+13 debugging: the failure museum -> course_lib/museum.py: run_exhibit
 13 debugging: DAPO's dynamic sampling (drop groups whose rewards are all equal) -> course_lib/run/dynamic_sampling.py: draw_batch
 13 debugging: DAPO's soft overlong punishment -> course_lib/rewards/overlong.py: soft_overlong_punishment
 14 post training: SFT's completion-only loss, tokenising with a response mask, packing without cross-example attention -> course_lib/algos/sft.py: sft_loss, tokenize_prompt_and_output, pack_examples, packed_attention_mask
@@ -44,4 +44,22 @@ resolves and that the README's module table names every file listed here).
 14 post training: DPO's loss (sigmoid, hinge, ipo) and implicit rewards -> course_lib/algos/dpo.py: dpo_loss
 14 post training: on-policy distillation's generalized JSD and per-token reverse KL -> course_lib/algos/distill.py: generalized_jsd, reverse_kl_token_advantages
 14 post training: DPO pairs from the policy's own samples -> course_lib/post_training/data.py: preference_pairs, demonstrations
+
+Floors: a folder (or top-level module) imports only from floors below its own, so a lesson's
+file never reaches up into the machinery that runs it. ``tests/lib/test_import_layers.py``
+holds every import, function-level ones included, to this table, and every folder to a line
+of it; ``benchmarks/import_map.py`` prints the map.
+
+floor 0: common, machine, progress, schedule, sandbox, feedback, grading, colab
+floor 1: models, rewards, lesson_answers
+floor 2: ops, data, reward_model, sampled_evaluation
+floor 3: config, policy
+floor 4: rollout
+floor 5: presets, evaluation
+floor 6: algos, tiny, tool_evaluation
+floor 7: run, toy
+floor 8: doctor, widgets
+floor 9: trainer
+floor 10: cli, museum, demo, checks
+floor 11: __main__
 """

@@ -38,7 +38,7 @@ def _cmd_eval(args) -> int:
 
     model, tokenizer = load_policy(args.model)
     dataset = get_task(args.task, split=args.split, n=args.n, seed=args.seed)
-    from .run.cli_train import correct_function
+    from .cli.train import correct_function
 
     accuracy, completions = evaluate_accuracy(model, tokenizer, dataset, max_new_tokens=args.max_new_tokens,
                                               return_completions=True, progress=True,
@@ -120,14 +120,14 @@ def _cmd_doctor(args) -> int:
 
 
 def _cmd_train(args) -> int:
-    from .run.cli_train import run_train
+    from .cli.train import run_train
 
     return run_train(args)
 
 
 def _cmd_export_trl(args) -> int:
-    from .run.cli_train import build_run
-    from .run.export_trl import export_run, launch_command
+    from .cli.train import build_run
+    from .cli.export_trl import export_run, launch_command
     from .presets import task_settings
 
     if args.correct:
@@ -143,7 +143,7 @@ def _cmd_export_trl(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from .run.cli_train import CORRECT_HELP, TASK_HELP, add_train_arguments, count_argument
+    from .cli.train import CORRECT_HELP, TASK_HELP, add_train_arguments, count_argument
 
     parser = argparse.ArgumentParser(prog="python -m course_lib", description=__doc__)
     parser.add_argument("--debug", action="store_true", help="show the Python traceback of an error (any position)")
@@ -236,7 +236,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv or bool(os.environ.get("COURSE_TRACEBACK"))
     args = build_parser().parse_args([a for a in argv if a != "--debug"])
-    from .run.wording import command_line_active, use_command_line
+    from .common.wording import command_line_active, use_command_line
 
     was_active = command_line_active()
     use_command_line()  # fixes in error messages name flags, not Python arguments

@@ -30,8 +30,8 @@ from typing import Callable, Iterable
 
 from datasets import Dataset
 
-from .run.splits import SplitNotice, is_test_problem as _is_test_problem  # noqa: F401 (SplitNotice: public here)
-from .run.wording import fix
+from .common.splits import SplitNotice, is_test_problem as _is_test_problem  # noqa: F401 (SplitNotice: public here)
+from .common.wording import fix
 
 #: The instruction and worked example that teach a chat model the ``<answer>`` format.
 #: Measured: with the instruction alone, SmolLM2-135M never emits the tags (reward 0,
@@ -241,7 +241,7 @@ def _read_jsonl(file: Path) -> list[dict]:
     string and whose ``answer`` is a string ending in ``#### <number>``.
     """
     from .rewards.extract import parse_number
-    from .run.jsonl import read_jsonl
+    from .common.jsonl import read_jsonl
 
     rows = []
     for number, row in read_jsonl(file, DataError, '{"question": ..., "answer": "... #### 42"}'):
@@ -387,8 +387,8 @@ TASKS: dict[str, Callable[..., Dataset]] = {
 
 def get_task(name: str, *, split: str = "train", n: int | None = 1000, seed: int = 0) -> Dataset:
     """A task by name: one of :data:`TASKS`, ``"gsm8k"`` (hub) or ``"gsm8k:<path>"`` (local), or your own:
-    a ``.jsonl`` file or ``module:function`` (:mod:`course_lib.run.user_tasks`)."""
-    from .run.user_tasks import is_user_task, load_user_task
+    a ``.jsonl`` file or ``module:function`` (:mod:`course_lib.common.user_tasks`)."""
+    from .common.user_tasks import is_user_task, load_user_task
 
     if not isinstance(name, str):
         raise ValueError(f"get_task: name={name!r} is a {type(name).__name__}, not a task name. Fix: pass one of "

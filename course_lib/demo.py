@@ -113,7 +113,7 @@ MEASURED_PACE = {
 
 def path_and_estimate(model: str, settings: dict[str, Any], eval_n: int) -> tuple[str, str, float | None]:
     """Which path the demo takes on this machine, why, and about how many seconds it will run."""
-    from .run.distributed import cpu_supports_bfloat16
+    from .machine import cpu_supports_bfloat16
 
     if settings.get("engine") == "vllm" and settings.get("vllm_dtype") == "bfloat16":
         path, why = "vllm-bf16", ("vLLM CPU engine with a bfloat16 sampler, bfloat16 training "

@@ -12,8 +12,10 @@ import math
 from collections.abc import Sequence
 
 import torch
+
+from .models import eval_mode
 from .progress import progress_bar
-from .run.wording import fix
+from .common.wording import fix
 from .rewards.answers import is_correct
 from .sampled_evaluation import (  # pass@k, maj@k and sampled accuracy live beside greedy evaluation
     SampledEvaluation,
@@ -125,7 +127,6 @@ def greedy_completions(model, tokenizer, prompts, max_new_tokens: int = 32, batc
     ``progress``: show a bar (periodic lines where no bar can be drawn, see
     :mod:`course_lib.progress`); None (default) shows one when there is more than one batch.
     """
-    model.eval()
     from .rollout.base import left_pad, tokenize_prompts
 
     prompt_ids = tokenize_prompts(tokenizer, list(prompts))
@@ -136,7 +137,7 @@ def greedy_completions(model, tokenizer, prompts, max_new_tokens: int = 32, batc
     device = next(model.parameters()).device
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     show = len(prompt_ids) > batch_size if progress is None else progress
-    with progress_bar(total=len(prompt_ids), desc=desc, unit="prompt", disable=not show) as bar:
+    with eval_mode(model), progress_bar(total=len(prompt_ids), desc=desc, unit="prompt", disable=not show) as bar:
         for start in range(0, len(prompt_ids), batch_size):
             ids, mask = left_pad(prompt_ids[start:start + batch_size], pad_id)
             output = model.generate(input_ids=ids.to(device), attention_mask=mask.to(device),

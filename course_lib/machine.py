@@ -21,6 +21,14 @@ def scaled(fast, full):
     return fast if fast_mode() else full
 
 
+def cpu_supports_bfloat16() -> bool:
+    """Whether this CPU has native bfloat16 arithmetic (AVX512-BF16 or AMX); without it bf16 is emulated."""
+    import torch
+
+    probes = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
+    return any(getattr(torch.cpu, name, lambda: False)() for name in probes)
+
+
 def package_version(name: str) -> str | None:
     try:
         return importlib.metadata.version(name)
@@ -81,8 +89,6 @@ def vllm_verdict(report: dict | None = None) -> str:
         return "not installed (the hf engine is used)"
     if report["device"] == "cuda":
         return "pays off on this GPU (engine='vllm')"
-    from .run.distributed import cpu_supports_bfloat16
-
     if cpu_supports_bfloat16():
         return ("pays off: this CPU has native bfloat16 (AVX512-BF16 or AMX), so a bfloat16 sampler runs "
                 "(presets.fast_engine_settings picks it)")

@@ -18,16 +18,32 @@ import importlib.util
 import os
 import shutil
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
 
-from .tiny import TINY_DIR
-
 EMBEDDED_MODELS = ("tiny", "smollm2-135m")
+#: Where the embedded tiny model lives (``course_lib.tiny`` builds it there).
+TINY_DIR = Path(__file__).parent / "assets" / "tiny"
 #: Precisions a model can be trained or sampled in; configs add "auto" (see resolve_dtype).
 TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+@contextmanager
+def eval_mode(model):
+    """Eval mode for the block (no dropout while sampling, scoring or evaluating), then every module
+    back to the mode it had: a module left in eval mode on purpose stays there, and a nested use
+    changes nothing. ``model`` may be None or no ``torch.nn.Module`` (nothing to switch)."""
+    training = [m for m in model.modules() if m.training] if isinstance(model, torch.nn.Module) else []
+    if training:
+        model.eval()
+    try:
+        yield
+    finally:
+        for module in training:
+            module.training = True
 
 
 class ModelNotAvailableError(RuntimeError):

@@ -74,10 +74,6 @@ def position_ids_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
     return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
 
 
-# Off only to time or test the single-pass path against the shared-prompt one.
-_SHARE_PROMPT_PASS = True
-
-
 def _unique_prompt_rows(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor):
     """``(first, inverse)``: one row index per distinct prompt ``(U,)``, and each row's prompt ``(B,)``.
 
@@ -170,7 +166,7 @@ def _shared_prompt_hidden(body, cache, prompt_ids, prompt_mask, completion_ids, 
 
 def completion_forward(model, prompt_ids, prompt_mask, completion_ids, completion_mask, *, temperature: float = 1.0,
                        fused: bool = True, chunk_size: int | None = None, value_head=None,
-                       with_entropy: bool = False, triton: bool | None = None):
+                       with_entropy: bool = False, triton: bool | None = None, share_prompt: bool = True):
     """Per-token log-probs of the completion under ``model`` (and values, entropies).
 
     Rows that share a prompt (prompt-major GRPO batches, whole or partial groups) run the
@@ -189,6 +185,7 @@ def completion_forward(model, prompt_ids, prompt_mask, completion_ids, completio
             False keeps the chunked PyTorch path (``config.logprob_kernel``).
         value_head: PPO's critic (:class:`course_lib.algos.ppo.ValueHead`), or None.
         with_entropy: also return the exact entropy of each next-token distribution.
+        share_prompt: False always takes the single pass (to time or test it against the other).
     Returns:
         ``(logps, values, entropies)``: ``(B, T)`` each; values/entropies are None unless
         asked for.
@@ -205,7 +202,7 @@ def completion_forward(model, prompt_ids, prompt_mask, completion_ids, completio
     body = causal_lm.get_decoder()
     first, inverse = _unique_prompt_rows(prompt_ids, prompt_mask)
     repeated = len(first) < len(inverse) and width > 0
-    cache = _shareable_cache(causal_lm, body) if _SHARE_PROMPT_PASS and repeated else None
+    cache = _shareable_cache(causal_lm, body) if share_prompt and repeated else None
     if cache is not None:
         hidden = _shared_prompt_hidden(body, cache, prompt_ids, prompt_mask, completion_ids, attention_mask,
                                        position_ids, first, inverse)

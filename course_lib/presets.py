@@ -85,7 +85,7 @@ NAMED: dict[str, dict[str, Any]] = {
 
 def named_preset(name: str, algo: str) -> dict[str, Any]:
     """The config values of preset ``name`` for ``algo``; a clear error for an unknown name or algorithm."""
-    from .run.config_tools import suggest
+    from .config.tools import suggest
 
     if name not in NAMED:
         raise ValueError(f"preset={name!r} is not a named preset.{suggest(name, NAMED)} Known: {', '.join(NAMED)}.")
@@ -109,7 +109,7 @@ def fast_engine_settings() -> dict[str, Any]:
     """
     import torch
 
-    from .run.distributed import cpu_supports_bfloat16
+    from .machine import cpu_supports_bfloat16
     from .rollout import vllm_available
 
     if not vllm_available():

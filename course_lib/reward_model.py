@@ -35,6 +35,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .models import eval_mode
 from .rewards import completion_text
 
 
@@ -117,13 +118,10 @@ def score_texts(model: RewardModel, tokenizer, prompts: Sequence, completions: S
                 batch_size: int = 64) -> torch.Tensor:
     """``(N,)`` scores of the completions (with their prompts), without gradient."""
     scores = []
-    was_training = model.training
-    model.eval()
-    with torch.no_grad():
+    with eval_mode(model), torch.no_grad():
         for start in range(0, len(completions), batch_size):
             scores.append(_forward(model, tokenizer, prompts[start:start + batch_size],
                                    completions[start:start + batch_size]))
-    model.train(was_training)
     return torch.cat(scores) if scores else torch.zeros(0)
 
 

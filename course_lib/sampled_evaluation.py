@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 import torch
 from tqdm.auto import tqdm
 
+from .models import eval_mode
 from .rewards.answers import ANSWER_EXTRACTORS, is_correct
 from .rewards.extract import normalize_number, same_answer
 
@@ -111,13 +112,12 @@ def sampled_completions(model, tokenizer, prompts, n: int, temperature: float = 
     if n < 1 or temperature <= 0:
         raise ValueError(f"sampled_completions needs n >= 1 and temperature > 0, got n={n}, "
                          f"temperature={temperature}. Fix: use greedy_completions for temperature 0.")
-    model.eval()
     tokenizer.padding_side = "left"
     texts = [tokenizer.apply_chat_template(p, add_generation_prompt=True, tokenize=False) for p in prompts]
     device = next(model.parameters()).device
     per_batch = max(1, batch_size // n)
     out: list[list[str]] = []
-    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+    with eval_mode(model), torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
         torch.manual_seed(seed)
         for start in tqdm(range(0, len(texts), per_batch), desc="sample", disable=not progress):
             batch = tokenizer(texts[start:start + per_batch], return_tensors="pt", padding=True,

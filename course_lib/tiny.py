@@ -23,6 +23,8 @@ from pathlib import Path
 
 import torch
 
+from .models import TINY_DIR
+
 CHAT_TEMPLATE = (
     "{% for message in messages %}"
     "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
@@ -30,7 +32,6 @@ CHAT_TEMPLATE = (
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
 )
 SPECIAL_TOKENS = ("<|pad|>", "<unk>", "<|im_start|>", "<|im_end|>")
-TINY_DIR = Path(__file__).parent / "assets" / "tiny"
 
 
 def build_char_tokenizer():

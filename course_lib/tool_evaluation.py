@@ -24,6 +24,7 @@ from typing import Callable, Sequence
 
 import torch
 
+from .models import eval_mode
 from .progress import progress_bar
 from .rewards.answers import is_correct
 from .rollout.tool_calls import parse_tool_calls
@@ -137,13 +138,10 @@ def evaluate_tool_accuracy(model, tokenizer, dataset, *, tools: Sequence[Callabl
     sampling = SamplingConfig(temperature=0.0, max_tokens=max_completion_length,
                               chat_template_kwargs=chat_template_kwargs)
     check = correct_fn or is_correct
-    was_training = getattr(model, "training", False)
-    if model is not None:
-        model.eval()
     out = ToolEvaluation()
     count = len(dataset)
     show = count > batch_size if progress is None else progress
-    try:
+    with eval_mode(model):
         with progress_bar(total=count, desc="tool eval", unit="problem", disable=not show) as bar:
             for start in range(0, count, batch_size):
                 rows = list(range(start, min(start + batch_size, count)))
@@ -158,7 +156,4 @@ def evaluate_tool_accuracy(model, tokenizer, dataset, *, tools: Sequence[Callabl
                     out.answers.append(answer)
                     out.texts.append(trajectory.display_text())
                 bar.update(len(rows))
-    finally:
-        if model is not None and was_training:
-            model.train()
     return out

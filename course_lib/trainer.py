@@ -3,10 +3,11 @@
 Read it top to bottom, as CleanRL's ``ppo.py``: the ``while`` loop of ``_train()`` repeats
 
 1. **generate** (``_generate``): ``unique prompts x num_generations`` completions from the
-   rollout engine (``hf`` or ``vllm``), prompt-major;
-2. **score** (``_score``): reward functions -> rewards; old / reference log-probs when the
-   schedule or the KL needs them; the sampler-mismatch weight when a correction is on; the
-   algorithm's advantages (``algorithm.advantages``);
+   rollout engine (``hf`` or ``vllm``), prompt-major, and their rewards (``_generate_round``:
+   reward functions -> rewards here, because dynamic sampling keeps or redraws groups by them);
+2. **score** (``_score``): old / reference log-probs when the schedule or the KL needs them;
+   the sampler-mismatch weight when a correction is on; the algorithm's advantages
+   (``algorithm.advantages``);
 3. **learn** (``_micro_step``): ``steps_per_generation`` micro-batches, replayed
    ``num_iterations`` times, each a forward, ``algorithm.loss`` and a backward;
 4. **step** (``_optimizer_step``): every ``gradient_accumulation_steps`` micro-batches
@@ -40,15 +41,16 @@ from tqdm.auto import tqdm
 
 from .algos import get_algorithm
 from .algos.base import MicroBatch, PolicyOutputs, ScoredBatch
-from .models import resolve_dtype
+from .models import eval_mode, resolve_dtype
 from .ops.importance import sampling_correction
 from .ops.stats import nanstd
 from .policy import PolicyForward, ReferencePolicy, completion_forward, prepare_policy
-from .rewards import compute_rewards, no_rewards, reward_function_name
-from .rollout import HFEngine, SamplingConfig, make_engine
+from .rewards import completions_like, compute_rewards, no_rewards, reward_function_name
+from .rollout import SamplingConfig, make_engine
 from .rollout.tool_run import setup_tools
 from .run import checkpoint as ckpt
-from .run.batches import Generated, GenerationBatch, PromptSampler, completion_metrics
+from .run.batches import (Generated, GenerationBatch, PromptSampler, completion_metrics, cycle_seed,
+                          micro_steps_per_cycle, repeat_prompts)
 from .run.distributed import Shards, make_accelerator
 from .run.folder import claim_output_dir, run_identity
 from .doctor.live import LiveDoctor
@@ -61,13 +63,9 @@ from .run.model_options import apply_model_options, mix_into_reference
 from .run.nonfinite import check_finite_update, check_finite_weights, clip_gradients
 from .run.step_report import StepReport
 from .run.trainer_state import resume_trainer, save_final_model, save_trainer_checkpoint
-from .run.trainer_arguments import load_model, trl_style_arguments
-from .run.validation import check_train_dataset
-from .run.wording import resume_latest
-
-
-#: Arguments the reward call passes itself, so no dataset column may carry these names.
-_REWARD_ARGUMENTS = frozenset({"prompts", "completions", "completion_ids", "environments", "trainer_state"})
+from .run.trainer_arguments import check_trainer_inputs, load_model, trl_style_arguments
+from .config.validation import check_train_dataset
+from .common.wording import resume_latest
 
 
 class Trainer:
@@ -93,16 +91,8 @@ class Trainer:
                  teacher_model=None):  # distillation's teacher: a model, (model, tokenizer) or a path
         config, reward_funcs, model, tokenizer = trl_style_arguments(
             config, reward_funcs, train_dataset, model, tokenizer, args, processing_class, environment_factory, correct_fn)
-        check_train_dataset(train_dataset)  # a table with usable prompts (course_lib.run.validation)
-        clashing = sorted(set(train_dataset.column_names) & _REWARD_ARGUMENTS)
-        if clashing:  # the reward call passes these itself: caught here, not blamed on a reward function later
-            raise ValueError(f"train_dataset has a column named {clashing[0]!r}, a name the reward functions already "
-                             f"receive as an argument ({', '.join(sorted(_REWARD_ARGUMENTS))}). Fix: rename the "
-                             f"column, e.g. dataset.rename_column({clashing[0]!r}, 'reference_{clashing[0]}').")
-        if model is not None and tokenizer is None:
-            raise ValueError("Trainer got a model but tokenizer=None: the prompts cannot be encoded. Fix: pass the "
-                             "model's tokenizer too (model, tokenizer = load_policy(...)), or pass neither and set "
-                             "config.model_name_or_path.")
+        check_train_dataset(train_dataset)  # a table with usable prompts (course_lib.config.validation)
+        check_trainer_inputs(train_dataset, model, tokenizer)  # reward-argument columns, a model without its tokenizer
         if len(train_dataset) < config.unique_prompts_per_generation:
             raise ValueError(f"train_dataset has {len(train_dataset)} rows but one generation batch needs "
                              f"{config.unique_prompts_per_generation} distinct prompts; add rows or lower "
@@ -221,29 +211,23 @@ class Trainer:
         # Every process draws the same prompts; it owns rows `self.shards.rows` of the U x G
         # completions (prompt-major) and samples them with their global indices as seeds.
         prompt_rows = self.sampler.take(config.unique_prompts_per_generation)
-        rows = [row for row in prompt_rows for _ in range(G)][self.shards.rows]
+        rows = repeat_prompts(prompt_rows, G)[self.shards.rows]
         prompts, columns = self._prompts_and_columns(rows)
         sampling = SamplingConfig.from_config(config, first_row=self.shards.rows.start,
-                                              seed=config.seed * 2**40 + self.cycle * config.effective_generation_batch_size
-                                              + round_index * 2**36)  # dynamic sampling's refill rounds
-        # The HF engine samples in eval mode and restores the modules' modes itself; others get eval mode here.
-        own_modes, was_training = isinstance(self.engine, HFEngine), self.model.training
-        if not own_modes:
-            self.model.eval()
-        with self.step_clock.generating():
+                                              seed=cycle_seed(config, self.cycle, round_index))
+        with eval_mode(self.model), self.step_clock.generating():
             tools = None if self.tool_run is None else self.tool_run.rollout(  # multi-turn (course_lib.rollout.agents)
                 self.engine, self.tokenizer, list(prompts), columns, rows, sampling)
             rollout = ((self.pipeline or self.engine).generate(list(prompts), n=1, sampling=sampling)
                        if tools is None else tools.agent.batch)
-        if not own_modes:
-            self.model.train(was_training)
         generated = Generated(rows=rows, prompts=prompts, columns=columns, rollout=rollout, tools=tools)
         self.tokens_seen += int(self.shards.sum(int(generated.loss_mask.sum() + rollout.prompt_mask.sum())))
         generated.per_func, generated.total = self._rewards(generated) if self.reward_funcs else no_rewards(len(rows))
         return generated
 
     def _score(self, generated: Generated) -> GenerationBatch:
-        """Step 2: rewards, log-probs before learning, sampler correction, then the algorithm's advantages."""
+        """Step 2: log-probs before learning, sampler correction, then the algorithm's advantages (the
+        rewards came with step 1)."""
         config, shards, rollout = self.config, self.shards, generated.rollout
         per_func, total = generated.per_func, generated.total
         mask = generated.loss_mask.clone()
@@ -282,8 +266,7 @@ class Trainer:
     def _rewards(self, generated: Generated) -> tuple[torch.Tensor, torch.Tensor]:
         """(B, K) each reward function's score and (B,) their weighted sum (NaN where none applied)."""
         rollout = generated.rollout
-        conversational = isinstance(generated.prompts[0], list)
-        completions = [[{"role": "assistant", "content": t}] if conversational else t for t in rollout.texts]
+        completions = completions_like(generated.prompts, rollout.texts)
         completion_ids = [[token for token, kept in zip(ids, mask) if kept]  # the masked tokens, as plain lists
                           for ids, mask in zip(rollout.completion_ids.tolist(), rollout.completion_mask.tolist())]
         tools = generated.tools  # multi-turn: each completion is its messages; rewards may read the environments
@@ -315,14 +298,12 @@ class Trainer:
                    "completion_ids": rollout.completion_ids, "completion_mask": rollout.completion_mask}
         old_logps = old_values = ref_logps = None
         if needs_old or with_values or self.reference is not None:
-            was_training = self.model.training
-            self.model.eval()  # no dropout in the reference passes
-            if needs_old or with_values:
-                old_logps, old_values = self._forward_in_chunks(self.model, tensors, with_values=with_values)
-            if self.reference is not None:
-                with self.reference.model() as reference:
-                    ref_logps, _ = self._forward_in_chunks(reference, tensors)
-            self.model.train(was_training)
+            with eval_mode(self.model):  # no dropout in the reference passes
+                if needs_old or with_values:
+                    old_logps, old_values = self._forward_in_chunks(self.model, tensors, with_values=with_values)
+                if self.reference is not None:
+                    with self.reference.model() as reference:
+                        ref_logps, _ = self._forward_in_chunks(reference, tensors)
         if sampler_old:  # the behaviour policy's own log-probs, recorded while sampling; 0 past each completion
             old_logps = rollout.sampling_logps.float().masked_fill(rollout.completion_mask == 0, 0.0)
         return old_logps, old_values, ref_logps
@@ -408,7 +389,7 @@ class Trainer:
         # Only the main process writes files; the others keep their rows in memory.
         self.logger = MetricsLogger(self.output_dir, config.report_to, config.to_dict(), previous_rows,
                                     write=self.shards.is_main)
-        micro_per_cycle = config.effective_steps_per_generation * config.num_iterations
+        micro_per_cycle = micro_steps_per_cycle(config)
         self._report = StepReport(self.max_steps, self.step, self.algorithm.name.upper(), config.max_grad_norm,
                                   shown=self.progress and self.shards.is_main)
         self._clock = (time.time(), self.tokens_seen)
@@ -510,12 +491,8 @@ class Trainer:
         self._sync_engine()
         if sampling is None:
             sampling = SamplingConfig(temperature=0.0, max_tokens=self.config.max_completion_length)
-        was_training = self.model.training
-        self.model.eval()
-        try:
+        with eval_mode(self.model):
             return self.engine.generate(list(prompts), n=n, sampling=sampling)
-        finally:
-            self.model.train(was_training)
 
     def save_checkpoint(self) -> Path:
         """``checkpoint-<step>`` (every process must call it): see :mod:`course_lib.run.trainer_state`."""

@@ -50,7 +50,7 @@ from pathlib import Path
 from IPython.display import display
 
 from course_lib.doctor import RULES, diagnose
-from course_lib.doctor.museum import EXHIBITS, run_exhibit
+from course_lib.museum import EXHIBITS, run_exhibit
 from course_lib.machine import fast_mode
 from course_lib.run.history import load_history
 from course_lib.widgets.dashboard import plot_training_history
@@ -81,7 +81,7 @@ for spec in RULES.values():
 # ## 2. Four broken runs: name the failure (exercise 1)
 #
 # Each dashboard below is a real run of the tiny model on two-digit addition, broken in one
-# way (the museum, `course_lib.doctor.museum`). The doctor's markers are hidden. For each,
+# way (the museum, `course_lib.museum`). The doctor's markers are hidden. For each,
 # find the curve that no healthy run shows. Healthy values for this model (the museum's
 # `healthy_grpo` run trained for 200 steps, means over steps 1-30 and over steps 171-200):
 # reward about 0.18 rising to 0.27, `frac_reward_zero_std` about 0.26 falling to 0.18,

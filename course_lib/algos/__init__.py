@@ -39,7 +39,7 @@ from course_lib.algos.ppo import PPO, PPOConfig
 from course_lib.algos.rejection import Rejection, RejectionConfig
 from course_lib.algos.rloo import RLOO, RLOOConfig
 from course_lib.algos.sft import SFT, SFTConfig
-from course_lib.run.config_tools import from_dict, resolve_keys, suggest
+from course_lib.config.tools import from_dict, resolve_keys, suggest
 
 __all__ = [
     "ALGORITHMS",
@@ -94,8 +94,10 @@ def config_class(algo: str) -> type:
 def make_config(algo: str, preset: str | None = None, **overrides: Any) -> Any:
     """Build the config of `algo` ("grpo", "rloo", "ppo"); aliases such as `rloo_k` work.
 
-    A field the algorithm does not read (say `loss_type` for RLOO) is refused with the
-    list of fields, so no knob is silently ignored. `preset` names a set of values from
+    A field the algorithm does not have (say `loss_type` for RLOO) is refused with the list of
+    fields; a field it has but the chosen loss type or aggregation never reads (`delta` with
+    `loss_type="cispo"`, `scale_rewards` with `normalize_then_sum`) is refused by the config, so
+    no knob is silently ignored (`LossType.reads`, `course_lib/algos/grpo.py`). `preset` names a set of values from
     `course_lib.presets.NAMED` (e.g. "older_trl_rloo"); `overrides` win over it.
     """
     cls = config_class(algo)

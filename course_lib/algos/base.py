@@ -264,6 +264,32 @@ def frac_reward_zero_std(rewards: Tensor, num_generations: int) -> float:
     return torch.isclose(spread, torch.zeros_like(spread)).float().mean().item()
 
 
+def reward_metrics(rewards: Tensor, num_generations: int, *, in_groups: bool = True,
+                   zero_std: bool = True) -> dict[str, float]:
+    """TRL 1.16's reward metrics of a (B,) prompt-major batch, NaN (unscorable) rewards left out.
+
+    ``reward`` is the mean; ``reward_std`` is the std over the whole batch (TRL's meaning, the same
+    for every algorithm); ``reward_std_in_groups`` the spread inside each group, averaged (what
+    group advantages divide by); ``frac_reward_zero_std`` the groups that teach nothing.
+    """
+    from course_lib.ops.stats import nanstd
+
+    metrics = {"reward": torch.nanmean(rewards).item(), "reward_std": nanstd(rewards).nan_to_num(0.0).item()}
+    if in_groups:
+        metrics["reward_std_in_groups"] = mean_group_spread(rewards, num_generations)
+    if zero_std:
+        metrics["frac_reward_zero_std"] = frac_reward_zero_std(rewards, num_generations)
+    return metrics
+
+
+def clip_flags(ratio: Tensor, advantages: Tensor, low: float, high: float,
+               dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+    """Where a PPO clip changes the gradient, as 0/1 flags of ``ratio``'s shape: the ratio below
+    ``1 - low`` with a negative advantage, and above ``1 + high`` with a positive one (TRL's
+    ``clip_ratio/low_*`` and ``clip_ratio/high_*``)."""
+    return (((ratio < 1 - low) & (advantages < 0)).to(dtype), ((ratio > 1 + high) & (advantages > 0)).to(dtype))
+
+
 def check_cliprange(name: str, value: float) -> None:
     """Raise unless a clip range is >= 0."""
     if not 0 <= value:

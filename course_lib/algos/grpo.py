@@ -45,9 +45,9 @@ from course_lib.algos.base import (
     ScoredBatch,
     advantage_column,
     check_groups,
-    mean_group_spread,
+    reward_metrics,
 )
-from course_lib.algos.grpo_config import GRPOConfig
+from course_lib.algos.grpo_config import GRPOConfig, declare_fields_read
 from course_lib.algos.grpo_losses import (
     LossContext,
     check_arguments,
@@ -70,7 +70,7 @@ from course_lib.ops.importance import off_policy_sequence_mask
 from course_lib.ops.kl import kl_k3
 from course_lib.ops.masking import masked_sum
 from course_lib.ops.stats import STD_EPS, nanstd
-from course_lib.run.validation import field_choices
+from course_lib.config.validation import field_choices
 
 Tensor = torch.Tensor
 
@@ -212,15 +212,22 @@ class LossType:
     """The `importance_sampling_level` it is designed for; None: either."""
     own_sampling_correction: bool = False
     """It folds the sampler correction into its own weight instead of multiplying the loss."""
+    reads: tuple[str, ...] = ()
+    """The clip fields it reads (as TRL 1.16); `GRPOConfig` refuses a non-default value of the others."""
+
+
+CLIP_FIELDS = ("epsilon", "epsilon_high", "delta")
+"""The clipped surrogate's fields; CISPO's cap is `epsilon_high` (default `epsilon`); SAPO, VESPO read none."""
 
 
 LOSSES: dict[str, LossType] = {
-    "grpo": LossType(_clipped, sequence_mean, clip_metrics),  # Shao et al. 2024 (length-biased)
-    "bnpo": LossType(_clipped, local_token_mean, clip_metrics),  # tokens of the local batch
-    "dr_grpo": LossType(_clipped, constant_normaliser, clip_metrics),  # Dr. GRPO, Liu et al. 2025
-    "dapo": LossType(_clipped, global_token_mean, clip_metrics),  # DAPO, Yu et al. 2025
-    "luspo": LossType(_clipped, sequence_sum, clip_metrics, level="sequence"),  # arXiv 2602.05261
-    "cispo": LossType(cispo_surrogate, global_token_mean, cispo_metrics),  # MiniMax-M1, arXiv 2506.13585
+    "grpo": LossType(_clipped, sequence_mean, clip_metrics, reads=CLIP_FIELDS),  # Shao et al. 2024 (length-biased)
+    "bnpo": LossType(_clipped, local_token_mean, clip_metrics, reads=CLIP_FIELDS),  # tokens of the local batch
+    "dr_grpo": LossType(_clipped, constant_normaliser, clip_metrics, reads=CLIP_FIELDS),  # Dr. GRPO, Liu et al. 2025
+    "dapo": LossType(_clipped, global_token_mean, clip_metrics, reads=CLIP_FIELDS),  # DAPO, Yu et al. 2025
+    "luspo": LossType(_clipped, sequence_sum, clip_metrics, level="sequence", reads=CLIP_FIELDS),  # arXiv 2602.05261
+    "cispo": LossType(cispo_surrogate, global_token_mean, cispo_metrics,  # MiniMax-M1, arXiv 2506.13585
+                      reads=("epsilon", "epsilon_high")),
     "sapo": LossType(sapo_surrogate, sequence_mean, no_metrics,  # arXiv 2511.20347
                      knobs={"sapo_temperature_pos": 1.0, "sapo_temperature_neg": 1.05}),
     "vespo": LossType(vespo_surrogate, global_token_mean, vespo_metrics, level="token",  # arXiv 2602.10693
@@ -229,6 +236,10 @@ LOSSES: dict[str, LossType] = {
                              "vespo_lambda_neg": 2.0}),
 }
 """Every loss type of the GRPO family; `GRPOConfig.loss_type`'s `Literal` lists these names."""
+AGGREGATION_READS: dict[str, tuple[str, ...]] = {"sum_then_normalize": ("scale_rewards",), "normalize_then_sum": ()}
+"""GDPO's normalisation (`multi_objective_advantages`) always divides by a std: no `scale_rewards`."""
+declare_fields_read("loss_type", {name: spec.reads for name, spec in LOSSES.items()})
+declare_fields_read("multi_objective_aggregation", AGGREGATION_READS)
 LOSS_TYPES: tuple[str, ...] = tuple(LOSSES)
 CLIPPED_LOSSES: tuple[str, ...] = tuple(name for name, spec in LOSSES.items() if spec.surrogate is _clipped)
 KNOBS: dict[str, float] = {name: value for spec in LOSSES.values() for name, value in spec.knobs.items()}
@@ -423,14 +434,8 @@ class GRPO(Algorithm):
             advantages, stats = multi_objective_advantages(scored.rewards_per_func, weights, G)
         else:
             advantages, stats = group_advantages(rewards, G, config.scale_rewards, return_stats=True)
-        metrics = {
-            "reward": torch.nanmean(rewards).item(),
-            # reward_std is TRL 1.16's: the std over the whole batch (the same name and meaning for
-            # RLOO and PPO); the spread inside each group, averaged, is what the advantages divide by.
-            "reward_std": nanstd(rewards).nan_to_num(0.0).item(),
-            "reward_std_in_groups": mean_group_spread(rewards, G),
-            "frac_reward_zero_std": stats.is_std_zero.float().mean().item(),
-        }
+        # frac_reward_zero_std: the std the advantages divided by was 0 (group, batch or GDPO's, as TRL)
+        metrics = {**reward_metrics(rewards, G), "frac_reward_zero_std": stats.is_std_zero.float().mean().item()}
         return Advantages(advantages=advantages, metrics=metrics)
 
     def _entropy_coef(self, config: GRPOConfig) -> AdaptiveEntropyCoef:

@@ -8,11 +8,27 @@ the loss entry point), :mod:`course_lib.algos.grpo_losses` (the loss types' othe
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import ClassVar, Literal
 
 from course_lib.config import RLConfig, fail, warn
-from course_lib.run.config_tools import to_trl_grpo_config
+from course_lib.config.tools import to_trl_grpo_config
+
+#: For a choice field of GRPO (``loss_type``, ``multi_objective_aggregation``): which shared fields
+#: each of its values reads. Filled by :mod:`course_lib.algos.grpo` from the table each formula
+#: declares (``LossType.reads``, ``AGGREGATION_READS``); that module imports this one, so the
+#: table cannot be imported from here.
+FIELDS_READ: dict[str, dict[str, tuple[str, ...]]] = {}
+
+
+def declare_fields_read(choice: str, reads: Mapping[str, Sequence[str]]) -> None:
+    """Record, for each value of the choice field ``choice``, the shared fields it reads.
+
+    ``GRPOConfig`` then refuses a non-default value of a field that the chosen value does not
+    read: accepted and ignored would be worse than refused.
+    """
+    FIELDS_READ[choice] = {value: tuple(fields) for value, fields in reads.items()}
 
 
 @dataclass(frozen=True)
@@ -87,6 +103,7 @@ class GRPOConfig(RLConfig):
 
     def _check_ranges(self) -> None:
         super()._check_ranges()
+        self._check_fields_read()
         if self.delta is not None and self.delta <= 1.0:
             fail("delta", self.delta, "caps the ratio at or below 1, so even on-policy tokens with a negative "
                  "advantage would get no gradient", "use delta > 1 + epsilon (INTELLECT-2) or None")
@@ -113,6 +130,18 @@ class GRPOConfig(RLConfig):
             fail("vllm_importance_sampling_mode", self.vllm_importance_sampling_mode,
                  "is a sequence mode, but VESPO folds per-token correction weights into its sequence weight",
                  "use token_truncate or token_mask with loss_type='vespo'")
+
+    def _check_fields_read(self) -> None:
+        """Refuse a field set away from its default that the chosen loss type or aggregation never reads."""
+        defaults = {name: f.default for name, f in type(self).__dataclass_fields__.items()}
+        for choice, reads in FIELDS_READ.items():
+            chosen = getattr(self, choice)
+            for name in dict.fromkeys(f for fields in reads.values() for f in fields):
+                if name not in reads.get(chosen, ()) and getattr(self, name) != defaults[name]:
+                    readers = ", ".join(value for value, fields in reads.items() if name in fields)
+                    fail(name, getattr(self, name), f"is never read with {choice}={chosen!r}, so it would change "
+                         "nothing", f"leave {name} at its default {defaults[name]!r}, or choose a {choice} that "
+                         f"reads it ({readers})")
 
     def _warn_risky(self) -> None:
         super()._warn_risky()

@@ -33,10 +33,10 @@ from dataclasses import dataclass, field
 
 import torch
 
-from course_lib.algos.base import check_per_token
+from course_lib.algos.base import check_per_token, clip_flags
 from course_lib.algos.grpo_config import GRPOConfig
 from course_lib.ops.masking import masked_normalize, masked_sum
-from course_lib.run.validation import field_choices
+from course_lib.config.validation import field_choices
 
 Tensor = torch.Tensor
 
@@ -177,8 +177,7 @@ def clip_metrics(ratio: Tensor, advantages: Tensor, c: LossContext) -> dict[str,
     if c.delta is not None:
         ratio = torch.clamp(ratio, max=c.delta)
     mask = c.mask
-    is_low = ((ratio < 1 - c.epsilon) & (advantages < 0)).to(mask.dtype)
-    is_high = ((ratio > 1 + c.epsilon_high) & (advantages > 0)).to(mask.dtype)
+    is_low, is_high = clip_flags(ratio, advantages, c.epsilon, c.epsilon_high, mask.dtype)
     low_min, _ = _seq_min_max(is_low, mask)
     _, high_max = _seq_min_max(is_high, mask)
     return {"clip_ratio/low_mean": token_mean(is_low, mask), "clip_ratio/low_min": low_min,

@@ -41,13 +41,12 @@ from course_lib.algos.base import (
     advantage_column,
     check_cliprange,
     entropy_metrics,
-    frac_reward_zero_std,
+    reward_metrics,
 )
 from course_lib.algos.onpolicy import OnPolicyConfig, kl_penalized_rewards, penalize_missing_eos
 from course_lib.config import fail
 from course_lib.models import unwrap_peft
 from course_lib.ops.masking import masked_mean, masked_sum, masked_var, masked_whiten
-from course_lib.ops.stats import nanstd
 
 Tensor = torch.Tensor
 
@@ -383,9 +382,7 @@ class PPO(Algorithm):
         scores = torch.nan_to_num(scored.rewards, nan=0.0)  # an unscorable completion scores 0
         advantages, returns, metrics = model_token_advantages(scores, scored.old_logps, scored.ref_logps,
                                                               scored.old_values, scored.mask, scored.is_eos, config)
-        metrics.update(reward=torch.nanmean(scored.rewards).item(),
-                       reward_std=nanstd(scored.rewards).nan_to_num(0.0).item(),
-                       frac_reward_zero_std=frac_reward_zero_std(scored.rewards, scored.num_generations))
+        metrics.update(reward_metrics(scored.rewards, scored.num_generations, in_groups=False))
         return Advantages(advantages=advantages, metrics=metrics, returns=returns)
 
     def loss(self, micro_batch: MicroBatch, outputs: PolicyOutputs, config: PPOConfig,

@@ -31,14 +31,14 @@ from course_lib.algos.base import (
     ScoredBatch,
     check_cliprange,
     check_groups,
+    clip_flags,
     entropy_metrics,
-    frac_reward_zero_std,
-    mean_group_spread,
+    reward_metrics,
 )
 from course_lib.algos.onpolicy import OnPolicyConfig, _alias, kl_penalized_rewards, penalize_missing_eos
 from course_lib.config import fail
 from course_lib.ops.masking import masked_sum, masked_var
-from course_lib.ops.stats import nanstd, standardize
+from course_lib.ops.stats import standardize
 
 Tensor = torch.Tensor
 
@@ -272,8 +272,7 @@ def rloo_policy_loss(
 
     with torch.no_grad():
         ones = torch.ones_like(ratio)
-        is_low = ((ratio < 1 - cliprange) & (advantages < 0)).to(ratio.dtype)
-        is_high = ((ratio > 1 + high) & (advantages > 0)).to(ratio.dtype)
+        is_low, is_high = clip_flags(ratio, advantages, cliprange, high, ratio.dtype)
         metrics = {
             "loss/policy_avg": loss.item(),
             "policy/approxkl_avg": (0.5 * log_ratio.pow(2).mean()).item(),
@@ -302,10 +301,7 @@ class RLOO(Algorithm):
         scores = torch.nan_to_num(scored.rewards, nan=0.0)  # an unscorable completion scores 0
         advantages, metrics = rloo_advantages_with_kl(scores, scored.old_logps, scored.ref_logps, scored.mask,
                                                       scored.is_eos, config)
-        metrics.update(reward=torch.nanmean(scored.rewards).item(),
-                       reward_std=nanstd(scored.rewards).nan_to_num(0.0).item(),
-                       reward_std_in_groups=mean_group_spread(scored.rewards, scored.num_generations),
-                       frac_reward_zero_std=frac_reward_zero_std(scored.rewards, scored.num_generations))
+        metrics.update(reward_metrics(scored.rewards, scored.num_generations))
         return Advantages(advantages=advantages, metrics=metrics)
 
     def loss(self, micro_batch: MicroBatch, outputs: PolicyOutputs, config: RLOOConfig,

@@ -1,7 +1,10 @@
 """The run doctor: names what is wrong with an RL run and the fix, live and after the fact.
 
 - :func:`diagnose` ``(rows, config)``: every rule that fires on a history.
-- :class:`Doctor`: the same, live, each finding reported once (the trainer's ``doctor=``).
+- :class:`Doctor`: the same, fed one row at a time, each finding reported once.
+- ``core.py``: the findings, the ``@rule`` registry and :func:`diagnose`.
+- ``live.py``: ``LiveDoctor``, what the trainer runs (``config.doctor``): a ``Doctor`` over the
+  history so far every ``logging_steps``; under ``doctor="stop"`` an error finding stops the run.
 - :data:`RULES`: the registry (``course_lib/doctor/rules.py`` and ``rules_policy.py`` hold
   the rules, each with its signals, thresholds and their reasons).
 - ``python -m course_lib doctor RUN_DIR``: the report and a figure for a run folder or a

@@ -22,6 +22,8 @@ HEAD, TAIL = 20, 200
 
 
 class LiveDoctor:
+    """The trainer's doctor: a :class:`Doctor` run over the logged rows every ``logging_steps``."""
+
     def __init__(self, config):
         self.mode = config.doctor
         self.every = config.logging_steps

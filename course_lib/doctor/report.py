@@ -16,7 +16,7 @@ import os
 from pathlib import Path
 
 from ..run.history import load_history
-from ..run.wording import fix
+from ..common.wording import fix
 from .core import Finding, format_report, metric_rows
 
 __all__ = ["load_run", "doctor_run", "plot_findings"]

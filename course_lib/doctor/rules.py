@@ -4,7 +4,7 @@ Every rule reads the metric rows (TRL's names, so a TRL ``log_history`` works to
 run's config, and returns a :class:`~course_lib.doctor.core.Diagnosis` (cause and fix) or
 ``None``. Thresholds sit next to the reason they have that value. "Recent" means the last
 ``WINDOW`` logged steps; "start" the first ``WINDOW``. Lesson 13 walks through each rule on a
-run made to fail that way (``course_lib.doctor.museum``).
+run made to fail that way (``course_lib.museum``).
 """
 
 from __future__ import annotations

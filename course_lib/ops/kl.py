@@ -80,7 +80,11 @@ def kl_k3(logps: Tensor, ref_logps: Tensor) -> Tensor:
     Returns:
         `(B, T)`, always >= 0 (since `exp(u) >= 1 + u`), unbiased for tokens sampled from
         pi, and 0 exactly where the two log-probs agree.
+
+    Computed as `expm1(u) - u`: `expm1` is accurate near 0 and never rounds below `u`, so
+    the result is >= 0 in floating point too, where `exp(u) - u - 1` can give -1e-16
+    (float64, `u` near 1e-9).
     """
     check_same_shape(logps=logps, ref_logps=ref_logps)
     log_r = ref_logps - logps
-    return torch.exp(log_r) - log_r - 1.0
+    return torch.expm1(log_r) - log_r

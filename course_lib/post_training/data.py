@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 
 from course_lib.rewards import compute_rewards
-from course_lib.run.wording import fix
+from course_lib.common.wording import fix
 
 
 def demonstrations(dataset, column: str = "answer"):

@@ -14,7 +14,9 @@ Modules:
 - ``combine``: ``rubric`` of weighted checks and ``compute_rewards`` (TRL's rules, async
   functions awaited concurrently);
 - ``reward_model``: ``RewardModel``, a learned sequence-classification scorer as a reward;
-- ``registry``: ``REWARD_FUNCTIONS`` by name.
+- ``registry``: ``REWARD_FUNCTIONS`` by name;
+- ``overlong``: DAPO's soft overlong punishment, a length penalty near the budget;
+- ``calling``: calling a reward function with a time limit, on a copy of its inputs.
 """
 
 from .answers import (
@@ -40,6 +42,7 @@ from .reward_model import RewardModel
 from .execution import code_execution_reward, make_code_execution_reward, parse_tests
 from .extract import (
     completion_text,
+    completions_like,
     extract_answer_tag,
     extract_code_block,
     extract_first_number,
@@ -81,6 +84,7 @@ __all__ = [
     "answer_tag_format_reward",
     "code_execution_reward",
     "completion_text",
+    "completions_like",
     "compute_rewards",
     "correctness_reward",
     "extract_answer_tag",

@@ -25,7 +25,8 @@ import signal
 import threading
 from typing import Any, Callable
 
-__all__ = ["DEFAULT_REWARD_TIMEOUT_S", "RewardTimeout", "call_with_timeout", "check_timeout", "private_copies"]
+__all__ = ["DEFAULT_REWARD_TIMEOUT_S", "RewardTimeout", "call_with_timeout", "check_timeout", "in_thread",
+           "private_copies"]
 
 #: Seconds one call of a reward function on one batch may take (``RLConfig.reward_timeout_s``).
 DEFAULT_REWARD_TIMEOUT_S = 600.0
@@ -94,8 +95,14 @@ def _timeout_error(label: str, timeout_s: float) -> RewardTimeout:
                          "(None removes the limit).")
 
 
-def _in_thread(call: Callable[[], Any], timeout_s: float | None, label: str) -> Any:
-    """``call()`` on a daemon thread, waited for at most ``timeout_s`` seconds (None: no limit)."""
+def in_thread(call: Callable[[], Any], timeout_s: float | None, name: str | None = None,
+              expired: Callable[[], BaseException] | None = None) -> Any:
+    """``call()`` on a daemon thread, waited for at most ``timeout_s`` seconds (None: no limit).
+
+    Past the limit it raises ``expired()`` (default: ``TimeoutError``); the call is abandoned,
+    not killed (Python cannot stop a thread). What the call raises is re-raised here. The one
+    implementation behind reward functions' and tools' time limits (``rollout/tools.py``).
+    """
     outcome: dict[str, Any] = {}
     finished = threading.Event()
 
@@ -107,12 +114,16 @@ def _in_thread(call: Callable[[], Any], timeout_s: float | None, label: str) -> 
         finally:
             finished.set()
 
-    threading.Thread(target=run, name=label, daemon=True).start()
+    threading.Thread(target=run, name=name, daemon=True).start()
     if not finished.wait(timeout_s):
-        raise _timeout_error(label, timeout_s)
+        raise expired() if expired is not None else TimeoutError(f"timed out after {timeout_s} s")
     if "error" in outcome:
         raise outcome["error"]
     return outcome["value"]
+
+
+def _in_thread(call: Callable[[], Any], timeout_s: float | None, label: str) -> Any:
+    return in_thread(call, timeout_s, label, lambda: _timeout_error(label, timeout_s))
 
 
 def await_all(awaitables: list, timeout_s: float | None, label: str) -> list:

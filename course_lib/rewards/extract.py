@@ -17,10 +17,12 @@ from __future__ import annotations
 import math
 import re
 from decimal import Decimal, InvalidOperation
+from collections.abc import Sequence
 from typing import Any
 
 __all__ = [
     "completion_text",
+    "completions_like",
     "extract_answer_tag",
     "extract_xml_answer",
     "extract_hash_answer",
@@ -47,6 +49,14 @@ _DECIMAL_STR = re.compile(r"(-?)(\d+)(?:\.(\d+))?(?:E([+-]\d+))?")
 _ANSWER_TAG = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
 _CODE_BLOCK = re.compile(r"```[ \t]*([\w+-]*)[^\n]*\n(.*?)```", re.DOTALL)
 _PLAIN_NUMBER = re.compile(r"[+-]?(?:\d{1,3}(?:,\d{3})+|\d+)?(?:\.\d+)?(?:[eE][+-]?\d+)?")
+
+
+def completions_like(prompts: Sequence, texts: Sequence[str]) -> list:
+    """Completions in the format of their prompts, as TRL hands them to reward functions: the text
+    itself after a string prompt, ``[{"role": "assistant", "content": text}]`` after a list of messages
+    (the inverse of :func:`completion_text`). ``prompts`` decides for all: its first element's format."""
+    conversational = bool(prompts) and isinstance(prompts[0], list)
+    return [[{"role": "assistant", "content": t}] if conversational else t for t in texts]
 
 
 def completion_text(completion: Any) -> str:

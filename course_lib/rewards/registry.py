@@ -48,13 +48,13 @@ def get_reward_functions(names: Sequence[str | Callable]) -> list[Callable]:
     """Look reward functions up by name; callables are passed through unchanged.
 
     A name holding ``:`` or ``.`` is your own function, ``module:function``,
-    ``module.function`` or ``file.py:function`` (``course_lib.run.user_code``), as TRL's
+    ``module.function`` or ``file.py:function`` (``course_lib.common.user_code``), as TRL's
     ``reward_funcs`` takes dotted paths.
 
     Raises:
         ValueError: for an unknown name, listing the known ones.
     """
-    from ..run.user_code import looks_like_reference, resolve_callable
+    from ..common.user_code import looks_like_reference, resolve_callable
 
     if isinstance(names, str):
         names = [names]

@@ -4,10 +4,13 @@
 - :class:`~course_lib.rollout.vllm_engine.VLLMEngine`: an in-process vLLM engine (optional
   dependency), faster, whose weights the trainer refreshes with ``sync_weights``.
 
-Both return a :class:`RolloutBatch` (prompt-major rows) and follow :class:`RolloutEngine`.
+Both return a :class:`RolloutBatch` (prompt-major rows) and follow :class:`RolloutEngine`
+(``base.py``: the sampling settings, the batch, the protocol).
 Both also continue a sequence of token ids by one turn (``generate_from_ids``), which the
 multi-turn tool loop (:mod:`~course_lib.rollout.agents`, set up for the trainer by
-:mod:`~course_lib.rollout.tool_run`) drives.
+:mod:`~course_lib.rollout.tool_run`) drives; ``tools.py`` runs the calls and the environments,
+``tool_calls.py`` holds the schemas, the chat template and the parsing, and ``warmup.py`` the
+scripted traces and the supervised warm-up that teach the call format before RL.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ import os
 
 from ..config import RLConfig
 from ..models import unwrap_peft
-from ..run.validation import field_choices
+from ..config.validation import field_choices
 from .base import (ContextLengthError, PromptTruncationWarning, RolloutBatch, RolloutEngine, SamplingConfig,
                    tokenize_prompts)
 from .hf import HFEngine

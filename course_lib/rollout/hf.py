@@ -36,6 +36,7 @@ from typing import Sequence
 
 import torch
 
+from ..models import eval_mode
 from .base import (Prompt, RolloutBatch, SamplingConfig, assemble_batch, check_context, completion_mask_from_eos,
                    eos_token_ids, left_pad, pad_token_id, row_seed, tokenize_prompts)
 
@@ -204,19 +205,6 @@ def _blocked_draws_match() -> bool:
 
 
 @contextmanager
-def _eval_mode(model: torch.nn.Module):
-    """Eval mode for sampling (no dropout), then every module back to its previous mode."""
-    training = [module for module in model.modules() if module.training]
-    if training:
-        model.eval()
-    try:
-        yield
-    finally:
-        for module in training:
-            module.training = True
-
-
-@contextmanager
 def _seeded(seed: int | None, device: torch.device):
     """Use ``seed`` for the duration of the block without disturbing the caller's random state."""
     if seed is None:
@@ -360,7 +348,7 @@ class HFEngine:
         rows_per_call = len(prompt_ids) if self.batch_size is None else self.batch_size
         completions: list[list[int]] = []
         logps: list[list[float]] | None = [] if self.record_logps else None
-        with _eval_mode(self.model), _seeded(None if seeds is None else int(seeds[0]), self.device):
+        with eval_mode(self.model), _seeded(None if seeds is None else int(seeds[0]), self.device):
             for start in range(0, len(prompt_ids), rows_per_call):
                 ids, mask = left_pad(prompt_ids[start:start + rows_per_call], pad_id)
                 generators = None
@@ -404,7 +392,7 @@ class HFEngine:
 
         completions: list[list[int]] = []
         logps: list[list[float]] | None = [] if self.record_logps else None
-        with _eval_mode(self.model), _seeded(sampling.seed, self.device):
+        with eval_mode(self.model), _seeded(sampling.seed, self.device):
             for start in range(0, len(prompt_ids), prompts_per_call):
                 chunk = prompt_ids[start:start + prompts_per_call]
                 ids, mask = left_pad(chunk, pad_id)

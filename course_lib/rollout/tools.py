@@ -23,11 +23,11 @@ from __future__ import annotations
 import asyncio
 import inspect
 import os
-import threading
 from dataclasses import dataclass
 from typing import Callable, Mapping, Sequence
 
-from ..run.history import leave_if_forked
+from ..common.forks import leave_if_forked
+from ..rewards.calling import in_thread
 from .tool_calls import ToolCall, error_text, result_text, tool_schema
 
 
@@ -45,37 +45,13 @@ def _run_with_timeout(function: Callable, arguments: dict, timeout: float | None
     if inspect.iscoroutinefunction(function):
         async def bounded():
             return await asyncio.wait_for(function(**arguments), timeout)
-        box: dict = {}
-
-        def run_async():  # its own loop in its own thread: safe inside a notebook's running loop
-            try:
-                box["value"] = asyncio.run(bounded())
-            except BaseException as error:  # noqa: BLE001 - handed back to the caller below
-                box["error"] = error
-        worker = threading.Thread(target=run_async, daemon=True)
-        worker.start()
-        worker.join()
-        if "error" in box:
-            error = box["error"]
-            raise TimeoutError(f"timed out after {timeout} s") if isinstance(error, asyncio.TimeoutError) else error
-        return box["value"]
+        try:  # its own loop in its own thread: safe inside a notebook's running loop
+            return in_thread(lambda: asyncio.run(bounded()), None)
+        except asyncio.TimeoutError:
+            raise TimeoutError(f"timed out after {timeout} s") from None
     if timeout is None:
         return function(**arguments)
-    box = {}
-
-    def run():
-        try:
-            box["value"] = function(**arguments)
-        except BaseException as error:  # noqa: BLE001
-            box["error"] = error
-    worker = threading.Thread(target=run, daemon=True)
-    worker.start()
-    worker.join(timeout)
-    if worker.is_alive():
-        raise TimeoutError(f"timed out after {timeout} s")
-    if "error" in box:
-        raise box["error"]
-    return box["value"]
+    return in_thread(lambda: function(**arguments), timeout)
 
 
 class ToolBox:

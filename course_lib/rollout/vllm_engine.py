@@ -326,10 +326,6 @@ class VLLMEngine:
             self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights})
         self.llm.reset_prefix_cache()
 
-    def vllm_model(self) -> torch.nn.Module:
-        """The ``nn.Module`` vLLM runs (in-process engines only); useful for checks."""
-        return self.llm.llm_engine.model_executor.driver_worker.worker.model_runner.model
-
     def shutdown(self) -> None:
         """Stop the engine and free its KV cache."""
         llm = getattr(self, "llm", None)

@@ -1,20 +1,22 @@
-"""What a training run needs around the learning itself: no lesson formula lives here.
+"""The loop's machinery: what the trainer calls around the learning, one floor above ``algos/`` and ``rollout/``.
 
-The lessons' path runs through ``algos/``, ``ops/``, ``rollout/``, ``rewards/``,
-``trainer.py``, ``policy.py``, ``config.py`` and ``schedule.py``; this package holds the
-machinery the trainer and the command line lean on:
+Two lesson formulas live here because only a run has the batches they act on: DAPO's dynamic
+sampling (lesson 13, ``dynamic_sampling.py``) and the staleness of asynchronous generation
+(lesson 10, ``async_rollouts.sampled_version``). The helpers below the lessons sit in
+``config/`` and ``common/``; the command line, above the trainer, in ``cli/``.
 
-- ``checkpoint.py``, ``state_io.py``: kill-safe checkpoints, read without unpickling code.
-- ``folder.py``: claiming an output folder, refusing to mix two runs in one.
-- ``history.py``: ``history.jsonl`` (one row of metrics per step) and printed samples.
+- ``batches.py``: the prompt sampler, the generated and the scored generation batch.
+- ``dynamic_sampling.py``: drawing rounds until enough groups have a reward spread (DAPO).
+- ``async_rollouts.py``: a worker process that samples the next batches while the trainer learns.
+- ``in_loop_eval.py``: held-out reward and greedy accuracy every ``eval_steps``.
+- ``model_options.py``: what the model-side config fields do to a loaded policy.
+- ``distributed.py``: processes through ``accelerate``, the per-process slice of a batch.
 - ``nonfinite.py``: stop before a NaN/inf loss or gradient reaches the weights, and before
   NaN/inf weights are saved or resumed from.
-- ``lifeline.py``: the processes of a launched run die with the command that started them.
-- ``distributed.py``: processes through ``accelerate``, the per-process slice of a batch.
-- ``in_loop_eval.py``: held-out reward and greedy accuracy every ``eval_steps``.
-- ``batches.py``: the prompt sampler and the scored generation batch.
-- ``model_options.py``: what the model-side config fields do to a loaded policy.
-- ``validation.py``, ``config_tools.py``: config checks, overrides, field docs, I/O.
-- ``trl_fields.py``, ``export_trl.py``: the same run expressed as a TRL config and command.
-- ``cli_train.py``: ``python -m course_lib train``.
+- ``step_report.py``: what a run prints while it trains (the bar, notes, the closing line).
+- ``history.py``: ``history.jsonl`` (one row of metrics per step) and printed samples.
+- ``trainer_state.py``: what a trainer saves in a checkpoint, and its resume.
+- ``checkpoint.py``, ``state_io.py``: kill-safe checkpoints, read without unpickling code.
+- ``folder.py``: claiming an output folder, refusing to mix two runs in one.
+- ``signals.py``: Ctrl-C, SIGTERM and SIGHUP save and stop at the next optimizer step.
 """

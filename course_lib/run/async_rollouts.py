@@ -60,11 +60,12 @@ import time
 import traceback
 from collections import deque
 from contextlib import contextmanager
+from typing import Any
 
 import numpy as np
 import torch
 
-from .batches import PromptSampler
+from .batches import PromptSampler, cycle_seed, micro_steps_per_cycle, repeat_prompts
 
 
 #: Least seconds the worker's start-up may take (a spawned interpreter imports torch and copies the model).
@@ -75,11 +76,55 @@ class GenerationWorkerError(RuntimeError):
     """The generation worker failed or died; the run stops instead of waiting forever."""
 
 
+# The messages between the trainer and the worker (pickled through two queues).
+@dataclasses.dataclass(frozen=True)
+class Weights:
+    """Trainer -> worker: the weights of ``version`` (an optimizer step) are in shared slot ``slot``."""
+
+    version: int
+    slot: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Generate:
+    """Trainer -> worker: sample cycle ``cycle`` (one completion a row) with the latest weights."""
+
+    cycle: int
+    prompts: list
+    sampling: Any
+
+
+@dataclasses.dataclass(frozen=True)
+class Stop:
+    """Trainer -> worker: leave."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Sampled:
+    """Worker -> trainer: cycle ``cycle`` sampled with the weights of ``version``, in ``seconds``."""
+
+    cycle: int
+    version: int | None
+    rollout: Any  # a RolloutBatch with numpy arrays for its tensors (_by_value)
+    seconds: float
+
+
+@dataclasses.dataclass(frozen=True)
+class Ready:
+    """Worker -> trainer: start-up is over; from now on each batch has ``async_batch_timeout_s``."""
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkerFailed:
+    """Worker -> trainer: the worker raised; its traceback."""
+
+    traceback: str
+
+
 def sampled_version(cycle: int, config, start_step: int = 0) -> tuple[int, int]:
     """``(s_c, v_c)``: the optimizer step at which cycle ``cycle`` is taken, and the weights' version
     that samples it (never older than ``start_step``, the step the pipeline started at)."""
-    micro_per_cycle = config.effective_steps_per_generation * config.num_iterations
-    taken = cycle * micro_per_cycle // config.gradient_accumulation_steps
+    taken = cycle * micro_steps_per_cycle(config) // config.gradient_accumulation_steps
     k = config.weight_sync_steps
     version = math.ceil(max(0, taken - config.max_staleness) / k) * k
     return taken, min(taken, max(version, start_step))
@@ -144,7 +189,7 @@ def _worker_main(model, tokenizer, slots, inbox, outbox, parent_pid: int, thread
     torch.set_num_threads(threads)
     try:
         engine, version = HFEngine(model, tokenizer, record_logps=True), None
-        outbox.put(("ready",))  # start-up is over: from now on each batch has async_batch_timeout_s
+        outbox.put(Ready())
         while True:
             try:
                 message = inbox.get(timeout=0.5)
@@ -152,18 +197,17 @@ def _worker_main(model, tokenizer, slots, inbox, outbox, parent_pid: int, thread
                 if os.getppid() != parent_pid:  # the trainer is gone
                     return
                 continue
-            if message[0] == "stop":
+            if isinstance(message, Stop):
                 return
-            if message[0] == "weights":
-                version = message[1]
-                _load_flat(model, slots[message[2]])
+            if isinstance(message, Weights):
+                version = message.version
+                _load_flat(model, slots[message.slot])
                 continue
-            _, cycle, prompts, sampling = message
             started = time.perf_counter()
-            rollout = engine.generate(prompts, n=1, sampling=sampling)
-            outbox.put(("rollout", cycle, version, _by_value(rollout), time.perf_counter() - started))
+            rollout = engine.generate(message.prompts, n=1, sampling=message.sampling)
+            outbox.put(Sampled(message.cycle, version, _by_value(rollout), time.perf_counter() - started))
     except Exception:  # noqa: BLE001 - everything goes back to the trainer, which raises it
-        outbox.put(("error", traceback.format_exc()))
+        outbox.put(WorkerFailed(traceback.format_exc()))
 
 
 class AsyncGeneration:
@@ -183,10 +227,10 @@ class AsyncGeneration:
         state = trainer.sampler
         self.ahead = PromptSampler(state.num_rows, state.seed, state.epoch, state.position, shuffle=state.shuffle)
         self.next_cycle = trainer.cycle  # the next cycle to send
-        micro_per_cycle = config.effective_steps_per_generation * config.num_iterations
-        self.last_cycle = math.ceil(trainer.max_steps * config.gradient_accumulation_steps / micro_per_cycle)
+        micro_steps = trainer.max_steps * config.gradient_accumulation_steps
+        self.last_cycle = math.ceil(micro_steps / micro_steps_per_cycle(config))
         self.sent_version: int | None = None
-        self.pending: deque = deque()  # (cycle, version, prompts, sampling) sent, not yet taken
+        self.pending: deque = deque()  # (weights version, Generate) sent, not yet taken
         self.metrics: dict = {}
         self.worker_seconds = 0.0
         self.ready, self.started_at = False, time.monotonic()  # the worker says "ready" once it has started
@@ -211,8 +255,7 @@ class AsyncGeneration:
         from ..rollout import SamplingConfig
 
         config = self.config  # the synchronous trainer's seed of this cycle (round 0, one process)
-        return SamplingConfig.from_config(config, first_row=0,
-                                          seed=config.seed * 2**40 + cycle * config.effective_generation_batch_size)
+        return SamplingConfig.from_config(config, first_row=0, seed=cycle_seed(config, cycle))
 
     def advance(self, step: int) -> None:
         """After optimizer step ``step``: send every cycle whose sampling weights are now known."""
@@ -224,14 +267,15 @@ class AsyncGeneration:
             if self.sent_version != version:
                 slot = self.sends % len(self.slots)
                 _write_slot(self.trainer.model, self.slots[slot])
-                self.inbox.put(("weights", version, slot))
+                self.inbox.put(Weights(version, slot))
                 self.sent_version, self.sends = version, self.sends + 1
             prompt_rows = self.ahead.take(config.unique_prompts_per_generation)
-            rows = [row for row in prompt_rows for _ in range(G)]
+            rows = repeat_prompts(prompt_rows, G)
             prompts, _ = self.trainer._prompts_and_columns(rows)
             sampling = self._sampling(self.next_cycle)
-            self.inbox.put(("generate", self.next_cycle, list(prompts), sampling))
-            self.pending.append((self.next_cycle, version, list(prompts), sampling))
+            request = Generate(self.next_cycle, list(prompts), sampling)
+            self.inbox.put(request)
+            self.pending.append((version, request))
             self.next_cycle += 1
 
     # ---------------------------------------------------------------- taking
@@ -240,23 +284,24 @@ class AsyncGeneration:
         if not self.pending:
             raise GenerationWorkerError("no generation batch was sent for this cycle (the schedule ran past "
                                         f"the {self.last_cycle} cycles planned)")
-        cycle, version, sent_prompts, sent_sampling = self.pending.popleft()
-        if n != 1 or list(prompts) != sent_prompts or sampling != sent_sampling:
+        version, sent = self.pending.popleft()
+        cycle = sent.cycle
+        if n != 1 or list(prompts) != sent.prompts or sampling != sent.sampling:
             raise GenerationWorkerError(f"cycle {cycle}: the trainer asked for other prompts or sampling settings "
                                         "than were sent to the worker")
         started = time.perf_counter()
-        message = self._receive(cycle)
-        _, got_cycle, got_version, rollout, seconds = message
-        if (got_cycle, got_version) != (cycle, version):
-            raise GenerationWorkerError(f"expected cycle {cycle} at version {version}, got cycle {got_cycle} "
-                                        f"at version {got_version}")
+        got = self._receive(cycle)
+        if (got.cycle, got.version) != (cycle, version):
+            raise GenerationWorkerError(f"expected cycle {cycle} at version {version}, got cycle {got.cycle} "
+                                        f"at version {got.version}")
+        seconds = got.seconds
         self.worker_seconds += seconds
         staleness = float(self.trainer.step - version)
         self.metrics = {"sample/staleness_mean": staleness, "sample/staleness_max": staleness,
                         "perf/rollout_wait_s": time.perf_counter() - started, "perf/worker_generate_s": seconds}
-        return _as_tensors(rollout)
+        return _as_tensors(got.rollout)
 
-    def _receive(self, cycle: int):
+    def _receive(self, cycle: int) -> Sampled:
         limit, waited_from = self.config.async_batch_timeout_s, time.monotonic()
         while True:
             try:
@@ -277,9 +322,9 @@ class AsyncGeneration:
             except (OSError, EOFError) as error:  # a dead worker can no longer hand over its tensors
                 self.process.join(timeout=5)
                 raise self._died(cycle) from error
-            if message[0] == "error":
-                raise GenerationWorkerError(f"the generation worker failed on batch {cycle}:\n{message[1]}")
-            if message[0] == "ready":
+            if isinstance(message, WorkerFailed):
+                raise GenerationWorkerError(f"the generation worker failed on batch {cycle}:\n{message.traceback}")
+            if isinstance(message, Ready):
                 self.ready, waited_from = True, time.monotonic()
                 continue
             return message
@@ -298,7 +343,7 @@ class AsyncGeneration:
     def close(self) -> None:
         """Stop the worker (it finishes or drops what it holds) and release the queues."""
         if self.process.is_alive():
-            self.inbox.put(("stop",))
+            self.inbox.put(Stop())
             self.process.join(timeout=5)
         if self.process.is_alive():
             self.process.terminate()

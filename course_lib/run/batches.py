@@ -6,6 +6,9 @@
 - :class:`GenerationBatch`: one generation cycle after scoring: tensors the loss reads,
   sliced in order into micro-batches (:class:`~course_lib.algos.base.MicroBatch`, prompt-major rows).
 - :func:`completion_metrics`: TRL's completion-length metrics of a generation batch.
+- The cycle plan, written once for the trainer and the asynchronous worker: the rows of a cycle
+  (:func:`repeat_prompts`), its sampling seed (:func:`cycle_seed`) and its length in micro-steps
+  (:func:`micro_steps_per_cycle`).
 """
 
 from __future__ import annotations
@@ -18,6 +21,22 @@ import torch
 from ..algos.base import MicroBatch
 from ..rollout.base import RolloutBatch
 from ..rollout.tool_run import ToolRollout
+
+
+def repeat_prompts(prompt_rows: list[int], num_generations: int) -> list[int]:
+    """Prompt-major rows of a generation cycle: each prompt's row ``num_generations`` times in a row."""
+    return [row for row in prompt_rows for _ in range(num_generations)]
+
+
+def cycle_seed(config, cycle: int, round_index: int = 0) -> int:
+    """The sampling seed of generation cycle ``cycle`` (``round_index``: dynamic sampling's refill
+    rounds); each row then adds its global index, so no two completions of a run share a seed."""
+    return config.seed * 2**40 + cycle * config.effective_generation_batch_size + round_index * 2**36
+
+
+def micro_steps_per_cycle(config) -> int:
+    """Micro-steps one generation batch feeds: ``steps_per_generation`` slices, ``num_iterations`` times."""
+    return config.effective_steps_per_generation * config.num_iterations
 
 
 class PromptSampler:

@@ -41,7 +41,7 @@ import torch
 
 from ..models import first_non_finite, make_adapter_portable
 from .signals import StopOnSignals
-from .wording import fix, resume_latest
+from ..common.wording import fix, resume_latest
 from .state_io import StateFileError, load_rng, load_rollout, load_tensor_state, read_tensors, save_rng, save_rollout
 
 

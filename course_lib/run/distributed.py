@@ -26,6 +26,8 @@ import sys
 
 import torch
 
+from ..machine import cpu_supports_bfloat16
+
 
 Tensor = torch.Tensor
 
@@ -111,12 +113,6 @@ def exit_worker(code: int = 0):
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
-
-
-def cpu_supports_bfloat16() -> bool:
-    """Whether this CPU has native bfloat16 arithmetic (AVX512-BF16 or AMX); without it bf16 is emulated."""
-    probes = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
-    return any(getattr(torch.cpu, name, lambda: False)() for name in probes)
 
 
 def _check_precision(config, device: torch.device) -> None:

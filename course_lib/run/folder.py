@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from .checkpoint import list_checkpoints, latest_checkpoint
-from .wording import fix, resume_latest
+from ..common.wording import fix, resume_latest
 
 try:
     import fcntl

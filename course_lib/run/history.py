@@ -15,6 +15,8 @@ import sys
 import time
 from pathlib import Path
 
+from ..common.forks import FORKED_COPY_EXIT, leave_if_forked  # noqa: F401 (FORKED_COPY_EXIT: public here)
+
 
 #: Metrics that measure the machine's speed, not the run: they differ between identical runs.
 WALL_CLOCK_KEYS = ("tokens/s", "eps", "timing/step_s", "timing/generation_s")
@@ -43,29 +45,6 @@ class StepClock:
         row = {"timing/step_s": now - self.last, "timing/generation_s": self.generation_s}
         self.last, self.generation_s = now, 0.0
         return row
-
-
-#: Exit status of a forked copy of a run that :func:`leave_if_forked` stops.
-FORKED_COPY_EXIT = 70
-
-
-def leave_if_forked(owner_pid: int, what: str) -> None:
-    """End this process at once when it is not ``owner_pid``: a copy of the run made by ``os.fork()``
-    in user code (a tool, a reward) that returned into the training loop.
-
-    Such a copy would go on training and write into the same ``history.jsonl`` and checkpoints
-    as the run itself. ``os._exit`` ends it without running the run's clean-up (which would
-    release the run's lock and stop its workers).
-    """
-    pid = os.getpid()
-    if pid == owner_pid:
-        return
-    with contextlib.suppress(Exception):
-        sys.stderr.write(f"error: process {pid} is a copy of training run {owner_pid} made by os.fork() in {what}; "
-                         f"it stops here instead of writing a second run into the same output folder. Fix: end "
-                         "the forked child with os._exit() (or use subprocess), and give the tool a tool_timeout.\n")
-        sys.stderr.flush()
-    os._exit(FORKED_COPY_EXIT)
 
 
 class MetricsLogger:

@@ -21,9 +21,9 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from ..algos.base import mean_group_spread
-from ..ops.stats import nanstd
-from ..rewards import compute_rewards, reward_function_name
+from ..algos.base import reward_metrics
+from ..models import eval_mode
+from ..rewards import completions_like, compute_rewards, reward_function_name
 from ..rewards.answers import is_correct
 from ..rollout import SamplingConfig
 
@@ -58,8 +58,7 @@ class InLoopEvaluator:
         prompts = self.columns["prompt"]
         rollout = engine.generate(list(prompts), n=n, sampling=sampling)
         repeated = [p for p in prompts for _ in range(n)]
-        conversational = isinstance(repeated[0], list)
-        completions = [[{"role": "assistant", "content": t}] if conversational else t for t in rollout.texts]
+        completions = completions_like(repeated, rollout.texts)
         columns = {k: [v for v in values for _ in range(n)] for k, values in self.columns.items() if k != "prompt"}
         per_func, total = compute_rewards(self.reward_funcs, repeated, completions, columns, self.reward_weights,
                                           timeout_s=self.config.reward_timeout_s)
@@ -69,20 +68,14 @@ class InLoopEvaluator:
     def run(self, engine, model, step: int) -> dict[str, Any]:
         """Evaluate `model` (already synced into `engine`); return the `eval/...` metrics."""
         config = self.config
-        was_training = model.training
-        model.eval()
-        try:
+        with eval_mode(model):
             sampled = SamplingConfig.from_config(config, seed=config.seed * 7_919 + 17)
             _, per_func, total = self._score(engine, config.effective_num_generations_eval, sampled)
             greedy = SamplingConfig.from_config(config, seed=0, greedy=True)
             texts, _, greedy_total = self._score(engine, 1, greedy)
-        finally:
-            model.train(was_training)
         G = config.effective_num_generations_eval
-        metrics = {"eval/reward": torch.nanmean(total).item(),
-                   "eval/reward_std": nanstd(total).nan_to_num(0.0).item(),  # over the batch, as in training
-                   "eval/reward_std_in_groups": mean_group_spread(total, G) if G > 1 else 0.0,
-                   "eval/greedy_reward": torch.nanmean(greedy_total).item()}
+        metrics = {f"eval/{name}": value for name, value in reward_metrics(total, G, zero_std=False).items()}
+        metrics["eval/greedy_reward"] = torch.nanmean(greedy_total).item()
         for f, function in enumerate(self.reward_funcs):
             metrics[f"eval/rewards/{reward_function_name(function)}/mean"] = torch.nanmean(per_func[:, f]).item()
         if "answer" in self.columns:

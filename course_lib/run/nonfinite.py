@@ -60,7 +60,7 @@ def _resume_hint(output_dir) -> str:
     from .checkpoint import latest_checkpoint
 
     last = latest_checkpoint(output_dir) if output_dir is not None else None
-    from .wording import resume_latest
+    from ..common.wording import resume_latest
 
     return (f"the last checkpoint is {last} (resume with {resume_latest()})" if last is not None
             else "no checkpoint was saved yet (set save_steps to save some)")

@@ -53,6 +53,24 @@ def trl_style_arguments(config, reward_funcs, train_dataset, model, tokenizer, a
 
 
 
+#: Arguments the reward call passes itself, so no dataset column may carry these names.
+REWARD_ARGUMENTS = frozenset({"prompts", "completions", "completion_ids", "environments", "trainer_state"})
+
+
+def check_trainer_inputs(train_dataset, model, tokenizer) -> None:
+    """Refuse, before anything loads, a dataset column the reward call already passes (it would be
+    blamed on a reward function later) and a model given without its tokenizer."""
+    clashing = sorted(set(train_dataset.column_names) & REWARD_ARGUMENTS)
+    if clashing:
+        raise ValueError(f"train_dataset has a column named {clashing[0]!r}, a name the reward functions already "
+                         f"receive as an argument ({', '.join(sorted(REWARD_ARGUMENTS))}). Fix: rename the "
+                         f"column, e.g. dataset.rename_column({clashing[0]!r}, 'reference_{clashing[0]}').")
+    if model is not None and tokenizer is None:
+        raise ValueError("Trainer got a model but tokenizer=None: the prompts cannot be encoded. Fix: pass the "
+                         "model's tokenizer too (model, tokenizer = load_policy(...)), or pass neither and set "
+                         "config.model_name_or_path.")
+
+
 def load_model(config, model, tokenizer):
     """``(model, tokenizer)``: the ones given, else loaded from ``config.model_name_or_path``; a
     given tokenizer wins over the loaded one (TRL's ``processing_class``)."""

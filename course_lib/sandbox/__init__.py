@@ -2,7 +2,8 @@
 
 ``run_python`` runs one program; ``run_tests`` runs it against test cases (the verifier
 behind ``course_lib.rewards.code_execution_reward``); ``detect_isolation`` and
-``sandbox_guards`` report which guards hold on this machine.
+``sandbox_guards`` report which guards hold on this machine. ``runner.py`` starts and
+supervises the one child interpreter (limits, timeout, output capture).
 
 A code verifier (the "run the tests" reward of RLVR) executes text a policy wrote,
 thousands of times, including its worst ideas. The guards, strongest first:

@@ -61,6 +61,6 @@ __all__ = [
 
 # Figures here are built without pyplot (nothing leaks between calls): let a notebook cell that
 # ends with one show it as an image.
-from ..widgets._common import enable_notebook_display as _enable_notebook_display  # noqa: E402
+from ..common.figures import enable_notebook_display as _enable_notebook_display  # noqa: E402
 
 _enable_notebook_display()

@@ -71,11 +71,6 @@ class _BanditBase:
     def best_arm(self) -> int:
         return int(np.argmax(self.means))
 
-    @property
-    def optimal_mean(self) -> float:
-        """Expected reward of the best arm: what an all-knowing agent earns per pull."""
-        return float(np.max(self.means))
-
     def _check_arm(self, arm: int) -> None:
         if not 0 <= int(arm) < self.n_arms:
             raise ValueError(

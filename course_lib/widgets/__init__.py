@@ -7,24 +7,24 @@ controls to it. The numbers always come from the library's own maths
 (`course_lib.algos`, `course_lib.ops`, `schedule`, `rewards`), so a
 plot cannot disagree with the trainer.
 
-| lesson | plotting function | explorer |
+| lesson | module: plotting function | explorer |
 |---|---|---|
-| 03, 06 | `plot_clip_objective`, `plot_sequence_ratio`, `plot_loss_weights` | `clip_explorer` |
-| 03, 06 | `plot_kl_estimators` | `kl_explorer` |
-| 04, 08, 11 | `plot_training_history`, `load_history` | `LiveDashboard` |
-| 05 | `plot_advantages` | `advantage_explorer` |
-| 06 | `plot_loss_normalization` | `normalization_explorer` |
-| 07 | `plot_schedule` (`SCHEDULE_PRESETS`) | `schedule_explorer` |
-| 09 | `plot_reward_breakdown` | `reward_playground` |
-| 10 | `logits_memory_gb`, `kv_cache_gb`, `measure_logprob_memory`, `plot_memory_vs_chunk_size` | — |
-| 12 | `plot_trajectory_tokens`, `token_cells` | — |
+| 03, 06 | `clipping.py`: `plot_clip_objective`, `plot_sequence_ratio`, `plot_loss_weights` | `clip_explorer` |
+| 03, 06 | `kl.py`: `plot_kl_estimators` | `kl_explorer` |
+| 04, 08, 11 | `dashboard.py`: `plot_training_history`, `load_history` | `LiveDashboard` |
+| 05 | `advantage.py`: `plot_advantages` | `advantage_explorer` |
+| 06 | `normalization.py`: `plot_loss_normalization` | `normalization_explorer` |
+| 07 | `schedule.py`: `plot_schedule` (`SCHEDULE_PRESETS`) | `schedule_explorer` |
+| 09 | `rewards_playground.py`: `plot_reward_breakdown` | `reward_playground` |
+| 10 | `memory.py`: `logits_memory_gb`, `kv_cache_gb`, `measure_logprob_memory`, `plot_memory_vs_chunk_size` | — |
+| 12 | `trajectory.py`: `plot_trajectory_tokens`, `token_cells` | — |
 
 ipywidgets is imported only when an explorer is built. Under IPython, importing this
 package lets a cell that ends with a returned figure show it (`enable_notebook_display`):
 the figures are not pyplot figures, so `plt.show()` does not show them.
 """
 
-from ._common import enable_notebook_display
+from ..common.figures import enable_notebook_display
 from .advantage import advantage_explorer, compute_advantage_panels, plot_advantages
 from .clipping import (ClipCurve, clip_curve, clip_explorer, loss_weight_curve, plot_clip_objective, plot_loss_weights,
                        plot_sequence_ratio, sequence_clip_maps)

@@ -24,9 +24,9 @@ from course_lib.algos.grpo import group_advantages
 from course_lib.algos.grpo_config import GRPOConfig
 from course_lib.algos.rloo import rloo_advantages
 
-from course_lib.run.validation import field_choices
+from course_lib.config.validation import field_choices
 
-from ._common import build_explorer, category_colors, new_figure, parse_numbers
+from ..common.figures import build_explorer, category_colors, new_figure, parse_numbers
 
 __all__ = ["advantage_explorer", "compute_advantage_panels", "plot_advantages"]
 

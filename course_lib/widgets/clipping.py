@@ -37,7 +37,7 @@ from matplotlib.figure import Figure
 from course_lib.algos.grpo import policy_loss
 from course_lib.algos.ppo import ppo_policy_loss
 
-from ._common import build_explorer, new_figure
+from ..common.figures import build_explorer, new_figure
 
 __all__ = ["ClipCurve", "clip_curve", "clip_explorer", "loss_weight_curve", "plot_clip_objective",
            "plot_loss_weights", "plot_sequence_ratio", "sequence_clip_maps"]

@@ -27,7 +27,7 @@ from matplotlib.ticker import MaxNLocator
 
 from ..run.history import load_history
 from ..toy.plots import moving_average
-from ._common import new_figure
+from ..common.figures import new_figure
 
 __all__ = ["DEFAULT_PANELS", "LiveDashboard", "load_history", "metric_series", "plot_training_history"]
 

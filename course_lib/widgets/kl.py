@@ -24,7 +24,7 @@ from torch.distributions import Categorical, Distribution, Normal, kl_divergence
 
 from course_lib.ops.kl import kl_k1, kl_k2, kl_k3
 
-from ._common import build_explorer, new_figure
+from ..common.figures import build_explorer, new_figure
 
 __all__ = ["kl_estimator_samples", "kl_estimator_stats", "kl_explorer", "plot_kl_estimators"]
 

@@ -35,7 +35,7 @@ import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.ticker import NullFormatter
 
-from ._common import new_figure
+from ..common.figures import new_figure
 
 __all__ = ["kv_cache_gb", "logits_memory_gb", "measure_logprob_memory", "plot_memory_vs_chunk_size"]
 

@@ -30,7 +30,7 @@ from course_lib.algos.grpo import CLIPPED_LOSSES, LOSSES, policy_loss
 # objective itself; lesson 06's clip explorer draws those, and LUSPO is a sequence-level loss).
 LOSS_TYPES = tuple(name for name in CLIPPED_LOSSES if LOSSES[name].level != "sequence")
 
-from ._common import build_explorer, new_figure, parse_numbers
+from ..common.figures import build_explorer, new_figure, parse_numbers
 
 __all__ = ["normalization_explorer", "per_token_weights", "plot_loss_normalization"]
 

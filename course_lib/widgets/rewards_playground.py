@@ -21,7 +21,7 @@ from course_lib.rewards import compute_rewards, reward_function_name
 from course_lib.rewards.combine import RewardFunctionError
 from course_lib.rewards.extract import completion_text
 
-from ._common import build_explorer, new_figure
+from ..common.figures import build_explorer, new_figure
 
 __all__ = ["DEFAULT_REWARDS", "EXAMPLE_COMPLETIONS", "plot_reward_breakdown", "reward_breakdown", "reward_playground"]
 

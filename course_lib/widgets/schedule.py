@@ -33,7 +33,7 @@ from course_lib.schedule import (
     unique_prompts_per_generation,
 )
 
-from ._common import build_explorer, category_colors, new_figure
+from ..common.figures import build_explorer, category_colors, new_figure
 
 __all__ = ["SCHEDULE_PRESETS", "plot_schedule", "schedule_explorer", "schedule_formulas", "schedule_grid"]
 

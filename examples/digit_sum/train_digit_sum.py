@@ -25,7 +25,7 @@ from digit_sum import brevity_reward, digit_sum_reward, digit_sum_task, is_digit
 def main(argv: list[str] | None = None) -> dict:
     from course_lib.algos import make_config
     from course_lib.evaluation import evaluate_accuracy
-    from course_lib.run.export_trl import export_run
+    from course_lib.cli.export_trl import export_run
     from course_lib.models import load_policy
     from course_lib.trainer import Trainer
 

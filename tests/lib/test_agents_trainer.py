@@ -154,7 +154,7 @@ def test_ppo_gae_skips_tool_tokens():
 
 
 def test_export_trl_refuses_tool_runs_and_says_why(tmp_path):
-    from course_lib.run.export_trl import export_run
+    from course_lib.cli.export_trl import export_run
 
     config = make_config("grpo", max_tool_calling_iterations=3)
     with pytest.raises(ValueError, match=r"(?s)tools and environments are Python objects.*GRPOTrainer\(\.\.\., tools="):
@@ -166,7 +166,7 @@ def test_export_trl_refuses_tools_given_without_an_iteration_cap(tmp_path):
     # TRL's default cap is None, so the config alone does not mark a tool run: the tools, the
     # environment factory or an 'environment' column do.
     from datasets import Dataset
-    from course_lib.run.export_trl import export_run
+    from course_lib.cli.export_trl import export_run
 
     config = make_config("grpo")
     assert config.max_tool_calling_iterations is None

@@ -14,7 +14,7 @@ import importlib.util
 import pytest
 
 from course_lib.run import checkpoint as ckpt
-from course_lib.run import wording
+from course_lib.common import wording
 from course_lib.algos import make_config
 from course_lib.algos.grpo_config import GRPOConfig
 from course_lib.algos.ppo import PPOConfig
@@ -77,7 +77,7 @@ def test_python_errors_deep_in_the_library_name_python_arguments_not_flags(tmp_p
     from safetensors.torch import save_file
 
     from course_lib.data import DataError, load_gsm8k
-    from course_lib.run.config_tools import apply_overrides
+    from course_lib.config.tools import apply_overrides
     from course_lib.run.folder import OutputDirError, claim_output_dir
 
     monkeypatch.setattr(wording, "_COMMAND_LINE", False)
@@ -138,7 +138,7 @@ def _message_text(node) -> str:
 
 
 #: Modules that only the command line runs: flags are their words.
-COMMAND_LINE_MODULES = {"__main__.py", "run/cli_train.py"}
+COMMAND_LINE_MODULES = {"__main__.py", "cli/train.py"}
 
 
 def test_no_error_outside_the_command_line_names_a_bare_flag():
@@ -163,5 +163,5 @@ def test_no_error_outside_the_command_line_names_a_bare_flag():
             if isinstance(node, ast.Raise) and node.exc is not None:
                 text = quoted.sub("", _message_text(node.exc))
                 bare += [f"{name}:{node.lineno}: {m}" for m in flag.findall(text)]
-    assert not bare, "flags in errors a Python user can reach; word them with course_lib.run.wording.fix:\n" + \
+    assert not bare, "flags in errors a Python user can reach; word them with course_lib.common.wording.fix:\n" + \
         "\n".join(bare)

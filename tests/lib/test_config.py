@@ -13,7 +13,7 @@ import torch
 from course_lib.algos import GRPOConfig, PPOConfig, RLOOConfig, config_from_dict, make_config
 from course_lib.algos.grpo import LOSSES
 from course_lib.config import ConfigWarning, RLConfig, apply_overrides, field_docs
-from course_lib.run.config_tools import to_trl_grpo_config
+from course_lib.config.tools import to_trl_grpo_config
 
 # Fields whose default we take from TRL 1.16's GRPOConfig.
 TRL_DEFAULTS = [
@@ -396,7 +396,7 @@ def test_every_literal_field_refuses_a_value_its_annotation_does_not_list(algo):
     import typing
 
     from course_lib.algos import ALGORITHMS
-    from course_lib.run.validation import literal_choices
+    from course_lib.config.validation import literal_choices
 
     config_class = ALGORITHMS[algo].config_class
     hints = typing.get_type_hints(config_class)
@@ -413,7 +413,7 @@ def test_the_grpo_loss_types_are_the_config_annotation():
     import typing
 
     from course_lib.algos.grpo import LOSS_TYPES, GRPOConfig
-    from course_lib.run.validation import literal_choices
+    from course_lib.config.validation import literal_choices
 
     assert literal_choices(typing.get_type_hints(GRPOConfig)["loss_type"]) == LOSS_TYPES
 
@@ -476,7 +476,7 @@ def test_runtime_lists_of_choices_are_read_from_the_config_literals():
     from course_lib.algos.grpo import group_advantages, policy_loss
     from course_lib.ops.importance import IS_MODES
     from course_lib.rollout import ENGINES
-    from course_lib.run.validation import field_choices
+    from course_lib.config.validation import field_choices
     from course_lib.widgets.advantage import SCALINGS
 
     base, grpo = typing.get_type_hints(RLConfig), typing.get_type_hints(GRPOConfig)

@@ -25,6 +25,7 @@ import torch
 
 from course_lib.algos import GRPOConfig, PPOConfig, RLOOConfig, get_algorithm, make_config
 from course_lib.algos.base import MicroBatch, PolicyOutputs, ScoredBatch
+from course_lib.algos.grpo import AGGREGATION_READS, CLIP_FIELDS, LOSSES
 from course_lib.ops.importance import sampling_correction
 from course_lib.rollout import SamplingConfig
 from course_lib.run.batches import PromptSampler
@@ -101,7 +102,7 @@ ACTS_IN: dict[str, tuple[str, str]] = {
     "vllm_max_model_length": ("course_lib.trainer", "vLLM's context window"),
     "vllm_dtype": ("course_lib.trainer", "the sampler's precision"),
     "vllm_model_impl": ("course_lib.trainer", "which model code vLLM runs"),
-    "vllm_structured_outputs_regex": ("course_lib.config", "guided decoding (needs vLLM to build)"),
+    "vllm_structured_outputs_regex": ("course_lib.config.rl_config", "guided decoding (needs vLLM to build)"),
     "learning_rate": ("course_lib.trainer", "the optimizer"),
     "lr_scheduler_type": ("course_lib.trainer", "the learning-rate schedule"),
     "warmup_steps": ("course_lib.trainer", "the learning-rate schedule"),
@@ -277,8 +278,39 @@ def test_the_fingerprint_is_deterministic(algo):
     assert _same(_fingerprint(make_config(algo, **settings)), _fingerprint(make_config(algo, **settings)))
 
 
+LOSS_FIELD_CASES = [(lt, name) for lt in LOSSES for name in CLIP_FIELDS]
+CLIP_CHANGES = {"epsilon": 0.05, "epsilon_high": 0.05, "delta": 1.05}
+
+
+@pytest.mark.parametrize("loss_type,name", LOSS_FIELD_CASES, ids=[f"{a}-{n}" for a, n in LOSS_FIELD_CASES])
+def test_a_clip_field_changes_the_run_of_each_loss_type_that_reads_it_and_is_refused_by_the_others(loss_type, name):
+    base = {"loss_type": loss_type, "importance_sampling_level": "sequence" if loss_type == "luspo" else "token"}
+    value = CLIP_CHANGES[name]
+    if name in LOSSES[loss_type].reads:
+        before, after = make_config("grpo", **base), make_config("grpo", **{**base, name: value})
+        assert not _same(_fingerprint(before), _fingerprint(after)), f"{loss_type}: {name}={value!r} changed nothing"
+    else:
+        with pytest.raises(ValueError, match=rf"^{name}={value!r} is never read with loss_type='{loss_type}'.*Fix: "):
+            make_config("grpo", **{**base, name: value})
+
+
+@pytest.mark.parametrize("aggregation", sorted(AGGREGATION_READS))
+def test_scale_rewards_changes_the_run_only_where_the_aggregation_reads_it(aggregation):
+    base = {"multi_objective_aggregation": aggregation, "reward_weights": [1.0, 3.0], "num_generations": 2}
+    if "scale_rewards" in AGGREGATION_READS[aggregation]:
+        for value in ("batch", "none"):
+            after = make_config("grpo", **{**base, "scale_rewards": value})
+            assert not _same(_fingerprint(make_config("grpo", **base)), _fingerprint(after)), value
+    else:
+        for value in ("batch", "none", False):
+            with pytest.raises(ValueError, match=rf"^scale_rewards=.* is never read with "
+                                                 rf"multi_objective_aggregation='{aggregation}'"):
+                make_config("grpo", **{**base, "scale_rewards": value})
+        assert make_config("grpo", **{**base, "scale_rewards": True}).scale_rewards == "group"  # TRL's spelling
+
+
 def test_rloo_has_no_whiten_rewards_which_it_would_ignore():
-    from course_lib.run.config_tools import UnknownFieldError
+    from course_lib.config.tools import UnknownFieldError
 
     with pytest.raises(UnknownFieldError, match="whiten_rewards"):
         make_config("rloo", whiten_rewards=True)

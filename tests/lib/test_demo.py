@@ -78,9 +78,9 @@ def test_the_examples_shown_are_fixed_and_broken_problems():
 
 def test_the_demo_names_its_path_and_estimates_its_time_from_the_measured_pace(monkeypatch):
     from course_lib import demo
-    from course_lib.run import distributed
+    from course_lib import machine
 
-    monkeypatch.setattr(distributed, "cpu_supports_bfloat16", lambda: False)
+    monkeypatch.setattr(machine, "cpu_supports_bfloat16", lambda: False)
     settings = {"max_steps": 30}  # what demo_settings gives on a CPU without bfloat16
     path, why, seconds = demo.path_and_estimate("smollm2-135m", settings, 200)
     pace = demo.MEASURED_PACE["hf-fp32"]

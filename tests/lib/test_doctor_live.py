@@ -7,7 +7,7 @@ import pytest
 
 from course_lib.algos import make_config
 from course_lib.data import get_task
-from course_lib.doctor.museum import constant_reward
+from course_lib.museum import constant_reward
 from course_lib.models import load_policy
 from course_lib.rewards import get_reward_functions
 from course_lib.run.history import load_history

@@ -10,7 +10,7 @@ of rules x runs.
 import pytest
 
 from course_lib.doctor import RULES
-from course_lib.doctor.museum import EXHIBITS, run_exhibit
+from course_lib.museum import EXHIBITS, run_exhibit
 from course_lib.doctor.report import doctor_run, first_firing
 
 SLOW = {"length_paid", "long_rollouts"}  # 60 steps, 80-token completions

@@ -28,7 +28,7 @@ import sys, torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from trl import GRPOConfig, GRPOTrainer
 from course_lib.data import get_task
-from course_lib.doctor.museum import constant_reward
+from course_lib.museum import constant_reward
 from course_lib.models import TINY_DIR
 
 out = sys.argv[1]

@@ -13,7 +13,7 @@ from course_lib.rewards import get_reward_functions
 from course_lib.rollout.base import RolloutBatch
 from course_lib.run.dynamic_sampling import Sampled, concat_sampled, fill_groups, zero_spread_groups
 from course_lib.run.history import WALL_CLOCK_KEYS
-from course_lib.run.trl_fields import COURSE_ONLY, trl_grpo_fields
+from course_lib.config.trl_fields import COURSE_ONLY, trl_grpo_fields
 from course_lib.trainer import Trainer
 
 
@@ -113,7 +113,7 @@ def test_on_fills_the_batch_with_groups_that_differ(tmp_path):
 
 
 def test_a_constant_reward_stops_at_the_cap(tmp_path):
-    from course_lib.doctor.museum import constant_reward
+    from course_lib.museum import constant_reward
 
     rows = _trainer(tmp_path, [constant_reward], dynamic_sampling=True, max_num_gen_batches=3, max_steps=1).train()
     assert rows[0]["dynamic_sampling/num_gen_batches"] == 3.0

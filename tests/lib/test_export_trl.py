@@ -15,7 +15,7 @@ import torch
 from course_lib.algos import make_config
 from course_lib.algos.grpo import policy_loss
 from course_lib.data import get_task
-from course_lib.run.export_trl import export_run
+from course_lib.cli.export_trl import export_run
 from course_lib.policy import completion_forward
 
 SETTINGS = dict(model_name_or_path="tiny", per_device_train_batch_size=8, num_generations=4, max_completion_length=6,
@@ -122,7 +122,7 @@ def test_trl_trains_the_exported_run_with_a_custom_reward_from_a_moved_folder(tm
     source = tmp_path / "user"
     source.mkdir()
     (source / "digit_sum_rewards.py").write_text(DIGIT_SUM_REWARDS)
-    from course_lib.run.user_code import resolve_callable
+    from course_lib.common.user_code import resolve_callable
 
     reward = resolve_callable(f"{source / 'digit_sum_rewards.py'}:digit_sum_reward")
     config = make_config("grpo", output_dir=str(tmp_path / "ours"), **{**SETTINGS, "per_device_train_batch_size": 4,

@@ -10,7 +10,7 @@ import math
 
 import pytest
 import torch
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from course_lib.ops.importance import importance_sampling_ratio, truncated_is_ratio
@@ -46,8 +46,10 @@ def test_clipped_surrogate_by_hand():
                                torch.tensor([[0.8, 1.0, 1.3]]))
 
 
-def test_a_new_loss_type_is_one_table_entry(monkeypatch):
-    """A plain policy gradient `-r A`, averaged per sequence: nothing but the entry is added."""
+def test_policy_loss_runs_a_new_loss_type_from_its_table_entry_alone(monkeypatch):
+    """A plain policy gradient `-r A`, averaged per sequence: `policy_loss` needs nothing but the
+    entry. A run needs one more edit, the name in `GRPOConfig.loss_type`'s `Literal`
+    (`test_config.py` keeps the two lists equal)."""
     monkeypatch.setitem(LOSSES, "plain_pg", LossType(lambda ratio, adv, c: (-ratio * adv, ratio), sequence_mean,
                                                      no_metrics))
     logps = torch.tensor([[LN(0.5), LN(0.5), 0.0], [LN(0.25), 0.0, 0.0]], requires_grad=True)
@@ -300,6 +302,7 @@ def test_k1_and_k3_are_unbiased_for_kl_pi_ref():
 
 @settings(max_examples=100, deadline=None)
 @given(st.lists(st.tuples(st.floats(-30, 0), st.floats(-30, 0)), min_size=1, max_size=20))
+@example([(-9.052728298274474e-10, 0.0)])  # exp(u) - u - 1 gives -1.1e-16 here in float64
 def test_k3_and_k2_are_never_negative(pairs):
     logps = torch.tensor([a for a, _ in pairs], dtype=torch.float64)
     ref = torch.tensor([b for _, b in pairs], dtype=torch.float64)

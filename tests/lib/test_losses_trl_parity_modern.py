@@ -22,7 +22,7 @@ import pytest
 import torch
 from trl_stand_ins import SingleProcessAccelerator
 
-from course_lib.algos.grpo import GRPO, policy_loss
+from course_lib.algos.grpo import CLIP_FIELDS, GRPO, LOSSES, policy_loss
 from course_lib.algos.grpo_config import GRPOConfig
 from course_lib.algos.base import MicroBatch, PolicyOutputs
 from course_lib.ops.entropy import AdaptiveEntropyCoef
@@ -116,14 +116,15 @@ def _run_trl(batch, s):
     fake = SimpleNamespace(
         _get_per_token_logps_and_entropies=lambda *a, **k: (logps, entropies, None),
         aux_loss_enabled=False, top_entropy_quantile=s["quantile"], off_policy_mask_threshold=s["threshold"],
-        importance_sampling_level=s["level"], beta=s["beta"], loss_type=s["loss_type"], epsilon_low=0.2,
+        importance_sampling_level=s["level"], beta=s["beta"], loss_type=s["loss_type"], epsilon_low=s.get("epsilon", 0.2),
         epsilon_high=s["epsilon_high"], use_vllm=weight is not None,
         vllm_importance_sampling_correction=weight is not None, model=SimpleNamespace(training=True),
         current_gradient_accumulation_steps=s["accum"], max_completion_length=MAX_COMPLETION_LENGTH,
         accelerator=SingleProcessAccelerator(), entropy_coef=s["coef"], use_adaptive_entropy=False,
         _entropy_bonus_enabled=s["coef"] != 0.0, _last_world_entropy=math.inf, _entropy_window_stats=None,
         get_off_policy_mask=Trainer.get_off_policy_mask, get_gamma_weights=Trainer.get_gamma_weights,
-        args=SimpleNamespace(delta=None, use_bias_correction_kl=True, steps_per_generation=s["accum"], **SHAPE),
+        args=SimpleNamespace(delta=s.get("delta"), use_bias_correction_kl=True, steps_per_generation=s["accum"],
+                             **SHAPE),
         _metrics=metrics)
     fake.get_high_entropy_mask = lambda *a: Trainer.get_high_entropy_mask(fake, *a)
     inputs = {"prompt_ids": torch.zeros(BATCH, 1, dtype=torch.long), "prompt_mask": torch.ones(BATCH, 1),
@@ -187,6 +188,32 @@ def test_new_loss_types_match_trl(loss_type, level, beta, is_kind, mask_kind, ac
     settings = dict(loss_type=loss_type, level=level, beta=beta, is_kind=is_kind, accum=accum,
                     epsilon_high=5.0 if loss_type == "cispo" else 0.28, threshold=None, quantile=1.0, coef=0.0)
     _assert_same(_run_trl(batch, settings), _run_ours(batch, settings))
+
+
+def _trl_changes(loss_type: str, name: str) -> bool:
+    """Whether TRL's loss, gradient or metrics move when one clip field leaves its default.
+
+    The defaults are TRL's (epsilon 0.2, epsilon_high None, delta None); TRL's ``__init__`` turns
+    ``epsilon_high=None`` into ``epsilon``, which the stand-in does the same way.
+    """
+    batch = _batch(11, "ragged")
+    level = "sequence" if loss_type == "luspo" else "token"
+    base = dict(loss_type=loss_type, level=level, beta=0.0, is_kind="none", accum=1, threshold=None, quantile=1.0,
+                coef=0.0, epsilon=0.2, epsilon_high=None, delta=None)
+    changed = {**base, name: {"epsilon": 0.05, "epsilon_high": 0.05, "delta": 1.05}[name]}
+    runs = []
+    for s in (base, changed):
+        s = {**s, "epsilon_high": s["epsilon"] if s["epsilon_high"] is None else s["epsilon_high"]}
+        runs.append(_run_trl(batch, s))
+    (loss_a, grad_a, _, metrics_a), (loss_b, grad_b, _, metrics_b) = runs
+    return not (torch.equal(loss_a, loss_b) and torch.equal(grad_a, grad_b) and metrics_a == metrics_b)
+
+
+@pytest.mark.parametrize("loss_type,name", [(lt, n) for lt in LOSSES for n in CLIP_FIELDS])
+def test_each_loss_type_declares_the_clip_fields_trl_reads_for_it(loss_type, name):
+    """``LossType.reads`` is what TRL 1.16 reads: a declared field moves TRL's loss, any other leaves
+    it unchanged (and ``GRPOConfig`` refuses it, ``test_config_fields_change_the_run.py``)."""
+    assert _trl_changes(loss_type, name) == (name in LOSSES[loss_type].reads)
 
 
 CONTROL_GRID = list(itertools.product(

@@ -124,14 +124,13 @@ class TokenCounter:
 
 def _run(model, batch, *, share: bool, value_head=None, with_entropy=False):
     """completion_forward's outputs and gradients, and the token batches its body passes saw."""
-    counter, previous = TokenCounter(model), policy._SHARE_PROMPT_PASS
-    policy._SHARE_PROMPT_PASS = share
+    counter = TokenCounter(model)
     try:
         out = _forward_and_grads(lambda: completion_forward(model, *batch, temperature=TEMPERATURE,
-                                                            value_head=value_head, with_entropy=with_entropy),
+                                                            value_head=value_head, with_entropy=with_entropy,
+                                                            share_prompt=share),
                                  model, value_head, batch)
     finally:
-        policy._SHARE_PROMPT_PASS = previous
         counter.close()
     return out, counter.take()
 

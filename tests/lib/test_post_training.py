@@ -301,7 +301,7 @@ def test_preference_pairs_from_the_models_own_samples(tiny):
 @pytest.mark.parametrize("algo,words", [("sft", "SFTTrainer"), ("dpo", "DPOTrainer"), ("distill", "DistillationTrainer"),
                                         ("rejection", "no rejection-sampling trainer")])
 def test_export_trl_says_why_it_does_not_hand_over_the_run(tmp_path, algo, words):
-    from course_lib.run.export_trl import export_run
+    from course_lib.cli.export_trl import export_run
 
     config = make_config(algo, **COMMON, output_dir=str(tmp_path / "run"))
     with pytest.raises(ValueError, match=words):

@@ -38,7 +38,7 @@ def test_the_older_trainers_defaults_are_a_named_preset_and_values_still_win():
 
 def test_the_command_line_takes_the_preset_and_set_wins(tmp_path):
     from course_lib.__main__ import build_parser
-    from course_lib.run.cli_train import build_run
+    from course_lib.cli.train import build_run
 
     args = build_parser().parse_args(["train", "--algo", "rloo", "--model", "tiny", "--preset", "older_trl_rloo",
                                       "--set", "temperature=0.9", "--train-rows", "8",

@@ -141,3 +141,28 @@ def test_score_samples_from_texts_of_any_engine():
         group_texts(texts, 3)
     with pytest.raises(ValueError, match=r"\[1, n=4\]"):
         score_samples(group_texts(texts, 4), ["4", "8"], ks=(8,))
+
+
+def test_greedy_and_sampled_completions_leave_the_model_in_the_mode_they_found(tiny_policy):
+    """Both evaluate in eval mode (no dropout) and hand the model back as it was, module by module."""
+    from course_lib.evaluation import greedy_completions
+    from course_lib.sampled_evaluation import sampled_completions
+
+    model, tokenizer = tiny_policy
+    prompts = [[{"role": "user", "content": "1+1"}]]
+    seen = []
+    hook = model.register_forward_pre_hook(lambda module, args: seen.append(module.training))
+    try:
+        for evaluate in (lambda: greedy_completions(model, tokenizer, prompts, max_new_tokens=2),
+                         lambda: sampled_completions(model, tokenizer, prompts, n=2, max_new_tokens=2)):
+            model.train()
+            frozen = next(m for m in model.modules() if not list(m.children()))  # a leaf, e.g. the embedding
+            frozen.eval()  # a module the caller keeps in eval mode stays there
+            evaluate()
+            assert seen and not any(seen), "a forward ran in training mode"
+            assert not frozen.training
+            assert all(m.training for m in model.modules() if m is not frozen)
+            seen.clear()
+    finally:
+        hook.remove()
+        model.eval()

@@ -24,7 +24,7 @@ import course_lib
 
 # module -> (fragments of its Simplifications section, the test below that checks them)
 CHECKED: dict[str, tuple[tuple[str, ...], str]] = {
-    "course_lib.config": (("no Hub, DeepSpeed or FSDP options", "in-loop evaluation limited to `eval_strategy` "
+    "course_lib.config.rl_config": (("no Hub, DeepSpeed or FSDP options", "in-loop evaluation limited to `eval_strategy` "
                            '"no" / "steps"', "`num_processes` is a field"), "config"),
     "course_lib.schedule": (("the table keeps them in order", "unless `shuffle_seed` is given"), "schedule"),
     "course_lib.trainer": (("the generation batch is consumed in order, not shuffled",), "trainer"),
@@ -119,7 +119,7 @@ def test_trainer_claims():
 
 def test_grpo_claims():
     from course_lib.algos import GRPOConfig
-    from course_lib.run.trl_fields import LEFT_OUT
+    from course_lib.config.trl_fields import LEFT_OUT
 
     assert "router_aux_loss_coef" in LEFT_OUT
     assert "router_aux_loss_coef" not in {f.name for f in dataclasses.fields(GRPOConfig)}

@@ -313,7 +313,7 @@ def test_long_prompts_are_truncated_from_the_left_with_a_warning(tmp_path):
 def test_train_with_only_model_and_task_starts_from_the_measured_settings():
     import argparse
 
-    from course_lib.run.cli_train import add_train_arguments, build_run
+    from course_lib.cli.train import add_train_arguments, build_run
     from course_lib.presets import MEASURED
 
     parser = argparse.ArgumentParser()

@@ -8,7 +8,7 @@ import warnings
 import pytest
 
 from course_lib.algos import GRPOConfig
-from course_lib.run.trl_fields import LEFT_OUT, RENAMED, coverage, trl_grpo_fields
+from course_lib.config.trl_fields import LEFT_OUT, RENAMED, coverage, trl_grpo_fields
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")
@@ -19,7 +19,7 @@ def test_every_trl_field_is_supported_or_left_out_with_a_reason():
     result = coverage(GRPOConfig)
     assert len(trl_grpo_fields()) == 77  # TRL 1.16
     assert result["unaccounted"] == [], (
-        f"TRL fields neither supported nor in course_lib.run.trl_fields.LEFT_OUT: {result['unaccounted']}")
+        f"TRL fields neither supported nor in course_lib/config/trl_fields.py LEFT_OUT: {result['unaccounted']}")
     assert len(result["supported"]) >= 60, len(result["supported"])
     assert all(len(reason) > 20 for reason in LEFT_OUT.values())
     # nothing is both supported and listed as left out, and the lists name real TRL fields
@@ -56,7 +56,7 @@ def test_supported_fields_share_trl_defaults_and_reach_trl():
 def test_list_fields_prints_every_supported_field(capsys):
     import argparse
 
-    from course_lib.run.cli_train import add_train_arguments, run_train
+    from course_lib.cli.train import add_train_arguments, run_train
 
     parser = argparse.ArgumentParser()
     add_train_arguments(parser)

@@ -9,7 +9,7 @@ from datasets import Dataset
 
 from course_lib.algos import GRPOConfig, RLOOConfig
 from course_lib.config import apply_overrides
-from course_lib.run.config_tools import UnknownFieldError
+from course_lib.config.tools import UnknownFieldError
 
 
 @pytest.mark.parametrize("given, field, value", [
@@ -124,7 +124,7 @@ def test_evaluation_names_the_train_option_and_the_length_that_fits():
     from course_lib.evaluation import evaluate_accuracy
     from course_lib.models import load_policy
     from course_lib.rollout.base import ContextLengthError
-    from course_lib.run.wording import use_command_line
+    from course_lib.common.wording import use_command_line
 
     model, tokenizer = load_policy("tiny")
     rows = Dataset.from_list([{"prompt": "x" * 100, "answer": "1"}])
@@ -171,7 +171,7 @@ def test_train_rows_default_to_a_files_rows_and_export_help_hides_run_only_optio
     import argparse
 
     from course_lib.__main__ import build_parser
-    from course_lib.run.cli_train import GENERATED_ROWS, train_rows
+    from course_lib.cli.train import GENERATED_ROWS, train_rows
 
     for task, expected in [("rows.jsonl", None), ("gsm8k:mini.jsonl", None), ("arithmetic", GENERATED_ROWS),
                            ("task.py:rows", GENERATED_ROWS)]:
@@ -189,7 +189,7 @@ def test_the_start_up_line_names_the_settings_and_their_source():
 
     from course_lib.algos import make_config
     from course_lib.presets import run_settings
-    from course_lib.run.cli_train import describe_settings
+    from course_lib.cli.train import describe_settings
 
     args = argparse.Namespace(model="tiny", task="mine.jsonl", algo="grpo", overrides=["learning_rate=1e-4"],
                               preset=None, max_steps=None)

@@ -11,8 +11,8 @@ import pytest
 from course_lib.data import get_task
 from course_lib.evaluation import evaluate_accuracy
 from course_lib.rewards import get_reward_functions
-from course_lib.run.user_code import UserCodeError, resolve_callable
-from course_lib.run.user_tasks import TaskError
+from course_lib.common.user_code import UserCodeError, resolve_callable
+from course_lib.common.user_tasks import TaskError
 
 MODULE = '''
 def rows(split="train", n=None):

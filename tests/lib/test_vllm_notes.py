@@ -9,7 +9,6 @@ import logging
 import pytest
 
 from course_lib import machine
-from course_lib.run import distributed
 
 
 def _report(device="cpu", vllm=True):
@@ -23,7 +22,7 @@ def _report(device="cpu", vllm=True):
 def test_env_says_when_vllm_pays_off_on_a_cpu(bf16, avx512, expected, monkeypatch):
     import torch
 
-    monkeypatch.setattr(distributed, "cpu_supports_bfloat16", lambda: bf16)
+    monkeypatch.setattr(machine, "cpu_supports_bfloat16", lambda: bf16)
     monkeypatch.setattr(torch.cpu, "_is_avx512_supported", lambda: avx512)
     assert machine.vllm_verdict(_report()).startswith(expected)
 

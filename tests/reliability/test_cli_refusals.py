@@ -194,7 +194,7 @@ def test_arguments_that_would_be_misread(tmp_path, capsys, extra, pattern):
 def test_set_num_processes_is_the_outside_launchers_count(tmp_path, capsys, monkeypatch):
     """``accelerate launch ... train --set num_processes=2`` (README) stays valid; a count other than the
     launcher's is refused."""
-    from course_lib.run.cli_train import add_train_arguments, check_run_arguments
+    from course_lib.cli.train import add_train_arguments, check_run_arguments
     import argparse
 
     parser = argparse.ArgumentParser()
@@ -287,7 +287,7 @@ def test_report_to_without_its_package(tmp_path, capsys, monkeypatch, package):
 def test_a_task_file_that_is_not_utf8_is_named_with_its_line(tmp_path):
     # A byte that is not UTF-8 on the third line of a task of your own: the error names that
     # line (before, a text-mode reader named a byte offset inside its read buffer).
-    from course_lib.run.user_tasks import TaskError, load_user_task
+    from course_lib.common.user_tasks import TaskError, load_user_task
     task = tmp_path / "train.jsonl"
     task.write_bytes(b'{"prompt": "a", "answer": 1}\n{"prompt": "b", "answer": 2}\n{"prompt": "caf\xe9", "answer": 3}\n')
     with pytest.raises(TaskError, match=r"train\.jsonl: line 3 is not UTF-8 text .* Fix: save the file as UTF-8"):

@@ -16,8 +16,8 @@ import pytest
 
 from course_lib.algos import make_config
 from course_lib.data import get_task
-from course_lib.run.export_trl import export_run, launch_command
-from course_lib.run.user_code import UserCodeError
+from course_lib.cli.export_trl import export_run, launch_command
+from course_lib.common.user_code import UserCodeError
 
 SETTINGS = dict(model_name_or_path="tiny", per_device_train_batch_size=4, num_generations=2, max_completion_length=4,
                 max_steps=2, save_steps=0)

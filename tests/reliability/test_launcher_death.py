@@ -2,7 +2,7 @@
 
 The command starts torch's launcher, which starts two workers. SIGKILL cannot be handled
 by the process it hits, so the workers must learn of it from the kernel (the parent-death
-signal, ``course_lib.run.lifeline``): within seconds of the kill no process of the run is left,
+signal, ``course_lib.cli.lifeline``): within seconds of the kill no process of the run is left,
 no checkpoint is written any more, and the next ``--resume-from latest`` may take the folder.
 """
 

@@ -25,7 +25,7 @@ from course_lib.data import get_task
 from course_lib.doctor.report import doctor_run
 from course_lib.run import checkpoint as ckpt
 from course_lib.run.async_rollouts import GenerationWorkerError
-from course_lib.run.export_trl import export_run
+from course_lib.cli.export_trl import export_run
 
 from tiny_runs import tiny_trainer
 

@@ -25,7 +25,7 @@ from course_lib.algos import make_config
 
 # ------------------------------------------------------------------ 14. a reward file named json.py
 def test_a_reward_file_named_like_a_standard_module_does_not_replace_it(tmp_path):
-    from course_lib.run.user_code import resolve_callable
+    from course_lib.common.user_code import resolve_callable
 
     standard = sys.modules["json"]
     (tmp_path / "json.py").write_text("def r(prompts, completions, **_):\n    return [1.0] * len(completions)\n"
@@ -139,7 +139,7 @@ def export_config(tmp_path_factory):
 def test_export_to_an_existing_file_is_one_line(tmp_path, export_config, capsys):
     from course_lib.__main__ import main
     from course_lib.data import get_task
-    from course_lib.run.export_trl import export_run
+    from course_lib.cli.export_trl import export_run
 
     target = tmp_path / "a_file"
     target.write_text("keep me")
@@ -154,7 +154,7 @@ def test_export_to_an_existing_file_is_one_line(tmp_path, export_config, capsys)
 def test_export_names_a_column_json_cannot_hold(tmp_path, export_config):
     from datasets import Dataset
 
-    from course_lib.run.export_trl import export_run
+    from course_lib.cli.export_trl import export_run
 
     rows = Dataset.from_dict({"prompt": ["1+1?", "2+2?"], "answer": ["2", "4"], "blob": [b"\x00\x01", b"\x02"]})
     with pytest.raises(ValueError, match=r"dataset row 0, column 'blob' holds a bytes .*Fix:"):
@@ -224,7 +224,7 @@ def test_a_history_row_without_step_names_the_file_on_resume(tmp_path):
 def test_gsm8k_evaluation_in_train_cuts_prompts_as_training_does():
     from course_lib.models import load_policy
     from course_lib.rollout.base import ContextLengthError
-    from course_lib.run.cli_train import _evaluate
+    from course_lib.cli.train import _evaluate
 
     data = Path(__file__).resolve().parents[3] / "shared" / "data" / "gsm8k"
     if not (data / "test.jsonl").is_file():

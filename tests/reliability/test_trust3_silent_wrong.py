@@ -88,7 +88,7 @@ def test_a_module_that_exits_on_import_is_an_error(tmp_path, monkeypatch, capsys
 
 
 def test_a_module_that_exits_on_import_by_name_is_an_error(tmp_path, monkeypatch):
-    from course_lib.run.user_code import UserCodeError, resolve_callable
+    from course_lib.common.user_code import UserCodeError, resolve_callable
 
     (tmp_path / "quitter_by_name.py").write_text("raise SystemExit(3)\n")
     monkeypatch.syspath_prepend(str(tmp_path))
@@ -102,8 +102,8 @@ def test_a_module_that_exits_on_import_by_name_is_an_error(tmp_path, monkeypatch
     ("return True", True), ("return 0", False), ("return 1", True), ("import numpy\n    return numpy.bool_(True)", True),
 ])
 def test_correct_results_must_be_bools(tmp_path, body, accepted):
-    from course_lib.run.cli_train import correct_function
-    from course_lib.run.user_code import UserCodeError
+    from course_lib.cli.train import correct_function
+    from course_lib.common.user_code import UserCodeError
 
     (tmp_path / "checker.py").write_text(f"def check(completion, answer):\n    {body}\n")
     check = correct_function(argparse.Namespace(correct=f"{tmp_path / 'checker.py'}:check"))

@@ -1,4 +1,4 @@
-"""Tools around the config dataclasses of `config.py`: help text, overrides, I/O.
+"""Tools around the config dataclasses of `rl_config.py`: help text, overrides, I/O.
 
 - `field_docs(cls)` reads the docstring written under each field in the source, so the
   command line shows the same text as the code (CleanRL's convention).
@@ -27,7 +27,7 @@ import typing
 from collections.abc import Iterable, Mapping
 from typing import Any, Literal, Union
 
-from .wording import field_list
+from ..common.wording import field_list
 
 
 class ConfigWarning(UserWarning):
@@ -176,7 +176,7 @@ def apply_overrides(config: Any, overrides: Iterable[str] | Mapping[str, Any]) -
     """Return a new config with `overrides` applied and re-validated.
 
     Args:
-        config: any config instance of `config.py`.
+        config: any config instance of `rl_config.py`.
         overrides: `["beta=0.04", "reward_weights=1.0,0.5", "epsilon_high=none"]`, or a
             mapping whose string values are converted the same way.
 

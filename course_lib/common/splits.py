@@ -3,7 +3,7 @@
 A row is a test row when the first four bytes of the SHA-256 of its key (a GSM8K question, a
 task's prompt), read as a fraction of 2**32, fall below the test fraction. The split is the
 same on every run and machine, and the two sides never share a key. GSM8K's single file
-(``course_lib.data``) and a task file of your own (``course_lib.run.user_tasks``) both use it.
+(``course_lib.data``) and a task file of your own (``course_lib.common.user_tasks``) both use it.
 """
 
 from __future__ import annotations

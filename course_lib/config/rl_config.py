@@ -34,9 +34,9 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
 from course_lib import schedule
-from course_lib.run.config_tools import ConfigWarning, SuggestingFields, apply_overrides, field_docs, from_dict, to_dict
+from course_lib.config.tools import ConfigWarning, SuggestingFields, apply_overrides, field_docs, from_dict, to_dict
 from course_lib.ops.importance import ISMode, check_is_settings
-from course_lib.run.validation import (check_choices, check_field_types, check_finite_fields, check_magnitudes,
+from course_lib.config.validation import (check_choices, check_field_types, check_finite_fields, check_magnitudes,
                                        check_run_options, check_shared_ranges, fail)
 
 __all__ = ["ConfigWarning", "RLConfig", "apply_overrides", "field_docs", "fail", "warn"]
@@ -50,8 +50,8 @@ def warn(message: str) -> None:
     The stack level is counted past the config classes' own frames (their validation
     methods and the dataclass-generated `__init__`), however deep the class hierarchy.
     """
-    internal = (str(Path(__file__).parent / "config"), str(Path(__file__).parent / "algos"), "<string>",
-                str(Path(__file__).parent / "run" / "config_tools"))  # its metaclass builds the configs
+    package = Path(__file__).parents[1]  # course_lib; config/tools.py's metaclass builds the configs
+    internal = (str(package / "config"), str(package / "algos"), "<string>")
     frame, level = sys._getframe(1), 1
     while frame is not None and frame.f_code.co_filename.startswith(internal):
         frame, level = frame.f_back, level + 1

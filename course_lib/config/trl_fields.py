@@ -1,5 +1,8 @@
 """How the course's configs cover TRL 1.16's `GRPOConfig`: supported, renamed, left out (and why).
 
+Read by the tests that hold the configs to TRL, and by ``tools.resolve_keys``, which turns a TRL
+field name given to a course config into the course's equivalent (or names it).
+
 TRL 1.16's `GRPOConfig` declares 77 fields of its own on top of `transformers.TrainingArguments`.
 A field is *supported* when a `course_lib` config has it under the same name, meaning and
 default (`to_trl_grpo_config` then passes it through), or under another name listed in

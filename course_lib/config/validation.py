@@ -1,7 +1,7 @@
 """The checks a config passes at construction, and the error format they share (`fail`).
 
 Pure functions of a config object: :class:`course_lib.config.RLConfig.__post_init__` calls
-them, so `config.py` keeps the fields and their arithmetic. `check_shared_ranges` and
+them, so `rl_config.py` keeps the fields and their arithmetic. `check_shared_ranges` and
 `check_run_options` hold the range checks of the shared fields; the ones below reject
 non-finite numbers, values of the wrong type and choices a `Literal` does not list.
 

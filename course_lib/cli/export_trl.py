@@ -10,7 +10,7 @@ this writes what TRL's own command line needs to train the same thing:
 - ``model/``: a copy of a local model folder (the embedded ``tiny`` and ``smollm2-135m`` too);
 - ``course_rewards.py``: the reward functions, importable by dotted path
   (``course_rewards.<name>``), as TRL's script loads custom rewards; your own reward
-  modules are copied next to it when they are plain files (``course_lib.run.export_rewards``);
+  modules are copied next to it when they are plain files (``course_lib.cli.export_rewards``);
 - ``README.txt``: the ``trl grpo`` / ``accelerate launch`` commands, and every field whose
   value here differs from TRL's default or whose meaning differs between the two trainers.
 """
@@ -24,7 +24,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from .wording import fix
+from ..common.wording import fix
 
 #: What the course trainer does differently from TRL 1.16's GRPOTrainer, whatever the config.
 BEHAVIOUR_DIFFERENCES = [
@@ -144,7 +144,7 @@ def export_run(config, rewards: list, dataset, output: str | Path, num_processes
 
     ``rewards``: shipped reward names, your own functions (callables defined at the top level
     of a module), or references ``module:function`` / ``file.py:function``. Each must resolve
-    now: what cannot be imported here would fail later inside TRL (``course_lib.run.export_rewards``).
+    now: what cannot be imported here would fail later inside TRL (``course_lib.cli.export_rewards``).
     With ``copy_model`` a local model folder (the embedded models included) is copied to
     ``model/``; every path in ``grpo.yaml`` is relative to ``output``, so the folder moves
     between machines. Run the printed ``cd <output> && trl grpo --config grpo.yaml``.

@@ -38,7 +38,7 @@ GENERATED_ROWS = 2000
 
 TASK_HELP = ("arithmetic, arithmetic-tagged, arithmetic-mixed, word-problems, sorting, gsm8k, gsm8k:<folder or jsonl>, "
              "or your own: a .jsonl file with 'prompt' and 'answer' on each line, or module:function returning the "
-             "rows (course_lib.run.user_tasks)")
+             "rows (course_lib.common.user_tasks)")
 CORRECT_HELP = ("your function f(completion, answer) -> bool deciding a correct answer in evaluations, as "
                 "module:function or file.py:function (default: the number in <answer> tags, else the first number)")
 
@@ -46,7 +46,7 @@ CORRECT_HELP = ("your function f(completion, answer) -> bool deciding a correct 
 def correct_function(args):
     """The ``--correct`` function, or None for the default rule."""
     from ..evaluation import check_correct_fn
-    from .user_code import resolve_callable, strict_correctness
+    from ..common.user_code import resolve_callable, strict_correctness
 
     if not getattr(args, "correct", None):
         return None
@@ -219,7 +219,7 @@ def run_train(args) -> int:
     before = _evaluate(trainer, args) if args.eval_n and main else None
     history = trainer.train(resume_from=args.resume_from)
     if trainer.interrupted:
-        from .signals import exit_code, signal_name
+        from ..run.signals import exit_code, signal_name
 
         signum = getattr(trainer, "stop_signal", None) or 2  # another process's stop: Ctrl-C's code
         print(f"stopped by {signal_name(signum)}: saved {trainer.output_dir}/checkpoint-{trainer.step}; continue "
@@ -241,13 +241,13 @@ def _launch(args) -> int:
     Everything that can be refused is checked here first, once, as one error line (a bad
     config, a checkpoint that cannot be resumed, an output folder in use or holding
     another run) rather than inside N workers' tracebacks. The launcher dies with this
-    process and the workers with the launcher (``course_lib.run.lifeline``).
+    process and the workers with the launcher (``course_lib.cli.lifeline``).
     """
-    from .checkpoint import load_trainer_state, resolve_resume
-    from .distributed import cuda_requested, launch_command
-    from .folder import check_resume_config, claim_output_dir
+    from ..run.checkpoint import load_trainer_state, resolve_resume
+    from ..run.distributed import cuda_requested, launch_command
+    from ..run.folder import check_resume_config, claim_output_dir
     from .lifeline import launcher_preexec
-    from .signals import run_forwarding_signals
+    from ..run.signals import run_forwarding_signals
 
     config, _, _ = build_run(args)
     resume_folder = resolve_resume(args.resume_from, config.output_dir) if args.resume_from else None

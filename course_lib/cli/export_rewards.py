@@ -27,7 +27,7 @@ from typing import Callable
 
 from ..rewards.combine import reward_function_name
 from ..rewards.registry import REWARD_FUNCTIONS
-from .user_code import UserCodeError, looks_like_reference, resolve_callable
+from ..common.user_code import UserCodeError, looks_like_reference, resolve_callable
 
 MODULE_NAME = "course_rewards"
 _PACKAGE_DIR = Path(__file__).resolve().parents[1]  # course_lib

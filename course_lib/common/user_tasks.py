@@ -9,10 +9,10 @@
   is *standard* (tokenized as it is, with no chat template; completions are strings).
 - Splits: a ``train.jsonl`` beside a ``test.jsonl`` (or the other way round) is a pair, and
   each split reads its own file. Any other single file is split by a hash of each prompt,
-  85% train and 15% test (:data:`TEST_FRACTION`), with a :class:`~course_lib.run.splits.SplitNotice`
+  85% train and 15% test (:data:`TEST_FRACTION`), with a :class:`~course_lib.common.splits.SplitNotice`
   saying so, so that ``--eval-n`` and ``eval`` measure rows training never saw; the split is
   the same on every run. ``n`` takes the first ``n`` rows of the split.
-- ``module:function`` or ``file.py:function`` (``course_lib.run.user_code``): called with the
+- ``module:function`` or ``file.py:function`` (``course_lib.common.user_code``): called with the
   keywords it accepts among ``split``, ``n`` and ``seed``; returns a ``datasets.Dataset``
   or a list of row dicts. A function that takes no ``split`` (nor ``**kwargs``) returns the
   same rows for both splits, so its rows are split by the same hash rule, with the notice.

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from .core import Finding
+from .doctor.core import Finding
 
 
 def constant_reward(prompts, completions, **columns) -> list[float]:
@@ -34,7 +34,7 @@ def length_reward(prompts, completions, **columns) -> list[float]:
 
 def absolute_error_reward(prompts, completions, answer, **columns) -> list[float]:
     """Minus the distance to the answer, in raw units (0 to about -100 here; -100 with no number)."""
-    from ..rewards.extract import extract_first_number, parse_number
+    from .rewards.extract import extract_first_number, parse_number
 
     scores = []
     for completion, reference in zip(completions, answer):
@@ -63,7 +63,7 @@ class Exhibit:
 
 def _stale_sampler(trainer) -> None:
     """The sampler gets a copy of the starting weights and never the updates (a broken push)."""
-    from ..rollout.hf import HFEngine
+    from .rollout.hf import HFEngine
 
     engine = HFEngine(copy.deepcopy(trainer.model), trainer.tokenizer, record_logps=True)
     engine.sync_weights = lambda model: None
@@ -121,12 +121,12 @@ def run_exhibit(name: str, output_dir: str | Path, seed: int = 0, **fix: Any) ->
     """Train exhibit ``name`` into ``output_dir``; return ``(history rows, config)``.
 
     ``fix``: config values applied last, e.g. the doctor's fix (``max_completion_length=8``)."""
-    from ..algos import make_config
-    from ..data import get_task
-    from ..models import load_policy
-    from ..presets import run_settings
-    from ..rewards import get_reward_functions
-    from ..trainer import Trainer
+    from .algos import make_config
+    from .data import get_task
+    from .models import load_policy
+    from .presets import run_settings
+    from .rewards import get_reward_functions
+    from .trainer import Trainer
 
     exhibit = EXHIBITS[name]
     preset_algo = exhibit.algo if exhibit.algo in ("grpo", "rloo") else "grpo"

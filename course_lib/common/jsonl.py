@@ -1,7 +1,7 @@
 """JSON Lines files read one object a line, every unreadable line named by its number.
 
 Shared by the GSM8K loader (``course_lib.data``) and your own task files
-(``course_lib.run.user_tasks``): bytes are decoded line by line, so a file that is not UTF-8
+(``course_lib.common.user_tasks``): bytes are decoded line by line, so a file that is not UTF-8
 is named with the line that breaks it, and a line nested past the parser is an error, not a
 ``RecursionError``.
 """
