@@ -55,10 +55,10 @@ floor 1: models, rewards, lesson_answers
 floor 2: ops, data, reward_model, sampled_evaluation
 floor 3: config, policy
 floor 4: rollout
-floor 5: presets, evaluation
+floor 5: presets, evaluation, post_training
 floor 6: algos, tiny, tool_evaluation
 floor 7: run, toy
-floor 8: doctor, widgets
+floor 8: doctor, widgets, group_batches
 floor 9: trainer
 floor 10: cli, museum, demo, checks
 floor 11: __main__

@@ -59,13 +59,13 @@ from .run.async_rollouts import GenerationWorkerError, pipeline_closed, start_pi
 from .run.history import (MetricsLogger, StepClock, format_samples, mean_rows as _mean_rows,
                           prompt_text as _prompt_text, unique_prompt_samples)
 from .run.in_loop_eval import InLoopEvaluator
-from .run.model_options import apply_model_options, mix_into_reference
+from .run.model_options import apply_model_options, make_optimizer, mix_into_reference
 from .run.nonfinite import check_finite_update, check_finite_weights, clip_gradients
 from .run.step_report import StepReport
-from .run.trainer_state import resume_trainer, save_final_model, save_trainer_checkpoint
-from .run.trainer_arguments import check_trainer_inputs, load_model, trl_style_arguments
+from .run.trainer_state import resume_trainer, save_after_failure, save_final_model, save_trainer_checkpoint
+from .run import dataset_batches
+from .run.trainer_arguments import check_trainer_inputs, load_model, require_sandboxes, trl_style_arguments
 from .config.validation import check_train_dataset
-from .common.wording import resume_latest
 
 
 class Trainer:
@@ -92,11 +92,7 @@ class Trainer:
         config, reward_funcs, model, tokenizer = trl_style_arguments(
             config, reward_funcs, train_dataset, model, tokenizer, args, processing_class, environment_factory, correct_fn)
         check_train_dataset(train_dataset)  # a table with usable prompts (course_lib.config.validation)
-        check_trainer_inputs(train_dataset, model, tokenizer)  # reward-argument columns, a model without its tokenizer
-        if len(train_dataset) < config.unique_prompts_per_generation:
-            raise ValueError(f"train_dataset has {len(train_dataset)} rows but one generation batch needs "
-                             f"{config.unique_prompts_per_generation} distinct prompts; add rows or lower "
-                             "per_device_train_batch_size / steps_per_generation.")
+        check_trainer_inputs(config, train_dataset, model, tokenizer)  # enough rows, reward-argument columns, ...
         self.config, self.algorithm = config, get_algorithm(config)
         self.max_steps = config.total_steps(len(train_dataset))
         self.dataset = train_dataset
@@ -108,11 +104,7 @@ class Trainer:
         self.tokenizer = tokenizer
         self.tool_run, self.reward_funcs, self.reward_weights = setup_tools(
             config, list(reward_funcs or []), tools, environment_factory, tokenizer, self._columns)
-        for function in self.reward_funcs:  # refused now, not at the first completion holding code
-            if getattr(function, "needs_sandbox", False):
-                from .sandbox.isolation import require_isolation
-
-                require_isolation(f"reward function {reward_function_name(function)!r}")
+        require_sandboxes(self.reward_funcs)  # refused now, not at the first completion holding code
         # accelerate owns the device and the process group; one process is the plain case.
         self.accelerator = make_accelerator(config)
         self.shards = Shards(self.accelerator, config.per_device_train_batch_size * config.effective_steps_per_generation)
@@ -125,18 +117,7 @@ class Trainer:
         self.policy_forward = self.accelerator.prepare_model(PolicyForward(self.model, self.value_head))
         needs_reference = config.beta != 0.0
         self.reference = ReferencePolicy(self.model) if needs_reference else None
-        parameters = [p for p in self.model.parameters() if p.requires_grad]
-        groups = [{"params": parameters}]
-        if self.value_head is not None:
-            value_lr = getattr(config, "value_learning_rate", None)
-            groups.append({"params": list(self.value_head.parameters()),
-                           **({} if value_lr is None else {"lr": value_lr})})
-            parameters = parameters + groups[-1]["params"]
-        # The fused kernel updates all parameters in one pass (TRL's default optimizer too).
-        self.optimizer = torch.optim.AdamW(groups, lr=config.learning_rate, betas=(config.adam_beta1, config.adam_beta2),
-                                           eps=config.adam_epsilon, weight_decay=config.weight_decay,
-                                           fused=all(p.dtype in (torch.float32, torch.float16, torch.bfloat16)
-                                                     for p in parameters))
+        self.optimizer = make_optimizer(self.model, self.value_head, config)  # AdamW, TRL's default
         from transformers import get_scheduler
 
         self.scheduler = get_scheduler(config.lr_scheduler_type, self.optimizer, num_warmup_steps=config.warmup_steps,
@@ -434,20 +415,11 @@ class Trainer:
             return self._generate()
         except GenerationWorkerError as error:
             self.sampler.epoch, self.sampler.position = sampler["epoch"], sampler["position"]
-            raise GenerationWorkerError(f"{error} {self._save_after_failure()}") from None
+            raise GenerationWorkerError(f"{error} {save_after_failure(self)}") from None
 
-    def _save_after_failure(self) -> str:
-        """Save a checkpoint at the last completed optimizer step if none exists; the sentence saying
-        what the run can be continued from."""
-        saved = self.output_dir / f"checkpoint-{self.step}"
-        between_steps = self.micro_step % self.config.gradient_accumulation_steps == 0 and not self._window
-        if self.step > 0 and between_steps and ckpt.checkpoint_problem(saved) is not None:
-            self.save_checkpoint()
-        latest = ckpt.latest_checkpoint(self.output_dir)
-        if latest is None:
-            return "No checkpoint exists (no optimizer step was completed): start the run again."
-        return (f"The run stopped after step {self.step}; {latest} holds step {latest.name.split('-')[-1]}: "
-                f"continue with {resume_latest()}.")
+    def dataset_batch(self, kind: str) -> GenerationBatch:
+        """A batch read from the dataset instead of sampled (SFT's rows, DPO's pairs)."""
+        return dataset_batches.read(self, kind)
 
     def _log_step(self, row: dict) -> bool:
         """Step 5: throughput, in-loop evaluation when due, ``history.jsonl``, the run doctor, progress bar,

@@ -182,9 +182,7 @@ class DPO(Algorithm):
                              "Fix: beta > 0 (TRL's default 0.1).")
 
     def next_batch(self, trainer):
-        from course_lib.post_training.batches import pair_batch
-
-        return pair_batch(trainer)
+        return trainer.dataset_batch("pairs")  # course_lib.run.dataset_batches
 
     def advantages(self, scored: ScoredBatch, config) -> Advantages:
         return Advantages(advantages=torch.zeros_like(scored.rewards), metrics={})

@@ -318,9 +318,7 @@ class SFT(Algorithm):
         check_sft_rows(trainer.dataset)
 
     def next_batch(self, trainer):
-        from course_lib.post_training.batches import sft_batch
-
-        return sft_batch(trainer)
+        return trainer.dataset_batch("sft")  # course_lib.run.dataset_batches
 
     def advantages(self, scored: ScoredBatch, config) -> Advantages:
         return Advantages(advantages=torch.zeros_like(scored.rewards), metrics={})

@@ -1,23 +1,20 @@
 """Training configuration: the fields every algorithm shares, and their validation.
 
-`RLConfig` holds every knob read by GRPO, RLOO and PPO alike, under the names and
-defaults of TRL 1.16's `GRPOConfig`. Each field carries a docstring right below it,
-CleanRL style; `field_docs(cls)` reads those strings from the source so that the
-command line can print them as help. Each algorithm's own config (`GRPOConfig` in
-`course_lib/algos/grpo_config.py`, `RLOOConfig` in `rloo.py`, `PPOConfig` in `ppo.py`) adds
-only the fields that algorithm reads; a field an algorithm would ignore is refused there
-(PPO's `epsilon_high`, RLOO's `token_level_kl=True`), and
-`tests/lib/test_config_fields_change_the_run.py` shows every other field changing a cheap
-fingerprint of the run, or checks that the module it acts in reads it, or lists it as
-logging/IO only. The allowed values of a choice are its field's `Literal`.
+`RLConfig` holds every knob read by GRPO, RLOO and PPO alike, under the names and defaults of
+TRL 1.16's `GRPOConfig`. Each field carries a docstring right below it, CleanRL style; `field_docs(cls)`
+reads those strings from the source so that the command line can print them as help. Each
+algorithm's own config (`GRPOConfig` in `course_lib/algos/grpo_config.py`, `RLOOConfig` in `rloo.py`,
+`PPOConfig` in `ppo.py`, the post-training configs) adds only the fields that algorithm reads; a field an
+algorithm would ignore is refused there, and `tests/lib/test_config_fields_change_the_run.py` shows
+every other field changing a cheap fingerprint of the run, or checks that the module it acts in reads it,
+or lists it as logging/IO only. The allowed values of a choice are its field's `Literal`.
 
 A config is checked once, when it is built: a bad value raises `ValueError` naming the
 field, the value and the fix, and a legal but risky setting emits a `ConfigWarning`.
-Values derived from the fields (`effective_steps_per_generation`,
-`effective_generation_batch_size`, `effective_vllm_importance_sampling_correction`) are
-computed in `__post_init__` and never mutated afterwards: configs are frozen;
-`apply_overrides` and `dataclasses.replace` build a new, re-validated one. Build a
-config by algorithm name with `course_lib.algos.make_config`.
+Values derived from the fields (`effective_steps_per_generation`, `effective_generation_batch_size`,
+`effective_vllm_importance_sampling_correction`) are computed in `__post_init__` and never mutated
+afterwards: configs are frozen; `apply_overrides` and `dataclasses.replace` build a new, re-validated
+one. Build a config by algorithm name with `course_lib.algos.make_config`.
 
 Simplifications compared to TRL: no Hub, DeepSpeed or FSDP options, and in-loop
 evaluation limited to `eval_strategy` "no" / "steps"; `num_processes` is a field (TRL reads it from the launcher) so that the batch

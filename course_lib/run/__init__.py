@@ -19,4 +19,7 @@ sampling (lesson 13, ``dynamic_sampling.py``) and the staleness of asynchronous 
 - ``checkpoint.py``, ``state_io.py``: kill-safe checkpoints, read without unpickling code.
 - ``folder.py``: claiming an output folder, refusing to mix two runs in one.
 - ``signals.py``: Ctrl-C, SIGTERM and SIGHUP save and stop at the next optimizer step.
+- ``trainer_arguments.py``: TRL's ways of calling the trainer (``args=``, ``processing_class=``, a model
+  name), and the inputs refused before anything loads.
+- ``dataset_batches.py``: batches read from the dataset instead of sampled (SFT's rows, DPO's pairs).
 """

@@ -11,7 +11,6 @@ import contextlib
 import json
 import math
 import os
-import sys
 import time
 from pathlib import Path
 

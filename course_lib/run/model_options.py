@@ -92,3 +92,20 @@ def mix_into_reference(reference: torch.nn.Module, policy: torch.nn.Module, alph
             raise ValueError(f"sync_ref_model: the reference's {name!r} has no twin in the policy. Fix: "
                              "set sync_ref_model=False for this model.")
         target.mul_(1.0 - alpha).add_(source.to(target.dtype), alpha=alpha)
+
+
+def make_optimizer(model, value_head, config):
+    """AdamW over the trainable parameters (and PPO's value head, at ``value_learning_rate`` when
+    set), with the config's betas, epsilon and weight decay: TRL's default optimizer. The fused
+    kernel updates all parameters in one pass where their dtypes allow it."""
+    import torch
+
+    parameters = [p for p in model.parameters() if p.requires_grad]
+    groups = [{"params": parameters}]
+    if value_head is not None:
+        value_lr = getattr(config, "value_learning_rate", None)
+        groups.append({"params": list(value_head.parameters()), **({} if value_lr is None else {"lr": value_lr})})
+        parameters = parameters + groups[-1]["params"]
+    return torch.optim.AdamW(groups, lr=config.learning_rate, betas=(config.adam_beta1, config.adam_beta2),
+                             eps=config.adam_epsilon, weight_decay=config.weight_decay,
+                             fused=all(p.dtype in (torch.float32, torch.float16, torch.bfloat16) for p in parameters))

@@ -57,9 +57,14 @@ def trl_style_arguments(config, reward_funcs, train_dataset, model, tokenizer, a
 REWARD_ARGUMENTS = frozenset({"prompts", "completions", "completion_ids", "environments", "trainer_state"})
 
 
-def check_trainer_inputs(train_dataset, model, tokenizer) -> None:
-    """Refuse, before anything loads, a dataset column the reward call already passes (it would be
-    blamed on a reward function later) and a model given without its tokenizer."""
+def check_trainer_inputs(config, train_dataset, model, tokenizer) -> None:
+    """Refuse, before anything loads, a dataset with fewer rows than one generation batch, a column
+    the reward call already passes (it would be blamed on a reward function later) and a model
+    given without its tokenizer."""
+    if len(train_dataset) < config.unique_prompts_per_generation:
+        raise ValueError(f"train_dataset has {len(train_dataset)} rows but one generation batch needs "
+                         f"{config.unique_prompts_per_generation} distinct prompts; add rows or lower "
+                         "per_device_train_batch_size / steps_per_generation.")
     clashing = sorted(set(train_dataset.column_names) & REWARD_ARGUMENTS)
     if clashing:
         raise ValueError(f"train_dataset has a column named {clashing[0]!r}, a name the reward functions already "
@@ -69,6 +74,18 @@ def check_trainer_inputs(train_dataset, model, tokenizer) -> None:
         raise ValueError("Trainer got a model but tokenizer=None: the prompts cannot be encoded. Fix: pass the "
                          "model's tokenizer too (model, tokenizer = load_policy(...)), or pass neither and set "
                          "config.model_name_or_path.")
+
+
+def require_sandboxes(reward_funcs) -> None:
+    """Refuse a reward function that runs code (``needs_sandbox``) where no sandbox works, when the
+    trainer is built rather than at the first completion holding code."""
+    from ..rewards import reward_function_name
+
+    for function in reward_funcs:
+        if getattr(function, "needs_sandbox", False):
+            from ..sandbox.isolation import require_isolation
+
+            require_isolation(f"reward function {reward_function_name(function)!r}")
 
 
 def load_model(config, model, tokenizer):

@@ -105,3 +105,19 @@ def resume_trainer(trainer, folder: str | Path) -> list[dict]:
                              f"{str(row)[:80]}), so the rows up to step {trainer.step} cannot be kept. Fix: "
                              "restore the file the run wrote, or resume from another checkpoint.")
     return [row for row in rows if row["step"] <= trainer.step]
+
+
+def save_after_failure(trainer) -> str:
+    """Save a checkpoint at the last completed optimizer step if none exists (the generation worker
+    failed mid-run); the sentence saying what the run can be continued from."""
+    from ..common.wording import resume_latest
+
+    saved = trainer.output_dir / f"checkpoint-{trainer.step}"
+    between_steps = trainer.micro_step % trainer.config.gradient_accumulation_steps == 0 and not trainer._window
+    if trainer.step > 0 and between_steps and ckpt.checkpoint_problem(saved) is not None:
+        trainer.save_checkpoint()
+    latest = ckpt.latest_checkpoint(trainer.output_dir)
+    if latest is None:
+        return "No checkpoint exists (no optimizer step was completed): start the run again."
+    return (f"The run stopped after step {trainer.step}; {latest} holds step {latest.name.split('-')[-1]}: "
+            f"continue with {resume_latest()}.")
