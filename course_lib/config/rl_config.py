@@ -16,9 +16,9 @@ Values derived from the fields (`effective_steps_per_generation`, `effective_gen
 afterwards: configs are frozen; `apply_overrides` and `dataclasses.replace` build a new, re-validated
 one. Build a config by algorithm name with `course_lib.algos.make_config`.
 
-Simplifications compared to TRL: no Hub, DeepSpeed or FSDP options, and in-loop
-evaluation limited to `eval_strategy` "no" / "steps"; `num_processes` is a field (TRL reads it from the launcher) so that the batch
-arithmetic can be shown for any number of GPUs on one machine.
+Simplifications compared to TRL: no Hub, DeepSpeed or FSDP options, and in-loop evaluation limited to
+`eval_strategy` "no" / "steps"; `num_processes` is a field (TRL reads it from the launcher) so that the
+batch arithmetic can be shown for any number of GPUs on one machine.
 """
 
 from __future__ import annotations
@@ -116,14 +116,12 @@ class RLConfig(metaclass=SuggestingFields):
     """Number of data-parallel training processes (GPUs); sets the global batch arithmetic and must
     match the launch (`accelerate launch --num_processes N`)."""
     steps_per_generation: int | None = None
-    """Micro-steps served by one generation batch; None = `gradient_accumulation_steps`. Mutually
-    exclusive with `generation_batch_size`."""
+    """Micro-steps served by one generation batch; None = `gradient_accumulation_steps`; not with generation_batch_size."""
     generation_batch_size: int | None = None
     """Completions generated at once (all processes); None = `per_device_train_batch_size *
     num_processes * steps_per_generation`. Mutually exclusive with `steps_per_generation`."""
     num_generations: int = 8
-    """Completions sampled per prompt, the group size G of GRPO (Shao et al. 2024, DeepSeekMath); at
-    least 2."""
+    """Completions sampled per prompt, the group size G of GRPO (Shao et al. 2024, DeepSeekMath); >= 2."""
 
     # --- generation ----------------------------------------------------------------
     max_prompt_length: int | None = None
@@ -161,14 +159,12 @@ class RLConfig(metaclass=SuggestingFields):
     """KL coefficient against the reference policy (GRPO, Shao et al. 2024); 0 skips the reference
     model. DeepSeek-R1 used 0.001."""
     num_iterations: int = 1
-    """Optimisation passes over each generation batch, mu in GRPO (PPO's epochs, Schulman et al.
-    2017)."""
+    """Optimisation passes over each generation batch, mu in GRPO (PPO's epochs, Schulman et al. 2017)."""
     epsilon: float = 0.2
     """Lower clipping bound: the ratio is clipped to [1 - epsilon, 1 + epsilon_high] (PPO, Schulman
     et al. 2017)."""
     epsilon_high: float | None = None
-    """Upper clipping bound, "clip-higher" of DAPO (Yu et al. 2025), which recommends 0.28; None =
-    `epsilon`."""
+    """Upper clipping bound, "clip-higher" of DAPO (Yu et al. 2025), which recommends 0.28; None = `epsilon`."""
     reward_weights: list[float] | None = None
     """Weight of each reward function in the weighted sum; None = all 1.0."""
     reward_timeout_s: float | None = 600.0
