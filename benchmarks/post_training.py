@@ -206,8 +206,13 @@ def main(argv=None) -> int:
         pair_rows, pair_cost = Dataset.from_list(rows), stats["tokens_sampled"]
         results["dpo_pairs"] = {**stats, "seconds": time.time() - started}
         print(f"dpo pairs: {json.dumps(results['dpo_pairs'])}", flush=True)
+        needed = make_config("dpo", model_name_or_path="tiny", **COMMON, **SETTINGS["dpo"]).unique_prompts_per_generation
         if pair_cost >= args.budget:
             print(f"dpo: building the pairs cost {pair_cost} tokens, the whole budget; DPO is left out", flush=True)
+            methods = [m for m in methods if m != "dpo"]
+        elif len(rows) < needed:
+            print(f"dpo: {len(rows)} pairs, fewer than the {needed} one batch needs; DPO is left out (raise "
+                  "--pair-prompts)", flush=True)
             methods = [m for m in methods if m != "dpo"]
 
     for method in methods:

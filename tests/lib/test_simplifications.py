@@ -37,6 +37,9 @@ CHECKED: dict[str, tuple[tuple[str, ...], str]] = {
     "course_lib.reward_model": (("plain Adam on whole mini-batches (no accumulation, no scheduler)",), "reward_model"),
     "course_lib.tiny": (("characters instead of BPE merges",), "tiny"),
     "course_lib.widgets.normalization": (("one micro-batch, no gradient accumulation, one process",), "normalization"),
+    "course_lib.algos.sft": (("``packing=True`` is refused there with the reason", "no DFT loss"), "sft"),
+    "course_lib.algos.dpo": (("reverse-KL DPO only (no ``f_divergence_type``)",
+                              "no ``ld_alpha``, ``use_weighting`` or precomputed reference log-probs"), "dpo"),
 }
 
 NOT_MECHANICAL: dict[str, str] = {
@@ -45,6 +48,8 @@ NOT_MECHANICAL: dict[str, str] = {
     "course_lib.rewards.execution": "sandbox start-up cost and isolation: measured by the sandbox's own tests",
     "course_lib.data": "what the templates test (a judgement about the task)",
     "course_lib.widgets.memory": "RSS precision (a measurement caveat)",
+    "course_lib.algos.distill": "where the logits are materialised and how many processes run (an implementation "
+                                "and memory statement, measured by the post-training tests' memory-free parity)",
 }
 
 
@@ -115,6 +120,21 @@ def test_trainer_claims():
         assert micro.advantages.tolist() == [2.0 * index, 2.0 * index + 1]
     source = inspect.getsource(importlib.import_module("course_lib.trainer"))
     assert "randperm" not in source and "shuffle_sequence_dict" not in source
+
+
+def test_sft_claims():
+    from course_lib.algos import SFTConfig
+
+    assert typing.get_args(typing.get_type_hints(SFTConfig)["loss_type"]) == ("nll",)  # no "dft"
+    with pytest.raises(ValueError, match="packing"):
+        SFTConfig(model_name_or_path="tiny", packing=True)
+
+
+def test_dpo_claims():
+    from course_lib.algos import DPOConfig
+
+    names = {f.name for f in dataclasses.fields(DPOConfig)}
+    assert not names & {"f_divergence_type", "ld_alpha", "use_weighting", "precompute_ref_log_probs", "loss_weights"}
 
 
 def test_grpo_claims():

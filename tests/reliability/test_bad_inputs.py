@@ -305,8 +305,8 @@ def test_command_line_argument_types_are_checked_by_argparse():
 
     err = io.StringIO()
     with contextlib.redirect_stderr(err), pytest.raises(SystemExit) as exit_info:
-        main(["train", "--algo", "dpo"])
-    assert exit_info.value.code == 2 and "invalid choice: 'dpo'" in err.getvalue()
+        main(["train", "--algo", "a2c"])
+    assert exit_info.value.code == 2 and "invalid choice: 'a2c'" in err.getvalue()
 
 
 # =============================================================================================
