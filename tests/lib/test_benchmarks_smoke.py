@@ -157,6 +157,6 @@ def test_post_training_benchmark_spends_the_same_budget_on_sft_and_grpo(tmp_path
 
 @pytest.mark.slow
 def test_post_training_benchmark_runs_all_five_methods(tmp_path):
-    result = _post_training("--budget", "6000", "--teacher-steps", "2", "--pair-prompts", "96", timeout=900)
+    result = _post_training("--budget", "14000", "--teacher-steps", "2", "--pair-prompts", "64", timeout=900)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
     assert set(_rows(result.stdout)) == {"start model", "sft", "rejection", "dpo", "grpo", "distill"}, result.stdout
