@@ -252,7 +252,11 @@ except ValueError as error:
 # GRPO, a budget of a few thousand tokens, 20 held-out problems); the full table follows.
 
 # %%
-sys.path.insert(0, os.path.abspath(os.path.join("..", "benchmarks")))
+# The benchmark lives beside the package in the course folder (found from course_lib itself,
+# so the cell works whatever folder the notebook was opened from).
+import course_lib  # noqa: E402
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(course_lib.__file__))), "benchmarks"))
 import post_training  # noqa: E402
 
 post_training.main(["--methods", scaled("sft,grpo", "sft,rejection,dpo,grpo,distill"),
