@@ -15,7 +15,6 @@ from __future__ import annotations
 import errno
 import os
 import signal
-from contextlib import contextmanager
 
 import pytest
 import torch
@@ -27,22 +26,7 @@ from course_lib.run import checkpoint as ckpt
 from course_lib.run.async_rollouts import GenerationWorkerError
 from course_lib.cli.export_trl import export_run
 
-from tiny_runs import tiny_trainer
-
-
-@contextmanager
-def _deadline(seconds: int):
-    """Fail instead of hanging: SIGALRM raises in the main thread."""
-    def expired(signum, frame):
-        raise TimeoutError(f"no result after {seconds} s")
-
-    previous = signal.signal(signal.SIGALRM, expired)
-    signal.alarm(seconds)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)
+from tiny_runs import deadline, tiny_trainer
 
 
 def _history(folder, steps: int = 3) -> None:
@@ -101,7 +85,7 @@ def test_a_killed_worker_saves_the_completed_steps_and_says_so(tmp_path):
             os.kill(run.pipeline.process.pid, signal.SIGKILL)
 
     run.on_step = kill_worker
-    with _deadline(240), pytest.raises(GenerationWorkerError) as failed:
+    with deadline(240), pytest.raises(GenerationWorkerError) as failed:
         run.train()
     message = str(failed.value)
     latest = ckpt.latest_checkpoint(tmp_path)
@@ -110,7 +94,7 @@ def test_a_killed_worker_saves_the_completed_steps_and_says_so(tmp_path):
     assert str(latest) in message and "resume" in message.lower()
     assert not killed[0].is_alive()
     resumed = tiny_trainer(tmp_path, async_generation=True, max_staleness=1, max_steps=3, save_steps=0)
-    with _deadline(240):
+    with deadline(240):
         rows = resumed.train(resume_from="latest")
     assert [r["step"] for r in rows] == [1, 2, 3]
 

@@ -17,28 +17,13 @@ from __future__ import annotations
 import os
 import signal
 import time
-from contextlib import contextmanager
 
 import pytest
 
 from course_lib.run import checkpoint as ckpt
 from course_lib.run.async_rollouts import GenerationWorkerError
 
-from tiny_runs import tiny_trainer
-
-
-@contextmanager
-def _deadline(seconds: int):
-    def expired(signum, frame):
-        raise TimeoutError(f"no result after {seconds} s: it hangs")
-
-    previous = signal.signal(signal.SIGALRM, expired)
-    signal.alarm(seconds)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)
+from tiny_runs import deadline, tiny_trainer
 
 
 # ------------------------------------------------------------------ 5. a stopped worker
@@ -54,7 +39,7 @@ def test_a_stopped_worker_is_given_up_after_the_timeout(tmp_path):
 
     run.on_step = stop_worker
     try:
-        with _deadline(240), pytest.raises(GenerationWorkerError) as failed:
+        with deadline(240), pytest.raises(GenerationWorkerError) as failed:
             run.train()
     finally:
         for process in stopped:  # never leave a stopped process behind, whatever happened
@@ -107,7 +92,7 @@ def test_a_reset_that_never_returns_stops_after_the_tool_timeout(tmp_path):
     rows = Dataset.from_dict({"prompt": [[{"role": "user", "content": "Go"}]] * 8})
     trainer = Trainer(config, None, rows, model, tokenizer, progress=False, environment_factory=StuckReset)
     started = time.monotonic()
-    with _deadline(20), pytest.raises(EnvironmentResetError, match=r"StuckReset\.reset did not return within "
+    with deadline(20), pytest.raises(EnvironmentResetError, match=r"StuckReset\.reset did not return within "
                                                                     r"tool_timeout=0\.5 s on dataset row \d+\. Fix:"):
         trainer._generate()
     assert time.monotonic() - started < 10
@@ -140,7 +125,7 @@ def test_a_huge_tool_result_is_cut_before_it_is_tokenized():
     true_tokens = len(tokenizer(content, add_special_tokens=False)["input_ids"])
     spy = _SpyTokenizer(tokenizer)
     room = 64
-    with _deadline(60):
+    with deadline(60):
         fitted = _ResultFitter(spy, None, None).fit([ToolResult("search", content)], room)
     assert fitted is not None
     suffix, (kept,) = fitted

@@ -1,8 +1,11 @@
-"""Short training runs on the tiny model, shared by the reliability tests of runs and checkpoints."""
+"""Short training runs on the tiny model, shared by the reliability tests of runs and checkpoints, and
+the deadline that makes a test of a possible hang fail instead of hanging."""
 
 from __future__ import annotations
 
 import copy
+import signal
+from contextlib import contextmanager
 from pathlib import Path
 
 from course_lib.algos import make_config
@@ -33,3 +36,18 @@ def tiny_weights() -> dict:
     if not _LOADED:
         _LOADED.update(policy=load_policy("tiny"), data=get_task("arithmetic", n=16, seed=0))
     return {k: v.clone() for k, v in _LOADED["policy"][0].state_dict().items()}
+
+
+@contextmanager
+def deadline(seconds: int):
+    """Fail instead of hanging: SIGALRM raises ``TimeoutError`` in the main thread after ``seconds``."""
+    def expired(signum, frame):
+        raise TimeoutError(f"no result after {seconds} s: it hangs")
+
+    previous = signal.signal(signal.SIGALRM, expired)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
