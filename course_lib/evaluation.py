@@ -11,8 +11,6 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-import torch
-
 from .models import eval_mode
 from .progress import progress_bar
 from .common.wording import fix
@@ -80,10 +78,8 @@ def format_accuracy(correct: int, total: int) -> str:
     return f"{100 * correct / total:.1f}% [{100 * low:.1f}, {100 * high:.1f}] ({correct}/{total})"
 
 
-@torch.no_grad()
-def _check_positions(model, tokenizer, prompt_ids: list[list[int]], max_new_tokens: int,
-                     max_prompt_length: int | None = None, lengths_fix: str | None = None) -> None:
-    """Refuse what the model cannot read: a prompt (cut to ``max_prompt_length`` tokens) plus
+def _check_positions(model, prompt_ids: list[list[int]], max_new_tokens: int, lengths_fix: str | None = None) -> None:
+    """Refuse what the model cannot read: a prompt (as it will be generated from) plus
     ``max_new_tokens`` beyond its positions (the generation would run past the trained
     positions, or fail inside the model). ``lengths_fix``: the fix to name (the caller's options)."""
     from .rollout.base import ContextLengthError
@@ -95,8 +91,6 @@ def _check_positions(model, tokenizer, prompt_ids: list[list[int]], max_new_toke
     if not limit:
         return
     lengths = [len(ids) for ids in prompt_ids]
-    if max_prompt_length is not None:
-        lengths = [min(n, max_prompt_length) for n in lengths]
     longest = max(range(len(lengths)), key=lengths.__getitem__)
     if lengths[longest] + max_new_tokens > limit:
         room = limit - lengths[longest]
@@ -130,9 +124,9 @@ def greedy_completions(model, tokenizer, prompts, max_new_tokens: int = 32, batc
     from .rollout.base import left_pad, tokenize_prompts
 
     prompt_ids = tokenize_prompts(tokenizer, list(prompts))
-    _check_positions(model, tokenizer, prompt_ids, max_new_tokens, max_prompt_length, lengths_fix)
     if max_prompt_length is not None:  # keep each prompt's end (the question), as training does
         prompt_ids = [ids[-max_prompt_length:] for ids in prompt_ids]
+    _check_positions(model, prompt_ids, max_new_tokens, lengths_fix)
     completions = []
     device = next(model.parameters()).device
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
