@@ -200,7 +200,7 @@ class Trainer:
             tools = None if self.tool_run is None else self.tool_run.rollout(  # multi-turn (course_lib.rollout.agents)
                 self.engine, self.tokenizer, list(prompts), columns, rows, sampling)
             rollout = ((self.pipeline or self.engine).generate(list(prompts), n=1, sampling=sampling)
-                       if tools is None else tools.agent.batch)
+                       if tools is None else tools.agent.batch).to(self.accelerator.device)
         generated = Generated(rows=rows, prompts=prompts, columns=columns, rollout=rollout, tools=tools)
         self.tokens_seen += int(self.shards.sum(int(generated.loss_mask.sum() + rollout.prompt_mask.sum())))
         generated.per_func, generated.total = self._rewards(generated) if self.reward_funcs else no_rewards(len(rows))

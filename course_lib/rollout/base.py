@@ -16,6 +16,7 @@ Layout is prompt-major, as in TRL: the ``n`` completions of prompt ``i`` are row
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 from dataclasses import dataclass
 from typing import Protocol, Sequence, runtime_checkable
@@ -146,6 +147,13 @@ class RolloutBatch:
 
     def __len__(self) -> int:
         return self.completion_ids.shape[0]
+
+    def to(self, device: torch.device | str) -> RolloutBatch:
+        """The same batch with every tensor on ``device``: engines tokenize prompts on the CPU, the
+        trainer's forward passes run where the model is."""
+        moved = {spec.name: value.to(device) for spec in dataclasses.fields(self)
+                 if isinstance(value := getattr(self, spec.name), torch.Tensor) and value.device != torch.device(device)}
+        return dataclasses.replace(self, **moved) if moved else self
 
     @property
     def num_completion_tokens(self) -> int:

@@ -85,7 +85,7 @@ class Generated:
     def loss_mask(self) -> torch.Tensor:
         """(B, T) the tokens the model wrote: multi-turn rollouts attend to tool results but do not train on them."""
         mask = self.rollout.completion_mask
-        return mask if self.tools is None else mask * self.tools.agent.tool_mask
+        return mask if self.tools is None else mask * self.tools.agent.tool_mask.to(mask.device)
 
 
 @dataclass

@@ -47,7 +47,9 @@ def make_accelerator(config):
 
     if config.device == "cuda" and not torch.cuda.is_available():
         raise ValueError("device='cuda' but no CUDA GPU is available. Fix: set device='auto' or 'cpu'.")
-    accelerator = Accelerator(cpu=not cuda_requested(config.device))
+    cpu = not cuda_requested(config.device)
+    _forget_other_device(cpu)
+    accelerator = Accelerator(cpu=cpu)
     kind = str(accelerator.distributed_type).rpartition(".")[2]
     if kind in ("DEEPSPEED", "FSDP", "MEGATRON_LM"):
         raise ValueError(f"this run was launched with {kind}; the course trainer runs data-parallel (DDP) only. "
@@ -65,6 +67,21 @@ def make_accelerator(config):
     if accelerator.num_processes > 1:
         _destroy_process_group_at_exit()
     return accelerator
+
+
+def _forget_other_device(cpu: bool) -> None:
+    """Let one process train on the GPU, then on the CPU (a notebook's second run with device="cpu").
+
+    accelerate keeps the first run's device for the whole process and refuses another. A single
+    process holds no process group, so its state can be dropped and built again; a launched
+    multi-process run keeps its state, and accelerate's refusal stands there.
+    """
+    from accelerate.state import AcceleratorState, PartialState
+
+    if not PartialState._shared_state or PartialState().num_processes != 1:
+        return
+    if (PartialState().device.type == "cpu") != cpu:
+        AcceleratorState._reset_state(reset_partial_state=True)
 
 
 def _destroy_process_group_at_exit() -> None:

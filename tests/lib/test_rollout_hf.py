@@ -273,3 +273,18 @@ def test_shared_prefill_and_blocked_draws_sample_what_the_plain_path_samples(tin
             assert torch.equal(batch.completion_ids, plain.completion_ids), settings
             assert torch.equal(batch.completion_mask, plain.completion_mask)
             assert torch.allclose(batch.sampling_logps, plain.sampling_logps, atol=1e-5)
+
+
+def test_a_rollout_moves_to_the_trainers_device_with_every_tensor(tiny, prompts):
+    """The HF engine tokenizes prompts on the CPU; the trainer moves the whole batch to where the
+    model is before any forward pass (a CUDA run once failed on CPU prompt ids). The "meta" device
+    stands in for a GPU here: every tensor must arrive there, the texts unchanged."""
+    model, tokenizer = tiny
+    engine = HFEngine(model, tokenizer)
+    batch = engine.generate(prompts[:2], n=2, sampling=SamplingConfig(max_tokens=4, seed=0))
+    moved = batch.to("meta")
+    tensors = {name: value for name, value in vars(moved).items() if isinstance(value, torch.Tensor)}
+    assert {"prompt_ids", "prompt_mask", "completion_ids", "completion_mask", "is_eos"} <= set(tensors)
+    assert all(value.device.type == "meta" for value in tensors.values())
+    assert moved.texts == batch.texts and batch.prompt_ids.device.type == "cpu"  # the original is untouched
+    assert batch.to("cpu") is batch  # nothing to move: no copy
