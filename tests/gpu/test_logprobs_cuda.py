@@ -41,7 +41,30 @@ def _reference_grads(hidden, weight, targets, upstream, temperature):
     return logp.detach(), h.grad, w.grad
 
 
-@pytest.mark.parametrize("dtype, tol", [(torch.float32, 2e-3), (torch.bfloat16, 5e-2)])
+def _plain_pytorch(hidden, weight, targets, temperature):
+    """PyTorch's own head at the inputs' dtype: the logits in that dtype, the log-softmax in float32."""
+    logits = (hidden @ weight.t()).float() / temperature
+    return torch.log_softmax(logits, -1).gather(-1, targets[:, None]).squeeze(-1)
+
+
+def _assert_close_to_float32(result, hidden, weight, targets, upstream, temperature, tol):
+    """In float32, within ``tol`` of the float32 head. In bfloat16, no further from it than PyTorch's
+    own bfloat16 head is (plus a rounding step): the weight's gradient sums 1,000 tokens' bfloat16-rounded
+    logits, and on an H200 the plain head's is 0.1-0.2 from float32 at its worst entry, so a fixed
+    tolerance says nothing about the kernel."""
+    reference = _reference_grads(hidden, weight, targets, upstream, temperature)
+    if hidden.dtype == torch.float32:
+        for ours, ref in zip(result, reference):
+            torch.testing.assert_close(ours, ref, rtol=tol, atol=tol)
+        return
+    plain = _grads(lambda: _plain_pytorch(hidden, weight, targets, temperature), hidden, weight, upstream)
+    for name, ours, base, ref in zip(("log-probs", "grad hidden", "grad weight"), result, plain, reference):
+        ours_error, plain_error = (ours - ref).abs().max().item(), (base - ref).abs().max().item()
+        assert ours_error <= 1.5 * plain_error + 1e-3, (
+            f"{name}: {ours_error:.2e} from float32, PyTorch's bfloat16 head {plain_error:.2e}")
+
+
+@pytest.mark.parametrize("dtype, tol", [(torch.float32, 2e-3), (torch.bfloat16, None)])
 def test_compiled_triton_head_matches_the_float32_logits_on_cuda(dtype, tol):
     from course_lib.ops.triton_logprobs import triton_available, triton_linear_logprobs
 
@@ -49,25 +72,20 @@ def test_compiled_triton_head_matches_the_float32_logits_on_cuda(dtype, tol):
     hidden, weight, targets, upstream = _inputs(1000, dtype)  # not a multiple of any tile
     logp, grad_h, grad_w = _grads(lambda: triton_linear_logprobs(hidden, weight, targets, temperature=0.7)[0],
                                   hidden, weight, upstream)
-    ref_logp, ref_h, ref_w = _reference_grads(hidden, weight, targets, upstream, 0.7)
     assert logp.dtype == torch.float32 and logp.device.type == "cuda"
-    torch.testing.assert_close(logp, ref_logp, rtol=tol, atol=tol)
-    torch.testing.assert_close(grad_h, ref_h, rtol=tol, atol=tol)
-    torch.testing.assert_close(grad_w, ref_w, rtol=tol, atol=tol)
     assert hidden.grad.dtype == dtype and weight.grad.dtype == dtype
+    _assert_close_to_float32((logp, grad_h, grad_w), hidden, weight, targets, upstream, 0.7, tol)
 
 
-@pytest.mark.parametrize("dtype, tol", [(torch.float32, 2e-3), (torch.bfloat16, 5e-2)])
+@pytest.mark.parametrize("dtype, tol", [(torch.float32, 2e-3), (torch.bfloat16, None)])
 def test_chunked_head_matches_the_float32_logits_on_cuda(dtype, tol):
     from course_lib.ops.logprobs import fused_linear_logprobs
 
     hidden, weight, targets, upstream = _inputs(1000, dtype, seed=1)
     logp, grad_h, grad_w = _grads(lambda: fused_linear_logprobs(hidden, weight, targets, temperature=0.7,
                                                                 chunk_size=256), hidden, weight, upstream)
-    ref_logp, ref_h, ref_w = _reference_grads(hidden, weight, targets, upstream, 0.7)
-    torch.testing.assert_close(logp, ref_logp, rtol=tol, atol=tol)
-    torch.testing.assert_close(grad_h, ref_h, rtol=tol, atol=tol)
-    torch.testing.assert_close(grad_w, ref_w, rtol=tol, atol=tol)
+    assert logp.dtype == torch.float32  # float32 out, whatever the head's dtype
+    _assert_close_to_float32((logp, grad_h, grad_w), hidden, weight, targets, upstream, 0.7, tol)
 
 
 def test_triton_is_the_default_head_on_cuda_and_the_cpu_keeps_the_chunked_path():
