@@ -57,13 +57,11 @@ class _SamplingProcessor:
         self.steps: list[torch.Tensor] = []
         self.record_logps = record_logps
         self.row_generators = row_generators
-        # Each row's noise is drawn a block of steps at a time (``_RowNoise``). On CPU these are
-        # the numbers ``multinomial`` would draw, in far fewer calls; on a GPU, where one
-        # ``multinomial`` per row and step costs a launch and a wait each, they are other draws
-        # from the same distribution, still a function of the row's seed alone.
-        on_cpu = bool(row_generators) and row_generators[0].device.type == "cpu"
-        self.row_noise = (_RowNoise(row_generators, sampling.max_tokens, fixed_blocks=not on_cpu)
-                          if row_generators and (not on_cpu or _blocked_draws_match()) else None)
+        # On CPU, each row's noise is drawn a block of steps at a time (``_RowNoise``): the
+        # same numbers ``multinomial`` would draw, in far fewer calls.
+        self.row_noise = (_RowNoise(row_generators, sampling.max_tokens)
+                          if row_generators and _blocked_draws_match() and row_generators[0].device.type == "cpu"
+                          else None)
         self.prompt_mask = prompt_mask.bool()
         self.repetition_penalty = sampling.repetition_penalty
         self._previous_logps: torch.Tensor | None = None
@@ -159,13 +157,11 @@ class _RowNoise:
     tensor element by element, in order; :func:`_blocked_draws_match` checks it once per
     process). So a block of steps costs one call per row instead of one per row and step.
     Blocks hold at most ``_BLOCK_STEPS`` steps (a batch that stops early wastes little) and
-    ``_BLOCK_FLOATS`` numbers. With ``fixed_blocks`` (GPU generators, whose numbers depend on
-    how a draw is split into calls) every block holds ``_BLOCK_STEPS`` steps whatever the
-    number of rows, so a row's draws never depend on its batch neighbours.
+    ``_BLOCK_FLOATS`` numbers.
     """
 
-    def __init__(self, generators: list[torch.Generator], max_steps: int, fixed_blocks: bool = False):
-        self.generators, self.remaining, self.fixed_blocks = generators, max_steps, fixed_blocks
+    def __init__(self, generators: list[torch.Generator], max_steps: int):
+        self.generators, self.remaining = generators, max_steps
         self.block: torch.Tensor | None = None  # (B, k, V)
         self.position = 0
 
@@ -173,9 +169,8 @@ class _RowNoise:
         """``(B, V)`` noise of the next decoding step."""
         if self.block is None or self.position >= self.block.shape[1]:
             rows = len(self.generators)
-            cap = _BLOCK_STEPS if self.fixed_blocks else _BLOCK_FLOATS // max(1, rows * vocab)
-            steps = max(1, min(self.remaining, _BLOCK_STEPS, cap))
-            self.block = torch.empty((rows, steps, vocab), dtype=dtype, device=self.generators[0].device)
+            steps = max(1, min(self.remaining, _BLOCK_STEPS, _BLOCK_FLOATS // max(1, rows * vocab)))
+            self.block = torch.empty((rows, steps, vocab), dtype=dtype)
             for row, generator in enumerate(self.generators):
                 self.block[row].exponential_(generator=generator)
             self.remaining -= steps

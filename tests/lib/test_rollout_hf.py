@@ -288,27 +288,3 @@ def test_a_rollout_moves_to_the_trainers_device_with_every_tensor(tiny, prompts)
     assert all(value.device.type == "meta" for value in tensors.values())
     assert moved.texts == batch.texts and batch.prompt_ids.device.type == "cpu"  # the original is untouched
     assert batch.to("cpu") is batch  # nothing to move: no copy
-
-
-def test_gpu_style_fixed_blocks_keep_a_rows_noise_its_own_and_sample_the_distribution():
-    """On a GPU the noise comes in blocks of ``_BLOCK_STEPS`` steps whatever the batch size (a GPU
-    generator's numbers depend on how a draw is split into calls). Checked here with CPU generators:
-    the block shape ignores the number of rows, a row's noise is the same alone or beside others, and
-    the exponential race draws each token with its probability (chi-square over 4,000 draws)."""
-    from course_lib.rollout import hf
-
-    vocab = hf._BLOCK_FLOATS // 16  # the float cap alone would allow 4 steps per block for 4 rows, 2 for 8
-    for rows in (1, 4, 8):
-        noise = hf._RowNoise([torch.Generator().manual_seed(r) for r in range(rows)], 20, fixed_blocks=True)
-        noise.next(vocab, torch.float32)
-        assert noise.block.shape[:2] == (rows, hf._BLOCK_STEPS)
-    alone = hf._RowNoise([torch.Generator().manual_seed(7)], 12, fixed_blocks=True)
-    beside = hf._RowNoise([torch.Generator().manual_seed(s) for s in (1, 7, 3)], 12, fixed_blocks=True)
-    for _ in range(12):
-        assert torch.equal(alone.next(50, torch.float32)[0], beside.next(50, torch.float32)[1])
-    probs = torch.tensor([[0.5, 0.3, 0.15, 0.05]])
-    noise = hf._RowNoise([torch.Generator().manual_seed(0)], 4000, fixed_blocks=True)
-    counts = torch.bincount(torch.cat([hf._draw_with_noise(probs, noise.next(4, torch.float32))
-                                       for _ in range(4000)]), minlength=4).float()
-    expected = probs[0] * 4000
-    assert float(((counts - expected) ** 2 / expected).sum()) < 16.3  # chi-square, 3 d.o.f., p = 0.001
