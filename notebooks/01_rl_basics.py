@@ -123,6 +123,56 @@ optimal_values, optimal_policy = value_iteration(world, gamma=0.95)
 display(plot_gridworld(world, optimal_policy, title="Beans and ghosts: the optimal policy"))
 
 # %% [markdown]
+# ### Values and the Bellman equations
+#
+# What value iteration computes has a name. The **value** of a state under a policy,
+# `V^pi(s)`, is the return to expect when the game starts in `s` and the agent follows
+# `pi`: the average of `G` over all the episodes `pi` could play from there. Values
+# obey one rule, the **Bellman expectation equation** (Sutton & Barto, eq. 4.5): one step
+# of reward, then the value of wherever that step leads,
+#
+# $$V^\pi(s) = \sum_a \pi(a \mid s)\,\big[r(s, a) + \gamma\, V^\pi(s')\big],$$
+#
+# and the best achievable value, `V*(s)`, obeys the **Bellman optimality equation**
+# (eq. 4.1), with a max where the policy's average was:
+#
+# $$V^*(s) = \max_a\,\big[r(s, a) + \gamma\, V^*(s')\big].$$
+#
+# Value iteration repeats the second as an update until nothing changes; **policy
+# evaluation** repeats the first for a fixed policy. The cell checks both on the grid: the
+# optimal values satisfy the optimality equation at the start, and the random walker's
+# value from policy evaluation matches the mean discounted return of episodes it actually
+# plays. `Q(s, a)`, met in section 12, is the bracket itself: the value of taking `a`
+# first. For a language model, `V(prompt)` is the expected reward of the model's answers
+# to that prompt, the quantity GRPO's group mean estimates (lesson 05) and PPO's critic
+# learns (lesson 03).
+
+# %%
+import numpy as np
+
+from course_lib.toy import policy_evaluation
+
+start = world.start_state
+backups = [world.transition(start, a) for a in range(world.n_actions)]
+best = max(step.reward + 0.95 * (0.0 if step.done else optimal_values[step.state]) for step in backups)
+print(f"V*(start) = {optimal_values[start]:.4f};  max over the 4 moves of r + 0.95 V*(next) = {best:.4f}")
+
+uniform = np.full((world.n_states, world.n_actions), 0.25)
+random_value = policy_evaluation(world, uniform, gamma=0.95)[start]
+rng, played = np.random.default_rng(0), GridWorld(max_steps=2_000)
+returns = []
+for _ in range(scaled(500, 4000)):
+    played.reset()
+    total, discount, done = 0.0, 1.0, False
+    while not done:
+        step = played.step(int(rng.integers(4)))
+        total, discount, done = total + discount * step.reward, discount * 0.95, step.done
+    returns.append(total)
+stderr = np.std(returns) / np.sqrt(len(returns))
+print(f"random walker: V(start) = {random_value:.4f} by policy evaluation; "
+      f"{np.mean(returns):.4f} ± {stderr:.4f} as the mean of {len(returns)} played episodes")
+
+# %% [markdown]
 # ## 3. The same words for a language model
 #
 # | word | for a language model |

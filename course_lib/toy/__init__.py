@@ -6,7 +6,7 @@ Lesson 01 (RL basics) and lesson 02 (policy gradients) are built on these module
 - ``answer_policy``: an LLM reduced to a softmax over candidate answers; verifier vs
   reward function, sampling until success, REINFORCE pushing probability around.
 - ``gridworld`` / ``gridworld_agents``: beans (+1) and ghosts (-1) on a grid; value
-  iteration as the exact reference, tabular REINFORCE and Q-learning as learners.
+  iteration and policy evaluation (the two Bellman equations) as the exact references, tabular REINFORCE and Q-learning as learners.
 - ``variance``: the REINFORCE gradient estimator with and without baselines.
 - ``length_bias`` (lesson 06): a policy that only chooses when to stop, trained with
   ``policy_loss`` itself, to measure the length bias of each ``loss_type``.
@@ -44,7 +44,7 @@ from .bandits import (
     make_testbed,
     run_bandit,
 )
-from .gridworld import DEFAULT_LAYOUT, GridWorld, render_grid, value_iteration
+from .gridworld import DEFAULT_LAYOUT, GridWorld, policy_evaluation, render_grid, value_iteration
 from .gridworld_agents import GridLearningCurve, greedy_score, train_gridworld
 from .variance import GradientVarianceResult, exact_policy_gradient, gradient_variance
 
@@ -54,7 +54,7 @@ __all__ = [
     "reinforce_step", "sample_until_success", "train_answer_policy", "verify_answer",
     "AgentComparison", "BanditHistory", "BernoulliBandit", "EpsilonGreedy", "GaussianBandit",
     "GradientBandit", "RandomAgent", "UCB1", "compare_agents", "make_testbed", "run_bandit",
-    "DEFAULT_LAYOUT", "GridWorld", "render_grid", "value_iteration",
+    "DEFAULT_LAYOUT", "GridWorld", "policy_evaluation", "render_grid", "value_iteration",
     "GridLearningCurve", "greedy_score", "train_gridworld",
     "GradientVarianceResult", "exact_policy_gradient", "gradient_variance",
 ]

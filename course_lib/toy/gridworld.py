@@ -182,6 +182,56 @@ class GridWorld:
         return result
 
 
+def _model_arrays(world: GridWorld) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The known model as arrays: ``next_state``, ``reward``, ``ends`` ``(S, A)`` and ``terminal`` ``(S,)``."""
+    n_states, n_actions = world.n_states, world.n_actions
+    next_state = np.zeros((n_states, n_actions), dtype=int)
+    reward = np.zeros((n_states, n_actions))
+    ends = np.zeros((n_states, n_actions), dtype=bool)
+    terminal = np.array([world.is_terminal(s) for s in range(n_states)])
+    for s in range(n_states):
+        if terminal[s]:
+            continue
+        for a in range(n_actions):
+            result = world.transition(s, a)
+            next_state[s, a], reward[s, a], ends[s, a] = result.state, result.reward, result.done
+    return next_state, reward, ends, terminal
+
+
+def policy_evaluation(world: GridWorld, policy: np.ndarray, gamma: float = 0.95, tol: float = 1e-10,
+                      max_sweeps: int = 100_000) -> np.ndarray:
+    """``V^pi``: the expected discounted return of following ``policy`` from each state.
+
+    Repeats the Bellman expectation backup (S&B eq. 4.5)
+    ``V(s) <- sum_a pi(a | s) [r(s, a) + gamma * V(s')]`` until the largest change is below
+    ``tol``; its fixed point is the unique solution of the Bellman expectation equation.
+
+    Args:
+        policy: ``(n_states, n_actions)`` action probabilities (rows sum to 1), or
+            ``(n_states,)`` one action per state.
+    Returns:
+        ``(n_states,)`` values, 0 in terminal states.
+    """
+    if not 0.0 <= gamma < 1.0:
+        raise ValueError(f"gamma must be in [0, 1), got gamma={gamma}: a policy that never ends has no finite value "
+                         "at gamma = 1")
+    next_state, reward, ends, terminal = _model_arrays(world)
+    probs = np.asarray(policy, dtype=float)
+    if probs.ndim == 1:
+        probs = np.eye(world.n_actions)[probs.astype(int)]
+    if probs.shape != reward.shape or not np.allclose(probs.sum(axis=1), 1.0):
+        raise ValueError(f"policy must be ({world.n_states}, {world.n_actions}) probabilities summing to 1 per "
+                         f"state, or ({world.n_states},) actions; got shape {probs.shape}")
+    values = np.zeros(world.n_states)
+    for _ in range(max_sweeps):
+        new_values = np.where(terminal, 0.0, (probs * (reward + gamma * np.where(ends, 0.0, values[next_state]))).sum(1))
+        delta = np.max(np.abs(new_values - values))
+        values = new_values
+        if delta < tol:
+            return values
+    raise RuntimeError(f"policy evaluation did not converge in max_sweeps={max_sweeps}")
+
+
 def value_iteration(
     world: GridWorld, gamma: float = 0.95, tol: float = 1e-10, max_sweeps: int = 10_000
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -201,19 +251,8 @@ def value_iteration(
     """
     if not 0.0 <= gamma <= 1.0:
         raise ValueError(f"gamma must be in [0, 1], got gamma={gamma}")
-    n_states, n_actions = world.n_states, world.n_actions
-    # The model as arrays, so each sweep is vectorised.
-    next_state = np.zeros((n_states, n_actions), dtype=int)
-    reward = np.zeros((n_states, n_actions))
-    ends = np.zeros((n_states, n_actions), dtype=bool)
-    terminal = np.array([world.is_terminal(s) for s in range(n_states)])
-    for s in range(n_states):
-        if terminal[s]:
-            continue
-        for a in range(n_actions):
-            result = world.transition(s, a)
-            next_state[s, a], reward[s, a], ends[s, a] = result.state, result.reward, result.done
-    values = np.zeros(n_states)
+    next_state, reward, ends, terminal = _model_arrays(world)  # arrays, so each sweep is vectorised
+    values = np.zeros(world.n_states)
     for _ in range(max_sweeps):
         q_values = reward + gamma * np.where(ends, 0.0, values[next_state])  # (S, A)
         new_values = np.where(terminal, 0.0, q_values.max(axis=1))

@@ -36,7 +36,7 @@ from course_lib.toy.bandits import (
     make_testbed,
     run_bandit,
 )
-from course_lib.toy.gridworld import GridWorld, render_grid, value_iteration
+from course_lib.toy.gridworld import GridWorld, policy_evaluation, render_grid, value_iteration
 from course_lib.toy.gridworld_agents import greedy_score, train_gridworld
 from course_lib.toy.variance import exact_policy_gradient, gradient_variance
 
@@ -237,6 +237,36 @@ def test_value_iteration_3x3_by_hand():
     rows = render_grid(world, policy).splitlines()
     assert rows[0] == "↓ G B"
     assert rows[1].split()[:3] == ["→", "→", "↑"]
+
+
+def test_policy_evaluation_by_hand_and_by_monte_carlo():
+    # "S B": right eats the bean (1 - c, game over); the other three moves bump (-c, stay).
+    # Uniform policy: V = 1/4 (1 - c) + 3/4 (-c + g V)  =>  V = (1/4 - c) / (1 - 3/4 g).
+    c, g = 0.1, 0.9
+    world = GridWorld(["SB"], step_cost=c)
+    uniform = np.full((world.n_states, 4), 0.25)
+    assert policy_evaluation(world, uniform, gamma=g)[world.start_state] == pytest.approx((0.25 - c) / (1 - 0.75 * g))
+    assert policy_evaluation(world, np.full(world.n_states, 3), gamma=g)[world.start_state] == pytest.approx(1 - c)
+    # The optimal policy's value is V* (the two Bellman equations agree on it).
+    world = GridWorld()
+    optimal_values, optimal_policy = value_iteration(world, gamma=0.95)
+    np.testing.assert_allclose(policy_evaluation(world, optimal_policy, gamma=0.95), optimal_values, atol=1e-8)
+    # The uniform random walker: its value against the mean discounted return of 4,000 played episodes.
+    value = policy_evaluation(world, np.full((world.n_states, 4), 0.25), gamma=0.95)[world.start_state]
+    rng, long_world = np.random.default_rng(0), GridWorld(max_steps=2_000)
+    returns = []
+    for _ in range(4000):
+        long_world.reset()
+        total, discount, done = 0.0, 1.0, False
+        while not done:
+            result = long_world.step(int(rng.integers(4)))
+            total, discount, done = total + discount * result.reward, discount * 0.95, result.done
+        returns.append(total)
+    assert abs(np.mean(returns) - value) < 4 * np.std(returns) / np.sqrt(len(returns))
+    with pytest.raises(ValueError, match="gamma"):
+        policy_evaluation(world, optimal_policy, gamma=1.0)
+    with pytest.raises(ValueError, match="summing to 1"):
+        policy_evaluation(world, np.full((world.n_states, 4), 0.3))
 
 
 def test_gridworld_rules():
