@@ -138,7 +138,7 @@ def _cmd_export_trl(args) -> int:
     reward_names = args.rewards.split(",") if args.rewards else task_settings(args.task)["rewards"]
     folder = export_run(config, reward_names, dataset, args.output, num_processes=args.num_processes)
     print((folder / "README.txt").read_text())
-    print(f"now: {launch_command(folder)}")
+    print(f"now: {launch_command(folder, config.algo)}")
     return 0
 
 
@@ -198,9 +198,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--figure", default=None, help="where to save the signals' figure (default: RUN_DIR/doctor.png)")
     p.set_defaults(func=_cmd_doctor)
 
-    p = sub.add_parser("export-trl", help="write a TRL config, reward module and command for the same GRPO run")
+    p = sub.add_parser("export-trl", help="write a TRL config, data and command for the same GRPO, SFT or DPO run")
     add_train_arguments(p, export=True)
-    p.add_argument("--output", required=True, help="folder for grpo.yaml, data/, course_rewards.py, README.txt")
+    p.add_argument("--output", required=True, help="folder for grpo.yaml (sft.yaml, dpo.yaml), data/, course_rewards.py, README.txt")
     p.set_defaults(func=_cmd_export_trl)
     return parser
 

@@ -68,11 +68,7 @@ ALGORITHMS: dict[str, Algorithm] = {algorithm.name: algorithm for algorithm in
 NOT_EXPORTED: dict[str, str] = {
     "rloo": "TRL's RLOO and PPO trainers differ from the course's on-policy ones",
     "ppo": "TRL 1.16 has no PPOTrainer",
-    "sft": "an SFT run maps to TRL's SFTTrainer (trl sft --dataset_name ... with the same prompt/completion rows, "
-           "max_length, learning_rate), whose YAML export is not written",
     "rejection": "TRL 1.16 has no rejection-sampling trainer (sample and filter, then trl sft on the kept rows)",
-    "dpo": "a DPO run maps to TRL's DPOTrainer (trl dpo with the same prompt/chosen/rejected rows, beta, loss_type), "
-           "whose YAML export is not written",
     "distill": "an on-policy distillation run maps to TRL's DistillationTrainer (same beta, temperature and teacher), "
                "whose YAML export is not written",
 }

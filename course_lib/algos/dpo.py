@@ -68,6 +68,19 @@ class DPOConfig(RLConfig):
     temperature: float = 1.0
     """Log-probs of the model's own distribution; only the evaluation samples use it."""
 
+    def to_trl_config(self, **extra):
+        """The equivalent ``trl.DPOConfig`` (TRL 1.16). Its batch counts pairs where ours counts rows
+        (two per pair), so ``per_device_train_batch_size`` is halved; ``loss_type`` becomes TRL's
+        one-element list. ``extra`` overrides."""
+        import trl
+
+        from course_lib.config.tools import trl_training_kwargs
+
+        kwargs = trl_training_kwargs(self, trl.DPOConfig, translated=frozenset({"per_device_train_batch_size",
+                                                                                "loss_type"}))
+        kwargs.update(per_device_train_batch_size=self.per_device_train_batch_size // 2, loss_type=[self.loss_type])
+        return trl.DPOConfig(**{**kwargs, **extra})
+
     def _check_ranges(self) -> None:
         from course_lib.post_training.batches import refuse_sampling_options
 

@@ -165,3 +165,7 @@ class GRPOConfig(RLConfig):
     def to_trl_grpo_config(self, **extra):
         """The equivalent `trl.GRPOConfig` (single process), for parity checks."""
         return to_trl_grpo_config(self, **extra)
+
+    def to_trl_config(self, **extra):
+        """The equivalent TRL config (`trl.GRPOConfig`), as every exported algorithm names it."""
+        return to_trl_grpo_config(self, **extra)

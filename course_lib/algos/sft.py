@@ -75,6 +75,18 @@ class SFTConfig(RLConfig):
     temperature: float = 1.0
     """Log-probs of the model's own distribution (1.0); only the evaluation samples use it."""
 
+    def to_trl_config(self, **extra):
+        """The equivalent ``trl.SFTConfig`` (TRL 1.16): every shared field by name (``max_length``,
+        ``completion_only_loss``, ``loss_type``, the optimizer and schedule). ``extra`` overrides."""
+        import trl
+
+        from course_lib.config.tools import trl_training_kwargs
+
+        if self.truncation_mode == "error":
+            fail("truncation_mode", self.truncation_mode, "has no TRL counterpart (TRL's SFTConfig only cuts long rows)",
+                 "export with truncation_mode='keep_start', or shorten the rows first")
+        return trl.SFTConfig(**{**trl_training_kwargs(self, trl.SFTConfig), **extra})
+
     def _check_ranges(self) -> None:
         from course_lib.post_training.batches import refuse_sampling_options
 

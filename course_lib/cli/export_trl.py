@@ -1,14 +1,16 @@
-"""Hand a GRPO run over to TRL: ``python -m course_lib export-trl ... --output run/``.
+"""Hand a GRPO, SFT or DPO run over to TRL: ``python -m course_lib export-trl ... --output run/``.
 
 For a run that outgrows the course trainer (many GPUs, DeepSpeed, a server-mode vLLM),
 this writes what TRL's own command line needs to train the same thing:
 
-- ``grpo.yaml``: a ``trl grpo --config`` file: the ``GRPOConfig`` fields
-  (:meth:`course_lib.algos.GRPOConfig.to_trl_grpo_config`), the model (a local folder),
-  LoRA as TRL's ``use_peft`` / ``lora_*`` fields, the data and the reward functions;
-- ``data/train.jsonl``: the prompts and reference columns, read by ``load_dataset``;
+- ``grpo.yaml`` (``sft.yaml``, ``dpo.yaml``): a ``trl grpo --config`` (``trl sft``, ``trl dpo``)
+  file: the config's fields under TRL's names (each config's ``to_trl_config``), the model
+  (a local folder), LoRA as TRL's ``use_peft`` / ``lora_*`` fields, the data and, for GRPO,
+  the reward functions;
+- ``data/train.jsonl``: the prompts and reference columns (SFT: prompt and completion, or
+  messages; DPO: prompt, chosen, rejected), read by ``load_dataset``;
 - ``model/``: a copy of a local model folder (the embedded ``tiny`` and ``smollm2-135m`` too);
-- ``course_rewards.py``: the reward functions, importable by dotted path
+- ``course_rewards.py`` (GRPO): the reward functions, importable by dotted path
   (``course_rewards.<name>``), as TRL's script loads custom rewards; your own reward
   modules are copied next to it when they are plain files (``course_lib.cli.export_rewards``);
 - ``README.txt``: the ``trl grpo`` / ``accelerate launch`` commands, and every field whose
@@ -26,19 +28,35 @@ from typing import Any
 
 from ..common.wording import fix
 
-#: What the course trainer does differently from TRL 1.16's GRPOTrainer, whatever the config.
-BEHAVIOUR_DIFFERENCES = [
+#: The ``trl`` subcommand (and YAML file name) of each algorithm an export hands over.
+TRL_COMMANDS = {"grpo": "grpo", "sft": "sft", "dpo": "dpo"}
+#: The dataset columns TRL's SFT and DPO scripts read (any one set of each algorithm's).
+DATA_COLUMNS = {"sft": (("prompt", "completion"), ("messages",)), "dpo": (("prompt", "chosen", "rejected"),)}
+
+_EVALUATION = ("evaluation: the course's --eval-n / --correct greedy accuracy before and after has no TRL counterpart "
+               "(TRL's eval reports its losses or rewards on eval_dataset)")
+_OUTPUT_FOLDER = ("output folder: the course refuses a non-empty output_dir unless the run resumes or overwrites it; "
+                  "TRL writes into it (and both save checkpoint-<last> at the end of a run)")
+_TOKENS = ("tokens: the prompt and the completion are tokenized apart here (the completion followed by eos); TRL "
+           "tokenizes the prompt and prompt + completion (eos appended to the text), so a token can merge across "
+           "the boundary there")
+_ORDER = ("row order: the course's sampler draws rows in its own seeded order; TRL shuffles the dataset each epoch "
+          "with its own seed")
+
+#: What the course trainer does differently from TRL 1.16's trainers, whatever the config.
+BEHAVIOUR_DIFFERENCES = {"grpo": [
     "generation batch order: the course trainer consumes it in order (the schedule tables); TRL shuffles it",
     "sampling seeds: one per completion here (global index); TRL draws from one stream per process",
     "prompt truncation: max_prompt_length truncates prompts from the left here; TRL 1.16's GRPOConfig has no "
     "such field (trim the data instead)",
     "log-probs: the fused chunked head and the shared-prompt forward here give the same values as TRL's "
     "forward up to float rounding",
-    "output folder: the course refuses a non-empty output_dir unless the run resumes or overwrites it; TRL "
-    "writes into it (and both save checkpoint-<last> at the end of a run)",
-    "evaluation: the course's --eval-n / --correct greedy accuracy before and after has no TRL counterpart "
-    "(TRL's eval reports the rewards on eval_dataset)",
-]
+    _OUTPUT_FOLDER, _EVALUATION],
+    "sft": [_TOKENS, _ORDER, "packing: the course's loop trains one example per row (packing=True is refused); "
+            "TRL packs only with packing=True, off in this export", _OUTPUT_FOLDER, _EVALUATION],
+    "dpo": [_TOKENS, _ORDER, "batch size: per_device_train_batch_size counts rows here (a pair's chosen and "
+            "rejected are two) and pairs in TRL; the export halves it", _OUTPUT_FOLDER, _EVALUATION],
+}
 
 
 def _yaml_value(value: Any) -> str:
@@ -60,8 +78,8 @@ def _plain(value: Any) -> Any:
 
 
 def changed_fields(config) -> list[tuple[str, Any, Any]]:
-    """``(field, value here, TRL's default)`` for every ``GRPOConfig`` field that differs."""
-    trl_config = config.to_trl_grpo_config(report_to="none")
+    """``(field, value here, TRL's default)`` for every field of the TRL config that differs."""
+    trl_config = config.to_trl_config(report_to="none")
     changed = []
     for field in dataclasses.fields(trl_config):
         if not field.init or field.name == "output_dir":
@@ -76,7 +94,7 @@ def changed_fields(config) -> list[tuple[str, Any, Any]]:
 
 
 def trl_arguments(config) -> dict[str, Any]:
-    """The ``trl grpo`` config-file fields for a course GRPO config (model and LoRA included)."""
+    """The ``trl grpo`` (``sft``, ``dpo``) config-file fields for a course config (model and LoRA included)."""
     from ..models import resolve_model_path
 
     arguments = {name: ours for name, ours, _ in changed_fields(config)}
@@ -98,7 +116,7 @@ def _copy_model(source: Path, target: Path) -> None:
 
 
 #: What an export writes in its folder (and the copies of reward modules, ``*.py``).
-_WRITTEN = ("grpo.yaml", "data", "data/train.jsonl", "course_rewards.py", "README.txt", "model")
+_WRITTEN = ("grpo.yaml", "sft.yaml", "dpo.yaml", "data", "data/train.jsonl", "course_rewards.py", "README.txt", "model")
 
 
 def _check_output_folder(output: Path) -> None:
@@ -132,15 +150,37 @@ def _json_line(row: dict, index: int) -> str:
         raise
 
 
-def launch_command(output: str | Path) -> str:
-    """``cd <output> && trl grpo --config grpo.yaml`` for the export's current place, shell-quoted
-    (a folder named with ``$(...)`` or a quote stays one word, and nothing in its name runs)."""
-    return f"cd {shlex.quote(str(Path(output).resolve()))} && trl grpo --config grpo.yaml"
+def launch_command(output: str | Path, algo: str = "grpo") -> str:
+    """``cd <output> && trl grpo --config grpo.yaml`` (``sft``, ``dpo``) for the export's current place,
+    shell-quoted (a folder named with ``$(...)`` or a quote stays one word, and nothing in its name runs)."""
+    command = TRL_COMMANDS[algo]
+    return f"cd {shlex.quote(str(Path(output).resolve()))} && trl {command} --config {command}.yaml"
+
+
+def _supervised_rows(algo: str, dataset, columns: list[str]) -> list[dict]:
+    """SFT's or DPO's rows with only the columns TRL's script reads; a string completion of a chat prompt
+    becomes the assistant's message (TRL reads prompt and completion both as text or both as messages)."""
+    wanted = next((names for names in DATA_COLUMNS[algo] if set(names) <= set(columns)), None)
+    if wanted is None:
+        needed = " or ".join("+".join(names) for names in DATA_COLUMNS[algo])
+        raise ValueError(f"export-trl: an {algo} run's dataset needs the columns {needed}; it has {columns}. Fix: "
+                         "export the dataset the run trains on (python -m course_lib export-trl --algo "
+                         f"{algo} builds it from --task).")
+    rows = []
+    for row in dataset:
+        kept = {name: row[name] for name in wanted}
+        if isinstance(kept.get("prompt"), list):
+            for name in ("completion", "chosen", "rejected"):
+                if isinstance(kept.get(name), str):
+                    kept[name] = [{"role": "assistant", "content": kept[name]}]
+        rows.append(kept)
+    return rows
 
 
 def export_run(config, rewards: list, dataset, output: str | Path, num_processes: int = 1,
                copy_model: bool = True, tools: list | None = None, environment_factory=None) -> Path:
-    """Write ``grpo.yaml``, ``data/train.jsonl``, ``course_rewards.py`` and ``README.txt`` into ``output``.
+    """Write ``grpo.yaml``, ``data/train.jsonl``, ``course_rewards.py`` and ``README.txt`` into ``output``
+    (for an SFT or DPO run: ``sft.yaml`` or ``dpo.yaml``, the data and the README; no rewards).
 
     ``rewards``: shipped reward names, your own functions (callables defined at the top level
     of a module), or references ``module:function`` / ``file.py:function``. Each must resolve
@@ -156,12 +196,13 @@ def export_run(config, rewards: list, dataset, output: str | Path, num_processes
     from .export_rewards import check_reward_columns, write_reward_module
     from ..models import resolve_model_path
 
-    if config.algo != "grpo":
+    if config.algo not in TRL_COMMANDS:
         from ..algos import NOT_EXPORTED
 
-        raise ValueError(f"export_run: config.algo is {config.algo!r}; only GRPO runs are exported "
+        raise ValueError(f"export_run: config.algo is {config.algo!r}; GRPO, SFT and DPO runs are exported "
                          f"({NOT_EXPORTED.get(config.algo, 'no TRL trainer matches it')}). Fix: export a "
-                         f"{fix('run with --algo grpo', 'GRPOConfig')}.")
+                         f"{fix('run with --algo grpo, sft or dpo', 'GRPOConfig, SFTConfig or DPOConfig')}.")
+    command = TRL_COMMANDS[config.algo]
     columns = getattr(dataset, "column_names", None) or (list(dataset[0]) if len(dataset) else [])
     marks = [f"max_tool_calling_iterations={config.max_tool_calling_iterations}"] \
         if config.max_tool_calling_iterations is not None else []
@@ -175,31 +216,37 @@ def export_run(config, rewards: list, dataset, output: str | Path, num_processes
                          "Fix: build that GRPOTrainer in a script with the same functions and environment class "
                          "(the config fields of grpo.yaml carry over), or export without tools for a single-turn "
                          "run.")
-    check_reward_columns(rewards, columns)  # before anything is written
+    with_rewards = config.algo == "grpo"  # SFT and DPO read demonstrations or pairs, not rewards
+    if with_rewards:
+        check_reward_columns(rewards, columns)  # before anything is written
+    rows = dataset if with_rewards else _supervised_rows(config.algo, dataset, columns)
+    arguments = trl_arguments(config)  # a field TRL cannot take is refused before anything is written
     output = Path(output)
     _check_output_folder(output)
-    lines = [_json_line(row, index) for index, row in enumerate(dataset)]  # refused before anything is written
+    lines = [_json_line(row, index) for index, row in enumerate(rows)]  # refused before anything is written
     output.mkdir(parents=True, exist_ok=True)
-    reward_paths, notes = write_reward_module(rewards, output)  # resolves every reward before anything else
+    reward_paths, notes = write_reward_module(rewards, output) if with_rewards else ([], [])
     (output / "data").mkdir(exist_ok=True)
     with (output / "data" / "train.jsonl").open("w") as handle:
         handle.writelines(lines)
-    arguments = trl_arguments(config)
     model = resolve_model_path(config.model_name_or_path)
     if copy_model and isinstance(model, Path):
         _copy_model(model, output / "model")
         arguments["model_name_or_path"] = "model"
     # Relative to the export folder: TRL runs from it (``cd <output>`` in the commands).
-    arguments.update(dataset_name="data", reward_funcs=reward_paths, output_dir="trl-output")
-    (output / "grpo.yaml").write_text("".join(f"{k}: {_yaml_value(v)}\n" for k, v in sorted(arguments.items())))
+    arguments.update(dataset_name="data", output_dir="trl-output")
+    if with_rewards:
+        arguments["reward_funcs"] = reward_paths
+    (output / f"{command}.yaml").write_text("".join(f"{k}: {_yaml_value(v)}\n" for k, v in sorted(arguments.items())))
     # No absolute path: the folder moves as a whole, so its commands run from wherever it is now.
-    commands = ["trl grpo --config grpo.yaml",
-                f"accelerate launch --num_processes {int(num_processes)} -m trl.scripts.grpo --config grpo.yaml"]
+    commands = [f"trl {command} --config {command}.yaml",
+                f"accelerate launch --num_processes {int(num_processes)} -m trl.scripts.{command} --config {command}.yaml"]
     lines = ["Train this run with TRL, from this folder:", *(f"  {c}" for c in commands), "",
-             "Reward functions:", *(f"  {n}" for n in notes), "",
+             *(["Reward functions:", *(f"  {n}" for n in notes), ""] if with_rewards else []),
              "Fields whose value differs from TRL's default:",
              *(f"  {name}: {ours!r} here, TRL's default {theirs!r}"
                for name, ours, theirs in changed_fields(config)), "",
-             "What differs in behaviour, whatever the fields:", *(f"  {d}" for d in BEHAVIOUR_DIFFERENCES), ""]
+             "What differs in behaviour, whatever the fields:",
+             *(f"  {d}" for d in BEHAVIOUR_DIFFERENCES[config.algo]), ""]
     (output / "README.txt").write_text("\n".join(lines))
     return output

@@ -243,22 +243,17 @@ _TRL_TRANSLATED = frozenset({
 })
 
 
-def to_trl_grpo_config(config: Any, **extra: Any) -> Any:
-    """Express a GRPO config as `trl.GRPOConfig` (TRL 1.16) with the same values.
+def trl_training_kwargs(config: Any, trl_class: type, translated: frozenset = frozenset()) -> dict[str, Any]:
+    """The arguments of TRL's ``trl_class`` (a ``GRPOConfig``, ``SFTConfig``, ``DPOConfig``) that
+    ``config`` sets, under TRL's names.
 
-    Every field whose name TRL's `GRPOConfig` (or its `TrainingArguments` base) also has is
-    passed as it is; the rest is translated: `engine` -> `use_vllm`, `dtype` -> `bf16` /
-    `fp16`, `top_k=None` -> 0, the resolved `steps_per_generation` and correction switch,
-    `save_steps=0` -> `save_strategy="no"`. TRL takes the number of processes from the
-    launcher, so this mirrors a run on `num_processes` processes only when launched that
-    way. Fields TRL lacks (LoRA, fused log-probs, prompt truncation) are not passed.
-    `extra` overrides any argument.
+    Every field whose name ``trl_class`` (or its ``TrainingArguments`` base) also has is passed as
+    it is, except those in ``translated`` (the caller translates them); the fields every trainer
+    shares are translated here: ``dtype`` -> ``bf16`` / ``fp16``, ``constant`` with warm-up ->
+    ``constant_with_warmup``, ``save_steps=0`` -> ``save_strategy="no"``, ``eval_steps`` only when
+    evaluating by steps.
     """
-    if config.algo not in ("grpo", "rl"):
-        raise ValueError(f"to_trl_grpo_config got a {type(config).__name__} (algo={config.algo!r}). "
-                         "Fix: build a GRPOConfig; RLOO and PPO use other TRL trainers.")
     import torch
-    import trl
 
     dtype = config.dtype
     if dtype == "auto":
@@ -266,25 +261,42 @@ def to_trl_grpo_config(config: Any, **extra: Any) -> Any:
     scheduler = config.lr_scheduler_type
     if scheduler == "constant" and config.warmup_steps > 0:
         scheduler = "constant_with_warmup"
-    trl_fields = {f.name for f in dataclasses.fields(trl.GRPOConfig) if f.init}
+    trl_fields = {f.name for f in dataclasses.fields(trl_class) if f.init}
+    skipped = _TRL_TRANSLATED | translated
     kwargs: dict[str, Any] = {
         f.name: getattr(config, f.name) for f in dataclasses.fields(config)
-        if f.init and f.name in trl_fields and f.name not in _TRL_TRANSLATED
+        if f.init and f.name in trl_fields and f.name not in skipped
     }
-    kwargs.update(
-        lr_scheduler_type=scheduler,
-        steps_per_generation=config.effective_steps_per_generation,
-        top_k=config.top_k or 0,
-        use_vllm=config.engine == "vllm",
-        vllm_importance_sampling_correction=config.effective_vllm_importance_sampling_correction,
-        bf16=dtype == "bfloat16",
-        fp16=dtype == "float16",
-    )
+    kwargs.update(lr_scheduler_type=scheduler, bf16=dtype == "bfloat16", fp16=dtype == "float16")
     if config.save_steps > 0:
         kwargs["save_steps"] = config.save_steps
     else:
         kwargs["save_strategy"] = "no"
     if getattr(config, "eval_strategy", "no") == "steps":
         kwargs["eval_steps"] = config.eval_steps
+    return kwargs
+
+
+def to_trl_grpo_config(config: Any, **extra: Any) -> Any:
+    """Express a GRPO config as `trl.GRPOConfig` (TRL 1.16) with the same values.
+
+    The shared fields as :func:`trl_training_kwargs` passes them; GRPO's own translations:
+    `engine` -> `use_vllm`, `top_k=None` -> 0, the resolved `steps_per_generation` and
+    correction switch. TRL takes the number of processes from the launcher, so this mirrors a
+    run on `num_processes` processes only when launched that way. Fields TRL lacks (LoRA,
+    fused log-probs, prompt truncation) are not passed. `extra` overrides any argument.
+    """
+    if config.algo not in ("grpo", "rl"):
+        raise ValueError(f"to_trl_grpo_config got a {type(config).__name__} (algo={config.algo!r}). "
+                         "Fix: build a GRPOConfig; RLOO and PPO use other TRL trainers.")
+    import trl
+
+    kwargs = trl_training_kwargs(config, trl.GRPOConfig)
+    kwargs.update(
+        steps_per_generation=config.effective_steps_per_generation,
+        top_k=config.top_k or 0,
+        use_vllm=config.engine == "vllm",
+        vllm_importance_sampling_correction=config.effective_vllm_importance_sampling_correction,
+    )
     kwargs.update(extra)
     return trl.GRPOConfig(**kwargs)

@@ -298,8 +298,7 @@ def test_preference_pairs_from_the_models_own_samples(tiny):
         assert is_correct(row["chosen"], row["answer"]) and not is_correct(row["rejected"], row["answer"])
 
 
-@pytest.mark.parametrize("algo,words", [("sft", "SFTTrainer"), ("dpo", "DPOTrainer"), ("distill", "DistillationTrainer"),
-                                        ("rejection", "no rejection-sampling trainer")])
+@pytest.mark.parametrize("algo,words", [("distill", "DistillationTrainer"), ("rejection", "no rejection-sampling trainer")])
 def test_export_trl_says_why_it_does_not_hand_over_the_run(tmp_path, algo, words):
     from course_lib.cli.export_trl import export_run
 
