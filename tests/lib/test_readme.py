@@ -39,6 +39,9 @@ NOT_RUN = {
     "accelerate launch --config_file configs/deepspeed_zero2.yaml": "needs DeepSpeed and CUDA GPUs; "
                                                                     "tests/lib/test_export_trl.py runs trl grpo "
                                                                     "on an export",
+    "cd sft-run && trl sft --config sft.yaml": "trains the exported run with TRL (100 steps); "
+                                               "tests/lib/test_export_trl_post_training.py runs trl sft and trl dpo "
+                                               "for 2 steps on exports",
 }
 #: Blocks that are fragments, not programs, by a line they hold, and why they are not run.
 FRAGMENTS = {
