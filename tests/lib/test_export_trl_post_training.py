@@ -12,21 +12,12 @@ import pytest
 
 from course_lib.algos import make_config
 from course_lib.cli.export_trl import export_run, launch_command
-from course_lib.data import get_task
-from course_lib.post_training.data import demonstrations
+from post_training_rows import pair_rows, sft_rows
 
 SETTINGS = dict(model_name_or_path="tiny", max_steps=3, per_device_train_batch_size=8, save_steps=0, seed=4,
                 lr_scheduler_type="constant", dtype="float32")
 
 
-def _sft_rows(n=16):
-    return demonstrations(get_task("arithmetic", n=n, seed=0))
-
-
-def _pair_rows(n=16):
-    rows = _sft_rows(n)
-    return rows.add_column("chosen", list(rows["answer"])).add_column(
-        "rejected", [str(int(a) + 1) for a in rows["answer"]])
 
 
 def _parse(folder, command):
@@ -39,7 +30,7 @@ def _parse(folder, command):
 def test_trls_sft_parser_reads_the_exported_run(tmp_path):
     config = make_config("sft", output_dir=str(tmp_path / "ours"), learning_rate=3e-4, max_length=40,
                          completion_only_loss=False, **SETTINGS)
-    folder = export_run(config, None, _sft_rows(), tmp_path / "run")
+    folder = export_run(config, None, sft_rows(), tmp_path / "run")
     script_args, training_args, model_args, _ = _parse(folder, "sft")
     assert (training_args.learning_rate, training_args.max_length, training_args.completion_only_loss) == (3e-4, 40, False)
     assert (training_args.max_steps, training_args.per_device_train_batch_size, training_args.seed) == (3, 8, 4)
@@ -56,7 +47,7 @@ def test_trls_sft_parser_reads_the_exported_run(tmp_path):
 def test_trls_dpo_parser_reads_the_exported_run_with_pairs_counted_as_trl_counts_them(tmp_path):
     config = make_config("dpo", output_dir=str(tmp_path / "ours"), beta=0.2, loss_type="ipo", learning_rate=5e-5,
                          **SETTINGS)
-    folder = export_run(config, None, _pair_rows(), tmp_path / "run")
+    folder = export_run(config, None, pair_rows(), tmp_path / "run")
     _, training_args, _, _ = _parse(folder, "dpo")
     assert training_args.per_device_train_batch_size == 4  # 8 rows here = 4 pairs in TRL
     assert (training_args.beta, training_args.loss_type, training_args.learning_rate) == (0.2, ["ipo"], 5e-5)
@@ -77,16 +68,16 @@ def test_a_chat_prompts_string_completion_becomes_the_assistants_message(tmp_pat
 def test_what_trl_cannot_take_is_refused_before_anything_is_written(tmp_path):
     strict = make_config("sft", output_dir=str(tmp_path / "ours"), truncation_mode="error", **SETTINGS)
     with pytest.raises(ValueError, match="truncation_mode"):
-        export_run(strict, None, _sft_rows(), tmp_path / "strict")
+        export_run(strict, None, sft_rows(), tmp_path / "strict")
     with pytest.raises(ValueError, match="prompt\\+chosen\\+rejected"):
-        export_run(make_config("dpo", output_dir=str(tmp_path / "ours"), **SETTINGS), None, _sft_rows(), tmp_path / "dpo")
+        export_run(make_config("dpo", output_dir=str(tmp_path / "ours"), **SETTINGS), None, sft_rows(), tmp_path / "dpo")
     assert not (tmp_path / "strict").exists() and not (tmp_path / "dpo").exists()
 
 
 @pytest.mark.parametrize("command", ["sft", "dpo"])
 def test_trl_trains_the_exported_run(tmp_path, command):
     """``trl sft`` / ``trl dpo`` run 2 steps on the CPU in the exported folder and log their losses."""
-    rows = _sft_rows() if command == "sft" else _pair_rows()
+    rows = sft_rows() if command == "sft" else pair_rows()
     config = make_config(command, output_dir=str(tmp_path / "ours"), learning_rate=1e-4, **SETTINGS)
     folder = export_run(config, None, rows, tmp_path / "run")
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",

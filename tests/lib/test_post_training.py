@@ -20,7 +20,7 @@ from datasets import Dataset
 from course_lib.algos import make_config
 from course_lib.algos.dpo import dpo_loss
 from course_lib.algos.distill import check_teacher, reverse_kl_token_advantages
-from course_lib.post_training.data import demonstrations, preference_pairs
+from course_lib.post_training.data import preference_pairs
 from course_lib.algos.rejection import EmptyRoundWarning, rejection_filter
 from course_lib.algos.sft import (pack_examples, packed_attention_mask, packed_logps, sft_loss,
                                   sft_microbatch_train_step, tokenize_prompt_and_output)
@@ -29,6 +29,7 @@ from course_lib.models import load_policy
 from course_lib.policy import completion_forward
 from course_lib.rewards import get_reward_functions
 from course_lib.trainer import Trainer
+from post_training_rows import pair_rows, sft_rows
 
 ROOT = Path(__file__).resolve().parents[2]
 CORRECT = get_reward_functions(["correctness_first_number_reward"])
@@ -46,14 +47,6 @@ def _fresh(tiny):
     return copy.deepcopy(tiny[0]), tiny[1]
 
 
-def _sft_rows(n=16):
-    return demonstrations(get_task("arithmetic", n=n, seed=0))
-
-
-def _pair_rows(n=16):
-    rows = _sft_rows(n)
-    return rows.add_column("chosen", list(rows["answer"])).add_column(
-        "rejected", [str(int(a) + 1) for a in rows["answer"]])
 
 
 # ---------------------------------------------------------------------------------------
@@ -179,14 +172,14 @@ def _train(tmp_path, tiny, algo, dataset, reward_funcs=None, **kwargs):
 
 
 def test_sft_trains_on_demonstrations_and_lowers_their_loss(tmp_path, tiny):
-    trainer, rows = _train(tmp_path, tiny, "sft", _sft_rows(8), max_steps=6, per_device_train_batch_size=8)
+    trainer, rows = _train(tmp_path, tiny, "sft", sft_rows(8), max_steps=6, per_device_train_batch_size=8)
     assert len(rows) == 6 and all(math.isfinite(r["loss"]) for r in rows)
     assert rows[-1]["loss"] < rows[0]["loss"]  # the same 8 demonstrations every step
     assert rows[0]["sft/truncated_rows"] == 0 and (tmp_path / "sft" / "final").is_dir()
 
 
 def test_dpo_trains_and_logs_trls_reward_metrics(tmp_path, tiny):
-    trainer, rows = _train(tmp_path, tiny, "dpo", _pair_rows(), learning_rate=1e-3)
+    trainer, rows = _train(tmp_path, tiny, "dpo", pair_rows(), learning_rate=1e-3)
     for name in ("rewards/chosen", "rewards/rejected", "rewards/margins", "rewards/accuracies", "logps/chosen"):
         assert name in rows[-1]
     assert rows[0]["rewards/margins"] == pytest.approx(0.0, abs=1e-6)  # policy == reference at the first step
@@ -230,7 +223,7 @@ def test_cli_trains_sft_from_the_tasks_answers(tmp_path):
 # Bad input
 # ---------------------------------------------------------------------------------------
 def test_a_pair_whose_chosen_equals_rejected_is_refused(tmp_path, tiny):
-    rows = _pair_rows(8).to_list()
+    rows = pair_rows(8).to_list()
     rows[3]["rejected"] = rows[3]["chosen"]
     with pytest.raises(ValueError, match="row 3: chosen and rejected are the same"):
         _train(tmp_path, tiny, "dpo", Dataset.from_list(rows))
@@ -238,14 +231,14 @@ def test_a_pair_whose_chosen_equals_rejected_is_refused(tmp_path, tiny):
 
 @pytest.mark.parametrize("algo", ["sft", "dpo"])
 def test_empty_completions_are_refused(tmp_path, tiny, algo):
-    rows = (_sft_rows(8) if algo == "sft" else _pair_rows(8)).to_list()
+    rows = (sft_rows(8) if algo == "sft" else pair_rows(8)).to_list()
     rows[2]["completion" if algo == "sft" else "rejected"] = "  "
     with pytest.raises(ValueError, match="row 2: .*empty"):
         _train(tmp_path, tiny, algo, Dataset.from_list(rows))
 
 
 def test_sft_rows_longer_than_the_context_are_cut_and_counted_or_refused(tmp_path, tiny):
-    rows = _sft_rows(8).to_list()
+    rows = sft_rows(8).to_list()
     rows[0]["completion"] = "1" * 200
     dataset = Dataset.from_list(rows)
     # max_length 40: the prompts are ~30 tokens, so the 200-token completion is cut
@@ -304,14 +297,14 @@ def test_export_trl_says_why_it_does_not_hand_over_the_run(tmp_path, algo, words
 
     config = make_config(algo, **COMMON, output_dir=str(tmp_path / "run"))
     with pytest.raises(ValueError, match=words):
-        export_run(config, None, _sft_rows(4), tmp_path / "export")
+        export_run(config, None, sft_rows(4), tmp_path / "export")
 
 
 @pytest.mark.parametrize("algo", ["sft", "dpo", "rejection"])
 def test_resume_reproduces_the_uninterrupted_run(tmp_path, tiny, algo):
     from course_lib.run.history import WALL_CLOCK_KEYS
 
-    data = {"sft": _sft_rows(16), "dpo": _pair_rows(16), "rejection": get_task("arithmetic", n=16, seed=0)}[algo]
+    data = {"sft": sft_rows(16), "dpo": pair_rows(16), "rejection": get_task("arithmetic", n=16, seed=0)}[algo]
     rewards = CORRECT if algo == "rejection" else None
     settings = dict(max_steps=4, save_steps=2, **({"num_generations": 4} if algo == "rejection" else {}))
     full, full_history = _train(tmp_path / "full", tiny, algo, data, rewards, **settings)
