@@ -251,9 +251,17 @@ class Trainer:
         completion_ids = [[token for token, kept in zip(ids, mask) if kept]  # the masked tokens, as plain lists
                           for ids, mask in zip(rollout.completion_ids.tolist(), rollout.completion_mask.tolist())]
         tools = generated.tools  # multi-turn: each completion is its messages; rewards may read the environments
-        return compute_rewards(self.reward_funcs, generated.prompts, completions if tools is None else tools.completions,
-                               generated.columns, self.reward_weights, timeout_s=self.config.reward_timeout_s,
-                               completion_ids=completion_ids, extra_kwargs=None if tools is None else tools.reward_kwargs)
+        # TRL's `log_metric` kwarg: a reward function may log scalars (a judge's calls and seconds); each
+        # name's values of this batch are averaged into the step's row.
+        logged: dict[str, list[float]] = {}
+        extra = {**(tools.reward_kwargs if tools is not None else {}),
+                 "log_metric": lambda name, value: logged.setdefault(str(name), []).append(float(value))}
+        result = compute_rewards(self.reward_funcs, generated.prompts,
+                                 completions if tools is None else tools.completions, generated.columns,
+                                 self.reward_weights, timeout_s=self.config.reward_timeout_s,
+                                 completion_ids=completion_ids, extra_kwargs=extra)
+        generated.metrics.update({name: sum(values) / len(values) for name, values in logged.items()})
+        return result
 
     def _rollout_metrics(self, rollout, per_func: torch.Tensor, loss_mask: torch.Tensor) -> dict:
         """TRL's completion-length and per-reward-function metrics over the whole generation batch."""

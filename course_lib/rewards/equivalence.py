@@ -27,6 +27,7 @@ GSM8K test answers written eleven ways, and prints every disagreement.
 from __future__ import annotations
 
 import re
+import signal
 import threading
 from typing import Any, Callable
 
@@ -61,10 +62,15 @@ def _math_verify():
 
 
 def _timeout_s() -> int | None:
-    # math-verify times its parsing and comparison out with SIGALRM, which only the main thread
-    # may set; in a worker thread (a reward run under compute_rewards' time limit) it would raise,
-    # so there the caller's time limit is the only one.
-    return 5 if threading.current_thread() is threading.main_thread() else None
+    """math-verify's own 5 s limit where it is safe, else None (the caller's limit is the only one).
+
+    math-verify times out with ``SIGALRM``, which only the main thread may set, and its
+    ``alarm(0)`` would cancel a timer already running: the one ``compute_rewards`` sets around
+    every reward call (``course_lib.rewards.calling``). So its limit is used only in the main
+    thread with no real-time timer running."""
+    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "getitimer"):
+        return None
+    return 5 if signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0) else None
 
 
 def _as_text(value: Any) -> str:
