@@ -184,6 +184,8 @@ class Trainer:
         self._sync_engine()
         generated, generated.metrics, _ = draw_batch(self._generate_round, self.config, self.tokenizer.pad_token_id)
         generated.metrics.update(self.pipeline.metrics if self.pipeline is not None else {})  # staleness
+        logged, self._reward_logged = getattr(self, "_reward_logged", {}), {}  # log_metric calls of every round
+        generated.metrics.update({name: sum(values) / len(values) for name, values in logged.items()})
         self.cycle += 1
         return generated
 
@@ -253,14 +255,15 @@ class Trainer:
         tools = generated.tools  # multi-turn: each completion is its messages; rewards may read the environments
         # TRL's `log_metric` kwarg: a reward function may log scalars (a judge's calls and seconds); each
         # name's values of this batch are averaged into the step's row.
-        logged: dict[str, list[float]] = {}
+        if not hasattr(self, "_reward_logged"):
+            self._reward_logged = {}
+        logged: dict[str, list[float]] = self._reward_logged
         extra = {**(tools.reward_kwargs if tools is not None else {}),
                  "log_metric": lambda name, value: logged.setdefault(str(name), []).append(float(value))}
         result = compute_rewards(self.reward_funcs, generated.prompts,
                                  completions if tools is None else tools.completions, generated.columns,
                                  self.reward_weights, timeout_s=self.config.reward_timeout_s,
                                  completion_ids=completion_ids, extra_kwargs=extra)
-        generated.metrics.update({name: sum(values) / len(values) for name, values in logged.items()})
         return result
 
     def _rollout_metrics(self, rollout, per_func: torch.Tensor, loss_mask: torch.Tensor) -> dict:

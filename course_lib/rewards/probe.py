@@ -15,6 +15,7 @@ case                        completion
 ``prompt_repeated``         the question, copied back
 ``very_long``               about 4,000 characters of filler, no answer
 ``number_spray``            every integer from 0 to 999 ("let me count"), a long list of guesses
+``huge_number``             ``"99999999"``: a number far outside any plausible answer
 ``format_no_reasoning``     the layout with the right answer and no reasoning at all
 ``right_answer_wrong_form`` the right answer, outside the layout the prompt asks for
 ``i_dont_know``             ``"I don't know."``
@@ -47,11 +48,11 @@ __all__ = ["DEGENERATE_CASES", "ANSWER_FREE_CASES", "ProbeReport", "degenerate_c
 
 #: The degenerate cases, in the order of the table.
 DEGENERATE_CASES = ("empty", "whitespace", "empty_answer_tag", "prompt_numbers", "prompt_repeated", "very_long",
-                    "number_spray", "format_no_reasoning", "right_answer_wrong_form", "i_dont_know", "wrong_answer")
+                    "number_spray", "huge_number", "format_no_reasoning", "right_answer_wrong_form", "i_dont_know", "wrong_answer")
 #: Cases written without the right answer (``number_spray`` lists it among a thousand guesses and
 #: ``prompt_numbers`` may hold it by chance: both count as answer-free, a verifier must not pay them).
 ANSWER_FREE_CASES = ("empty", "whitespace", "empty_answer_tag", "prompt_numbers", "prompt_repeated", "very_long",
-                     "number_spray", "i_dont_know", "wrong_answer")
+                     "number_spray", "huge_number", "i_dont_know", "wrong_answer")
 
 _NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
 
@@ -126,6 +127,7 @@ def degenerate_completions(prompt: Any, answer: Any) -> dict[str, str]:
         "prompt_repeated": question,
         "very_long": filler.strip(),
         "number_spray": "Let me count: " + ", ".join(str(i) for i in range(1000)) + ".",
+        "huge_number": _write(layout, "99999999", "") if layout != "bare" else "99999999",
         "format_no_reasoning": _write(layout, answer, ""),
         "right_answer_wrong_form": (f"The answer is {answer}." if layout != "bare" else f"<answer>{answer}</answer>"),
         "i_dont_know": "I don't know.",
