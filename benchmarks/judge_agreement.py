@@ -23,40 +23,10 @@ import json
 import time
 from pathlib import Path
 
-from course_lib.rewards.judge import DEFAULT_RUBRIC, Judge, agreement, make_group_judge_reward, make_rubric_judge_reward
+from course_lib.rewards.judge import (DEFAULT_RUBRIC, STORED_JUDGMENTS, Judge, agreement, held_out_answers,
+                                     make_group_judge_reward, make_rubric_judge_reward, pairwise_order)
 
-CACHE = Path(__file__).resolve().parents[1] / "course_lib" / "assets" / "rewards" / "judge_smollm2_arithmetic.json"
-
-
-def held_out_answers(n: int, group: int, seed: int = 0) -> tuple[list, list[str], list[str]]:
-    """``(prompts, completions, answers)``: ``group`` tiny-model samples for each of ``n`` test problems."""
-    from course_lib.data import get_task
-    from course_lib.models import load_policy
-    from course_lib.rollout import SamplingConfig, make_engine
-
-    model, tokenizer = load_policy("tiny")
-    problems = get_task("arithmetic", split="test", n=n, seed=seed + 11)
-    out = make_engine("hf", model, tokenizer).generate(list(problems["prompt"]), n=group,
-                                                       sampling=SamplingConfig(max_tokens=6, temperature=1.0,
-                                                                               seed=seed))
-    prompts = [p for p in problems["prompt"] for _ in range(group)]
-    answers = [a for a in problems["answer"] for _ in range(group)]
-    return prompts, list(out.texts), answers
-
-
-def pairwise_order(scores: list, verdicts: list[bool], group: int) -> tuple[float, int]:
-    """Share of (right, wrong) pairs within a group that the ranking puts right first; the number of pairs."""
-    wins = pairs = 0
-    for start in range(0, len(scores), group):
-        s, v = scores[start:start + group], verdicts[start:start + group]
-        if any(x is None for x in s):
-            continue
-        for i in range(group):
-            for j in range(group):
-                if v[i] and not v[j]:
-                    pairs += 1
-                    wins += s[i] > s[j]
-    return (wins / pairs if pairs else float("nan")), pairs
+CACHE = STORED_JUDGMENTS
 
 
 def main() -> None:

@@ -8,16 +8,18 @@ TRL's ``accuracy_reward``) does by parsing both sides into SymPy and comparing t
 
 :func:`equivalent` combines the two, and says which rule decided:
 
-- both sides are plain numbers by the course's rule -> the course's rule decides, exactly
-  (``rel_tol=0``: ``18.0000001`` is not 18). It reads what ``math-verify`` misses there
-  (``1e3`` is 1000) and it is the rule lessons 02-09 teach;
+- both sides are plain numbers by the course's rule -> the course's rule decides, with no
+  tolerance by default (``rel_tol=0``: ``18.0000001`` is not 18, which the correctness rewards'
+  1e-6 would accept and ``math-verify`` refuses too). It reads what ``math-verify`` misses
+  there (``1e3`` is 1000) and it is the rule lessons 02-09 teach;
 - an answer that offers alternatives (``19 or 18``) is wrong: ``math-verify`` takes the
   last formula of a text, so it would accept the hedge;
 - otherwise -> ``math-verify`` decides (``\\frac{1}{2}`` against ``0.5``, ``\\boxed{72}``
   against ``72``, ``x = 4`` against ``4``, ``The answer is 72.``).
 
 ``python benchmarks/answer_equivalence.py`` measures both rules and this combination on 300
-GSM8K test answers written eleven ways, and prints every disagreement.
+GSM8K test problems, each answer written ten ways (3,000 answers: 1,802 disagreements between
+the two rules, the combination right on 2,995), and prints every disagreement.
 
 ``math-verify`` is imported when first used; without it the functions raise an
 ``ImportError`` that names the install command (``pip install "math-verify>=0.9.0"``).

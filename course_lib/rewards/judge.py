@@ -43,8 +43,12 @@ from typing import Any, Callable, Sequence
 
 from .extract import completion_text
 
-__all__ = ["DEFAULT_RUBRIC", "Judge", "JudgeStats", "agreement", "cohen_kappa", "make_group_judge_reward",
+__all__ = ["DEFAULT_RUBRIC", "STORED_JUDGMENTS", "Judge", "held_out_answers", "pairwise_order", "JudgeStats", "agreement", "cohen_kappa", "make_group_judge_reward",
            "make_rubric_judge_reward", "parse_group_ranking", "parse_score"]
+
+#: SmolLM2-135M-Instruct's judgments of the tiny model's answers (``benchmarks/judge_agreement.py``):
+#: lesson 09 replays them without loading the judge.
+STORED_JUDGMENTS = Path(__file__).resolve().parents[1] / "assets" / "rewards" / "judge_smollm2_arithmetic.json"
 
 #: The rubric lesson 09 uses for arithmetic answers.
 DEFAULT_RUBRIC = "The answer is correct: the final number is the exact result of the calculation."
@@ -351,3 +355,35 @@ def agreement(judge_scores: Sequence[float | None], verdicts: Sequence[bool], th
     return {"n": len(pairs), "unscored": len(verdicts) - len(pairs),
             "accuracy": sum(x == y for x, y in pairs) / len(pairs), "kappa": cohen_kappa(judged, truth),
             "judge_yes_rate": sum(judged) / len(pairs), "verifier_yes_rate": sum(truth) / len(pairs)}
+
+
+def held_out_answers(n: int = 12, group: int = 4, seed: int = 0) -> tuple[list, list[str], list[str]]:
+    """``(prompts, completions, answers)``: ``group`` samples of the tiny model (temperature 1, seeded)
+    for each of ``n`` held-out arithmetic problems, prompt-major: the answers lesson 09's judge grades."""
+    from ..data import get_task
+    from ..models import load_policy
+    from ..rollout import SamplingConfig, make_engine
+
+    model, tokenizer = load_policy("tiny")
+    problems = get_task("arithmetic", split="test", n=n, seed=seed + 11)
+    out = make_engine("hf", model, tokenizer).generate(list(problems["prompt"]), n=group,
+                                                       sampling=SamplingConfig(max_tokens=6, temperature=1.0,
+                                                                               seed=seed))
+    prompts = [p for p in problems["prompt"] for _ in range(group)]
+    answers = [a for a in problems["answer"] for _ in range(group)]
+    return prompts, list(out.texts), answers
+
+
+def pairwise_order(scores: list, verdicts: list[bool], group: int) -> tuple[float, int]:
+    """Share of (right, wrong) pairs within a group that the ranking puts right first; the number of pairs."""
+    wins = pairs = 0
+    for start in range(0, len(scores), group):
+        s, v = scores[start:start + group], verdicts[start:start + group]
+        if any(x is None for x in s):
+            continue
+        for i in range(group):
+            for j in range(group):
+                if v[i] and not v[j]:
+                    pairs += 1
+                    wins += s[i] > s[j]
+    return (wins / pairs if pairs else float("nan")), pairs
