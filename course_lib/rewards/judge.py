@@ -142,7 +142,9 @@ class Judge:
             if key in self._cache:
                 replies[i] = self._cache[key]
                 self.stats.cache_hits += 1
-            elif key not in first:  # one call for a judgment asked twice in a batch
+            elif key in first:  # asked twice in a batch: one call, the second answered from it
+                self.stats.cache_hits += 1
+            else:
                 first[key] = i
                 todo.append(i)
         start = time.perf_counter()

@@ -61,10 +61,10 @@ def test_rubric_judge_caches_batches_counts_unparsable_and_logs():
     scores = reward(prompts=[Q] * 4, completions=["4", "5", "4", "6"], log_metric=lambda k, v: logged.append((k, v)))
     assert scores == [1.0, None, 1.0, None]
     assert model.batches == [2, 1]                # three distinct judgments, two per call
-    assert judge.stats.calls == 3 and judge.stats.unparsable == 2
+    assert judge.stats.calls == 3 and judge.stats.unparsable == 2 and judge.stats.cache_hits == 1  # the second "4"
     assert dict(logged)["judge/calls"] == 3 and dict(logged)["judge/unparsable"] == 2 and dict(logged)["judge/s"] >= 0
     again = reward(prompts=[Q], completions=["4"])
-    assert again == [1.0] and judge.stats.calls == 3 and judge.stats.cache_hits == 1
+    assert again == [1.0] and judge.stats.calls == 3 and judge.stats.cache_hits == 2
 
 
 def test_group_judge_turns_a_ranking_into_relative_rewards():
@@ -110,9 +110,7 @@ def test_trainer_logs_what_a_reward_function_logs(tmp_path):
     from course_lib.models import load_policy
     from course_lib.trainer import Trainer
 
-    def counting_reward(prompts, completions, answer, log_metric=None, **kwargs):
-        log_metric("judge/calls", float(len(completions)))
-        return [float(str(a) in str(c)) for c, a in zip(completions, answer)]
+    judge_reward = make_rubric_judge_reward(Judge(FakeJudgeModel(lambda text: " 5")))
 
     def named_columns_only(prompts, completions, answer, question, completion_ids):  # no **kwargs: must not receive log_metric
         return [0.0] * len(completions)
@@ -121,7 +119,9 @@ def test_trainer_logs_what_a_reward_function_logs(tmp_path):
                          per_device_train_batch_size=8, num_generations=4, max_completion_length=4,
                          learning_rate=1e-5, logging_steps=1, save_steps=0)
     model, tokenizer = load_policy("tiny")
-    rows = Trainer(config, [counting_reward, named_columns_only], get_task("arithmetic", n=16), model, tokenizer,
+    rows = Trainer(config, [judge_reward, named_columns_only], get_task("arithmetic", n=16), model, tokenizer,
                    progress=False).train()
     steps = [r for r in rows if "reward" in r]
-    assert [r["judge/calls"] for r in steps] == [8.0, 8.0]
+    # each step judges 8 completions; a judgment already made (same question, same answer) is a cache hit
+    assert [r["judge/calls"] + r["judge/cache_hits"] for r in steps] == [8.0, 8.0]
+    assert all(r["judge/s"] >= 0 and r["judge/unparsable"] == 0 and r["reward"] == 0.5 for r in steps)
