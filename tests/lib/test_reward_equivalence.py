@@ -8,13 +8,14 @@ import pytest
 from course_lib.rewards.equivalence import (equivalent, make_math_verify_reward, math_verify_available,
                                             math_verify_equal)
 
-pytestmark = pytest.mark.skipif(not math_verify_available(),
-                                reason="math-verify is not installed (pip install \"math-verify>=0.9.0\"; "
-                                       "pyproject.toml declares it)")
+needs_math_verify = pytest.mark.skipif(not math_verify_available(),
+                                       reason="math-verify is not installed (pip install \"math-verify>=0.9.0\"; "
+                                              "pyproject.toml declares it)")
 
 DATA = Path(__file__).resolve().parents[3] / "shared" / "data" / "gsm8k" / "test.jsonl"
 
 
+@needs_math_verify
 @pytest.mark.parametrize("predicted, reference, verdict, rule", [
     ("72", "72", True, "course"),
     ("$1,080", "1080", True, "course"),
@@ -36,11 +37,13 @@ def test_equivalent(predicted, reference, verdict, rule):
     assert equivalent(predicted, reference) == (verdict, rule)
 
 
+@needs_math_verify
 def test_math_verify_alone_takes_the_last_formula_of_a_hedge():
     assert math_verify_equal("19 or 18", "18") is True
     assert math_verify_equal("18.0000001", "18") is False
 
 
+@needs_math_verify
 def test_reward_reads_the_tag_then_the_whole_text():
     reward = make_math_verify_reward()
     scores = reward(completions=["<answer>\\frac{3}{2}</answer>", "so it is \\boxed{1.5}", "<answer>1.4</answer>",
@@ -51,6 +54,7 @@ def test_reward_reads_the_tag_then_the_whole_text():
         reward(completions=["1"], solution=["1"])
 
 
+@needs_math_verify
 @pytest.mark.skipif(not DATA.exists(), reason=f"needs the GSM8K test file at {DATA}")
 def test_on_real_gsm8k_answers_the_combination_is_never_wrong_where_either_rule_is_right():
     import sys
@@ -70,3 +74,13 @@ def test_on_real_gsm8k_answers_the_combination_is_never_wrong_where_either_rule_
             assert equivalent(read, reference)[0] == right, (kind, candidate, reference)
             checked += 1
     assert checked >= 30 * 9
+
+
+def test_without_math_verify_the_error_names_the_install(monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "math_verify", None)  # import math_verify now raises ImportError
+    assert math_verify_available() is False
+    with pytest.raises(ImportError, match=r"pip install \"math-verify>=0.9.0\""):
+        make_math_verify_reward()
+    assert equivalent("72", "72") == (True, "course")  # plain numbers never need it
