@@ -23,7 +23,7 @@ import json
 import time
 from pathlib import Path
 
-from course_lib.rewards.judge import (DEFAULT_RUBRIC, STORED_JUDGMENTS, Judge, agreement, held_out_answers,
+from course_lib.judge import (DEFAULT_RUBRIC, STORED_JUDGMENTS, Judge, agreement, held_out_answers,
                                      make_group_judge_reward, make_rubric_judge_reward, pairwise_order)
 
 CACHE = STORED_JUDGMENTS

@@ -686,7 +686,7 @@ else:
 # ## 12. An LLM as the judge
 #
 # Where no verifier exists (helpfulness, style, a proof's clarity), a model can grade the
-# completions: "LLM-as-a-judge" (Zheng et al. 2023). `course_lib.rewards.judge` builds two judge
+# completions: "LLM-as-a-judge" (Zheng et al. 2023). `course_lib.judge` builds two judge
 # rewards with TRL's signature from any model `load_policy` loads:
 #
 # - **pointwise**, `make_rubric_judge_reward(judge, rubric)`: the judge reads the rubric, the
@@ -709,7 +709,7 @@ else:
 
 # %%
 from course_lib.rewards.answers import is_correct
-from course_lib.rewards.judge import (STORED_JUDGMENTS, Judge, agreement, held_out_answers, make_group_judge_reward,
+from course_lib.judge import (STORED_JUDGMENTS, Judge, agreement, held_out_answers, make_group_judge_reward,
                                       make_rubric_judge_reward, pairwise_order)
 
 judge_prompts, judge_answers, references = held_out_answers(n=12, group=4)

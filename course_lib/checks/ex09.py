@@ -7,7 +7,7 @@ missing `re.DOTALL`, `re.match` instead of `re.search`, an off-by-one threshold,
 floor, a division by a zero reference, a 0 where NaN belongs) and, where the course
 library implements the same rule, its independent implementation
 (`course_lib.rewards.think_answer_format_reward`, `proximity_score`,
-`course_lib.rewards.combine_rewards`, `course_lib.rewards.judge.parse_group_ranking`).
+`course_lib.rewards.combine_rewards`, `course_lib.judge.parse_group_ranking`).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from ..rewards import combine_rewards as library_combine_rewards
 from ..rewards import proximity_score as library_proximity_score
 from ..rewards import think_answer_format_reward
 from ..rewards.answers import is_correct
-from ..rewards.judge import parse_group_ranking
+from ..judge import parse_group_ranking
 from ..feedback import Hint, assert_close
 
 # (text, expected, {wrong answer a typical mistake gives: diagnosis})

@@ -2,7 +2,7 @@
 
 TRL 1.16 passes every reward function ``log_metric(name, value)``; the values of one name
 logged during a step are averaged into that step's metrics (a judge's ``judge/calls`` and
-``judge/s``, ``course_lib.rewards.judge``). The trainer keeps one :class:`RewardLog`, hands
+``judge/s``, ``course_lib.judge``). The trainer keeps one :class:`RewardLog`, hands
 :meth:`RewardLog.log` to ``compute_rewards`` and empties it into the batch's metrics once the
 batch is drawn (all rounds of dynamic sampling together).
 """

@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from course_lib.rewards.judge import (Judge, agreement, cohen_kappa, make_group_judge_reward,
+from course_lib.judge import (Judge, agreement, cohen_kappa, make_group_judge_reward,
                                       make_rubric_judge_reward, parse_group_ranking, parse_score)
 
 Q = [{"role": "user", "content": "What is 2 + 2?"}]

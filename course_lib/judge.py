@@ -41,14 +41,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from .extract import completion_text
+from .rewards.extract import completion_text
 
 __all__ = ["DEFAULT_RUBRIC", "STORED_JUDGMENTS", "Judge", "held_out_answers", "pairwise_order", "JudgeStats", "agreement", "cohen_kappa", "make_group_judge_reward",
            "make_rubric_judge_reward", "parse_group_ranking", "parse_score"]
 
 #: SmolLM2-135M-Instruct's judgments of the tiny model's answers (``benchmarks/judge_agreement.py``):
 #: lesson 09 replays them without loading the judge.
-STORED_JUDGMENTS = Path(__file__).resolve().parents[1] / "assets" / "rewards" / "judge_smollm2_arithmetic.json"
+STORED_JUDGMENTS = Path(__file__).resolve().parent / "assets" / "rewards" / "judge_smollm2_arithmetic.json"
 
 #: The rubric lesson 09 uses for arithmetic answers.
 DEFAULT_RUBRIC = "The answer is correct: the final number is the exact result of the calculation."
@@ -118,8 +118,8 @@ class Judge:
             if callable(self.model) and not hasattr(self.model, "generate"):
                 self._generate = self.model
             else:
-                from ..models import load_policy
-                from ..rollout import SamplingConfig, make_engine
+                from .models import load_policy
+                from .rollout import SamplingConfig, make_engine
 
                 model, tokenizer = (self.model if isinstance(self.model, tuple) else load_policy(self.model))
                 engine = make_engine("hf", model, tokenizer)
@@ -362,9 +362,9 @@ def agreement(judge_scores: Sequence[float | None], verdicts: Sequence[bool], th
 def held_out_answers(n: int = 12, group: int = 4, seed: int = 0) -> tuple[list, list[str], list[str]]:
     """``(prompts, completions, answers)``: ``group`` samples of the tiny model (temperature 1, seeded)
     for each of ``n`` held-out arithmetic problems, prompt-major: the answers lesson 09's judge grades."""
-    from ..data import get_task
-    from ..models import load_policy
-    from ..rollout import SamplingConfig, make_engine
+    from .data import get_task
+    from .models import load_policy
+    from .rollout import SamplingConfig, make_engine
 
     model, tokenizer = load_policy("tiny")
     problems = get_task("arithmetic", split="test", n=n, seed=seed + 11)
