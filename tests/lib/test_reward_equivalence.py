@@ -84,3 +84,18 @@ def test_without_math_verify_the_error_names_the_install(monkeypatch):
     with pytest.raises(ImportError, match=r"pip install \"math-verify>=0.9.0\""):
         make_math_verify_reward()
     assert equivalent("72", "72") == (True, "course")  # plain numbers never need it
+
+
+@needs_math_verify
+@pytest.mark.skipif(not DATA.exists(), reason=f"needs the GSM8K test file at {DATA}")
+def test_the_benchmark_prints_disagreements_and_the_table():
+    import subprocess
+    import sys
+
+    script = Path(__file__).resolve().parents[2] / "benchmarks" / "answer_equivalence.py"
+    out = subprocess.run([sys.executable, str(script), "--n", "4", "--show", "3"], capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr
+    # 4 problems x 10 ways; boxed, units, fraction, sentence, hedge and near disagree on every problem
+    assert "24 disagreements on 40 answers" in out.stdout
+    assert "hedge" in out.stdout and "combined right" in out.stdout
