@@ -28,6 +28,9 @@ resolves and that the README's module table names every file listed here).
 08 rloo: sequence-level clipped loss -> course_lib/algos/rloo.py: rloo_policy_loss
 09 rewards: weighted sum of reward functions, rubrics -> course_lib/rewards/combine.py: compute_rewards, rubric, predicate_reward
 09 rewards: the "correct" rule shared by rewards and evaluation -> course_lib/rewards/answers.py: is_correct
+09 rewards: answer equivalence (the course's rules, then math-verify) -> course_lib/rewards/equivalence.py: equivalent, make_math_verify_reward
+09 rewards: LLM judge, rubric score and group ranking (RULER-style), Cohen's kappa -> course_lib/judge.py: make_rubric_judge_reward, make_group_judge_reward, parse_group_ranking, cohen_kappa
+09 rewards: the pre-flight probe of degenerate completions -> course_lib/rewards/probe.py: probe_rewards, degenerate_completions
 10 inference memory: log-probs without (B, T, V) logits -> course_lib/ops/logprobs.py: selective_log_softmax, fused_linear_logprobs
 10 inference memory: the completion forward with a shared prompt -> course_lib/policy.py: completion_forward
 11 capstone: accuracy with a Wilson interval, lift between two runs -> course_lib/evaluation.py: wilson_interval, lift_interval
@@ -55,11 +58,11 @@ floor 1: models, rewards, lesson_answers
 floor 2: ops, data, reward_model, sampled_evaluation
 floor 3: config, policy
 floor 4: rollout
-floor 5: presets, evaluation, post_training
+floor 5: presets, evaluation, post_training, judge
 floor 6: algos, tiny, tool_evaluation
 floor 7: run, toy
 floor 8: doctor, widgets, group_batches
 floor 9: trainer
-floor 10: cli, museum, demo, checks
+floor 10: cli, museum, demo, checks, reward_hack
 floor 11: __main__
 """

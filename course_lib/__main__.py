@@ -142,6 +142,12 @@ def _cmd_export_trl(args) -> int:
     return 0
 
 
+def _cmd_probe_rewards(args) -> int:
+    from .cli.probe_rewards import run_probe
+
+    return run_probe(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     from .cli.train import CORRECT_HELP, TASK_HELP, add_train_arguments, count_argument
 
@@ -197,6 +203,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("run_dir", help="the run's output_dir, or a TRL trainer_state.json (or its folder)")
     p.add_argument("--figure", default=None, help="where to save the signals' figure (default: RUN_DIR/doctor.png)")
     p.set_defaults(func=_cmd_doctor)
+
+    from .cli.probe_rewards import add_probe_arguments
+
+    p = sub.add_parser("probe-rewards", help="score degenerate completions (empty, 'I don't know', the prompt's "
+                                             "numbers...) beside a correct one: flags a reward hack before training")
+    add_probe_arguments(p)
+    p.set_defaults(func=_cmd_probe_rewards)
 
     p = sub.add_parser("export-trl", help="write a TRL config, data and command for the same GRPO, SFT or DPO run")
     add_train_arguments(p, export=True)

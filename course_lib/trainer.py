@@ -52,6 +52,7 @@ from .run import checkpoint as ckpt
 from .run.batches import (Generated, GenerationBatch, PromptSampler, completion_metrics, cycle_seed,
                           micro_steps_per_cycle, repeat_prompts)
 from .run.distributed import Shards, make_accelerator
+from .run.reward_log import RewardLog
 from .run.folder import claim_output_dir, run_identity
 from .doctor.live import LiveDoctor
 from .run.dynamic_sampling import draw_batch
@@ -133,6 +134,7 @@ class Trainer:
         self.step = 0          # optimizer steps done
         self.micro_step = 0    # micro-batches done
         self.cycle = 0         # generation batches made
+        self.reward_log = RewardLog()  # what reward functions log through log_metric
         self.tokens_seen = 0
         self.batch: GenerationBatch | None = None
         self.batch_position = 0  # micro-batches of self.batch consumed
@@ -184,6 +186,7 @@ class Trainer:
         self._sync_engine()
         generated, generated.metrics, _ = draw_batch(self._generate_round, self.config, self.tokenizer.pad_token_id)
         generated.metrics.update(self.pipeline.metrics if self.pipeline is not None else {})  # staleness
+        generated.metrics.update(self.reward_log.pop_means())  # what reward functions logged (log_metric)
         self.cycle += 1
         return generated
 
@@ -251,9 +254,10 @@ class Trainer:
         completion_ids = [[token for token, kept in zip(ids, mask) if kept]  # the masked tokens, as plain lists
                           for ids, mask in zip(rollout.completion_ids.tolist(), rollout.completion_mask.tolist())]
         tools = generated.tools  # multi-turn: each completion is its messages; rewards may read the environments
+        extra = {**(tools.reward_kwargs if tools is not None else {}), "log_metric": self.reward_log.log}  # as TRL
         return compute_rewards(self.reward_funcs, generated.prompts, completions if tools is None else tools.completions,
                                generated.columns, self.reward_weights, timeout_s=self.config.reward_timeout_s,
-                               completion_ids=completion_ids, extra_kwargs=None if tools is None else tools.reward_kwargs)
+                               completion_ids=completion_ids, extra_kwargs=extra)
 
     def _rollout_metrics(self, rollout, per_func: torch.Tensor, loss_mask: torch.Tensor) -> dict:
         """TRL's completion-length and per-reward-function metrics over the whole generation batch."""

@@ -1,7 +1,8 @@
 # This file is generated from solutions/ex09_rewards.py by `python -m course_lib make-stubs`.
 # Fill in the parts that raise NotImplementedError; the tests in tests/exercises/ grade them.
 """Lesson 09 exercises: reading an answer out of a completion, a think/answer format reward
-with partial credit, a proximity score, and combining reward functions as TRL does."""
+with partial credit, a proximity score, combining reward functions as TRL does, reading a
+judge's ranking of a group (RULER-style), and a probe case of your own that catches a planted flaw."""
 
 import math
 import re
@@ -88,4 +89,49 @@ def combine_rewards(per_func: list[list[float | None]], weights: list[float] | N
         B floats.
     """
     # HINT: a completion where every function returned None must stay NaN: 0 would pull the baseline.
+    raise NotImplementedError("Exercise: replace this line with your code.")
+
+
+def parse_ranking(reply: str | None, n: int) -> list[int] | None:
+    """The order a judge gave to `n` numbered answers, best first, as 0-BASED indices.
+
+    A group judge (lesson 09 §12) is shown "Answer 1: ...", ..., "Answer n: ..." and replies
+    with the numbers from best to worst. Small judges write it many ways: `"2 1 3"`,
+    `"2 > 3 > 1"`, `"Ranking: [3], [1], [2]"`. Rules:
+
+    1. read the whole numbers of the reply in order (`re.findall(r"\\d+", reply)`);
+    2. keep the FIRST mention of each number in 1..n (a repeat adds nothing), and stop once
+       all n are found (later numbers are ignored);
+    3. a number outside 1..n met before the ranking is complete makes the reply unusable
+       (None), unless n - 1 numbers were already found;
+    4. n numbers found: that order. n - 1 found: the missing one goes last. Fewer: None.
+       A `None` reply gives None.
+
+    Returns 0-based indices: `"2 1 3"` with n = 3 -> `[1, 0, 2]`.
+
+    Examples: `parse_ranking("2 > 3 > 1", 3)` -> `[1, 2, 0]`; `parse_ranking("2 1", 3)` ->
+    `[1, 0, 2]`; `parse_ranking("2 2 1 3", 3)` -> `[1, 0, 2]`; `parse_ranking("5 1 2", 3)`
+    -> `None`; `parse_ranking("2", 3)` -> `None`.
+    """
+    # HINT: first collect the distinct numbers in 1..n in the order they appear; decide at the end.
+    # HINT: the judge numbers answers from 1, Python from 0: subtract 1 before you store an index.
+    raise NotImplementedError("Exercise: replace this line with your code.")
+
+
+def probe_case(question: str, answer: str) -> str:
+    """A completion of your own, at most 12 characters, that a planted flaw pays like the right answer.
+
+    A colleague's reward, `course_lib.checks.ex09.planted_reward`, pays 1.0 when "the
+    completion holds the answer" and 0.0 otherwise (read its code in lesson 09 §14). Write,
+    for any arithmetic `question` and its `answer` (a whole number as a string), a completion
+    that:
+
+    - is WRONG by the course's verifier (its first number is not the answer);
+    - scores 1.0 under `planted_reward`, as much as the correct completion `answer`;
+    - is at most 12 characters long (short and cheap: the kind of string a policy finds).
+
+    The check tries five problems, the answer 0 among them.
+    """
+    # HINT: read how planted_reward decides that a completion "holds" the answer: which Python test does it use?
+    # HINT: `answer in text` is a substring test: a longer number that contains the answer's digits passes it.
     raise NotImplementedError("Exercise: replace this line with your code.")

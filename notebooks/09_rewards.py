@@ -3,8 +3,9 @@
 #
 # [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/rl-for-llms/course/blob/main/notebooks/09_rewards.ipynb)
 #
-# *Fast mode (`COURSE_FAST=1`), as the notebook test runs it: about 20 s of CPU time on a 2-core CPU
-# (the wall time grows when the machine is busy with other work).*
+# *Fast mode (`COURSE_FAST=1`), as the notebook test runs it: about 25 s of CPU time on a 2-core CPU
+# (the wall time grows when the machine is busy with other work). The judge's verdicts and the two
+# training runs of sections 12-13 are replayed from files the benchmarks wrote, so no run waits on them.*
 #
 # GRPO and RLOO need only two things besides the model: prompts and a **reward function**.
 # The algorithm then maximizes whatever that function measures — including its mistakes.
@@ -21,7 +22,15 @@
 # 5. build a **rubric** of small verifiable rewards and weigh it with `reward_weights`,
 #    knowing TRL's rules for `None` and NaN;
 # 6. run **model-written code** safely: time and memory limits, no network, a temporary
-#    directory.
+#    directory;
+# 7. check answers with **answer equivalence** (`math-verify`) where the course's number rules
+#    stop, and keep the rules where they are stricter;
+# 8. use a model as the **judge** (a rubric score, or a RULER-style ranking of each group) and
+#    measure how far it agrees with a verifier before trusting it;
+# 9. watch a **reward hack take** (training reward up 1,000-fold, held-out accuracy to 0), and the
+#    fixed reward learn;
+# 10. **probe a reward before training** with degenerate completions, which flags that hack in a
+#    second.
 
 # %%
 # On Colab (or with COURSE_SETUP=1): clone the course, install what the runtime lacks, keep its torch.
@@ -123,7 +132,7 @@ print(correctness_reward(prompts=task["prompt"], completions=completions, answer
 # "000". `course_lib.rewards` reads thousands commas and exponents, but neither
 # recognises fractions (`3/4`), words or LaTeX (`\frac{3}{4}`, `\boxed{}`): for
 # competition maths, a verifier also needs *answer equivalence* (a symbolic checker such as
-# the `math_verify` package), or it marks right answers wrong. Do not copy a weaker
+# the `math_verify` package, section 11), or it marks right answers wrong. Do not copy a weaker
 # extractor into a real reward.
 #
 # ### Exercise 1 — `extract_answer(text)`
@@ -610,7 +619,257 @@ else:
 # namespace sandbox, which is why large RL runs put each program in gVisor or a
 # microVM. And a verifier only checks what its tests ask: hard-coding the tests'
 # answers is still a reward hack that no sandbox sees (Question 5).
+
+# %% [markdown]
+# ## 11. Answer equivalence: a maintained checker beside the course's rules
 #
+# The course's verifier reads plain numbers (`1,080`, `$72.00`, `1e3`) and nothing else. A
+# model that writes `\boxed{72}`, `\frac{144}{2}` or "The answer is 72." is marked wrong
+# although it is right. Hugging Face's [`math-verify`](https://github.com/huggingface/Math-Verify)
+# (used by open-r1 and by TRL's `accuracy_reward`) parses both sides into SymPy and compares
+# them. `course_lib.rewards.equivalence.equivalent` combines the two: the course's rule for
+# plain numbers, with no tolerance (`18.0000001` is not 18; it also reads `1e3`, which
+# `math-verify` does not), a refusal of hedged answers (`math-verify` takes the *last* formula
+# of a text, so "19 or 18" passes for 18), and `math-verify` for the rest.
+# `make_math_verify_reward()` is the same rule as a reward.
+#
+# The cell grades real GSM8K answers: for 20 test problems, the solution's own last sentence
+# and the reference written nine other ways (three of them wrong). "course" is the correctness
+# rewards' rule (the tag's content as a number, relative tolerance 1e-6; the last number of a
+# sentence). `benchmarks/answer_equivalence.py` does it for 300 problems and prints every
+# disagreement: our run found 1,802 disagreements in 3,000 answers, and the combination right on
+# 2,995; the five it misses are last sentences that do not end with the answer.
+
+# %%
+import json
+import sys
+from pathlib import Path
+
+from course_lib.rewards.equivalence import MATH_VERIFY_REQUIREMENT, equivalent, math_verify_available
+
+if math_verify_available():
+    sys.path.insert(0, str(Path(importlib.util.find_spec("course_lib").origin).parents[1] / "benchmarks"))
+    from answer_equivalence import DATA, candidates, course_rule
+
+    from course_lib.rewards.equivalence import math_verify_equal
+    from course_lib.rewards.extract import extract_last_number
+
+    if DATA.exists():
+        solutions = [json.loads(line)["answer"] for line in DATA.read_text().splitlines()[:20]]
+    else:  # a clone without the shared data folder: two GSM8K-style solutions written here
+        solutions = ["She sells 16 - 3 - 4 = <<16-3-4=9>>9 eggs.\nShe makes 9 * 2 = $<<9*2=18>>18.\n#### 18",
+                     "The house costs 80,000 + 50,000 = $<<80000+50000=130000>>130,000.\n#### 130000"]
+    tally = {}
+    for solution in solutions:
+        reference, kinds = candidates(solution)
+        for kind, (candidate, right) in kinds.items():
+            read = extract_last_number(candidate) if kind == "last_line" else candidate
+            three = (course_rule(kind, candidate, reference), math_verify_equal(candidate, reference),
+                     equivalent(read, reference)[0])
+            row = tally.setdefault(kind, [candidate, right, 0, 0, 0])
+            for k, verdict in enumerate(three):
+                row[2 + k] += verdict == right
+    print(f"{len(solutions)} GSM8K problems; count of right verdicts per way of writing the answer")
+    print(f"{'kind':<11} {'example':<34} {'truth':>6} {'course':>7} {'math-verify':>12} {'combined':>9}")
+    for kind, (example, right, ours, theirs, both) in tally.items():
+        print(f"{kind:<11} {example[:32]!r:<34} {'right' if right else 'wrong':>6} {ours:>7} {theirs:>12} {both:>9}")
+else:
+    print(f"math-verify is not installed here: pip install \"{MATH_VERIFY_REQUIREMENT}\" (pyproject.toml declares it)")
+
+# %% [markdown]
+# Read the columns. The course's rule misses every LaTeX, fraction, unit and sentence form
+# (a reward built on it teaches the model one notation, whatever the prompt asked) and, with its
+# float tolerance, accepts the rounding slip; `math-verify` accepts the hedge. Neither reads the last sentence perfectly: some
+# GSM8K solutions end with a number that is not the answer. Keep the shipped rules where they
+# are stricter, and say so in the reward's docstring.
+#
+# ## 12. An LLM as the judge
+#
+# Where no verifier exists (helpfulness, style, a proof's clarity), a model can grade the
+# completions: "LLM-as-a-judge" (Zheng et al. 2023). `course_lib.judge` builds two judge
+# rewards with TRL's signature from any model `load_policy` loads:
+#
+# - **pointwise**, `make_rubric_judge_reward(judge, rubric)`: the judge reads the rubric, the
+#   question and one completion and answers a score from 0 to 10 (reward = score / 10);
+# - **group-relative**, `make_group_judge_reward(judge, rubric)`: the judge reads the G completions
+#   of a prompt together and ranks them (reward `1 - rank / (G - 1)`). This is the idea of OpenPipe
+#   ART's RULER: GRPO uses only the differences *within* a group (lesson 05), so the judge need not
+#   be calibrated across prompts, only able to compare answers to one question, which is easier.
+#
+# Judgments are cached by (prompt, completion, rubric) and sent in batches; a call that runs past
+# `timeout_s` leaves the rest of the batch unscored; an unparsable reply is `None` (TRL's
+# "unscorable", section 8), counted in `judge.stats`. In training each batch logs `judge/calls`,
+# `judge/s`, `judge/unparsable` and `judge/cache_hits` into the history (TRL's `log_metric`).
+#
+# **Measure a judge before you train on it.** Here the judge is the embedded SmolLM2-135M-Instruct
+# (the only chat model that runs offline on any laptop) and the answers are the tiny model's, 4
+# samples for each of 12 held-out problems, with the verifier as the truth. The judgments were made
+# once by `benchmarks/judge_agreement.py` (47 judge calls, 945 s on a busy 2-core CPU) and are
+# replayed from its cache, so this cell loads no judge.
+
+# %%
+from course_lib.rewards.answers import is_correct
+from course_lib.judge import (STORED_JUDGMENTS, Judge, agreement, held_out_answers, make_group_judge_reward,
+                                      make_rubric_judge_reward, pairwise_order)
+
+judge_prompts, judge_answers, references = held_out_answers(n=12, group=4)
+verdicts = [is_correct(c, a) for c, a in zip(judge_answers, references)]
+# The cache answers every judgment; a miss would ask this stand-in (an unparsable reply, counted), not a model.
+judge = Judge(model=lambda prompts: ["(not in the cache)"] * len(prompts), cache_path=str(STORED_JUDGMENTS))
+pointwise = make_rubric_judge_reward(judge)(prompts=judge_prompts, completions=judge_answers)
+ranked = make_group_judge_reward(judge)(prompts=judge_prompts, completions=judge_answers)
+stats = agreement(pointwise, verdicts)
+order, pairs = pairwise_order(ranked, verdicts, 4)
+print(f"judge: {judge.stats}")
+print(f"pointwise: {stats['n']} answers scored ({stats['unscored']} unparsable), accuracy {stats['accuracy']:.2f}, "
+      f"Cohen's kappa {stats['kappa']:.2f}; the judge said 'right' to {stats['judge_yes_rate']:.0%}, "
+      f"the verifier to {stats['verifier_yes_rate']:.0%}")
+print(f"group ranking: right answer above wrong in {order:.0%} of {pairs} (right, wrong) pairs (a coin flip: 50%)")
+for question, answer, score, right in list(zip([p[-1]["content"] for p in judge_prompts], judge_answers, pointwise,
+                                               verdicts))[:4]:
+    print(f"  {question:<18} {answer!r:<8} judge {score}  verifier {'right' if right else 'wrong'}")
+
+# %% [markdown]
+# The small judge agrees with the verifier on 30% of the answers, exactly the share of right
+# answers, because it calls every answer right: **Cohen's kappa is 0.0**, no better than chance
+# (kappa = (p_o − p_e) / (1 − p_e) subtracts the agreement a rater gets by chance from its own
+# rate of "yes"; accuracy alone would hide this). Its group rankings put the right answer first in
+# about half of the pairs, a coin flip. A 135M-parameter model cannot do arithmetic, so it cannot
+# judge it. That is the rule: **a judge must be much stronger at the task than the policy**
+# (RULER's judges are large API models), and its agreement with a verifier or with people must be
+# measured on held-out answers before a run. A weak judge is also a hackable reward: a policy
+# learns what the judge likes (length, confidence, flattery), the same over-optimisation lesson 04
+# §10 shows for a learned reward model. With a stronger judge, pass its name:
+# `Judge("HuggingFaceTB/SmolLM2-1.7B-Instruct")`, or a callable that calls an API.
+#
+# ### Exercise 5 — `parse_ranking(reply, n)`
+#
+# Small judges write a ranking in many ways. Write the parser of the group judge.
+
+# %%
+ex = load_exercise("ex09_rewards")
+feedback(ex09.check_parse_ranking, ex.parse_ranking);
+
+# %% [markdown]
+# ## 13. A reward hack that takes, and its fix
+#
+# A reward with partial credit by distance, written in a hurry:
+#
+# ```python
+# score = max(-1.0, 1.0 - (y - x) / max(abs(y), 1.0))   # meant: abs(y - x)
+# ```
+#
+# It looks right on the examples one tries (x = 9 for y = 10 gives 0.9) and is floored so that
+# wild guesses do not dominate. But it forgets the absolute value: above the answer the score
+# *grows* (x = 2y earns 2.0). `course_lib.rewards.flawed.closeness_reward` is that reward.
+# `benchmarks/reward_hack.py` trained the tiny model with GRPO on it, and then on the verifier
+# `correctness_first_number_reward`, with the tiny model's measured preset (200 steps of 32
+# completions, learning rate 3e-5), and stored both histories; the cell plots them (rerun with
+# `python benchmarks/reward_hack.py`, about 10 minutes on one thread).
+
+# %%
+from course_lib.doctor import diagnose
+from course_lib.reward_hack import load_reward_hack
+
+record = load_reward_hack()
+fig, axes = plt.subplots(1, 2, figsize=(10, 3))
+for which, color in (("flawed", "tab:red"), ("fixed", "tab:green")):
+    history = record[which]["history"]
+    steps = [r["step"] for r in history if "reward" in r]
+    axes[0].plot(steps, [r["reward"] for r in history if "reward" in r], color=color,
+                 label=f"{which}: {record['settings']['rewards'][which].split(':')[-1]}")
+    evals = [r for r in history if "eval/greedy_accuracy" in r]
+    axes[1].plot([r["step"] for r in evals], [r["eval/greedy_accuracy"] for r in evals], "o-", color=color, label=which)
+axes[0].set(yscale="symlog", xlabel="step", ylabel="training reward (symlog)", title="What the reward says")
+axes[1].set(xlabel="step", ylabel="held-out greedy accuracy", title="What the model can do (50 problems)", ylim=(0, 1))
+for ax in axes:
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+plt.show()
+before = record["settings"]["greedy_accuracy_200_before"]
+for which in ("flawed", "fixed"):
+    print(f"{which:>6}: greedy accuracy on 200 held-out problems {before:.3f} -> "
+          f"{record[which]['greedy_accuracy_200_after']:.3f}; the doctor on its history: "
+          f"{[f.rule for f in diagnose(record[which]['history'])]}")
+for sample in record["flawed"]["samples"][:3]:
+    print(f"  flawed policy, {sample['question']} (answer {sample['answer']}): {sample['completions']}")
+
+# %% [markdown]
+# The flawed run's reward climbs from about 1 to about 1,000 while held-out accuracy falls from
+# 32% to 0: the policy writes six-digit numbers, the cheapest way to earn more. The first sign
+# came early: a digit appended to a right answer ("931" for 93) already earns ten times more, so
+# greedy accuracy was 0 at the first evaluation (step 20), long before the reward curve looked
+# strange. The same run on the verifier learns: 32% -> 53.5% on the 200 problems. The doctor
+# (lesson 13) names the hack from the history alone, training reward up while held-out accuracy is
+# flat or falls, and finds nothing in the fixed run. Two habits follow: **log a held-out metric the
+# reward cannot fake** (`eval_strategy="steps"`), and **read the top-scoring samples**. Lesson 11 §8
+# shows a subtler hack, a policy paid for copying its input.
+#
+# ## 14. Before training: probe the reward with degenerate completions
+#
+# Most reward bugs are visible without a single training step: write the cheap completions a
+# policy would find, and score them. `probe_rewards(reward_funcs, rows)` (and
+# `python -m course_lib probe-rewards --task ... --rewards ...`) scores, for a few prompts, a
+# correct reference completion and these degenerate ones: empty, whitespace, the answer tag with
+# nothing in it, every number of the prompt, the prompt repeated, a very long reply, a spray of a
+# thousand numbers, a huge number, the format without reasoning, the right answer in the wrong
+# format, "I don't know", and a well-formed wrong answer. Every case that scores **at least as
+# well as the reference** is flagged; a flagged case without the right answer is a hack waiting
+# for a policy (`FLAG`). First the course's own rewards:
+
+# %%
+from course_lib.data import gsm8k_messages
+from course_lib.presets import TASKS
+from course_lib.rewards.flawed import closeness_reward
+from course_lib.rewards.probe import probe_rewards
+
+gsm8k_rows = [{"prompt": gsm8k_messages("Tom has 3 boxes of 4 pens and buys 5 more. How many pens?"), "answer": "17"}]
+for task, rows in (("arithmetic", get_task("arithmetic", split="test", n=3, seed=0)),
+                   ("arithmetic-tagged", get_task("arithmetic-tagged", split="test", n=3, seed=0)),
+                   ("gsm8k", gsm8k_rows)):
+    report = probe_rewards(get_reward_functions(TASKS[task]["rewards"]), rows)
+    print(f"{task} ({', '.join(TASKS[task]['rewards'])}): flagged {report.flagged}, answer-free {report.hacks}")
+print()
+print(probe_rewards(get_reward_functions(TASKS["gsm8k"]["rewards"]), gsm8k_rows).table())
+
+# %% [markdown]
+# No answer-free case ties the reference on the course's rewards. What they flag holds the right
+# answer: the arithmetic verifier also accepts `<answer>93</answer>` (it reads the first number),
+# and the tagged and GSM8K rewards pay the layout without reasoning fully. That is what these
+# rewards mean (they check the answer, not the reasoning), and worth knowing: a policy may learn
+# to skip the reasoning. The GSM8K table shows one more thing: the empty answer tag in the right
+# layout earns 1.5 of 4.0 points from the three format rewards, enough to learn the tags from, not
+# enough to beat a right answer. Now the flawed reward of section 13, before any training:
+
+# %%
+flawed_report = probe_rewards([closeness_reward], get_task("arithmetic", split="test", n=3, seed=0))
+print(flawed_report.table())
+print("\nflagged without the right answer:", flawed_report.hacks)
+
+# %% [markdown]
+# The probe flags `huge_number` (a score in the millions against the reference's 1.0) and the
+# wrong answer one above the reference: the hack of section 13, found in a second instead of ten
+# minutes of training. Run the probe on every new reward, and add the cases your task invites
+# (units, a second answer, the question's own numbers in the tag).
+#
+# ### Exercise 6 — `probe_case(question, answer)`
+#
+# A colleague's reward pays 1.0 when "the completion holds the answer":
+
+# %%
+import inspect
+
+print(inspect.getsource(ex09.planted_reward))
+ex = load_exercise("ex09_rewards")
+feedback(ex09.check_probe_case, ex.probe_case);
+
+# %% [markdown]
+# Where to go next: lesson 04 §10 trains a learned reward model and watches PPO over-optimise it
+# (the judge's failure mode, measured); lesson 11 §7 turns a verifier into pass@k and maj@k and §8
+# shows a hacked reward in a real study; lesson 13 is the doctor that named the hack above, with
+# DAPO's remedies for rewards that stop teaching.
+
+# %% [markdown]
 # ## Explore: the reward playground
 #
 # Type a completion and the expected answer, tick reward functions, and see every score
@@ -648,6 +907,9 @@ else:
 #    result, and what does the model learn from them?
 # 5. Name a reward hack available to a policy graded by unit tests that the sandbox does
 #    *not* stop, and a change to the tests or reward that would.
+# 6. Section 12's judge agrees with the verifier on 30% of the answers. Why is that number
+#    misleading on its own, what does Cohen's kappa of 0.0 add, and what would you measure
+#    before training on a stronger judge?
 
 # %% [markdown]
 # ### Answers

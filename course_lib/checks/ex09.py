@@ -1,12 +1,13 @@
 """Checks for lesson 09 (rewards and verifiers): answer extraction, the think/answer format
-reward, a proximity score, and combining reward functions with TRL's None rules.
+reward, a proximity score, combining reward functions with TRL's None rules, a judge's group
+ranking, and a probe case that catches a planted flaw.
 
 Expected values are hand-written cases (each built to catch one typical mistake: a
 missing `re.DOTALL`, `re.match` instead of `re.search`, an off-by-one threshold, no
 floor, a division by a zero reference, a 0 where NaN belongs) and, where the course
 library implements the same rule, its independent implementation
 (`course_lib.rewards.think_answer_format_reward`, `proximity_score`,
-`course_lib.rewards.combine_rewards`).
+`course_lib.rewards.combine_rewards`, `course_lib.judge.parse_group_ranking`).
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ import torch
 from ..rewards import combine_rewards as library_combine_rewards
 from ..rewards import proximity_score as library_proximity_score
 from ..rewards import think_answer_format_reward
+from ..rewards.answers import is_correct
+from ..judge import parse_group_ranking
 from ..feedback import Hint, assert_close
 
 # (text, expected, {wrong answer a typical mistake gives: diagnosis})
@@ -156,3 +159,65 @@ def check_combine_rewards(fn) -> None:
         got = fn([list(v) for v in per_func], None if weights is None else list(weights))
         assert_close([float(v) for v in got], expected,
                      name=f"combine_rewards on {num_funcs} functions x {batch} completions, weights={weights}")
+
+
+# (reply, n, {wrong result a typical mistake gives: diagnosis})
+_RANKING_CASES = [
+    ("2 1 3", 3, {(2, 1, 3): "return 0-based indices: the judge's answer 1 is index 0 (subtract 1).",
+                  (1, 0, 2, 0): "stop at n numbers."}),
+    ("2 > 3 > 1", 3, {(2, 3, 1): "return 0-based indices: the judge's answer 1 is index 0 (subtract 1)."}),
+    ("Ranking: [3], [1], [2]", 3, {}),
+    ("2 2 1 3", 3, {(1, 1, 0): "a repeated number adds nothing: keep the first mention of each answer.",
+                    (1, 1, 0, 2): "a repeated number adds nothing: keep the first mention of each answer."}),
+    ("2 1", 3, {None: "n - 1 answers ranked: the missing one is last, the ranking is still usable.",
+                (1, 0): "n - 1 answers ranked: append the missing one at the end so every answer gets a rank."}),
+    ("2", 3, {(1, 0, 2): "one answer of three is not a ranking: return None (unscorable).",
+              (1,): "one answer of three is not a ranking: return None (unscorable)."}),
+    ("5 1 2", 3, {(0, 1, 2): "a number outside 1..n before the ranking is complete makes the reply unusable: None.",
+                  (4, 0, 1): "a number outside 1..n before the ranking is complete makes the reply unusable: None."}),
+    ("1 2 3 9", 3, {None: "once all n answers are ranked, later numbers are ignored."}),
+    ("", 2, {(0, 1): "an empty reply ranks nothing: None."}),
+    (None, 2, {}),
+    ("Answer 1 is best", 2, {None: "n - 1 answers ranked: the missing one is last."}),
+    ("1", 1, {}),
+]
+
+
+def check_parse_ranking(fn) -> None:
+    for reply, n, mistakes in _RANKING_CASES:
+        expected = parse_group_ranking(reply, n)
+        got = fn(reply, n)
+        got_key = None if got is None else tuple(int(k) for k in got)
+        if got_key == (None if expected is None else tuple(expected)):
+            continue
+        if got_key in mistakes:
+            raise Hint(f"parse_ranking({reply!r}, {n}) returned {got!r}: {mistakes[got_key]}")
+        raise Hint(f"parse_ranking({reply!r}, {n}): expected {expected!r}, got {got!r}.")
+
+
+def planted_reward(prompts=None, completions=(), answer=(), **kwargs) -> list[float]:
+    """The planted flaw of lesson 09 §14: 1.0 when "the completion holds the answer" (a substring test)."""
+    texts = [c if isinstance(c, str) else c[-1]["content"] for c in completions]
+    return [1.0 if str(a) in text else 0.0 for text, a in zip(texts, answer)]
+
+
+_PROBLEMS = [("What is 47 + 46?", "93"), ("What is 12 + 30?", "42"), ("What is 91 + 9?", "100"),
+             ("What is 5 + 2?", "7"), ("What is 60 - 60?", "0")]
+
+
+def check_probe_case(fn) -> None:
+    for question, answer in _PROBLEMS:
+        text = fn(question, answer)
+        if not isinstance(text, str):
+            raise Hint(f"probe_case({question!r}, {answer!r}) returned {text!r}: return the completion as a string.")
+        if len(text) > 12:
+            raise Hint(f"probe_case({question!r}, {answer!r}) is {len(text)} characters: keep it to 12 or fewer "
+                       "(the kind of short string a policy finds).")
+        if is_correct(text, answer):
+            raise Hint(f"probe_case({question!r}, {answer!r}) = {text!r} is a right answer by the verifier (its "
+                       "first number is the answer): a probe case must be wrong and still paid.")
+        paid = planted_reward(completions=[text, answer], answer=[answer, answer])
+        if paid[0] < paid[1]:
+            raise Hint(f"probe_case({question!r}, {answer!r}) = {text!r} scores {paid[0]} under planted_reward, "
+                       f"less than the right answer's {paid[1]}: it does not catch the flaw. Read how planted_reward "
+                       "decides that a completion holds the answer.")

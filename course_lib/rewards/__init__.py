@@ -16,7 +16,10 @@ Modules:
 - ``reward_model``: ``RewardModel``, a learned sequence-classification scorer as a reward;
 - ``registry``: ``REWARD_FUNCTIONS`` by name;
 - ``overlong``: DAPO's soft overlong punishment, a length penalty near the budget;
-- ``calling``: calling a reward function with a time limit, on a copy of its inputs.
+- ``calling``: calling a reward function with a time limit, on a copy of its inputs;
+- ``equivalence``: answer equivalence through ``math-verify`` beside the course's number rules;
+- ``probe``: degenerate completions scored beside a correct one, before training;
+- ``flawed``: a plausible reward with a bug, the reward hack of lesson 09.
 """
 
 from .answers import (
@@ -69,10 +72,15 @@ from .gsm8k import (
     gsm8k_xmlcount,
     gsm8k_xmlcount_reward,
 )
+from .equivalence import equivalent, make_math_verify_reward
 from .overlong import soft_overlong_punishment
+from .probe import probe_rewards
 from .registry import REWARD_FUNCTIONS, get_reward_functions
 
 __all__ = [
+    "equivalent",
+    "make_math_verify_reward",
+    "probe_rewards",
     "no_rewards",
     "soft_overlong_punishment",
     "combine_rewards",

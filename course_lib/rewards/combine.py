@@ -171,9 +171,10 @@ def _short(value: Any, limit: int = 200) -> str:
     return text if len(text) <= limit else text[:limit] + f"... [{len(text) - limit} more chars]"
 
 
-# Passed as they are, not copied: the trainer's state, and the rollouts' live environments
-# (whose get_reward reads the state the tools left; they may hold what cannot be copied).
-_LIVE_EXTRAS = ("trainer_state", "environments")
+# Passed as they are, not copied: the trainer's state, the rollouts' live environments
+# (whose get_reward reads the state the tools left; they may hold what cannot be copied), and
+# TRL's `log_metric` callback (a copy would log into nothing).
+_LIVE_EXTRAS = ("trainer_state", "environments", "log_metric")
 
 
 def _call(function: RewardFunction, prompts, completions, columns, extra,
@@ -193,6 +194,21 @@ def _call(function: RewardFunction, prompts, completions, columns, extra,
         return output
 
     return call_with_timeout(call, timeout_s, label)
+
+
+def _extras_for(function: Callable, extra: dict) -> dict:
+    """``extra`` without ``log_metric`` for a function that cannot take it (no ``**kwargs``, no such
+    parameter): TRL passes it to every function, the course only where it fits, so a reward written
+    with named columns only keeps working."""
+    if "log_metric" not in extra:
+        return extra
+    try:
+        parameters = inspect.signature(function).parameters.values()
+    except (TypeError, ValueError):
+        return extra
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD or p.name == "log_metric" for p in parameters):
+        return extra
+    return {k: v for k, v in extra.items() if k != "log_metric"}
 
 
 def is_async_reward(function: Callable) -> bool:
@@ -330,9 +346,10 @@ def compute_rewards(
         names = ", ".join(repr(reward_function_name(reward_funcs[f])) for f in waiting)
         calls = []
         for f in waiting:
+            own = _extras_for(reward_funcs[f], extra)
             p, c, cols, copied = private_copies(prompts, completions, columns,
-                                                {k: v for k, v in extra.items() if k != "trainer_state"})
-            calls.append(reward_funcs[f](prompts=p, completions=c, **cols, **{**extra, **copied}))
+                                                {k: v for k, v in own.items() if k not in _LIVE_EXTRAS})
+            calls.append(reward_funcs[f](prompts=p, completions=c, **cols, **{**own, **copied}))
         try:
             awaited = dict(zip(waiting, await_all(calls, timeout_s, f"the async reward function(s) {names}")))
         except RewardTimeout as error:
@@ -340,7 +357,8 @@ def compute_rewards(
     for f, function in enumerate(reward_funcs):
         name = reward_function_name(function)
         try:
-            output = awaited[f] if f in awaited else _call(function, prompts, completions, columns, extra, timeout_s)
+            output = (awaited[f] if f in awaited
+                      else _call(function, prompts, completions, columns, _extras_for(function, extra), timeout_s))
             if isinstance(output, BaseException):
                 raise output
         except RewardTimeout as error:

@@ -9,6 +9,7 @@ sampling (lesson 13, ``dynamic_sampling.py``) and the staleness of asynchronous 
 - ``dynamic_sampling.py``: drawing rounds until enough groups have a reward spread (DAPO).
 - ``async_rollouts.py``: a worker process that samples the next batches while the trainer learns.
 - ``in_loop_eval.py``: held-out reward and greedy accuracy every ``eval_steps``.
+- ``reward_log.py``: what reward functions log through TRL's ``log_metric``, averaged into the step's row.
 - ``model_options.py``: what the model-side config fields do to a loaded policy.
 - ``distributed.py``: processes through ``accelerate``, the per-process slice of a batch.
 - ``nonfinite.py``: stop before a NaN/inf loss or gradient reaches the weights, and before

@@ -54,7 +54,8 @@ def trl_style_arguments(config, reward_funcs, train_dataset, model, tokenizer, a
 
 
 #: Arguments the reward call passes itself, so no dataset column may carry these names.
-REWARD_ARGUMENTS = frozenset({"prompts", "completions", "completion_ids", "environments", "trainer_state"})
+REWARD_ARGUMENTS = frozenset({"prompts", "completions", "completion_ids", "environments", "trainer_state",
+                              "log_metric"})
 
 
 def check_trainer_inputs(config, train_dataset, model, tokenizer) -> None:

@@ -15,3 +15,11 @@ def test_proximity_score(exercise):
 
 def test_combine_rewards(exercise):
     ex09.check_combine_rewards(exercise("ex09_rewards").combine_rewards)
+
+
+def test_parse_ranking(exercise):
+    ex09.check_parse_ranking(exercise("ex09_rewards").parse_ranking)
+
+
+def test_probe_case(exercise):
+    ex09.check_probe_case(exercise("ex09_rewards").probe_case)
