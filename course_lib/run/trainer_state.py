@@ -8,7 +8,9 @@
 - :func:`resume_trainer`: the inverse of the first, after checking that the checkpoint is
   of the same algorithm, config and process count.
 
-The functions read and set the trainer's attributes; the loop itself stays in ``trainer.py``.
+The loop's own state is one object, :class:`~course_lib.run.loop_state.LoopState` (``trainer.state``):
+its counters and sampler position are the JSON entries of ``trainer_state.json``, its batch in flight
+the ``rollout`` file. The loop itself stays in ``trainer.py``.
 """
 
 from __future__ import annotations
@@ -19,18 +21,15 @@ from pathlib import Path
 import torch
 
 from . import checkpoint as ckpt
-from .batches import PromptSampler
 from .folder import check_resume_config, check_resume_run
 from .history import load_history
 
 
 def trainer_state(trainer) -> dict:
     """The loop's counters, the sampler's position, the algorithm's state and the config (JSON-safe)."""
-    return {"step": trainer.step, "micro_step": trainer.micro_step, "cycle": trainer.cycle,
-            "tokens_seen": trainer.tokens_seen, "batch_position": trainer.batch_position,
-            "sampler": trainer.sampler.state(), "algo": trainer.algorithm.name,
+    return {**trainer.state.counters(), "algo": trainer.algorithm.name,
             "algorithm_state": trainer.algorithm.state(),  # e.g. GRPO's adaptive entropy coefficient
-            "config": trainer.config.to_dict(), "run": trainer._run_identity()}
+            "config": trainer.config.to_dict(), "run": trainer.run_identity()}
 
 
 def save_trainer_checkpoint(trainer) -> Path:
@@ -40,8 +39,8 @@ def save_trainer_checkpoint(trainer) -> Path:
     process and are saved with its own (``other_ranks``), so a run of N processes resumes
     where it stopped.
     """
-    folder = trainer.output_dir / f"checkpoint-{trainer.step}"
-    rollout = None if trainer.batch is None else {"batch": trainer.batch, "samples": trainer._last_samples}
+    folder = trainer.output_dir / f"checkpoint-{trainer.state.step}"
+    rollout = trainer.state.in_flight()
     if trainer.shards.size > 1:
         from accelerate.utils import gather_object
 
@@ -80,15 +79,11 @@ def resume_trainer(trainer, folder: str | Path) -> list[dict]:
         raise ValueError(f"checkpoint {folder} is a {state['algo']} run; this trainer is {trainer.algorithm.name}.")
     config = trainer.config
     check_resume_config(state.get("config"), config.to_dict(), folder)
-    check_resume_run(state.get("run"), trainer._run_identity(), folder)
+    check_resume_run(state.get("run"), trainer.run_identity(), folder)
     ckpt.restore_weights(folder, trainer.model, trainer.value_head)
     saved = ckpt.restore_training_state(folder, trainer.optimizer, trainer.scheduler)
-    trainer.step, trainer.micro_step, trainer.cycle = state["step"], state["micro_step"], state["cycle"]
-    trainer.tokens_seen, trainer.batch_position = state["tokens_seen"], state["batch_position"]
     if state.get("algorithm_state"):
         trainer.algorithm.load_state(state["algorithm_state"], config)
-    trainer.sampler = PromptSampler(len(trainer.dataset), config.seed, **state["sampler"],
-                                    shuffle=config.shuffle_dataset)
     if saved is not None:
         saved_processes = 1 + len(saved.get("other_ranks", []))
         if saved_processes != trainer.shards.size:
@@ -96,15 +91,15 @@ def resume_trainer(trainer, folder: str | Path) -> list[dict]:
                              f"this run has {trainer.shards.size}. Fix: resume with num_processes={saved_processes}.")
         if trainer.shards.rank > 0:  # this process's own rows of the generation batch in flight
             saved = saved["other_ranks"][trainer.shards.rank - 1]
-        trainer.batch, trainer._last_samples = saved["batch"], saved["samples"]
-    trainer._weights_dirty = True
+    trainer.state.restore(state, saved)  # counters, sampler position, this process's batch in flight
+    step = trainer.state.step
     rows = load_history(folder)
     for number, row in enumerate(rows, start=1):
         if isinstance(row.get("step"), bool) or not isinstance(row.get("step"), int):
             raise ValueError(f"{folder}/history.jsonl: row {number} has no whole-number 'step' (it holds "
-                             f"{str(row)[:80]}), so the rows up to step {trainer.step} cannot be kept. Fix: "
+                             f"{str(row)[:80]}), so the rows up to step {step} cannot be kept. Fix: "
                              "restore the file the run wrote, or resume from another checkpoint.")
-    return [row for row in rows if row["step"] <= trainer.step]
+    return [row for row in rows if row["step"] <= step]
 
 
 def save_after_failure(trainer) -> str:
@@ -112,12 +107,13 @@ def save_after_failure(trainer) -> str:
     failed mid-run); the sentence saying what the run can be continued from."""
     from ..common.wording import resume_latest
 
-    saved = trainer.output_dir / f"checkpoint-{trainer.step}"
-    between_steps = trainer.micro_step % trainer.config.gradient_accumulation_steps == 0 and not trainer._window
-    if trainer.step > 0 and between_steps and ckpt.checkpoint_problem(saved) is not None:
+    step = trainer.state.step
+    saved = trainer.output_dir / f"checkpoint-{step}"
+    between_steps = trainer.state.between_steps(trainer.config.gradient_accumulation_steps)
+    if step > 0 and between_steps and ckpt.checkpoint_problem(saved) is not None:
         trainer.save_checkpoint()
     latest = ckpt.latest_checkpoint(trainer.output_dir)
     if latest is None:
         return "No checkpoint exists (no optimizer step was completed): start the run again."
-    return (f"The run stopped after step {trainer.step}; {latest} holds step {latest.name.split('-')[-1]}: "
+    return (f"The run stopped after step {step}; {latest} holds step {latest.name.split('-')[-1]}: "
             f"continue with {resume_latest()}.")
