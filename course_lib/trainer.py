@@ -66,7 +66,7 @@ from .run.model_options import apply_model_options, make_optimizer, mix_into_ref
 from .run.nonfinite import check_finite_update, check_finite_weights, clip_gradients
 from .run.step_report import StepReport
 from .run.sampled_batches import SampledBatches
-from .run.trainer_state import resume_trainer, save_after_failure, save_final_model, save_trainer_checkpoint
+from .run.trainer_state import TrainerFiles
 from .run.trainer_arguments import check_trainer_inputs, load_model, require_sandboxes, trl_style_arguments
 from .config.validation import check_train_dataset
 
@@ -169,7 +169,8 @@ class Trainer:
                      reward_funcs=self.reward_funcs, reward_weights=self.reward_weights, reference=self.reference,
                      with_values=self.value_head is not None, clock=self.step_clock, forward=self._forward_in_chunks)
         if asynchronous and config.async_generation:  # a worker process samples ahead (course_lib.run.async_rollouts)
-            return AsyncSampledBatches(**parts, max_steps=self.max_steps, on_failure=lambda: save_after_failure(self))
+            return AsyncSampledBatches(**parts, max_steps=self.max_steps,
+                                       on_failure=lambda: self._files().save_after_failure(self.logger.entries))
         return SampledBatches(**parts)
 
     def _generate(self) -> Generated:
@@ -263,7 +264,7 @@ class Trainer:
 
     def _train(self, resume_folder, interrupt) -> list[dict]:
         config = self.config
-        previous_rows = resume_trainer(self, resume_folder) if resume_folder else []
+        previous_rows = self._files().resume(resume_folder) if resume_folder else []
         # Only the main process writes files; the others keep their rows in memory.
         self.logger = MetricsLogger(self.output_dir, config.report_to, config.to_dict(), previous_rows,
                                     write=self.shards.is_main)
@@ -361,8 +362,15 @@ class Trainer:
 
     def save_checkpoint(self) -> Path:
         """``checkpoint-<step>`` (every process must call it): see :mod:`course_lib.run.trainer_state`."""
-        return save_trainer_checkpoint(self)
+        return self._files().save_checkpoint(self.logger.entries)
 
     def save_final(self) -> Path:
         """``<output_dir>/final``: the model (merged with its adapters when LoRA) + tokenizer."""
-        return save_final_model(self)
+        return self._files().save_final()
+
+    def _files(self) -> TrainerFiles:
+        """What a checkpoint keeps of this run, and where a resume restores it (``course_lib.run.trainer_state``)."""
+        return TrainerFiles(output_dir=self.output_dir, config=self.config, state=self.state, algorithm=self.algorithm,
+                            model=self.model, value_head=self.value_head, tokenizer=self.tokenizer,
+                            optimizer=self.optimizer, scheduler=self.scheduler, shards=self.shards,
+                            accelerator=self.accelerator, run_identity=self.run_identity)
