@@ -83,9 +83,6 @@ class DemonstrationBatches:
 
     per_example = 1  # batch rows made of each dataset row: one demonstration
 
-    def next_batch(self) -> GenerationBatch:
-        return self.score(self.generate())
-
     def after_step(self, step: int) -> None:
         """Nothing runs between optimizer steps."""
 

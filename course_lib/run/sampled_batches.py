@@ -63,10 +63,6 @@ class SampledBatches:
     #: The clip's old log-probs are the sampler's own (asynchronous generation, ``async_old_logps="sampler"``).
     old_logps_from_sampler = False
 
-    def next_batch(self) -> GenerationBatch:
-        """One batch, sampled and scored."""
-        return self.score(self.generate())
-
     def after_step(self, step: int) -> None:
         """Called after each optimizer step; nothing to do when sampling in the trainer's process."""
 
