@@ -217,12 +217,13 @@ def run_ours(setup: dict, total_steps: int, seed: int, profile: bool = False) ->
     import torch
 
     import course_lib.policy as policy_module
+    import course_lib.run.sampled_batches as batches_module
     import course_lib.trainer as trainer_module
     from course_lib.trainer import Trainer
 
     model, tokenizer, dataset, reward_funcs = _load(setup)
     clock = StepClock(cuda=setup.get("device", "cpu") == "cuda")
-    originals = {name: getattr(trainer_module, name) for name in ("compute_rewards", "completion_forward")}
+    originals = {"compute_rewards": batches_module.compute_rewards, "completion_forward": trainer_module.completion_forward}
     # The training forward goes through `PolicyForward`, which calls policy.completion_forward.
     policy_forward = policy_module.completion_forward
     with tempfile.TemporaryDirectory() as output_dir:
@@ -233,7 +234,7 @@ def run_ours(setup: dict, total_steps: int, seed: int, profile: bool = False) ->
         trainer.engine.generate = clock.timed(trainer.engine.generate, "generate",
                                               lambda batch: int(batch.completion_mask.sum()))
         trainer.optimizer.step = clock.timed(trainer.optimizer.step, "optimizer")
-        trainer_module.compute_rewards = clock.timed(originals["compute_rewards"], "reward")
+        batches_module.compute_rewards = clock.timed(originals["compute_rewards"], "reward")  # the batch generator's
         trainer_module.completion_forward = clock.timed(originals["completion_forward"], "forward")
         policy_module.completion_forward = clock.timed(policy_forward, "forward")
         profiler = cProfile.Profile() if profile else None
@@ -246,8 +247,8 @@ def run_ours(setup: dict, total_steps: int, seed: int, profile: bool = False) ->
         finally:
             if profiler is not None:
                 profiler.disable()
-            for name, function in originals.items():
-                setattr(trainer_module, name, function)
+            batches_module.compute_rewards = originals["compute_rewards"]
+            trainer_module.completion_forward = originals["completion_forward"]
             policy_module.completion_forward = policy_forward
     report = None
     if profiler is not None:

@@ -14,7 +14,7 @@ differs is two functions, gathered in an object that follows :class:`Algorithm`:
 Four facts about each algorithm (``name``, ``config_class``, ``always_needs_old_logps``,
 ``sampling_correction_level``) tell the trainer what to compute, and some members have
 defaults in :class:`Algorithm` that an algorithm overrides when it needs them:
-``next_batch`` (where a batch
+``batches`` (where a batch
 comes from: sampled and scored by default, the dataset's rows for SFT and DPO), ``setup``
 (e.g. distillation's teacher), ``make_value_head`` (PPO's critic), ``state`` /
 ``load_state`` (what a checkpoint keeps, e.g. GRPO's adaptive entropy coefficient).
@@ -138,7 +138,7 @@ class PolicyOutputs:
 
 
 class Algorithm(Protocol):
-    """Two functions, four facts and three members with defaults: how GRPO, RLOO and PPO differ in the trainer.
+    """Two functions, four facts and four members with defaults: how GRPO, RLOO and PPO differ in the trainer.
 
     The algorithms subclass it, so the defaults below apply where they do not override them.
     """
@@ -153,6 +153,10 @@ class Algorithm(Protocol):
     sampling_correction_level: Literal["token", "sequence"]
     """Where the sampler/trainer mismatch weight applies: per token, or once per completion
     when the completion is the action (RLOO)."""
+    batches: Literal["sampled", "sft", "pairs"] = "sampled"
+    """Where the trainer's batches come from: sampled from the policy and scored (RL, the default;
+    ``course_lib.run.sampled_batches``), or the dataset's demonstrations ("sft") or preference
+    pairs ("pairs"; ``course_lib.run.dataset_batches``)."""
 
     def advantages(self, scored: ScoredBatch, config) -> Advantages:
         """Advantages of one scored generation batch."""
@@ -161,16 +165,6 @@ class Algorithm(Protocol):
     def loss(self, micro_batch: MicroBatch, outputs: PolicyOutputs, config, num_items_in_batch: int) -> LossOutput:
         """The micro-batch's loss, divided for gradient accumulation, with metrics."""
         ...
-
-    def next_batch(self, trainer):
-        """The next batch the micro-steps read (a ``course_lib.run.batches.GenerationBatch``).
-
-        By default the RL cycle: sample from the policy, then score (``trainer._generate_or_save``,
-        which saves the completed steps if the generation worker fails, and ``trainer._score``, which
-        calls :meth:`advantages`). SFT and DPO override it to read the
-        dataset's demonstrations or pairs instead.
-        """
-        return trainer._score(trainer._generate_or_save())
 
     def setup(self, trainer, **options) -> None:
         """Called once by the trainer after it built the policy: e.g. load a teacher (distillation).

@@ -184,6 +184,7 @@ class DPO(Algorithm):
     config_class = DPOConfig
     always_needs_old_logps = False
     sampling_correction_level = "sequence"
+    batches = "pairs"  # the dataset's preference pairs (course_lib.run.dataset_batches)
 
     def setup(self, trainer, **options) -> None:
         from course_lib.post_training.batches import check_pair_rows
@@ -193,9 +194,6 @@ class DPO(Algorithm):
         if trainer.reference is None:
             raise ValueError(f"loss_type={trainer.config.loss_type!r} needs a reference model and none was loaded. "
                              "Fix: beta > 0 (TRL's default 0.1).")
-
-    def next_batch(self, trainer):
-        return trainer.dataset_batch("pairs")  # course_lib.run.dataset_batches
 
     def advantages(self, scored: ScoredBatch, config) -> Advantages:
         return Advantages(advantages=torch.zeros_like(scored.rewards), metrics={})

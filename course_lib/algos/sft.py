@@ -322,15 +322,13 @@ class SFT(Algorithm):
     config_class = SFTConfig
     always_needs_old_logps = False
     sampling_correction_level = "token"
+    batches = "sft"  # the dataset's demonstrations (course_lib.run.dataset_batches)
 
     def setup(self, trainer, **options) -> None:
         from course_lib.post_training.batches import check_sft_rows
 
         super().setup(trainer, **options)
         check_sft_rows(trainer.dataset)
-
-    def next_batch(self, trainer):
-        return trainer.dataset_batch("sft")  # course_lib.run.dataset_batches
 
     def advantages(self, scored: ScoredBatch, config) -> Advantages:
         return Advantages(advantages=torch.zeros_like(scored.rewards), metrics={})

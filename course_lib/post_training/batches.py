@@ -2,7 +2,7 @@
 
 The trainer's micro-steps read a ``GenerationBatch`` (prompt-major rows: left-padded prompt,
 right-padded completion, its loss mask); RL fills it by sampling and scoring
-(``Algorithm.next_batch``'s default). Here the completions are the dataset's own:
+(``Algorithm.batches="sampled"``, the default). Here the completions are the dataset's own:
 
 - :func:`check_sft_rows` / :func:`check_pair_rows`: the dataset's columns, checked once when
   the trainer is built (an empty completion, a pair whose chosen equals its rejected);
@@ -10,8 +10,8 @@ right-padded completion, its loss mask); RL fills it by sampling and scoring
   policy must learn to write, as TRL appends ``eos_token``);
 
 The batches themselves (rows of prompt and completion into a ``GenerationBatch``, DPO's
-reference log-probs from the trainer's reference pass) are built on the loop's floor, in
-:mod:`course_lib.run.dataset_batches`.
+reference log-probs from the reference pass) are built on the loop's floor by the batch
+generators of :mod:`course_lib.run.dataset_batches` (``Algorithm.batches="sft"`` / ``"pairs"``).
 """
 
 from __future__ import annotations

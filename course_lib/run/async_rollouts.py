@@ -1,6 +1,7 @@
 """Asynchronous generation: a worker process samples the next generation batches while the trainer learns.
 
-With ``async_generation=True`` the trainer starts :class:`AsyncGeneration`: a second process
+With ``async_generation=True`` the trainer's batches come from :class:`AsyncSampledBatches`, the
+synchronous batch generator whose completions :class:`AsyncGeneration` samples: a second process
 (``torch.multiprocessing``, spawn) holding its own copy of the policy and an HF engine. The
 trainer keeps drawing every cycle's prompts, seeds and rows exactly as the synchronous loop
 does; the worker only samples them, with the weights of an older optimizer step, while the
@@ -59,13 +60,15 @@ import signal
 import time
 import traceback
 from collections import deque
-from contextlib import contextmanager
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Callable
 
 import numpy as np
 import torch
 
-from .batches import PromptSampler, cycle_seed, micro_steps_per_cycle, repeat_prompts
+from .batches import DatasetRows, Generated, PromptSampler, cycle_seed, micro_steps_per_cycle, repeat_prompts
+from .loop_state import LoopState
+from .sampled_batches import SampledBatches
 
 
 #: Least seconds the worker's start-up may take (a spawned interpreter imports torch and copies the model).
@@ -218,16 +221,13 @@ class AsyncGeneration:
     those it sent for that cycle.
     """
 
-    def __init__(self, trainer):
-        config = self.config = trainer.config
-        if trainer.tool_run is not None:
-            raise ValueError("async_generation=True cannot run multi-turn rollouts (tools / environment_factory). "
-                             "Fix: set async_generation=False.")
-        self.trainer, self.start_step = trainer, trainer.step
-        state = trainer.sampler
-        self.ahead = PromptSampler(state.num_rows, state.seed, state.epoch, state.position, shuffle=state.shuffle)
-        self.next_cycle = trainer.cycle  # the next cycle to send
-        micro_steps = trainer.max_steps * config.gradient_accumulation_steps
+    def __init__(self, config, state: LoopState, rows: DatasetRows, model, tokenizer, max_steps: int):
+        self.config, self.state, self.rows, self.model = config, state, rows, model
+        self.start_step = state.step
+        s = state.sampler  # a copy: the worker's cycles are drawn ahead of the trainer's own
+        self.ahead = PromptSampler(s.num_rows, s.seed, s.epoch, s.position, shuffle=s.shuffle)
+        self.next_cycle = state.cycle  # the next cycle to send
+        micro_steps = max_steps * config.gradient_accumulation_steps
         self.last_cycle = math.ceil(micro_steps / micro_steps_per_cycle(config))
         self.sent_version: int | None = None
         self.pending: deque = deque()  # (weights version, Generate) sent, not yet taken
@@ -238,17 +238,17 @@ class AsyncGeneration:
         self.inbox, self.outbox = context.Queue(), context.Queue()
         import copy
 
-        model = copy.deepcopy(trainer.model).eval()
+        worker_model = copy.deepcopy(model).eval()
         # A slot is rewritten only max_staleness + 2 weight updates after it was sent. Every batch sampled
         # with version v is taken by step v + max_staleness, so by the time the trainer writes a version
         # >= v + max_staleness + 2 the worker has read v, generated its batches and handed them over.
-        self.slots, self.sends = _weight_slots(model, config.max_staleness + 2), 0
+        self.slots, self.sends = _weight_slots(worker_model, config.max_staleness + 2), 0
         self.process = context.Process(target=_worker_main, name="course-lib-generation", daemon=True,
-                                       args=(model, trainer.tokenizer, self.slots, self.inbox, self.outbox,
+                                       args=(worker_model, tokenizer, self.slots, self.inbox, self.outbox,
                                              os.getpid(), torch.get_num_threads()))
         self.process.start()
-        del model
-        self.advance(trainer.step)
+        del worker_model
+        self.advance(state.step)
 
     # ---------------------------------------------------------------- sending
     def _sampling(self, cycle: int):
@@ -266,12 +266,12 @@ class AsyncGeneration:
                 return
             if self.sent_version != version:
                 slot = self.sends % len(self.slots)
-                _write_slot(self.trainer.model, self.slots[slot])
+                _write_slot(self.model, self.slots[slot])
                 self.inbox.put(Weights(version, slot))
                 self.sent_version, self.sends = version, self.sends + 1
             prompt_rows = self.ahead.take(config.unique_prompts_per_generation)
             rows = repeat_prompts(prompt_rows, G)
-            prompts, _ = self.trainer._prompts_and_columns(rows)
+            prompts = self.rows.column("prompt", rows)
             sampling = self._sampling(self.next_cycle)
             request = Generate(self.next_cycle, list(prompts), sampling)
             self.inbox.put(request)
@@ -296,7 +296,7 @@ class AsyncGeneration:
                                         f"at version {got.version}")
         seconds = got.seconds
         self.worker_seconds += seconds
-        staleness = float(self.trainer.step - version)
+        staleness = float(self.state.step - version)
         self.metrics = {"sample/staleness_mean": staleness, "sample/staleness_max": staleness,
                         "perf/rollout_wait_s": time.perf_counter() - started, "perf/worker_generate_s": seconds}
         return _as_tensors(got.rollout)
@@ -336,7 +336,7 @@ class AsyncGeneration:
         return now - waited_from > limit if self.ready else now - self.started_at > max(limit, STARTUP_S)
 
     def _died(self, cycle: int) -> GenerationWorkerError:
-        return GenerationWorkerError(  # the trainer adds what it saved (Trainer._generate_or_save)
+        return GenerationWorkerError(  # AsyncSampledBatches.generate adds what was saved
             f"the generation worker (pid {self.process.pid}) exited with code {self.process.exitcode} while the "
             f"trainer waited for generation batch {cycle}.")
 
@@ -356,18 +356,48 @@ class AsyncGeneration:
             q.close()
 
 
-@contextmanager
-def pipeline_closed(trainer):
-    """Around ``Trainer.train``: whatever happens, the worker it started is stopped on the way out."""
-    trainer.pipeline = None
-    try:
-        yield
-    finally:
-        if trainer.pipeline is not None:
-            trainer.pipeline.close()
-            trainer.pipeline = None
+@dataclass
+class AsyncSampledBatches(SampledBatches):
+    """The RL batch generator with its completions sampled ahead by the worker (:class:`AsyncGeneration`).
 
+    Rewards and scoring stay as in :class:`~course_lib.run.sampled_batches.SampledBatches`; the
+    worker's sampling log-probs are the clip's old ones with ``async_old_logps="sampler"``.
+    ``on_failure()`` saves what the trainer has when the worker fails and says what is on disk.
+    """
 
-def start_pipeline(trainer) -> AsyncGeneration | None:
-    """The pipeline of a run with ``async_generation=True`` (after any resume), else None."""
-    return AsyncGeneration(trainer) if trainer.config.async_generation else None
+    max_steps: int = 0
+    on_failure: Callable[[], str] = lambda: ""
+    pipeline: AsyncGeneration | None = None
+
+    def __post_init__(self):
+        if self.tool_run is not None:
+            raise ValueError("async_generation=True cannot run multi-turn rollouts (tools / environment_factory). "
+                             "Fix: set async_generation=False.")
+        self.old_logps_from_sampler = self.config.async_old_logps == "sampler"
+        self.pipeline = AsyncGeneration(self.config, self.state, self.rows, self.model, self.tokenizer, self.max_steps)
+
+    def sample(self, prompts: list, sampling):
+        return self.pipeline.generate(prompts, n=1, sampling=sampling)
+
+    def generate(self) -> Generated:
+        """Step 1 with the worker's completions; when the worker fails, first save what the trainer has
+        (its completed steps, as a stop signal does) and say in the error what is on disk."""
+        sampler = self.state.sampler
+        position = sampler.state()  # before this cycle's prompts are drawn: the checkpoint's position
+        try:
+            generated = super().generate()
+        except GenerationWorkerError as error:
+            sampler.epoch, sampler.position = position["epoch"], position["position"]
+            raise GenerationWorkerError(f"{error} {self.on_failure()}") from None
+        generated.metrics.update(self.pipeline.metrics)  # staleness, the wait for the batch
+        return generated
+
+    def after_step(self, step: int) -> None:
+        """The worker gets the weights and the cycles they now may sample."""
+        self.pipeline.advance(step)
+
+    def close(self) -> None:
+        """Stop the worker (whatever ended the run)."""
+        if self.pipeline is not None:
+            self.pipeline.close()
+            self.pipeline = None

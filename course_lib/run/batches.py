@@ -2,6 +2,7 @@
 
 - :class:`PromptSampler`: dataset rows in a fresh seeded permutation each epoch (as TRL's
   sampler does), resumable from ``(epoch, position)``.
+- :class:`DatasetRows`: the training rows as plain lists, column by column, indexed by row.
 - :class:`Generated`: one generation cycle as sampled (and rewarded), before the log-probs;
 - :class:`GenerationBatch`: one generation cycle after scoring: tensors the loss reads,
   sliced in order into micro-batches (:class:`~course_lib.algos.base.MicroBatch`, prompt-major rows).
@@ -65,6 +66,26 @@ class PromptSampler:
 
     def state(self) -> dict:
         return {"epoch": self.epoch, "position": self.position}
+
+
+class DatasetRows:
+    """The training rows as plain lists, column by column (made once, so each generation cycle indexes
+    them instead of slicing the dataset); ``columns`` also goes to the reward and tool set-up."""
+
+    def __init__(self, dataset):
+        self.columns: dict[str, list] = {name: list(dataset[name]) for name in dataset.column_names}
+
+    def __len__(self) -> int:
+        return len(self.columns["prompt"])
+
+    def column(self, name: str, rows: list[int]) -> list:
+        """Column ``name`` at dataset rows ``rows`` (repeats allowed)."""
+        values = self.columns[name]
+        return [values[r] for r in rows]
+
+    def prompts_and_columns(self, rows: list[int]) -> tuple[list, dict[str, list]]:
+        """The prompts of ``rows`` and every other column at them (what reward functions receive)."""
+        return self.column("prompt", rows), {name: self.column(name, rows) for name in self.columns if name != "prompt"}
 
 
 @dataclass

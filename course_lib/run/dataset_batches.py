@@ -1,31 +1,45 @@
 """Batches read from the dataset instead of sampled: SFT's demonstrations and DPO's pairs.
 
-The trainer's :meth:`~course_lib.trainer.Trainer.dataset_batch` calls :func:`read`; the SFT and
-DPO algorithms ask for it from their ``next_batch``. The rows' checks and the tokenising of a
-completion live below the loop, in :mod:`course_lib.post_training.batches`.
+Two batch generators with the RL one's interface (``generate`` then ``score``,
+:class:`~course_lib.run.sampled_batches.SampledBatches`), chosen by the algorithm's ``batches``
+(``"sft"``, ``"pairs"``; :data:`GENERATORS`):
+
+- :class:`DemonstrationBatches`: the next ``prompt`` / ``completion`` rows, loss on the completion;
+- :class:`PairBatches`: each pair as two rows, chosen then rejected, scored with the reference's
+  log-probs.
+
+They read the rows through :class:`~course_lib.run.batches.DatasetRows` and advance the loop's
+state (:class:`~course_lib.run.loop_state.LoopState`: the prompt sampler, the cycle, the tokens seen,
+the samples to print). The rows' checks and the tokenising of a completion live below the loop, in
+:mod:`course_lib.post_training.batches`.
 """
 
 from __future__ import annotations
 
-from types import SimpleNamespace
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Callable
 
 import torch
 
+from ..models import eval_mode
 from ..post_training.batches import completion_tokens
 from ..rollout.base import left_pad, pad_token_id, tokenize_prompts
-from .batches import GenerationBatch
+from .batches import DatasetRows, GenerationBatch
+from .distributed import Shards
+from .loop_state import LoopState
+from .sampled_batches import reference_logps
 
 
-def supervised_batch(trainer, prompts: list, completions: list, rows: list[int], max_length: int | None,
+def supervised_batch(tokenizer, config, device, prompts: list, completions: list, rows: list[int], max_length: int | None,
                      completion_only_loss: bool = True, refuse_longer: bool = False, name: str = "sft"):
-    """``(GenerationBatch fields, metrics)`` for rows of (prompt, completion) read from the dataset.
+    """``(GenerationBatch tensors on device, metrics)`` for rows of (prompt, completion) read from the dataset.
 
     A row longer than ``max_length`` keeps its start (TRL's ``truncation_mode="keep_start"``): the
     completion is cut, and ``{name}/truncated_rows`` counts such rows; ``refuse_longer`` raises
     instead. ``completion_only_loss=False`` moves the prompt (all but its first token) into the
     trained part, so the loss covers it too.
     """
-    tokenizer, config = trainer.tokenizer, trainer.config
     prompt_rows = tokenize_prompts(tokenizer, prompts, chat_template_kwargs=config.chat_template_kwargs)
     completion_rows, truncated = [], 0
     for prompt_ids, completion, row in zip(prompt_rows, completions, rows):
@@ -51,61 +65,94 @@ def supervised_batch(trainer, prompts: list, completions: list, rows: list[int],
     for i, ids in enumerate(completion_rows):
         completion_ids[i, :len(ids)] = torch.as_tensor(ids, dtype=torch.long)
         completion_mask[i, :len(ids)] = 1
-    device = trainer.accelerator.device
     tensors = {"prompt_ids": prompt_ids.to(device), "prompt_mask": prompt_mask.to(device),
                "completion_ids": completion_ids.to(device), "completion_mask": completion_mask.to(device)}
-    tokens = int(completion_mask.sum() + prompt_mask.sum())
-    trainer.tokens_seen += int(trainer.shards.sum(tokens))
     return tensors, {f"{name}/truncated_rows": truncated, "num_completion_tokens": int(completion_mask.sum())}
 
 
-def _rows_of_this_process(trainer, per_example: int) -> tuple[list[int], list[int]]:
-    """The dataset rows of the next batch (every process draws the same), and this process's share."""
-    examples = trainer.sampler.take(trainer.config.unique_prompts_per_generation)
-    expanded = [row for row in examples for _ in range(per_example)]
-    return examples, expanded[trainer.shards.rows]
+@dataclass
+class DemonstrationBatches:
+    """SFT's batch generator: the next ``prompt`` / ``completion`` rows, loss on the completion."""
+
+    config: Any
+    state: LoopState
+    rows: DatasetRows
+    tokenizer: Any
+    shards: Shards
+    device: torch.device
+
+    per_example = 1  # batch rows made of each dataset row: one demonstration
+
+    def after_step(self, step: int) -> None:
+        """Nothing runs between optimizer steps."""
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+    def generate(self) -> GenerationBatch:
+        """The next rows, tokenised (every process draws the same dataset rows and keeps its share)."""
+        config, state = self.config, self.state
+        examples = state.sampler.take(config.unique_prompts_per_generation)
+        rows = [row for row in examples for _ in range(self.per_example)][self.shards.rows]
+        prompts = self.rows.column("prompt", rows)
+        completions = [self.rows.columns[self.completion_column(i)][r] for i, r in enumerate(rows)]
+        tensors, metrics = self.tokenize(prompts, completions, rows)
+        state.tokens_seen += int(self.shards.sum(int(tensors["completion_mask"].sum() + tensors["prompt_mask"].sum())))
+        state.cycle += 1
+        mask = tensors["completion_mask"]
+        state.last_samples = ([str(p) for p in prompts], [str(c) for c in completions], self.sample_rewards(len(rows)),
+                              [0.0] * len(rows))
+        return GenerationBatch(**tensors, advantages=torch.zeros(len(rows), device=mask.device), rows=rows,
+                               num_items_in_batch=int(self.shards.sum(int(mask.sum()))), metrics=metrics)
+
+    def completion_column(self, index: int) -> str:
+        """The column holding the completion of the batch's ``index``-th row."""
+        return "completion"
+
+    def tokenize(self, prompts: list, completions: list, rows: list[int]):
+        config = self.config
+        return supervised_batch(self.tokenizer, config, self.device, prompts, completions, rows, config.max_length,
+                                completion_only_loss=config.completion_only_loss is not False,
+                                refuse_longer=config.truncation_mode == "error")
+
+    def sample_rewards(self, count: int) -> list[float]:
+        """The "reward" column of the printed samples: none for a demonstration."""
+        return [0.0] * count
+
+    def score(self, batch: GenerationBatch) -> GenerationBatch:
+        """Nothing to score: a demonstration's advantage is no part of SFT's loss."""
+        return batch
 
 
-def sft_batch(trainer):
-    """SFT's ``next_batch``: the next ``prompt`` / ``completion`` rows, loss on the completion."""
-    config = trainer.config
-    _, rows = _rows_of_this_process(trainer, 1)
-    prompts = [trainer._columns["prompt"][r] for r in rows]
-    completions = [trainer._columns["completion"][r] for r in rows]
-    tensors, metrics = supervised_batch(trainer, prompts, completions, rows, config.max_length,
-                                        completion_only_loss=config.completion_only_loss is not False,
-                                        refuse_longer=config.truncation_mode == "error")
-    trainer.cycle += 1
-    mask = tensors["completion_mask"]
-    trainer._last_samples = ([str(p) for p in prompts], [str(c) for c in completions], [0.0] * len(rows),
-                             [0.0] * len(rows))
-    return GenerationBatch(**tensors, advantages=torch.zeros(len(rows), device=mask.device), rows=rows,
-                           num_items_in_batch=int(trainer.shards.sum(int(mask.sum()))), metrics=metrics)
+@dataclass
+class PairBatches(DemonstrationBatches):
+    """DPO's batch generator: each pair as two rows, chosen then rejected, with the reference's log-probs."""
+
+    model: torch.nn.Module | None = None
+    reference: Any = None         # course_lib.policy.ReferencePolicy; None when beta == 0 (refused)
+    forward: Callable | None = None  # the trainer's no-gradient forward in chunks
+
+    per_example = 2  # chosen, then rejected
+
+    def completion_column(self, index: int) -> str:
+        return "chosen" if index % 2 == 0 else "rejected"
+
+    def tokenize(self, prompts: list, completions: list, rows: list[int]):
+        return supervised_batch(self.tokenizer, self.config, self.device, prompts, completions, rows,
+                                self.config.max_length, name="dpo")
+
+    def sample_rewards(self, count: int) -> list[float]:
+        return [1.0 if i % 2 == 0 else 0.0 for i in range(count)]  # chosen 1, rejected 0
+
+    def score(self, batch: GenerationBatch) -> GenerationBatch:
+        """The reference policy's log-probs of both completions of each pair."""
+        if self.reference is None:
+            raise ValueError("DPO needs a reference model and none was loaded. Fix: beta > 0 (TRL's default 0.1).")
+        tensors = {name: getattr(batch, name) for name in ("prompt_ids", "prompt_mask", "completion_ids",
+                                                           "completion_mask")}
+        with eval_mode(self.model):  # no dropout in the reference pass
+            return dataclasses.replace(batch, ref_logps=reference_logps(self.reference, self.forward, tensors))
 
 
-def pair_batch(trainer):
-    """DPO's ``next_batch``: each pair as two rows, chosen then rejected, with the reference's log-probs."""
-    config = trainer.config
-    _, rows = _rows_of_this_process(trainer, 2)
-    prompts = [trainer._columns["prompt"][r] for r in rows]
-    completions = [trainer._columns["chosen" if i % 2 == 0 else "rejected"][r] for i, r in enumerate(rows)]
-    tensors, metrics = supervised_batch(trainer, prompts, completions, rows, config.max_length, name="dpo")
-    _, _, ref_logps = trainer._logps_before_learning(SimpleNamespace(**tensors, sampling_logps=None))
-    if ref_logps is None:
-        raise ValueError("DPO needs a reference model and none was loaded. Fix: beta > 0 (TRL's default 0.1).")
-    trainer.cycle += 1
-    mask = tensors["completion_mask"]
-    trainer._last_samples = ([str(p) for p in prompts], [str(c) for c in completions],
-                             [1.0 if i % 2 == 0 else 0.0 for i in range(len(rows))], [0.0] * len(rows))
-    return GenerationBatch(**tensors, advantages=torch.zeros(len(rows), device=mask.device), rows=rows,
-                           num_items_in_batch=int(trainer.shards.sum(int(mask.sum()))), ref_logps=ref_logps,
-                           metrics=metrics)
-
-
-#: What :func:`read` can read: the rows of SFT, the pairs of DPO.
-READERS = {"sft": sft_batch, "pairs": pair_batch}
-
-
-def read(trainer, kind: str):
-    """The next batch of ``kind`` (a key of :data:`READERS`) from the trainer's dataset."""
-    return READERS[kind](trainer)
+#: The algorithm's ``batches`` -> the generator that reads them.
+GENERATORS = {"sft": DemonstrationBatches, "pairs": PairBatches}

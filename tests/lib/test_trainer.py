@@ -289,7 +289,7 @@ def test_the_sampling_correction_reaches_every_algorithm(tmp_path, algo, mode, l
         return loss(micro_batch, outputs, config, num_items_in_batch)
 
     trainer.algorithm = type("Recording", (), {k: getattr(trainer.algorithm, k) for k in (
-        "name", "always_needs_old_logps", "sampling_correction_level", "advantages", "next_batch", "make_value_head",
+        "name", "always_needs_old_logps", "sampling_correction_level", "advantages", "batches", "make_value_head",
         "state", "load_state")})()
     trainer.algorithm.loss = recording_loss
     trainer.train()
