@@ -306,7 +306,10 @@ display(plot_reward_breakdown(gsm8k_completions, gsm8k, answer="72"))
 # 10, nor to one that answered 3: both score 0. A **proximity reward** gives partial credit
 # by distance, so 9 beats 3, and outliers are penalized. Unsloth's advanced GRPO notebook
 # (Qwen3 base, with its own `<start_working_out>` tags and a short pre-finetuning so that
-# the model learns the format first) uses one, with regex extraction of the number.
+# the model learns the format first) uses one, with regex extraction of the number. The
+# same two-stage recipe runs in this course: lesson 12 warms SmolLM2 up on scripted tool
+# traces before GRPO and measures each stage, and lesson 14 puts SFT and GRPO side by side
+# at equal compute.
 #
 # ### Exercise 3 — `proximity_score(predicted, reference)`
 #
