@@ -106,8 +106,13 @@ NO_CUDA_REASON = "no CUDA device: a test marked gpu needs one (torch.cuda.is_ava
 
 
 def pytest_collection_modifyitems(config, items):
-    """Tests marked ``gpu`` skip, saying why, where PyTorch sees no CUDA device
+    """The files that hold a test marked ``slow`` run first, so that under pytest-xdist
+    (`make test`: two workers) no long test starts last while the other worker has nothing
+    left to do; each file's tests stay together and in their order (module fixtures are
+    built once). Tests marked ``gpu`` skip, saying why, where PyTorch sees no CUDA device
     (run them on a GPU machine with ``pytest -m gpu``)."""
+    slow_files = {item.path for item in items if item.get_closest_marker("slow") is not None}
+    items.sort(key=lambda item: item.path not in slow_files)  # a stable sort: the order is kept otherwise
     if torch.cuda.is_available():
         return
     skip = pytest.mark.skip(reason=NO_CUDA_REASON)
