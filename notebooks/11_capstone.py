@@ -344,7 +344,7 @@ pass_sampling = SamplingConfig(temperature=config.temperature, max_tokens=max_to
 from course_lib.trainer import Trainer
 from course_lib.widgets import LiveDashboard, plot_training_history
 
-dashboard = LiveDashboard(every=scaled(4, 25), columns=4, smooth=scaled(1, 10))
+dashboard = LiveDashboard(every=scaled(20, 25), columns=4, smooth=scaled(1, 10))  # 10 redraws in fast mode, 12 in full
 trainer = Trainer(config, reward_funcs, train_prompts, policy, tokenizer, progress=not fast_mode(),
                   on_step=dashboard.update)
 samples_before = trainer.generate(pass_problems["prompt"], n=64, sampling=pass_sampling).texts  # for section 7

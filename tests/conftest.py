@@ -16,9 +16,75 @@ def pytest_addoption(parser):
     parser.addoption("--impl", default=None, choices=["exercises", "solutions"],
                      help="grade exercises/ (your code, the default) or solutions/ (the reference); "
                           "the environment variable COURSE_IMPL does the same")
+    parser.addoption("--cpu-durations", type=int, default=0, metavar="N",
+                     help="list the N tests that used the most CPU time (setup, call and teardown; the "
+                          "test's process and the child processes it waited for): unlike wall times, "
+                          "these do not grow when other work shares the machine")
 
+
+import resource  # noqa: E402
 
 import pytest  # noqa: E402
+
+_CPU_KEY = pytest.StashKey[float]()
+
+
+def _cpu_seconds() -> float:
+    """User + system CPU seconds of this process and of its children that have been waited for."""
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+def _count_cpu(item):
+    started = _cpu_seconds()
+    try:
+        return (yield)
+    finally:
+        item.stash[_CPU_KEY] = item.stash.get(_CPU_KEY, 0.0) + _cpu_seconds() - started
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item):
+    return (yield from _count_cpu(item))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    return (yield from _count_cpu(item))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item, nextitem):
+    return (yield from _count_cpu(item))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    report = yield
+    if call.when == "teardown":  # user_properties travel from an xdist worker to the controller
+        report.user_properties.append(("cpu_seconds", item.stash.get(_CPU_KEY, 0.0)))
+    return report
+
+
+_CPU_BY_TEST: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report):
+    if report.when == "teardown":
+        for name, value in report.user_properties:
+            if name == "cpu_seconds":
+                _CPU_BY_TEST[report.nodeid] = value
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    count = config.getoption("--cpu-durations", 0)
+    if not count or hasattr(config, "workerinput") or not _CPU_BY_TEST:
+        return
+    slowest = sorted(_CPU_BY_TEST.items(), key=lambda pair: -pair[1])[:count]
+    terminalreporter.section(f"{len(slowest)} tests that used the most CPU time "
+                             f"(of {sum(_CPU_BY_TEST.values()):.0f} CPU s in all)")
+    for nodeid, seconds in slowest:
+        terminalreporter.write_line(f"{seconds:8.1f} CPU s  {nodeid}")
 
 
 @pytest.fixture
@@ -40,8 +106,13 @@ NO_CUDA_REASON = "no CUDA device: a test marked gpu needs one (torch.cuda.is_ava
 
 
 def pytest_collection_modifyitems(config, items):
-    """Tests marked ``gpu`` skip, saying why, where PyTorch sees no CUDA device
+    """The files that hold a test marked ``slow`` run first, so that under pytest-xdist
+    (`make test`: two workers) no long test starts last while the other worker has nothing
+    left to do; each file's tests stay together and in their order (module fixtures are
+    built once). Tests marked ``gpu`` skip, saying why, where PyTorch sees no CUDA device
     (run them on a GPU machine with ``pytest -m gpu``)."""
+    slow_files = {item.path for item in items if item.get_closest_marker("slow") is not None}
+    items.sort(key=lambda item: item.path not in slow_files)  # a stable sort: the order is kept otherwise
     if torch.cuda.is_available():
         return
     skip = pytest.mark.skip(reason=NO_CUDA_REASON)
