@@ -19,7 +19,7 @@ from ..run.history import load_history
 from ..common.wording import fix
 from .core import Finding, format_report, metric_rows
 
-__all__ = ["load_run", "doctor_run", "plot_findings"]
+__all__ = ["load_run", "diagnose_run", "doctor_run", "plot_findings"]
 
 
 def _trl_rows(log_history: list[dict], source: Path) -> list[dict]:
@@ -186,6 +186,13 @@ def first_firing(rows: list[dict], config: dict, *, checks: int = 500) -> list[F
     return found
 
 
+def diagnose_run(rows: list[dict], config: dict) -> list[Finding]:
+    """The findings of a whole run in the report's order (each dated at its first firing)."""
+    findings = first_firing(rows, config)
+    findings.sort(key=lambda f: (-("info", "warning", "error").index(f.severity), f.step))
+    return findings
+
+
 def doctor_run(path: str | Path, figure: str | Path | None = None) -> tuple[list[Finding], str, Path | None]:
     """Diagnose a run; return ``(findings, text report, figure path or None)``.
 
@@ -193,8 +200,7 @@ def doctor_run(path: str | Path, figure: str | Path | None = None) -> tuple[list
     the figure goes to ``figure`` or ``<run>/doctor.png`` (beside a TRL state file).
     """
     rows, config, kind = load_run(path)
-    findings = first_firing(rows, config)
-    findings.sort(key=lambda f: (-("info", "warning", "error").index(f.severity), f.step))
+    findings = diagnose_run(rows, config)
     text = format_report(findings, len(metric_rows(rows)))
     if kind == "trl":
         text += "\n(TRL log: rules that read the run's config name fields without their values)"
