@@ -166,8 +166,9 @@ def zero_spread_groups(rows, config):
                          f"G rewards is all-equal with probability p^G + (1-p)^G"
                          + (f" = {predicted:.0%} at G={g}" if predicted is not None else "") + f"{more}.")
             fixes = (f"data matched to the model ({'easier' if p < 0.5 else 'harder'} problems), more generations "
-                     f"(now {_field(config, 'num_generations')}), {hotter}or dynamic_sampling=True (drop the equal "
-                     "groups and sample more, DAPO; its cap, max_num_gen_batches, bounds the extra generation)")
+                     f"(now {_field(config, 'num_generations')}), {hotter}or dynamic sampling (dynamic_sampling=True: "
+                     "drop the equal groups and sample more, DAPO; its cap, max_num_gen_batches, bounds the extra "
+                     "generation)")
         if isinstance(lr, (int, float)) and lr <= 1e-6:  # the data may not be the only cause
             story += (f" Also, learning_rate={lr:g} is TRL's default for billion-parameter models: a small model "
                       "barely moves at it, so the share of equal groups stays where it started (the tiny model "

@@ -68,7 +68,9 @@ def test_no_learning_signal_names_its_cause(extra, config, cause):
 
 
 def test_zero_spread_groups_suggests_the_group_size_from_the_success_rate():
-    found = fired(rows(**{**HEALTHY, "frac_reward_zero_std": 0.8, "reward": 0.9}), {"num_generations": 4})
+    # A 0/1 reward at success rate 0.9: its batch std is sqrt(0.9 x 0.1) = 0.3.
+    found = fired(rows(**{**HEALTHY, "frac_reward_zero_std": 0.8, "reward": 0.9, "rewards/correct/mean": 0.9,
+                          "rewards/correct/std": 0.3}), {"num_generations": 4})
     message = found["zero_spread_groups"].message
     # p = 0.9: 0.9^G + 0.1^G <= 0.25 first at G = 14 (0.9^13 = 0.254, 0.9^14 = 0.229).
     assert "too easy" in message and "num_generations=14" in message and "dynamic sampling" in message
@@ -110,8 +112,16 @@ def test_reward_hacking_from_held_out_accuracy_and_from_length():
     for row in history[::10]:
         row["eval/greedy_accuracy"] = 0.40 - row["step"] * 0.001  # falls while reward rises by 0.16
     assert "sorting" in fired(history)["reward_hacking"].message
-    lengths = rows(**{**HEALTHY, "completions/mean_length": lambda i: 10.0 + 0.5 * i})
-    assert fired(lengths)["reward_hacking"].evidence["correlation"] > 0.99
+    # A function that pays 0.1 per token (no 0/1 rate) rising with the length: hacking.
+    lengths = rows(**{**HEALTHY, "completions/mean_length": lambda i: 10.0 + 0.5 * i,
+                      "rewards/length/mean": lambda i: 0.1 * (10.0 + 0.5 * i), "rewards/length/std": 0.2})
+    found = fired(lengths)["reward_hacking"]
+    assert found.evidence["correlation"] > 0.99 and found.evidence["length_payer"] == "length"
+    # R1-Zero: a 0/1 correctness reward (std sqrt(p(1-p))) rising with longer answers is learning.
+    p = lambda i: 0.3 + 0.004 * i  # noqa: E731
+    r1_zero = rows(**{**HEALTHY, "completions/mean_length": lambda i: 10.0 + 0.5 * i, "rewards/correct/mean": p,
+                      "rewards/correct/std": lambda i: math.sqrt(p(i) * (1 - p(i)))})
+    assert "reward_hacking" not in fired(r1_zero)
     learning = rows(**HEALTHY)
     for row in learning[::10]:
         row["eval/greedy_accuracy"] = 0.30 + row["step"] * 0.004  # held-out rises with the reward
@@ -119,8 +129,11 @@ def test_reward_hacking_from_held_out_accuracy_and_from_length():
 
 
 def test_entropy_collapse_and_explosion():
-    collapse = fired(rows(**{**HEALTHY, "entropy": lambda i: 0.6 * 0.9 ** i}))
+    flat_reward = {**HEALTHY, "reward": lambda i: 0.3 + 0.02 * (-1) ** i}
+    collapse = fired(rows(**{**flat_reward, "entropy": lambda i: 0.6 * 0.9 ** i}))
     assert "entropy_collapse" in collapse and "entropy_explosion" not in collapse
+    # The same fall after the reward rose by 0.16 (HEALTHY's 0.3 -> 0.46): a learned task, not a collapse.
+    assert "entropy_collapse" not in fired(rows(**{**HEALTHY, "entropy": lambda i: 0.6 * 0.9 ** i}))
     greedy = fired(rows(**{**HEALTHY, "entropy": 0.06}), {"temperature": 0.05})
     assert "temperature=0.05" in greedy["entropy_collapse"].message
     explosion = fired(rows(**{**HEALTHY, "entropy": lambda i: 0.6 + 0.1 * i}))
@@ -154,7 +167,7 @@ def test_policy_moving_too_fast_from_the_kl_to_the_reference():
     runaway = rows(**{**HEALTHY, "kl": lambda i: 0.0 if i == 0 else 0.8})
     found = fired(runaway, {"beta": 0.04, "learning_rate": 3e-3})["policy_moves_too_fast"]
     assert "KL to the reference 0.000 -> 0.800" in found.message and "beta=0.04" in found.message
-    assert "larger beta" in found.message and found.evidence["kl_now"] == pytest.approx(0.8)
+    assert "larger beta" in found.message and found.evidence["kl_jump"] == pytest.approx(0.8)
     # A TRL log (no config) logs kl only with beta != 0: the same rows fire.
     assert "policy_moves_too_fast" in fired(runaway, {})
     # Without a penalty (beta=0) nothing asks the policy to stay near the reference.
@@ -163,7 +176,12 @@ def test_policy_moving_too_fast_from_the_kl_to_the_reference():
     # (beta=0.04) stays at 0.003-0.09 per step.
     drift = rows(**{**HEALTHY, "kl": lambda i: 0.1 + 0.4 * i / 39})
     assert "policy_moves_too_fast" not in fired(drift, {"beta": 0.04})
-    assert "policy_moves_too_fast" in fired(rows(**{**HEALTHY, "kl": lambda i: 0.1 + 0.7 * i / 39}), {"beta": 0.04})
+    # A rise of 0.7 within 10 steps is a jump; the same 0.7 spread over 1,700 steps (logged every
+    # 10) is cumulative drift of a long run, not a step that is too large.
+    jump = rows(**{**HEALTHY, "kl": lambda i: 0.1 if i < 20 else 0.1 + 0.07 * min(i - 19, 10)})
+    assert "policy_moves_too_fast" in fired(jump, {"beta": 0.04})
+    slow = [dict(r, step=10 * r["step"]) for r in rows(170, **{**HEALTHY, "kl": lambda i: 0.1 + 0.7 * i / 169})]
+    assert "policy_moves_too_fast" not in fired(slow, {"beta": 0.04})
 
 
 def test_nothing_moves_needs_a_tiny_learning_rate_and_flat_curves():
