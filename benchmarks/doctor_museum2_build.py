@@ -8,7 +8,7 @@ short run is affordable, failures outside the first museum (learning rate 1e-2 u
 ``beta=0``, a wrong-sign reward, data too hard for the model, ``beta=5``,
 ``num_generations=2``, a length-only reward, ``epsilon=0`` with 4 passes, a constant 0.5)
 and healthy runs (presets with other seeds, lesson 11's capstone config, lesson 04's PPO, and
-two logs too long to train here, written from a stated model: a slow KL drift over 1,700
+two logs too long to train here, written from a stated model: a slow KL drift over 2,000
 steps and an R1-Zero-like run whose reward and length rise together).
 
 Only the histories are kept (``history.jsonl`` for this trainer, ``trainer_state.json`` for
@@ -55,8 +55,9 @@ RUNS: dict[str, dict] = {
                               story="the correctness reward with its sign flipped (1 for right becomes -1)",
                               rewards=["wrong_sign_correctness"], config=dict(max_steps=50)),
     "course_too_hard": dict(trainer="course", causes=["zero_spread_groups", "no_learning_signal"], split="seen",
-                            story="GSM8K word problems for the 2-layer tiny model: it solves none",
-                            task="gsm8k", config=dict(max_steps=20, max_completion_length=16)),
+                            story="GSM8K word problems for the 2-layer tiny model (prompts cut to the last 112 "
+                                  "tokens to fit its 128 positions): it solves none",
+                            task="gsm8k", config=dict(max_steps=20, max_completion_length=16, max_prompt_length=112)),
     "course_beta5": dict(trainer="course", causes=["kl_penalty_dominates"], split="held_out",
                          story="beta=5: the KL penalty outweighs the reward",
                          config=dict(beta=5.0, learning_rate=3e-4, max_steps=60)),
@@ -104,20 +105,24 @@ RUNS: dict[str, dict] = {
                                         num_generations=4, max_completion_length=24)),
     # ------------------------------------------------------------------ healthy
     "course_grpo_seed1": dict(trainer="course", causes=[], split="held_out",
-                              story="the tiny model's GRPO preset, seed 1, 100 steps", seed=1, config=dict(max_steps=100)),
+                              story="the tiny model's GRPO preset, seed 1, 60 steps", seed=1, config=dict(max_steps=60)),
+    "course_vllm_bf16": dict(trainer="course", causes=[], split="seen",
+                             story="the demo's sampler settings on the tiny model: vLLM with a bfloat16 sampler and "
+                                   "bfloat16 training (fast_engine_settings on a CPU with bfloat16), GRPO preset",
+                             config=dict(engine="vllm", vllm_dtype="bfloat16", dtype="bfloat16", max_steps=60)),
     "course_rloo_seed1": dict(trainer="course", algo="rloo", causes=[], split="seen",
-                              story="the tiny model's RLOO preset, seed 1, 100 steps", seed=1, config=dict(max_steps=100)),
+                              story="the tiny model's RLOO preset, seed 1, 60 steps", seed=1, config=dict(max_steps=60)),
     "course_capstone_fast": dict(trainer="course", causes=[], split="seen",
-                                 story="lesson 11's capstone config (fast budget, 100 of its 200 steps: tiny model, dapo, beta=0.04, "
-                                       "correctness + proximity rewards)",
-                                 rewards=["correctness_first_number_reward", "proximity_reward"],
-                                 config=dict(loss_type="dapo", scale_rewards="group", epsilon=0.2, epsilon_high=0.28,
+                                 story="lesson 11's capstone config (fast budget, 60 of its 200 steps: tiny model, dapo, "
+                                       "beta=0.04, correctness + proximity + its tidy_rubric, weights 1, 0.5, 0.25)",
+                                 rewards=["correctness_first_number_reward", "proximity_reward", "tidy_rubric"],
+                                 config=dict(reward_weights=[1.0, 0.5, 0.25], loss_type="dapo", scale_rewards="group", epsilon=0.2, epsilon_high=0.28,
                                              beta=0.04, max_completion_length=8, learning_rate=3e-5,
-                                             max_grad_norm=1.0, max_steps=100, logging_steps=100)),
+                                             max_grad_norm=1.0, max_steps=60, logging_steps=100)),
     "course_ppo_lesson04": dict(trainer="course", algo="ppo", causes=[], split="seen",
-                                story="lesson 04's PPO run (kl_coef=0.05, 4 epochs, linear schedule; 100 of its 200 steps)",
+                                story="lesson 04's PPO run (kl_coef=0.05, 4 epochs, linear schedule; 60 of its 200 steps)",
                                 rewards=["correctness_first_number_reward", "proximity_reward"],
-                                config=dict(max_steps=100, learning_rate=3e-5, lr_scheduler_type="linear",
+                                config=dict(max_steps=60, learning_rate=3e-5, lr_scheduler_type="linear",
                                             per_device_train_batch_size=16, num_ppo_epochs=4, kl_coef=0.05,
                                             missing_eos_penalty=1.0, max_completion_length=8)),
     "trl_preset_tiny": dict(trainer="trl", causes=[], split="held_out",
@@ -134,7 +139,7 @@ RUNS: dict[str, dict] = {
                               config=dict(max_steps=12, logging_steps=2, per_device_train_batch_size=8,
                                           num_generations=4, max_completion_length=24)),
     "synthetic_slow_kl_drift": dict(trainer="synthetic", causes=[], split="seen",
-                                    story="a TRL-style log of 1,700 steps, beta=0.04, KL rising linearly to 0.5 "
+                                    story="a TRL-style log of 2,000 steps, beta=0.04, KL rising linearly to 0.6 "
                                           "while reward climbs slowly (written from a model, not trained)"),
     "synthetic_r1zero_length": dict(trainer="synthetic", causes=[], split="seen",
                                     story="an R1-Zero-like log: reward 0.2 -> 0.6 with completions x2.5 longer, "
@@ -163,11 +168,24 @@ def _course_run(name: str, spec: dict, folder: Path) -> None:
     settings.update(spec.get("config", {}))
     config = make_config(algo, **settings)
     names = spec.get("rewards", ["correctness_first_number_reward"])
-    rewards = [getattr(museum, n) if hasattr(museum, n) else get_reward_functions([n])[0] for n in names]
+    rewards = [_capstone_tidy_rubric() if n == "tidy_rubric" else getattr(museum, n) if hasattr(museum, n)
+               else get_reward_functions([n])[0] for n in names]
     task = "gsm8k:" + GSM8K if spec.get("task") == "gsm8k" else "arithmetic"
     model, tokenizer = load_policy("tiny")
     Trainer(config, rewards, get_task(task, split="train", n=4000 if task == "arithmetic" else 500, seed=seed),
             model, tokenizer, progress=False).train()
+
+
+def _capstone_tidy_rubric():
+    """Lesson 11's rubric for the tiny model: a number (1.0), minus 0.5 past 8 characters."""
+    import re
+
+    from course_lib.rewards import number_reward, predicate_reward, rubric
+
+    def rambles(text: str) -> bool:
+        return len(re.sub(r"</?answer>", "", text).strip()) > 8
+
+    return rubric((1.0, number_reward), (-0.5, predicate_reward(rambles, name="rambles")), name="tidy_rubric")
 
 
 # ---------------------------------------------------------------------- TRL's GRPOTrainer, in a child process
@@ -217,14 +235,14 @@ def _synthetic(name: str, spec: dict, folder: Path) -> None:
     rng = random.Random(0)
     rows = []
     if name == "synthetic_slow_kl_drift":
-        # 1,700 steps logged every 10; KL to the reference grows linearly 0 -> 0.5 (beta=0.04);
+        # 2,000 steps logged every 10; KL to the reference grows linearly 0 -> 0.6 (beta=0.04);
         # a 0/1 reward on 64 completions climbs 0.30 -> 0.45 (batch noise sd 0.06).
-        for step in range(10, 1710, 10):
-            t = step / 1700
+        for step in range(10, 2010, 10):
+            t = step / 2000
             rows.append(dict(step=step, loss=rng.gauss(0, 0.01), grad_norm=abs(rng.gauss(0.3, 0.05)),
                              learning_rate=1e-6, reward=min(1, max(0, 0.30 + 0.15 * t + rng.gauss(0, 0.06))),
                              reward_std=0.45, frac_reward_zero_std=min(1, max(0, 0.3 + rng.gauss(0, 0.05))),
-                             kl=0.5 * t + abs(rng.gauss(0, 0.01)), entropy=0.6 - 0.1 * t + rng.gauss(0, 0.02),
+                             kl=0.6 * t + abs(rng.gauss(0, 0.01)), entropy=0.6 - 0.1 * t + rng.gauss(0, 0.02),
                              **{"completions/mean_length": 180 + rng.gauss(0, 10),
                                 "completions/clipped_ratio": 0.02, "clip_ratio/region_mean": 0.0,
                                 "rewards/correctness/mean": 0.0, "rewards/correctness/std": 0.45}))

@@ -127,30 +127,6 @@ def entropy_collapse(rows, config):
     return None
 
 
-@rule("entropy_explosion", "error", ("entropy",),
-      {"ratio": (2.0, "entropy doubling during RL fine-tuning means the policy is spreading mass over "
-                      "tokens it never used: gibberish, not exploration"),
-       "rise": (0.5, "nats per token; guards a tiny starting entropy from doubling by noise")}, stage="optimizer")
-def entropy_explosion(rows, config):
-    """Token entropy grew far beyond its start: the model drifts into gibberish."""
-    entropy = values(rows, "entropy")
-    if len(entropy) < WINDOW + 3:
-        return None
-    # The start is the first 3 steps: a large learning rate blows entropy up within a few steps
-    # (museum run learning_rate_300x: 0.83, 0.78, 1.47, 2.78, 3.26, ... 4.4 nats).
-    start, now = mean(entropy[:3]), mean(entropy[-WINDOW:])
-    if now > 2.0 * start and now - start > 0.5:
-        clip = config.get("max_grad_norm")
-        clip = ("" if isinstance(clip, (int, float)) and 0 < clip <= 1.0 else
-                f"max_grad_norm=1.0 (now {_field(config, 'max_grad_norm')}), ")
-        return Diagnosis(
-            f"token entropy exploded from {start:.3f} to {now:.3f} nats: updates are too large and the policy is "
-            f"turning into noise. Fixes: a learning rate 10x lower ({_tenth(config, 'learning_rate')}), "
-            f"{clip}fewer num_iterations; resume from a checkpoint before the rise.",
-            {"entropy_start": start, "entropy_now": now})
-    return None
-
-
 # ---------------------------------------------------------------------- 8, 9: step size
 def _learning_rate(rows, config) -> str:
     """The learning rate as the config or, for a TRL log, the logged ``learning_rate`` says it."""
@@ -249,6 +225,30 @@ def learning_rate_too_high(rows, config):
         f"consequences. Fix: a learning rate 10x lower ({_learning_rate(rows, config)}), {clip}warmup "
         "(warmup_steps), then resume from a checkpoint before the jump. A small model's full fine-tune learns at "
         "1e-5 to 1e-4 (the tiny model at 3e-5); LoRA takes about 10x more.", evidence)
+
+
+@rule("entropy_explosion", "error", ("entropy",),
+      {"ratio": (2.0, "entropy doubling during RL fine-tuning means the policy is spreading mass over "
+                      "tokens it never used: gibberish, not exploration"),
+       "rise": (0.5, "nats per token; guards a tiny starting entropy from doubling by noise")}, stage="optimizer")
+def entropy_explosion(rows, config):
+    """Token entropy grew far beyond its start: the model drifts into gibberish."""
+    entropy = values(rows, "entropy")
+    if len(entropy) < WINDOW + 3:
+        return None
+    # The start is the first 3 steps: a large learning rate blows entropy up within a few steps
+    # (museum run learning_rate_300x: 0.83, 0.78, 1.47, 2.78, 3.26, ... 4.4 nats).
+    start, now = mean(entropy[:3]), mean(entropy[-WINDOW:])
+    if now > 2.0 * start and now - start > 0.5:
+        clip = config.get("max_grad_norm")
+        clip = ("" if isinstance(clip, (int, float)) and 0 < clip <= 1.0 else
+                f"max_grad_norm=1.0 (now {_field(config, 'max_grad_norm')}), ")
+        return Diagnosis(
+            f"token entropy exploded from {start:.3f} to {now:.3f} nats: updates are too large and the policy is "
+            f"turning into noise. Fixes: a learning rate 10x lower ({_tenth(config, 'learning_rate')}), "
+            f"{clip}fewer num_iterations; resume from a checkpoint before the rise.",
+            {"entropy_start": start, "entropy_now": now})
+    return None
 
 
 @rule("policy_moves_too_fast", "error", ("clip_ratio/region_mean", "policy/clipfrac_avg", "policy/approxkl_avg",
