@@ -107,9 +107,9 @@ RUNS: dict[str, dict] = {
     "course_grpo_seed1": dict(trainer="course", causes=[], split="held_out",
                               story="the tiny model's GRPO preset, seed 1, 60 steps", seed=1, config=dict(max_steps=60)),
     "course_vllm_bf16": dict(trainer="course", causes=[], split="seen",
-                             story="the demo's sampler settings on the tiny model: vLLM with a bfloat16 sampler and "
-                                   "bfloat16 training (fast_engine_settings on a CPU with bfloat16), GRPO preset",
-                             config=dict(engine="vllm", vllm_dtype="bfloat16", dtype="bfloat16", max_steps=60)),
+                             story="the demo's sampler on the tiny model: vLLM with a bfloat16 sampler (training in "
+                                   "float32: this CPU has no native bfloat16 for training), GRPO preset",
+                             config=dict(engine="vllm", vllm_dtype="bfloat16", max_steps=60)),
     "course_rloo_seed1": dict(trainer="course", algo="rloo", causes=[], split="seen",
                               story="the tiny model's RLOO preset, seed 1, 60 steps", seed=1, config=dict(max_steps=60)),
     "course_capstone_fast": dict(trainer="course", causes=[], split="seen",
