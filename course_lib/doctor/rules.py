@@ -150,7 +150,8 @@ def zero_spread_groups(rows, config):
         if predicted is not None and mean(frac) - predicted > 0.3:
             story = (f" At a success rate of {p:.2f} independent draws would leave p^G + (1-p)^G = {predicted:.0%} of "
                      f"groups of {g} alike, not {mean(frac):.0%}: the completions of a group are near copies of each "
-                     "other (low diversity), not a task too hard or too easy; more generations would not help.")
+                     "other (low diversity); the difficulty of the task does not explain it, and more generations would "
+                     "not help.")
             fixes = (f"{hotter or 'check the entropy (a collapsed policy samples one answer), '}"
                      "or prompts split into always-solved and never-solved ones: data matched to the model")
         else:
