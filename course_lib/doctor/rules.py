@@ -156,20 +156,27 @@ def zero_spread_groups(rows, config):
                      "or prompts split into always-solved and never-solved ones: data matched to the model")
         else:
             side = "too hard" if p < 0.5 else "too easy"
+            needed = _generations_for(p) if 0.0 < p < 1.0 else None
             if p <= 0.0 or p >= 1.0:
                 story = (f" The reward is {p:.0f} on every completion: the task is {side} for this model (or, with "
                          "a reward that is always 0, its parser never matches: read a few completions).")
             else:
-                needed = _generations_for(p)
-                more = (f", which falls to 25% at num_generations={needed}" if needed and (not isinstance(g, int)
-                                                                                         or needed > g) else "")
-                story = (f" With a 0/1 reward at success rate {p:.2f} the task looks {side} for this model: a group of "
-                         f"G rewards is all-equal with probability p^G + (1-p)^G"
-                         + (f" = {predicted:.0%} at G={g}" if predicted is not None else "") + f"{more}.")
-            fixes = (f"data matched to the model ({'easier' if p < 0.5 else 'harder'} problems), more generations "
-                     f"(now {_field(config, 'num_generations')}), {hotter}or dynamic sampling (dynamic_sampling=True: "
-                     "drop the equal groups and sample more, DAPO; its cap, max_num_gen_batches, bounds the extra "
-                     "generation)")
+                if needed and isinstance(g, int) and needed > g and predicted is not None:
+                    story = (f" With a 0/1 reward at success rate {p:.2f}, a group of G independent completions is "
+                             f"all-equal with probability p^G + (1-p)^G = {predicted:.0%} at num_generations={g}: for "
+                             f"groups this small the task is {side} (25% at num_generations={needed}).")
+                else:
+                    story = (f" With a 0/1 reward at success rate {p:.2f} the task looks {side} for this model: a group "
+                             "of G rewards is all-equal with probability p^G + (1-p)^G"
+                             + (f" = {predicted:.0%} at G={g}" if predicted is not None else "")
+                             + (f", which falls to 25% at num_generations={needed}" if needed and g is None else "")
+                             + ".")
+            fixes = (f"more generations (num_generations={needed}, now {g})" if needed and isinstance(g, int)
+                     and needed > g else
+                     f"data matched to the model ({'easier' if p < 0.5 else 'harder'} problems), more generations "
+                     f"(now {_field(config, 'num_generations')})")
+            fixes += (f", {hotter}or dynamic sampling (dynamic_sampling=True: drop the equal groups and sample more, "
+                      "DAPO; its cap, max_num_gen_batches, bounds the extra generation)")
         if isinstance(lr, (int, float)) and lr <= 1e-6:  # the data may not be the only cause
             story += (f" Also, learning_rate={lr:g} is TRL's default for billion-parameter models: a small model "
                       "barely moves at it, so the share of equal groups stays where it started (the tiny model "
