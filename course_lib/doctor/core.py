@@ -163,8 +163,11 @@ def steps_per_row(rows: list[dict]) -> list[int]:
 
 
 def has_rewards(rows: list[dict]) -> bool:
-    """Whether the history logged a reward (an RL run); SFT and DPO logs do not."""
-    return any("reward" in r or any(k.startswith("rewards/") for k in r) for r in rows)
+    """Whether the history logged a reward of sampled completions (an RL run). SFT logs none;
+    DPO's ``rewards/chosen``, ``rewards/rejected`` and ``rewards/margins`` are implicit rewards
+    of fixed pairs, not of samples, and do not count."""
+    return any("reward" in r or any(k.startswith("rewards/") and k.endswith(("/mean", "/std")) for k in r)
+               for r in rows)
 
 
 def causal_order(findings: list["Finding"]) -> list["Finding"]:

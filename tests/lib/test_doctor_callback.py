@@ -117,3 +117,14 @@ def test_a_log_without_rewards_says_the_rl_rules_do_not_apply(tmp_path):
              "entropy": 0.5 + 0.1 * i} for i in range(30)]
     findings, text, _ = doctor_run(_write_history(tmp_path / "sft", rows), figure=tmp_path / "f.png")
     assert findings == [] and "this log has no rewards" in text
+
+
+def test_a_dpo_log_is_no_rl_log(tmp_path):
+    # TRL's DPOTrainer logs implicit rewards of fixed pairs (rewards/chosen, rewards/margins...).
+    rows = [{"step": i + 1, "loss": 0.69 - 0.01 * i, "grad_norm": 5.0, "learning_rate": 5e-7,
+             "rewards/chosen": 0.01 * i, "rewards/rejected": -0.01 * i, "rewards/accuracies": 0.5,
+             "rewards/margins": 0.02 * i, "logps/chosen": -40.0, "logps/rejected": -42.0} for i in range(20)]
+    (tmp_path / "dpo").mkdir()
+    (tmp_path / "dpo" / "trainer_state.json").write_text(json.dumps({"log_history": rows}))
+    findings, text, _ = doctor_run(tmp_path / "dpo", figure=tmp_path / "f.png")
+    assert findings == [] and "this log has no rewards" in text
