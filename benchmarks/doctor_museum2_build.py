@@ -149,6 +149,22 @@ RUNS: dict[str, dict] = {
 
 
 # ---------------------------------------------------------------------- this trainer
+def _course_config(spec: dict, folder: Path):
+    """The run's config: the tiny model's preset for the algorithm, then the run's own values."""
+    from course_lib.algos import make_config
+    from course_lib.presets import run_settings
+
+    algo = spec.get("algo", "grpo")
+    settings = dict(run_settings("tiny", "arithmetic", algo if algo in ("grpo", "rloo") else "grpo"),
+                    model_name_or_path="tiny", output_dir=str(folder), seed=spec.get("seed", 0), save_steps=0,
+                    logging_steps=1, overwrite_output_dir=True)
+    if algo == "ppo":
+        for key in ("num_generations", "temperature"):
+            settings.pop(key, None)
+    settings.update(spec.get("config", {}))
+    return make_config(algo, **settings)
+
+
 def _course_run(name: str, spec: dict, folder: Path) -> None:
     from course_lib.algos import make_config
     from course_lib.data import get_task
@@ -273,9 +289,8 @@ def _keep(name: str, spec: dict, work: Path) -> str:
         # The live doctor's own findings are the old rules' output: the museum keeps the metrics
         # and the config row only, so a report on it is always the current rules'.
         kept = [r for r in lines if r.get("type", "metrics") in ("metrics", "config")]
-        if not any(r.get("type") == "config" for r in kept):
-            config = json.loads((work / "config.json").read_text()) if (work / "config.json").exists() else {}
-            kept.insert(0, {"type": "config", "step": 0, "config": config})
+        if not any(r.get("type") == "config" for r in kept):  # the live doctor never ran (logging_steps > steps)
+            kept.insert(0, {"type": "config", "step": 0, "config": _course_config(spec, work).to_dict()})
         (target / "history.jsonl").write_text("".join(json.dumps(r) + "\n" for r in kept))
         return str((target / "history.jsonl").relative_to(OUT))
     shutil.copy(work / "trainer_state.json", target / "trainer_state.json")

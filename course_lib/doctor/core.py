@@ -171,14 +171,16 @@ def has_rewards(rows: list[dict]) -> bool:
 
 
 def causal_order(findings: list["Finding"]) -> list["Finding"]:
-    """``findings`` in the report's order: by stage (:data:`STAGES`), errors first within a
-    stage, then the order the rules were registered in, then the earlier step."""
+    """``findings`` in the report's order: warnings and errors by stage (:data:`STAGES`), errors
+    first within a stage, then the order the rules were registered in, then the earlier step;
+    info findings (behaviour that only looks wrong, or costs nothing) after them all."""
     names = list(RULES)
 
     def key(f):
         spec = RULES.get(f.rule)
         stage = STAGES.index(spec.stage) if spec else len(STAGES)
-        return (stage, -SEVERITIES.index(f.severity), names.index(f.rule) if f.rule in names else 0, f.step)
+        return (f.severity == "info", stage, -SEVERITIES.index(f.severity), names.index(f.rule) if f.rule in names
+                else 0, f.step)
 
     return sorted(findings, key=key)
 

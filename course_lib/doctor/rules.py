@@ -69,7 +69,8 @@ def no_learning_signal(rows, config):
                "sample). Fix: make at least one reward function return a number for each completion.")
     elif zero_std > 0.999:
         why = (f"every group's rewards are equal (frac_reward_zero_std={zero_std:.2f}), so every advantage is 0 "
-               "(see zero_spread_groups for the fix).")
+               "(dead_reward_function names a function that returns one value for everything; zero_spread_groups "
+               "says why the groups are alike).")
     elif clipped > 0.999 and config.get("mask_truncated_completions"):
         why = ("every completion is truncated and mask_truncated_completions=True masks them all. Fix: raise "
                f"{_field(config, 'max_completion_length')} or set mask_truncated_completions=False.")
@@ -177,10 +178,10 @@ def zero_spread_groups(rows, config):
                      f"(now {_field(config, 'num_generations')})")
             fixes += (f", {hotter}or dynamic sampling (dynamic_sampling=True: drop the equal groups and sample more, "
                       "DAPO; its cap, max_num_gen_batches, bounds the extra generation)")
-        if isinstance(lr, (int, float)) and lr <= 1e-6:  # the data may not be the only cause
-            story += (f" Also, learning_rate={lr:g} is TRL's default for billion-parameter models: a small model "
-                      "barely moves at it, so the share of equal groups stays where it started (the tiny model "
-                      "learns at 3e-5; course_lib.presets holds each model's measured settings).")
+    if isinstance(lr, (int, float)) and lr <= 1e-6:  # the data may not be the only cause
+        story += (f" Also, learning_rate={lr:g} is TRL's default for billion-parameter models: a small model "
+                  "barely moves at it, so the share of equal groups stays where it started (the tiny model "
+                  "learns at 3e-5; course_lib.presets holds each model's measured settings).")
     return Diagnosis(f"{mean(frac):.0%} of the groups have rewards that are all equal, so their advantages are 0."
                      f"{story} Fixes: {fixes}.",
                      {"frac_reward_zero_std": mean(frac), "success_rate": p})
@@ -218,10 +219,12 @@ def _reward_names(rows) -> list[str]:
     return names
 
 
-@rule("dead_reward_function", "warning", ("rewards/<name>/std",),
+@rule("dead_reward_function", "info", ("rewards/<name>/std",),
       {"rows": (5, "a live reward on a batch of 8 or more completions is constant over five batches "
                    "only by a rare accident; one that varied earlier in the run and is constant now is "
-                   "saturated (learned), not dead, and is not reported")})
+                   "saturated (learned), not dead, and is not reported. Info, not a warning: a constant "
+                   "added to every completion changes no advantage and costs nothing; when it is the "
+                   "only signal, no_learning_signal (an error) fires as well")})
 def dead_reward_function(rows, config):
     """A reward function returns the same value for every completion."""
     dead = []
@@ -233,9 +236,6 @@ def dead_reward_function(rows, config):
             if max(values(rows, f"rewards/{name}/std")) > 1e-9:
                 continue
             dead.append((name, values(rows[-5:], f"rewards/{name}/mean")))
-    names = _reward_names(rows)
-    if len(dead) == len(names) and all(max(abs(v) for v in vs) < 1e-12 for _, vs in dead if vs):
-        return None  # every function is 0 on everything: nothing solved (zero_spread_groups says why)
     if not dead:
         return None
     # The mean of batch means is no value the function returned: name the one value, or the
@@ -245,14 +245,19 @@ def dead_reward_function(rows, config):
                         "varies between prompts, never between the completions of one)" for n, v in dead)
     return Diagnosis(
         f"constant reward: {listing}. A function that gives every completion the same score adds nothing to "
-        "any advantage. Fix: call it on a few real completions and check what it parses (a format the model "
-        "never writes, a column name that does not match, an exception caught into a default); or remove it "
-        "(lesson 09).", {name: mean(value) for name, value in dead})
+        "any advantage (harmless to the update, but it teaches nothing). If it should vary: call it on a few "
+        "real completions and check what it parses (a format the model never writes, a column name that does "
+        "not match, an exception caught into a default). If every completion simply satisfies it (a guard the "
+        "model already meets), leave it or remove it (lesson 09). A correctness reward that is 0 on everything "
+        "is a task too hard for the model, or a parser that never matches.", {name: mean(value) for name, value in dead})
 
 
 @rule("dominant_reward_function", "warning", ("rewards/<name>/std", "reward_weights"),
       {"share": (0.9, "when one function carries 90% of the weighted spread, the others change "
-                      "advantages by less than a tenth: they are decoration")}, stage="rewards")
+                      "advantages by less than a tenth: they are decoration. Not reported when the dominant "
+                      "function is a 0/1 success (a verifier) and the others shape around it: lesson 04's and "
+                      "lesson 11's correctness beside a proximity bonus carry 91-92% by design, while the "
+                      "museum's raw-units distance reward carries 93% over a 0/1 correctness")}, stage="rewards")
 def dominant_reward_function(rows, config):
     """One reward function carries nearly all of the weighted sum's spread."""
     names = _reward_names(rows)
@@ -268,6 +273,10 @@ def dominant_reward_function(rows, config):
     share = spreads[top] / sum(spreads)
     live_others = [n for i, n in enumerate(names) if i != top and spreads[i] > 0]
     if share <= 0.9 or not live_others:
+        return None
+    # A 0/1 success dominating a shaping bonus is the usual design (correctness first, partial
+    # credit as a tie-breaker: lessons 04 and 11); a score in its own units dominating is not.
+    if looks_binary(_recent(rows, f"rewards/{names[top]}/mean"), _recent(rows, f"rewards/{names[top]}/std")):
         return None
     return Diagnosis(
         f"{names[top]} carries {share:.0%} of the weighted reward spread; "

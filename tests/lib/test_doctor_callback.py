@@ -106,7 +106,9 @@ def test_history_jsonl_itself_is_accepted_and_a_bad_figure_path_keeps_the_report
     findings, text, saved = doctor_run(path, figure=tmp_path / "no" / "such" / "folder" / "f.png")
     assert saved is None and "figure: not saved" in text
     assert {f.rule for f in findings} == {"dead_reward_function", "no_learning_signal"}
-    assert text.index("dead_reward_function") < text.index("no_learning_signal")  # cause before consequence
+    # The error first; the constant function (info: it changes no advantage) named below it.
+    assert "Act on the first: no_learning_signal" in text
+    assert text.index("ERROR   no_learning_signal") < text.index("INFO    dead_reward_function")
     assert main(["doctor", str(path), "--figure", str(tmp_path / "no" / "f.png")]) == 1  # an error finding
     assert "no_learning_signal" in capsys.readouterr().out
 
