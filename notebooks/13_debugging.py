@@ -243,11 +243,16 @@ print(f"long_rollouts: generation took {share:.0%} of the step time "
 # Read them as the doctor does, cause first:
 #
 # - **constant_reward**: every group's rewards are equal, so every advantage, the loss and the
-#   gradient are 0. Three rules fire on one cause; the earliest, `no_learning_signal`, points
-#   at `zero_spread_groups`, and `dead_reward_function` names the function.
+#   gradient are 0. Three rules fire on one cause: `no_learning_signal` (the error) says the
+#   groups are alike, `zero_spread_groups` reads the reward as a success rate of 1 (every
+#   completion "right"), and `dead_reward_function` names the function.
 # - **dead_second_reward**: the run has a signal (the 0/1 correctness still spreads), but the
-#   second function adds nothing to any advantage; GRPO's loss near 0 is reported as info,
-#   not as a failure.
+#   second function adds nothing to any advantage. `dead_reward_function` is info: a constant
+#   added to every completion changes no advantage and costs nothing, so it is worth a look
+#   (a parser that never matches?) rather than a failure; it is also what a guard the model
+#   always satisfies looks like (lesson 11's `tidy_rubric` on the tiny model). A function
+#   that varied and is constant now is *saturated*, learned, and not reported. GRPO's loss
+#   near 0 is info too.
 # - **raw_units_reward**: a reward in raw units (0 to -100) beside a 0/1 one. The weighted
 #   sum's spread is almost all the distance reward's, so the advantages ignore correctness.
 # - **length_paid**: reward and completion length rise together: the run is paid for
