@@ -395,9 +395,14 @@ def nothing_moves(rows, config):
     lr = median([r for r, _ in rates]) if rates else config.get("learning_rate", float("nan"))
     lora = " If use_lora=True, check that the adapters train (lora_target_modules, lora_r)." if config.get(
         "use_lora") else ""
+    read = ", ".join(name for name, there in (("reward", True), ("entropy", len(entropy) >= 9),
+                                              ("clip fraction", clip_key), ("KL", values(rows, "kl"))) if there)
+    missing = [name for name, there in (("entropy", len(entropy) >= 9), ("clip fraction", clip_key),
+                                        ("KL, as beta=0 logs none", values(rows, "kl"))) if not there]
+    unread = f" (not logged, so not read: {'; '.join(missing)})" if missing else ""
     return Diagnosis(
         f"after {steps} optimizer steps ({len(reward)} logged rows) at learning rate {lr:.2g} (summed {total_lr:.1e}), "
-        f"reward ({mean(reward[:third]):.3f} -> {mean(reward[-third:]):.3f}), entropy, clip and KL are all flat: "
+        f"{read} are all flat (reward {mean(reward[:third]):.3f} -> {mean(reward[-third:]):.3f}){unread}: "
         "the policy is not changing measurably. Fix: raise learning_rate 3-10x and watch the reward's trend "
         "(TRL's 1e-6 suits billion-parameter models; the tiny model learns at 3e-5, SmolLM2-135M with LoRA at "
         f"1e-4); or give it more steps if the reward is expected to move slowly.{lora}",
