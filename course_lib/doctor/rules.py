@@ -112,7 +112,7 @@ def binary_reward(rows) -> float | None:
     return mean(means) if looks_binary(means, stds) else None
 
 
-@rule("zero_spread_groups", "warning", ("frac_reward_zero_std", "reward", "entropy"),
+@rule("zero_spread_groups", "warning", ("frac_reward_zero_std", "reward", "rewards/<name>/std"),
       {"fraction": (0.5, "above half, most of each batch has advantage 0: the run pays for the "
                          "generations and learns from fewer than half of them"),
        "excess": (0.3, "observed share of equal groups above p^G + (1-p)^G (independent 0/1 draws at "

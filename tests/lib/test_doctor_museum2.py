@@ -36,3 +36,19 @@ def test_each_seen_run(name):
         assert result["first_right"], f"{name}: first finding {result['first']}, causes {entry['causes']}"
     else:
         assert result["quiet"], f"{name}: {result['findings']}"
+
+
+def test_the_scores_printed_by_the_benchmark():
+    """The whole museum, as ``benchmarks/doctor_museum.py --museum2`` prints it. The held-out
+    runs miss where their logs are too short for the rule that names their cause (a TRL log
+    of 3 rows at logging_steps=10), and one healthy TRL run gets a zero_spread_groups warning:
+    these are the numbers the benchmark README reports, not a target met."""
+    results, text = score("all")
+    broken = [n for n, e in MANIFEST.items() if e["broken"]]
+    healthy = [n for n, e in MANIFEST.items() if not e["broken"]]
+    first = sum(results[n]["first_right"] for n in broken)
+    somewhere = sum(results[n]["somewhere"] for n in broken)
+    quiet = sum(results[n]["quiet"] for n in healthy)
+    assert f"first finding right on {first} of {len(broken)}" in text
+    # Never worse than measured at the end of the revision (13, 15 and 8 of 17, 17 and 9).
+    assert first >= 13 and somewhere >= 15 and quiet >= 8, text
