@@ -9,6 +9,8 @@
   the rules, each with its signals, thresholds and their reasons).
 - :class:`DoctorCallback`: the same rules live inside TRL's ``GRPOTrainer`` / ``RLOOTrainer``
   (any ``transformers.Trainer``): ``callbacks=[DoctorCallback()]`` (``callback.py``).
+- ``museum2.py``: the doctor's score on the second museum, stored runs of this trainer and
+  TRL's the rules were not written on (``benchmarks/doctor_museum.py --museum2``).
 - ``python -m course_lib doctor RUN_DIR``: the report and a figure for a run folder or a
   TRL ``trainer_state.json`` (``course_lib.doctor.report``).
 """
