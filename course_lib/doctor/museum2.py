@@ -1,8 +1,8 @@
 """Scoring the doctor on the second museum: stored histories of runs the rules were not written on.
 
 ``benchmarks/doctor_museum2_build.py`` trains the runs (this trainer and TRL 1.16's
-``GRPOTrainer``, the tiny model and SmolLM2-135M) and keeps their histories with a
-``manifest.json``. Per run the manifest names the rules that name its cause (empty for a
+``GRPOTrainer``, on the tiny model; its SmolLM2-135M runs are too slow for a shared CPU) and
+keeps their histories with a ``manifest.json``. Per run the manifest names the rules that name its cause (empty for a
 healthy run) and its split: ``seen`` (read while the rules were revised) or ``held_out``
 (scored at the end only).
 

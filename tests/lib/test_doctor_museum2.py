@@ -1,5 +1,5 @@
 """The doctor on the second museum: stored histories of runs its rules were not written on
-(this trainer and TRL 1.16's GRPOTrainer, the tiny model and SmolLM2-135M), rebuilt by
+(this trainer and TRL 1.16's GRPOTrainer, on the tiny model), rebuilt by
 ``benchmarks/doctor_museum2_build.py`` and scored by ``benchmarks/doctor_museum.py --museum2``.
 
 Each broken run names the rules that name its cause (``causes``, fixed before the rules were
