@@ -6,6 +6,13 @@ history as it would live, and prints a rules x runs table (E/W/I = the severity 
 that fired; '.' = silent) with each run's seconds.
 
     OMP_NUM_THREADS=1 python benchmarks/doctor_museum.py [--runs name ...] [--output-dir DIR]
+
+The second museum (runs of this trainer and of TRL's GRPOTrainer the rules were not written
+on, stored by ``benchmarks/doctor_museum2_build.py``) is scored from its histories in seconds:
+first finding right and cause named somewhere on the broken runs, no warning or error on the
+healthy ones, per split (``seen`` while the rules were revised, ``held_out`` at the end):
+
+    python benchmarks/doctor_museum.py --museum2 [--split seen|held_out|all]
 """
 
 from __future__ import annotations
@@ -24,7 +31,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", nargs="*", default=list(EXHIBITS), choices=list(EXHIBITS))
     parser.add_argument("--output-dir", default=None, help="keep the run folders here (default: a temp folder)")
+    parser.add_argument("--museum2", action="store_true", help="score the stored second museum instead")
+    parser.add_argument("--split", default="all", choices=["seen", "held_out", "all"])
     args = parser.parse_args()
+    if args.museum2:
+        from course_lib.doctor.museum2 import score
+
+        for split in (["seen", "held_out", "all"] if args.split == "all" else [args.split]):
+            print(f"--- second museum, {split} runs")
+            print(score(split)[1] + "\n", flush=True)
+        return
     root = Path(args.output_dir or tempfile.mkdtemp(prefix="museum-"))
     results = {}
     for name in args.runs:

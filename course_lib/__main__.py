@@ -114,7 +114,11 @@ def _cmd_check_fail_on_stubs(args) -> int:
 def _cmd_doctor(args) -> int:
     from .doctor.report import doctor_run
 
-    findings, text, _ = doctor_run(args.run_dir, figure=args.figure)
+    try:
+        findings, text, _ = doctor_run(args.run_dir, figure=args.figure)
+    except (FileNotFoundError, ValueError) as error:  # unreadable or empty: never a clean report
+        print(f"doctor: {error}", file=sys.stderr)
+        return 2
     print(text)
     return 1 if any(f.severity == "error" for f in findings) else 0
 

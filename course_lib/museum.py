@@ -43,6 +43,19 @@ def absolute_error_reward(prompts, completions, answer, **columns) -> list[float
     return scores
 
 
+def half_reward(prompts, completions, **columns) -> list[float]:
+    """Gives every completion 0.5: a constant that is no success rate (second museum)."""
+    return [0.5] * len(completions)
+
+
+def wrong_sign_correctness(prompts, completions, answer, **columns) -> list[float]:
+    """The 0/1 correctness of the first number, negated: the policy is paid for wrong answers."""
+    from .rewards import get_reward_functions
+
+    correct = get_reward_functions(["correctness_first_number_reward"])[0]
+    return [-float(x) for x in correct(prompts, completions, answer=answer, **columns)]
+
+
 def nan_reward(prompts, completions, **columns) -> list[float]:
     """A parser that fails on everything and returns NaN (float('nan') instead of None or 0)."""
     return [float("nan")] * len(completions)

@@ -69,10 +69,18 @@ print("fast mode:", fast_mode())
 # alarming), **warning** (compute wasted or drifting), **error** (the run cannot learn or is
 # breaking; `doctor="stop"` ends it). The table lists them all; `course_lib/doctor/rules.py`
 # and `rules_policy.py` are short enough to read top to bottom.
+#
+# Each rule also has a **stage**, its place in a causal order: the optimizer and learning
+# rate, then sampling, then the rewards, then the data (groups all alike), then the budget
+# (length and time); last come *symptoms* (the update does nothing, the rule names what
+# caused it) and normal behaviour (info). A learning rate that is too large changes what the
+# model samples, which can empty every reward's spread, which wastes the budget; never the
+# other way round. The report lists findings in this order, so its first line is the one to
+# act on.
 
 # %%
 for spec in RULES.values():
-    print(f"{spec.severity:7s} {spec.name:26s} reads {', '.join(spec.signals)}")
+    print(f"{spec.severity:7s} {spec.name:26s} [{spec.stage}] reads {', '.join(spec.signals)}")
     print(f"        {spec.summary}")
     for key, (value, why) in spec.thresholds.items():
         print(f"          {key} = {value:g}: {why}")
@@ -132,19 +140,21 @@ for letter, name in MYSTERY.items():
 # Several rules fire on one run because one cause has several symptoms: a learning rate
 # 100x too high first clips most of each update (`policy_moves_too_fast`), then the policy
 # degenerates: it stops finishing its answers, every group fails alike, and the gradient
-# vanishes. Read the **earliest** finding first: it is usually the cause. The later findings
-# describe symptoms, and the fixes they name answer the symptom, not the cause: after a
-# learning rate that destroyed the model, "remove the constant reward" (it is the only
-# correctness reward, constant because the model now fails everything) or "raise
-# `num_generations`" would be wrong. Fix the cause, rerun, and read what is left.
+# vanishes. The report puts the most **upstream** finding first (the causal order of
+# section 1): act on it. The findings below it describe symptoms, and the fixes they name
+# answer the symptom, not the cause: after a learning rate that destroyed the model, "remove
+# the constant reward" (it is the only correctness reward, constant because the model now
+# fails everything) or "raise `num_generations`" would be wrong. Fix the cause, rerun, and
+# read what is left.
 #
-# One finding deserves a second look: on dashboard D, `zero_spread_groups` reads the mean
-# reward (about 0.35) and blames a task that is too hard. Check it the way the rule should:
-# with independent samples and success rate p, a group of G is all alike with probability
-# p^G + (1-p)^G, here 0.35^8 + 0.65^8 = 3%, against the 83% logged. When the observed share is
-# far above that prediction, the samples are not independent: the group's completions are
-# copies of one another (a temperature near 0, or a collapsed policy), and the fix is more
-# diversity, not easier problems or more generations.
+# On dashboard D, `zero_spread_groups` does not stop at the mean reward (about 0.35): a mean
+# reads as a success rate p only for a 0/1 reward (the rule checks that each batch's standard
+# deviation is sqrt(p(1-p))), and then with independent samples a group of G is all alike
+# with probability p^G + (1-p)^G, here 0.35^8 + 0.65^8 = 3%, against the 83% logged. When the
+# observed share is that far above the prediction, the samples are not independent: the
+# group's completions are copies of one another (a temperature near 0, or a collapsed
+# policy), and the fix is more diversity, not easier problems or more generations. The rule
+# says so, and names a larger `num_generations` only when the data is the likely cause.
 #
 # Now apply two fixes the doctor named and compare the curves. For `short_budget` the doctor
 # says double the budget (2 -> 4 tokens); the cell gives 8, since the answers need 3-4 tokens
@@ -233,11 +243,16 @@ print(f"long_rollouts: generation took {share:.0%} of the step time "
 # Read them as the doctor does, cause first:
 #
 # - **constant_reward**: every group's rewards are equal, so every advantage, the loss and the
-#   gradient are 0. Three rules fire on one cause; the earliest, `no_learning_signal`, points
-#   at `zero_spread_groups`, and `dead_reward_function` names the function.
+#   gradient are 0. Three rules fire on one cause: `no_learning_signal` (the error) says the
+#   groups are alike, `zero_spread_groups` reads the reward as a success rate of 1 (every
+#   completion "right"), and `dead_reward_function` names the function.
 # - **dead_second_reward**: the run has a signal (the 0/1 correctness still spreads), but the
-#   second function adds nothing to any advantage; GRPO's loss near 0 is reported as info,
-#   not as a failure.
+#   second function adds nothing to any advantage. `dead_reward_function` is info: a constant
+#   added to every completion changes no advantage and costs nothing, so it is worth a look
+#   (a parser that never matches?) rather than a failure; it is also what a guard the model
+#   always satisfies looks like (lesson 11's `tidy_rubric` on the tiny model). A function
+#   that varied and is constant now is *saturated*, learned, and not reported. GRPO's loss
+#   near 0 is info too.
 # - **raw_units_reward**: a reward in raw units (0 to -100) beside a 0/1 one. The weighted
 #   sum's spread is almost all the distance reward's, so the advantages ignore correctness.
 # - **length_paid**: reward and completion length rise together: the run is paid for
@@ -248,8 +263,10 @@ print(f"long_rollouts: generation took {share:.0%} of the step time "
 # - **kl_runaway** and **learning_rate_300x**: a learning rate 100-300x the preset's. On-policy
 #   the clip never binds, so the KL to the reference is what shows the policy leaving; at 300x
 #   the entropy explodes and the model writes noise, which then also fails every answer.
-# - **frozen**: nothing is wrong on any one curve; reward and entropy wander inside their
-#   noise because the learning rates summed over the run cannot have moved a weight.
+# - **frozen**: nothing is wrong on any one curve; reward, entropy, clip and KL all wander
+#   inside their noise. `nothing_moves` fires on that flatness, with a summed learning rate
+#   (1e-9 a step here) small enough to explain it; the sum alone proves nothing on a larger
+#   model (question 5).
 # - **long_rollouts**: the run is healthy but slow; `generation_dominates` is info (speed
 #   advice) and reads wall-clock times, so on a busy machine the share can fall under its
 #   line at half of a step (the printout says whether it fired here).
@@ -448,15 +465,31 @@ plt.show()
 #   `LiveDashboard` as they fire.
 # - **After the fact**: `python -m course_lib doctor outputs/my_run` prints the report and
 #   saves `doctor.png`; point it at a TRL run's `trainer_state.json` (or its output folder) and
-#   the same rules read TRL's log, whose metric names match. The rules count *logged rows*,
-#   not optimizer steps: with TRL's default `logging_steps=10` a window of 20 rows spans 200
-#   steps, and `nothing_moves` sums one learning rate per row, ten times fewer than the steps
-#   taken. Log every step (`logging_steps=1`) when the doctor is to read the run.
+#   the same rules read TRL's log, whose metric names match. An empty or unreadable history
+#   exits with status 2 and says why, never as a clean run; a log without rewards (SFT, DPO)
+#   is told that the RL rules do not apply. Steps are read from each row's `step`: with TRL's
+#   default `logging_steps=10`, `nothing_moves` weighs each row's learning rate by the 10
+#   optimizer steps it stands for and reports optimizer steps. The windows ("the last 10",
+#   "the first 3") still count *logged rows*, so with `logging_steps=10` a window of 10 rows
+#   spans 100 steps: log more often (`logging_steps=1`) when the doctor is to read a short run.
+# - **Live in TRL**: `course_lib.doctor.DoctorCallback` is a `transformers.TrainerCallback`.
+#   `GRPOTrainer(..., callbacks=[DoctorCallback()])` (or `RLOOTrainer`) runs the same rules
+#   at every log, prints each finding once, writes it into the trainer's `log_history` and
+#   into `OUTPUT_DIR/doctor.jsonl` as it fires (a run killed before saving keeps its
+#   findings); `DoctorCallback(stop=True)` ends training on an error.
 # - **Calibrated on a tiny model**: the thresholds were measured on the museum's 0.9M-parameter
-#   model. On a real model treat a finding as a question to check, not a verdict: 30 AdamW
-#   steps at 1e-6 (a summed rate of 3e-5) toward four fixed completions raised their log-probs
-#   under SmolLM2-135M by 6 to 8 nats (question 5), and a KL to the reference that drifts slowly over thousands of steps is
-#   not the same failure as one that jumps in a few.
+#   model and checked on a second museum of runs the rules were not written on (this trainer
+#   and TRL's `GRPOTrainer`, on the tiny model: `benchmarks/doctor_museum.py --museum2`; on
+#   its held-out runs the first finding was right for 2 of 6, mostly TRL logs of 3-6 rows at
+#   `logging_steps=10`, too short for the rules). On a larger model treat a finding as a question to check, not a verdict: 30
+#   AdamW steps at 1e-6 (a summed rate of 3e-5) toward four fixed completions raised their
+#   log-probs under SmolLM2-135M by 6 to 8 nats (question 5). A KL to the reference that drifts
+#   slowly over thousands of steps is not a step that is too large: `policy_moves_too_fast`
+#   fires on a rise of 0.5 nats within 20 optimizer steps, not on the drift. Entropy that
+#   falls *after* the reward rose is a policy that learned (not `entropy_collapse`), a reward
+#   that varied and is now constant is saturated (not dead), and reward rising with length is
+#   hacking only when a function pays for length (an R1-Zero-like run's 0/1 correctness
+#   rising with longer answers is learning).
 # - **Not every finding is a bug**: `loss_near_zero_is_normal` is info on purpose. On-policy
 #   GRPO's loss is minus the mean advantage, and group advantages sum to 0: the loss sits near
 #   0 while the gradient does the work.

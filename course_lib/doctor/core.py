@@ -10,6 +10,12 @@ with the reasoning behind each threshold. :func:`diagnose` runs every rule; the
 Severities: ``"info"`` (normal behaviour that looks alarming, said once), ``"warning"``
 (the run wastes compute or drifts; it may still learn), ``"error"`` (the run cannot learn
 or is breaking; ``doctor="stop"`` ends it).
+
+Causal order: every rule belongs to a *stage* of :data:`STAGES`, the order in which one
+failure causes the next. A learning rate that is too large wrecks sampling (entropy, lengths),
+which empties the rewards' spread, which wastes the budget; never the other way round. The
+report lists findings stage by stage (within a stage, errors first), so its first line is the
+most upstream finding: the one to act on first, the others read as its likely consequences.
 """
 
 from __future__ import annotations
@@ -19,6 +25,11 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
 SEVERITIES = ("info", "warning", "error")
+#: The causal order of the report: optimizer and learning rate, then sampling, then rewards,
+#: then the data (groups all alike: a task too hard or too easy for the model), then budget
+#: (time and length), then symptoms (rules that see the update do nothing and name an upstream
+#: cause in their message), then "normal" (info: behaviour that only looks wrong).
+STAGES = ("optimizer", "sampling", "rewards", "data", "budget", "symptom", "normal")
 
 
 @dataclass(frozen=True)
@@ -59,6 +70,7 @@ class Rule:
     thresholds: dict[str, tuple[float, str]]
     check: Callable[[list[dict], dict], Diagnosis | None]
     summary: str
+    stage: str = "rewards"
 
     def threshold(self, key: str) -> float:
         return self.thresholds[key][0]
@@ -68,16 +80,20 @@ class Rule:
 RULES: dict[str, Rule] = {}
 
 
-def rule(name: str, severity: str, signals: Iterable[str], thresholds: dict[str, tuple[float, str]] | None = None):
-    """Register ``check`` as a doctor rule (a decorator). Its docstring's first line is its summary."""
+def rule(name: str, severity: str, signals: Iterable[str], thresholds: dict[str, tuple[float, str]] | None = None,
+         stage: str = "rewards"):
+    """Register ``check`` as a doctor rule (a decorator). Its docstring's first line is its summary;
+    ``stage`` (one of :data:`STAGES`) places its findings in the report's causal order."""
     if severity not in SEVERITIES:
         raise ValueError(f"severity={severity!r}; expected one of {SEVERITIES}.")
+    if stage not in STAGES:
+        raise ValueError(f"stage={stage!r}; expected one of {STAGES}.")
 
     def register(check: Callable[[list[dict], dict], Diagnosis | None]):
         if name in RULES:
             raise ValueError(f"a doctor rule named {name!r} is already registered.")
         summary = (check.__doc__ or name).strip().splitlines()[0]
-        RULES[name] = Rule(name, severity, tuple(signals), dict(thresholds or {}), check, summary)
+        RULES[name] = Rule(name, severity, tuple(signals), dict(thresholds or {}), check, summary, stage)
         return check
 
     return register
@@ -134,6 +150,41 @@ def pearson(xs: list[float], ys: list[float]) -> float:
     return sxy / math.sqrt(sxx * syy) if sxx > 0 and syy > 0 else float("nan")
 
 
+def steps_per_row(rows: list[dict]) -> list[int]:
+    """Optimizer steps each logged row stands for: the step difference to the row before (the
+    first row: its own step). TRL logs every ``logging_steps`` (10 by default), so rows are not
+    steps; this trainer logs every step."""
+    out, previous = [], 0
+    for r in rows:
+        step = int(r["step"])
+        out.append(max(step - previous, 1))
+        previous = step
+    return out
+
+
+def has_rewards(rows: list[dict]) -> bool:
+    """Whether the history logged a reward of sampled completions (an RL run). SFT logs none;
+    DPO's ``rewards/chosen``, ``rewards/rejected`` and ``rewards/margins`` are implicit rewards
+    of fixed pairs, not of samples, and do not count."""
+    return any("reward" in r or any(k.startswith("rewards/") and k.endswith(("/mean", "/std")) for k in r)
+               for r in rows)
+
+
+def causal_order(findings: list["Finding"]) -> list["Finding"]:
+    """``findings`` in the report's order: warnings and errors by stage (:data:`STAGES`), errors
+    first within a stage, then the order the rules were registered in, then the earlier step;
+    info findings (behaviour that only looks wrong, or costs nothing) after them all."""
+    names = list(RULES)
+
+    def key(f):
+        spec = RULES.get(f.rule)
+        stage = STAGES.index(spec.stage) if spec else len(STAGES)
+        return (f.severity == "info", stage, -SEVERITIES.index(f.severity), names.index(f.rule) if f.rule in names
+                else 0, f.step)
+
+    return sorted(findings, key=key)
+
+
 def first_key(rows: list[dict], keys: Iterable[str]) -> str | None:
     """The first of ``keys`` that some row logged (metric names differ per algorithm)."""
     for key in keys:
@@ -161,7 +212,7 @@ def diagnose(rows: Iterable[dict], config: Any = None, rules: Iterable[str] | No
     fields without their current values. ``rules``: names to run (default: all).
     """
     rows, config = metric_rows(rows), config_dict(config)
-    if not rows:
+    if not rows or not has_rewards(rows):  # no reward logged: not an RL run, the rules do not apply
         return []
     names = list(RULES) if rules is None else list(rules)
     unknown = [n for n in names if n not in RULES]
@@ -174,7 +225,7 @@ def diagnose(rows: Iterable[dict], config: Any = None, rules: Iterable[str] | No
         if found is not None:
             findings.append(Finding(spec.name, spec.severity, int(rows[-1]["step"]), found.message, spec.signals,
                                     found.evidence))
-    return sorted(findings, key=lambda f: -SEVERITIES.index(f.severity))
+    return causal_order(findings)
 
 
 class Doctor:
@@ -196,11 +247,25 @@ class Doctor:
         return new
 
 
-def format_report(findings: list[Finding], rows_seen: int) -> str:
-    """The text report: one paragraph per finding, or a line saying none fired."""
+NO_REWARDS = ("this log has no rewards (an SFT or DPO run, or a run that logged no reward): the doctor's rules "
+              "read RL signals (rewards, groups, KL, the sampler) and do not apply to it.")
+
+
+def format_report(findings: list[Finding], rows_seen: int, last_step: int | None = None,
+                  rewards: bool = True) -> str:
+    """The text report: the most upstream finding first (:func:`causal_order`), the others
+    below it as its likely consequences; or a line saying none fired."""
+    span = f"{rows_seen} logged rows" + (f" up to optimizer step {last_step}" if last_step is not None else "")
+    if not rewards:
+        return f"doctor: {span}; {NO_REWARDS}"
     if not findings:
-        return f"doctor: {rows_seen} logged steps, no rule fired."
-    lines = [f"doctor: {rows_seen} logged steps, {len(findings)} finding(s)"]
+        return f"doctor: {span}, no rule fired."
+    findings = causal_order(findings)
+    loud = [f for f in findings if f.severity != "info"]
+    lines = [f"doctor: {span}, {len(findings)} finding(s), in causal order (optimizer and learning rate, "
+             "sampling, rewards, data, budget)."]
+    if loud:
+        lines.append(f"Act on the first: {loud[0].rule}. The findings below it are most likely its consequences.")
     for f in findings:
         lines.append(f"\n{f.severity.upper():7s} {f.rule} (step {f.step}; signals: {', '.join(f.signals)})")
         lines.append(f"  {f.message}")

@@ -17,9 +17,9 @@ from pathlib import Path
 
 from ..run.history import load_history
 from ..common.wording import fix
-from .core import Finding, format_report, metric_rows
+from .core import Finding, causal_order, format_report, has_rewards, metric_rows
 
-__all__ = ["load_run", "doctor_run", "plot_findings"]
+__all__ = ["EmptyHistoryError", "load_run", "diagnose_run", "doctor_run", "plot_findings"]
 
 
 def _trl_rows(log_history: list[dict], source: Path) -> list[dict]:
@@ -36,6 +36,8 @@ def _trl_rows(log_history: list[dict], source: Path) -> list[dict]:
         if not isinstance(entry, dict):
             refuse(f"log_history[{index}]", entry, "an object of metrics")
         if "step" not in entry or "train_runtime" in entry:  # the run summary, not a training step
+            continue
+        if entry.get("type") == "doctor":  # a finding DoctorCallback wrote into the log, not metrics
             continue
         step = entry["step"]
         if isinstance(step, bool) or not isinstance(step, (int, float)) or step != int(step) or step < 0:
@@ -69,6 +71,11 @@ def load_run(path: str | Path) -> tuple[list[dict], dict, str]:
     if not path.exists():
         raise FileNotFoundError(f"{path} does not exist. Fix: pass a run folder (with history.jsonl) or a "
                                 "TRL trainer_state.json.")
+    if path.is_file() and path.name.endswith(".jsonl"):  # history.jsonl itself: read its folder
+        path = path.parent
+        if not (path / "history.jsonl").is_file():
+            raise FileNotFoundError(f"{path}: the doctor reads a run's history.jsonl (or a TRL trainer_state.json); "
+                                    "Fix: pass the run folder or its history.jsonl.")
     if path.is_dir() and (path / "history.jsonl").is_file():
         from ..run.checkpoint import latest_checkpoint, load_trainer_state
 
@@ -186,6 +193,11 @@ def first_firing(rows: list[dict], config: dict, *, checks: int = 500) -> list[F
     return found
 
 
+def diagnose_run(rows: list[dict], config: dict) -> list[Finding]:
+    """The findings of a whole run in the report's causal order (each dated at its first firing)."""
+    return causal_order(first_firing(rows, config))
+
+
 def doctor_run(path: str | Path, figure: str | Path | None = None) -> tuple[list[Finding], str, Path | None]:
     """Diagnose a run; return ``(findings, text report, figure path or None)``.
 
@@ -193,10 +205,14 @@ def doctor_run(path: str | Path, figure: str | Path | None = None) -> tuple[list
     the figure goes to ``figure`` or ``<run>/doctor.png`` (beside a TRL state file).
     """
     rows, config, kind = load_run(path)
-    findings = first_firing(rows, config)
-    findings.sort(key=lambda f: (-("info", "warning", "error").index(f.severity), f.step))
-    text = format_report(findings, len(metric_rows(rows)))
-    if kind == "trl":
+    steps = metric_rows(rows)
+    if not steps:  # an empty or unreadable run must not read as a clean one
+        raise EmptyHistoryError(f"{path}: the history holds no logged step, so there is nothing to diagnose (a run "
+                                "that stopped before its first logging step, or the wrong file). Fix: pass the "
+                                "folder of a run that logged at least one step.")
+    findings = diagnose_run(rows, config)
+    text = format_report(findings, len(steps), int(steps[-1]["step"]), rewards=has_rewards(steps))
+    if kind == "trl" and has_rewards(steps):
         text += "\n(TRL log: rules that read the run's config name fields without their values)"
     base = Path(path)
     target = Path(figure) if figure else (base if base.is_dir() else base.parent) / "doctor.png"
@@ -204,7 +220,16 @@ def doctor_run(path: str | Path, figure: str | Path | None = None) -> tuple[list
         raise ValueError(f"{target} is a symbolic link (to {os.readlink(target)}); saving the figure through it "
                          "would overwrite a file outside the run. Fix: delete the link, or pass "
                          f"{fix('--figure PATH', 'figure=PATH')} to save it elsewhere.")
-    saved = plot_findings(rows, findings, target)
+    try:
+        saved = plot_findings(rows, findings, target)
+    except OSError as error:  # the report is done: a figure that cannot be saved must not lose it
+        saved = None
+        text += (f"\nfigure: not saved ({type(error).__name__}: {error}). Fix: pass "
+                 f"{fix('--figure PATH', 'figure=PATH')} in a folder that exists and can be written.")
     if saved is not None:
         text += f"\nfigure: {saved}"
     return findings, text, saved
+
+
+class EmptyHistoryError(ValueError):
+    """A history with no logged step: the CLI exits non-zero with its message."""

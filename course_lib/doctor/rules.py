@@ -36,7 +36,7 @@ def _field(config: dict, name: str, fallback: str = "its current value") -> str:
 @rule("loss_near_zero_is_normal", "info", ("loss", "grad_norm"),
       {"loss_abs": (1e-3, "group advantages sum to 0, so an on-policy GRPO loss is 0 up to length "
                           "weighting; a z-scored advantage is O(1), so 1e-3 is 'zero'"),
-       "grad_norm": (1e-6, "below this the update is nothing (see no_learning_signal)")})
+       "grad_norm": (1e-6, "below this the update is nothing (see no_learning_signal)")}, stage="normal")
 def loss_near_zero_is_normal(rows, config):
     """A loss near 0 with a non-zero gradient: normal for GRPO, not a failure."""
     loss, grad = _recent(rows, "loss"), _recent(rows, "grad_norm")
@@ -54,7 +54,7 @@ def loss_near_zero_is_normal(rows, config):
 
 @rule("no_learning_signal", "error", ("loss", "grad_norm", "frac_reward_zero_std", "completions/clipped_ratio"),
       {"zero": (1e-8, "float32 round-off of a real gradient is far above this"),
-       "rows": (3, "three steps in a row: one all-zero batch can happen by chance")})
+       "rows": (3, "three steps in a row: one all-zero batch can happen by chance")}, stage="symptom")
 def no_learning_signal(rows, config):
     """Loss and gradient both 0: the update does nothing, and the likely reason."""
     recent = rows[-3:]
@@ -69,7 +69,8 @@ def no_learning_signal(rows, config):
                "sample). Fix: make at least one reward function return a number for each completion.")
     elif zero_std > 0.999:
         why = (f"every group's rewards are equal (frac_reward_zero_std={zero_std:.2f}), so every advantage is 0 "
-               "(see zero_spread_groups for the fix).")
+               "(dead_reward_function names a function that returns one value for everything; zero_spread_groups "
+               "says why the groups are alike).")
     elif clipped > 0.999 and config.get("mask_truncated_completions"):
         why = ("every completion is truncated and mask_truncated_completions=True masks them all. Fix: raise "
                f"{_field(config, 'max_completion_length')} or set mask_truncated_completions=False.")
@@ -89,47 +90,106 @@ def _generations_for(p: float, target: float = 0.25, limit: int = 64) -> int | N
     return None
 
 
-@rule("zero_spread_groups", "warning", ("frac_reward_zero_std", "reward"),
+def looks_binary(means: list[float], stds: list[float]) -> bool:
+    """Whether batch means and standard deviations are those of a 0/1 reward.
+
+    A 0/1 reward with batch mean p has batch standard deviation sqrt(p(1-p)) (up to the n/(n-1)
+    of a sample std: at most 1.07 for 8 completions); a constant 0.5 (std 0), a length score
+    (values above 1) or a shaped reward (std well below sqrt(p(1-p))) does not."""
+    if len(means) < 3 or len(stds) != len(means) or not all(0.0 <= m <= 1.0 for m in means):
+        return False
+    return all(0.85 * math.sqrt(m * (1 - m)) - 1e-9 <= sd <= 1.1 * math.sqrt(m * (1 - m)) + 1e-9
+               for m, sd in zip(means, stds))
+
+
+def binary_reward(rows) -> float | None:
+    """The recent mean success rate p when the run's one reward function looks 0/1, else None
+    (several functions sum to no success rate; a TRL log names its functions too)."""
+    names = _reward_names(rows)
+    if len(names) != 1:
+        return None
+    means, stds = _recent(rows, f"rewards/{names[0]}/mean"), _recent(rows, f"rewards/{names[0]}/std")
+    return mean(means) if looks_binary(means, stds) else None
+
+
+@rule("zero_spread_groups", "warning", ("frac_reward_zero_std", "reward", "rewards/<name>/std"),
       {"fraction": (0.5, "above half, most of each batch has advantage 0: the run pays for the "
-                         "generations and learns from fewer than half of them")})
+                         "generations and learns from fewer than half of them"),
+       "excess": (0.3, "observed share of equal groups above p^G + (1-p)^G (independent 0/1 draws at "
+                       "success rate p) by this much: the completions of a group are not independent draws "
+                       "(low temperature, a collapsed policy), which more generations would not fix")},
+      stage="data")
 def zero_spread_groups(rows, config):
-    """Most groups have equal rewards: no signal from them (task too easy or too hard).
+    """Most groups have equal rewards: no signal from them (task too hard or easy, or low diversity).
 
     Only where the baseline is the group's own rewards (GRPO's mean, RLOO's leave-one-out):
-    PPO's advantages come from its critic, so a group of equal rewards still moves it, and a
-    batch whose rewards are all equal is the dead-reward and no-signal rules' case.
+    PPO's advantages come from its critic, so a group of equal rewards still moves it. Only for
+    a 0/1 reward does the mean reward read as a success rate p, and only there is the observed
+    share compared with p^G + (1-p)^G; a reward that is constant over the whole batch is
+    dead_reward_function's case, and said so here.
     """
     if config.get("algo") == "ppo":
         return None
     frac = _recent(rows, "frac_reward_zero_std")
     if len(frac) < 3 or mean(frac) <= 0.5:
         return None
-    reward = mean(_recent(rows, "reward"))
-    advice = ""
-    if 0.0 < reward < 1.0:  # a 0/1 reward: a group is all-equal with probability p^G + (1-p)^G
-        needed = _generations_for(reward)
-        side = "too easy" if reward > 0.5 else "too hard"
-        advice = (f" With a mean reward of {reward:.2f} the task looks {side} for this model: for a 0/1 reward, a "
-                  f"group of G rewards is all-equal with probability p^G + (1-p)^G"
-                  + (f", which falls to 25% at num_generations={needed}." if needed else "."))
+    names = _reward_names(rows)
+    batch_std = [mean(_recent(rows, f"rewards/{n}/std")) for n in names]
+    p = binary_reward(rows)
+    if names and all(sd < 1e-9 for sd in batch_std) and p is None:
+        return None  # every function is constant over whole batches: dead_reward_function says so
+    g = config.get("num_generations")
     lr = config.get("learning_rate")
+    hotter = ("" if config.get("temperature", 1.0) >= 1.0 else
+              f"a higher temperature ({_field(config, 'temperature')}; 1.0 is the usual), ")
+    if p is None:
+        story = (" The reward is not a 0/1 success (a constant, a score or a sum of functions), so its mean says "
+                 "nothing about difficulty: read what the reward functions return on one group.")
+        fixes = f"{hotter}reward functions that separate better answers from worse ones, or dynamic_sampling=True"
+    else:
+        predicted = p ** g + (1 - p) ** g if isinstance(g, int) and g > 1 else None
+        if predicted is not None and mean(frac) - predicted > 0.3:
+            story = (f" At a success rate of {p:.2f} independent draws would leave p^G + (1-p)^G = {predicted:.0%} of "
+                     f"groups of {g} alike, not {mean(frac):.0%}: the completions of a group are near copies of each "
+                     "other (low diversity); the difficulty of the task does not explain it, and more generations would "
+                     "not help.")
+            fixes = (f"{hotter or 'check the entropy (a collapsed policy samples one answer), '}"
+                     "or prompts split into always-solved and never-solved ones: data matched to the model")
+        else:
+            side = "too hard" if p < 0.5 else "too easy"
+            needed = _generations_for(p) if 0.0 < p < 1.0 else None
+            if p <= 0.0 or p >= 1.0:
+                story = (f" The reward is {p:.0f} on every completion: the task is {side} for this model (or, with "
+                         "a reward that is always 0, its parser never matches: read a few completions).")
+            else:
+                if needed and isinstance(g, int) and needed > g and predicted is not None:
+                    story = (f" With a 0/1 reward at success rate {p:.2f}, a group of G independent completions is "
+                             f"all-equal with probability p^G + (1-p)^G = {predicted:.0%} at num_generations={g}: for "
+                             f"groups this small the task is {side} (25% at num_generations={needed}).")
+                else:
+                    story = (f" With a 0/1 reward at success rate {p:.2f} the task looks {side} for this model: a group "
+                             "of G rewards is all-equal with probability p^G + (1-p)^G"
+                             + (f" = {predicted:.0%} at G={g}" if predicted is not None else "")
+                             + (f", which falls to 25% at num_generations={needed}" if needed and g is None else "")
+                             + ".")
+            fixes = (f"more generations (num_generations={needed}, now {g})" if needed and isinstance(g, int)
+                     and needed > g else
+                     f"data matched to the model ({'easier' if p < 0.5 else 'harder'} problems), more generations "
+                     f"(now {_field(config, 'num_generations')})")
+            fixes += (f", {hotter}or dynamic sampling (dynamic_sampling=True: drop the equal groups and sample more, "
+                      "DAPO; its cap, max_num_gen_batches, bounds the extra generation)")
     if isinstance(lr, (int, float)) and lr <= 1e-6:  # the data may not be the only cause
-        advice += (f" Also, learning_rate={lr:g} is TRL's default for billion-parameter models: a small model "
-                   "barely moves at it, so the share of equal groups stays where it started (the tiny model "
-                   "learns at 3e-5; course_lib.presets holds each model's measured settings).")
-    hotter = ("" if config.get("temperature", 0.0) >= 1.0 else
-              f" a higher temperature ({_field(config, 'temperature')}; 1.0 is the usual),")
-    return Diagnosis(
-        f"{mean(frac):.0%} of the groups have rewards that are all equal, so their advantages are 0.{advice} "
-        f"Fixes: more generations (more than {_field(config, 'num_generations')}),{hotter} data matched to the model "
-        "(harder if it solves everything, easier if it solves nothing), or dynamic sampling "
-        "(dynamic_sampling=True: drop the equal groups and generate more, DAPO).",
-        {"frac_reward_zero_std": mean(frac), "reward": reward})
+        story += (f" Also, learning_rate={lr:g} is TRL's default for billion-parameter models: a small model "
+                  "barely moves at it, so the share of equal groups stays where it started (the tiny model "
+                  "learns at 3e-5; course_lib.presets holds each model's measured settings).")
+    return Diagnosis(f"{mean(frac):.0%} of the groups have rewards that are all equal, so their advantages are 0."
+                     f"{story} Fixes: {fixes}.",
+                     {"frac_reward_zero_std": mean(frac), "success_rate": p})
 
 
 @rule("completions_truncated", "warning", ("completions/clipped_ratio", "completions/mean_length"),
       {"ratio": (0.2, "a truncated answer is scored as if finished; when a fifth of the batch is cut "
-                      "mid-answer their rewards are mostly noise")})
+                      "mid-answer their rewards are mostly noise")}, stage="budget")
 def completions_truncated(rows, config):
     """Many completions hit max_completion_length before their end-of-sequence token."""
     clipped = _recent(rows, "completions/clipped_ratio")
@@ -159,15 +219,22 @@ def _reward_names(rows) -> list[str]:
     return names
 
 
-@rule("dead_reward_function", "warning", ("rewards/<name>/std",),
+@rule("dead_reward_function", "info", ("rewards/<name>/std",),
       {"rows": (5, "a live reward on a batch of 8 or more completions is constant over five batches "
-                   "only by a rare accident")})
+                   "only by a rare accident; one that varied earlier in the run and is constant now is "
+                   "saturated (learned), not dead, and is not reported. Info, not a warning: a constant "
+                   "added to every completion changes no advantage and costs nothing; when it is the "
+                   "only signal, no_learning_signal (an error) fires as well")})
 def dead_reward_function(rows, config):
     """A reward function returns the same value for every completion."""
     dead = []
     for name in _reward_names(rows):
         std = values(rows[-5:], f"rewards/{name}/std")
         if len(std) == 5 and max(std) < 1e-9:
+            # A function that told completions apart earlier and is constant now is *saturated*
+            # (the model learned what it pays: a format reward at 1 on every completion), not dead.
+            if max(values(rows, f"rewards/{name}/std")) > 1e-9:
+                continue
             dead.append((name, values(rows[-5:], f"rewards/{name}/mean")))
     if not dead:
         return None
@@ -178,14 +245,19 @@ def dead_reward_function(rows, config):
                         "varies between prompts, never between the completions of one)" for n, v in dead)
     return Diagnosis(
         f"constant reward: {listing}. A function that gives every completion the same score adds nothing to "
-        "any advantage. Fix: call it on a few real completions and check what it parses (a format the model "
-        "never writes, a column name that does not match, an exception caught into a default); or remove it "
-        "(lesson 09).", {name: mean(value) for name, value in dead})
+        "any advantage (harmless to the update, but it teaches nothing). If it should vary: call it on a few "
+        "real completions and check what it parses (a format the model never writes, a column name that does "
+        "not match, an exception caught into a default). If every completion simply satisfies it (a guard the "
+        "model already meets), leave it or remove it (lesson 09). A correctness reward that is 0 on everything "
+        "is a task too hard for the model, or a parser that never matches.", {name: mean(value) for name, value in dead})
 
 
 @rule("dominant_reward_function", "warning", ("rewards/<name>/std", "reward_weights"),
       {"share": (0.9, "when one function carries 90% of the weighted spread, the others change "
-                      "advantages by less than a tenth: they are decoration")})
+                      "advantages by less than a tenth: they are decoration. Not reported when the dominant "
+                      "function is a 0/1 success (a verifier) and the others shape around it: lesson 04's and "
+                      "lesson 11's correctness beside a proximity bonus carry 91-92% by design, while the "
+                      "museum's raw-units distance reward carries 93% over a 0/1 correctness")}, stage="rewards")
 def dominant_reward_function(rows, config):
     """One reward function carries nearly all of the weighted sum's spread."""
     names = _reward_names(rows)
@@ -201,6 +273,10 @@ def dominant_reward_function(rows, config):
     share = spreads[top] / sum(spreads)
     live_others = [n for i, n in enumerate(names) if i != top and spreads[i] > 0]
     if share <= 0.9 or not live_others:
+        return None
+    # A 0/1 success dominating a shaping bonus is the usual design (correctness first, partial
+    # credit as a tie-breaker: lessons 04 and 11); a score in its own units dominating is not.
+    if looks_binary(_recent(rows, f"rewards/{names[top]}/mean"), _recent(rows, f"rewards/{names[top]}/std")):
         return None
     return Diagnosis(
         f"{names[top]} carries {share:.0%} of the weighted reward spread; "

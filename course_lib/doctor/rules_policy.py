@@ -6,8 +6,10 @@ logged steps, start = the first ``WINDOW``).
 
 from __future__ import annotations
 
-from .core import Diagnosis, first_key, is_finite, mean, median, pearson, rule, stderr, steps_of, values
-from .rules import APPROX_KL_KEYS, CLIP_KEYS, HELD_OUT_KEYS, WINDOW, _field, _recent, _start
+from .core import (Diagnosis, first_key, is_finite, mean, median, pearson, rule, stderr, steps_of, steps_per_row,
+                   values)
+from .rules import (APPROX_KL_KEYS, CLIP_KEYS, HELD_OUT_KEYS, WINDOW, _field, _recent, _reward_names, _start,
+                    looks_binary)
 
 
 def _tenth(config: dict, name: str) -> str:
@@ -27,7 +29,12 @@ def _tenth(config: dict, name: str) -> str:
                                "200-problem evaluation"),
        "length_correlation": (0.8, "reward and length moving together this closely over a run is a "
                                    "length-paying reward, not a coincidence"),
-       "length_growth": (1.5, "completions 50% longer than at the start")})
+       "length_growth": (1.5, "completions 50% longer than at the start"),
+       "pays_length": (0.9, "a reward function (or, with none logged apart, the total reward) whose batch means "
+                            "track the mean completion length this closely, and that is no 0/1 success rate, pays "
+                            "for length. Reward and length rising together is also what a healthy reasoning run "
+                            "looks like (R1-Zero: longer answers, more of them right), so a 0/1 correctness "
+                            "reward rising with length is not reported")}, stage="rewards")
 def reward_hacking(rows, config):
     """Training reward rises while held-out quality is flat or falls, or reward tracks length."""
     reward = values(rows, "reward")
@@ -47,13 +54,37 @@ def reward_hacking(rows, config):
     if len(length) == len(reward) and mean(length[:WINDOW]) > 0:
         growth = mean(length[-WINDOW:]) / mean(length[:WINDOW])
         corr = pearson(reward, length)
-        if rise > 0.1 and growth > 1.5 and corr > 0.8:
+        payer = _length_payer(rows)
+        if rise > 0.1 and growth > 1.5 and corr > 0.8 and payer:
+            name, payer_corr = payer
             return Diagnosis(
                 f"reward rose by {rise:+.2f} together with completion length (x{growth:.1f}, correlation "
-                f"{corr:.2f}): the reward may be paying for length. Check each reward function on a long wrong "
-                "answer; prefer a loss_type without length bias (dr_grpo or dapo) and cap length in the reward; "
-                "lesson 11's sorting study shows a hacked reward, lesson 06 the length bias.",
-                {"reward_rise": rise, "length_growth": growth, "correlation": corr})
+                f"{corr:.2f}), and {name} tracks length itself (correlation {payer_corr:.2f}) without being a 0/1 "
+                "success: the reward pays for length. Check that function on a long wrong answer; cap length in "
+                "the reward or remove it; prefer a loss_type without length bias (dr_grpo or dapo); lesson 11's "
+                "sorting study shows a hacked reward, lesson 06 the length bias. (A 0/1 correctness reward "
+                "rising with length is what a healthy reasoning run looks like, and is not reported.)",
+                {"reward_rise": rise, "length_growth": growth, "correlation": corr, "length_payer": name})
+    return None
+
+
+def _length_payer(rows) -> tuple[str, float] | None:
+    """The reward function (or, with none logged apart, the total reward) whose batch means track
+    completion length (correlation above 0.9) and are no 0/1 success rate: ``(name, correlation)``."""
+    names = _reward_names(rows)
+    candidates = [(n, f"rewards/{n}/mean", f"rewards/{n}/std") for n in names] or [("the total reward", "reward",
+                                                                                  "reward_std")]
+    for name, key, std_key in candidates:
+        paired = [(float(r[key]), float(r["completions/mean_length"]), r.get(std_key)) for r in rows
+                  if is_finite(r.get(key)) and is_finite(r.get("completions/mean_length"))]
+        if len(paired) < 2 * WINDOW:
+            continue
+        xs, ys, sds = zip(*paired)
+        corr = pearson(list(xs), list(ys))
+        rate = all(is_finite(sd) for sd in sds) and looks_binary(list(xs), [float(sd) for sd in sds])
+        total_in_unit = not names and all(0.0 <= x <= 1.0 for x in xs)  # no per-function log: assume a rate
+        if corr > 0.9 and not rate and not total_in_unit:
+            return name, corr
     return None
 
 
@@ -63,7 +94,10 @@ def reward_hacking(rows, config):
                        "completion in every group (groups then stop differing: zero_spread_groups)"),
        "floor": (0.1, "nats per token from the start: the tiny model samples at 0.6-0.8 at temperature "
                       "1.0 and at 0.04-0.11 at temperature 0.05 (measured, museum runs healthy_grpo and "
-                      "near_greedy)")})
+                      "near_greedy)"),
+       "reward_rise": (0.1, "entropy falling after the reward rose by this much is a policy that learned "
+                            "the task and samples its answer with confidence, not a collapse (the demo: "
+                            "0.55 -> 0.12 nats once the format and the sums were learned)")}, stage="sampling")
 def entropy_collapse(rows, config):
     """Token entropy fell to a fraction of its start, or sampling is near-deterministic from the start."""
     entropy = values(rows, "entropy")
@@ -82,7 +116,9 @@ def entropy_collapse(rows, config):
         return Diagnosis(
             f"token entropy is {now:.3f} nats from the start: sampling is almost greedy, so the completions of a "
             f"group are alike and carry no signal; {cause}", {"entropy_start": start, "entropy_now": now})
-    if now < 0.25 * start:
+    reward = values(rows, "reward")
+    learned = len(reward) >= 2 * WINDOW and mean(reward[-WINDOW:]) - mean(reward[:WINDOW]) > 0.1
+    if now < 0.25 * start and not learned:
         return Diagnosis(
             f"token entropy collapsed from {start:.3f} to {now:.3f} nats: the policy stopped exploring. Fixes: a "
             f"lower learning rate ({_field(config, 'learning_rate')}, try a third of it), DAPO's clip-higher "
@@ -91,10 +127,116 @@ def entropy_collapse(rows, config):
     return None
 
 
+# ---------------------------------------------------------------------- 8, 9: step size
+def _learning_rate(rows, config) -> str:
+    """The learning rate as the config or, for a TRL log, the logged ``learning_rate`` says it."""
+    if is_finite(config.get("learning_rate")):
+        return _tenth(config, "learning_rate")
+    rates = values(rows, "learning_rate")
+    if rates:
+        return f"learning_rate={max(rates):g} (logged peak) now, try {max(rates) / 10:g}"
+    return _field(config, "learning_rate")
+
+
+def _entropy_jumps(rows) -> list[tuple[int, float, float]]:
+    """Logged steps where token entropy jumped between neighbouring logged rows (at most 10 optimizer
+    steps apart) by at least 0.5 nats, half of the smaller value, and 4 times the run's own median
+    row-to-row change (its batch noise): ``(step, before, after)``."""
+    pairs = [(int(r["step"]), float(r["entropy"])) for r in rows if is_finite(r.get("entropy"))]
+    noise = median([abs(e1 - e0) for (_, e0), (_, e1) in zip(pairs, pairs[1:])])
+    out = []
+    for (s0, e0), (s1, e1) in zip(pairs, pairs[1:]):
+        if s1 - s0 <= 10 and abs(e1 - e0) >= max(0.5, 0.5 * min(e0, e1), 4.0 * noise):
+            out.append((s1, e0, e1))
+    return out
+
+
+def _moves_without_gradient(rows) -> tuple[int, str] | None:
+    """A stretch of at least 5 logged rows with grad_norm 0 after a non-zero one, during which the
+    policy kept changing (entropy's 3-row average moved by 0.5 nats, or the mean length by half):
+    only Adam's momentum, scaled by the learning rate, moves weights with no gradient."""
+    stretch, seen_grad = [], False
+    for r in rows + [{"grad_norm": 1.0}]:
+        g = r.get("grad_norm")
+        if is_finite(g) and abs(g) < 1e-8 and seen_grad:
+            stretch.append(r)
+            continue
+        if len(stretch) >= 5:
+            for key, enough in (("entropy", lambda a, b: abs(b - a) >= 0.5),
+                                ("completions/mean_length", lambda a, b: max(a, b) >= 1.5 * max(min(a, b), 1e-9))):
+                xs = values(stretch, key)
+                smooth = [mean(xs[i:i + 3]) for i in range(max(len(xs) - 2, 0))]
+                if smooth and enough(min(smooth), max(smooth)):
+                    return int(stretch[0]["step"]), key
+        stretch = []
+        seen_grad = seen_grad or (is_finite(g) and abs(g) > 1e-8)
+    return None
+
+
+def _grad_spikes(rows) -> list[tuple[int, float]]:
+    """Logged steps whose grad_norm is over 10 times the run's median non-zero grad_norm (and over
+    1, as max_grad_norm=1.0 clips there): ``(step, grad_norm)``."""
+    grads = [(int(r["step"]), float(r["grad_norm"])) for r in rows if is_finite(r.get("grad_norm"))]
+    typical = median([g for _, g in grads if g > 1e-8])
+    if not grads or typical != typical:
+        return []
+    return [(s, g) for s, g in grads if g > 10 * typical and g > 1.0]
+
+
+@rule("learning_rate_too_high", "error", ("entropy", "grad_norm", "completions/mean_length", "reward", "learning_rate"),
+      {"entropy_jump": (0.5, "nats per token between neighbouring logged rows, at least half the smaller "
+                             "value and 4x the run's median row-to-row change: batch noise of token entropy is "
+                             "a few hundredths on the tiny model's 32 completions of 4-6 tokens, but 2-token "
+                             "completions swing 0.3-0.9 from batch to batch at a healthy rate (museum run "
+                             "short_budget), hence the run's own noise; learning_rate=1e-2 moved it 0.8 -> 1.5 "
+                             "-> 2.8 in two steps and 4.4 -> 0.3 in one (museum runs learning_rate_300x, "
+                             "course_lr1e-2_beta0)"),
+       "jump_noise": (4.0, "times the run's median row-to-row entropy change"),
+       "still_rows": (5, "logged rows with grad_norm 0 after a non-zero one while entropy or length keep "
+                         "moving: with no gradient only Adam's momentum moves the weights, by about the "
+                         "learning rate a step, so a visible move means the rate is large (museum run "
+                         "course_lr3e-3_spike: length 4.2 -> 6, entropy 0.7 -> 1.6 over 16 zero-gradient "
+                         "steps)"),
+       "grad_spike": (10.0, "times the run's median non-zero grad_norm, and above 1")}, stage="optimizer")
+def learning_rate_too_high(rows, config):
+    """The policy jumps: entropy leaps between logged steps, keeps moving with no gradient, or the
+    gradient spikes. Read without a KL (beta=0 logs none) and whatever the logging interval."""
+    evidence, shown = {}, []
+    jumps = _entropy_jumps(rows)
+    if jumps:
+        step, before, after = jumps[0]
+        evidence["entropy_jump"] = jumps[0]
+        shown.append(f"token entropy jumped {before:.2f} -> {after:.2f} nats at step {step}"
+                     + (f" ({len(jumps)} such jumps)" if len(jumps) > 1 else ""))
+    still = _moves_without_gradient(rows)
+    if still:
+        evidence["moves_without_gradient"] = still
+        shown.append(f"from step {still[0]} grad_norm is 0 yet {still[1]} kept changing (only the optimizer's "
+                     "momentum, times the learning rate, moves the weights there)")
+    spikes = _grad_spikes(rows)
+    if spikes:
+        evidence["grad_spikes"] = spikes[:5]
+        shown.append(f"grad_norm spiked to {spikes[0][1]:.3g} at step {spikes[0][0]}")
+    if not shown:
+        return None
+    reward = values(rows, "reward")
+    if len(reward) >= 6 and max(reward[:3]) > 0 and mean(reward[-3:]) < 0.5 * mean(reward[:3]):
+        shown.append(f"the reward fell from {mean(reward[:3]):.3f} to {mean(reward[-3:]):.3f}")
+    clip = config.get("max_grad_norm")
+    clip = ("" if isinstance(clip, (int, float)) and 0 < clip <= 1.0 else
+            f"max_grad_norm=1.0 (now {_field(config, 'max_grad_norm')}), ")
+    return Diagnosis(
+        f"the learning rate is too high: {'; '.join(shown)}. Each update moves the policy far enough to change "
+        f"what it samples, and the other findings (dead rewards, equal groups, truncation) are most likely its "
+        f"consequences. Fix: a learning rate 10x lower ({_learning_rate(rows, config)}), {clip}warmup "
+        "(warmup_steps), then resume from a checkpoint before the jump. A small model's full fine-tune learns at "
+        "1e-5 to 1e-4 (the tiny model at 3e-5); LoRA takes about 10x more.", evidence)
+
+
 @rule("entropy_explosion", "error", ("entropy",),
       {"ratio": (2.0, "entropy doubling during RL fine-tuning means the policy is spreading mass over "
                       "tokens it never used: gibberish, not exploration"),
-       "rise": (0.5, "nats per token; guards a tiny starting entropy from doubling by noise")})
+       "rise": (0.5, "nats per token; guards a tiny starting entropy from doubling by noise")}, stage="optimizer")
 def entropy_explosion(rows, config):
     """Token entropy grew far beyond its start: the model drifts into gibberish."""
     entropy = values(rows, "entropy")
@@ -115,61 +257,133 @@ def entropy_explosion(rows, config):
     return None
 
 
-# ---------------------------------------------------------------------- 8, 9: step size
 @rule("policy_moves_too_fast", "error", ("clip_ratio/region_mean", "policy/clipfrac_avg", "policy/approxkl_avg",
                                          "kl"),
       {"clip_fraction": (0.2, "PPO implementations treat 0.1-0.2 of clipped tokens as the upper end of "
                               "healthy; above it most of the update is thrown away by the clip"),
        "approx_kl": (0.05, "per-token KL between the sampling and the updated policy; PPO's usual "
                            "early-stopping targets are 0.01-0.05"),
-       "kl_rise": (0.5, "nats per token of KL to the reference (the logged kl, beta>0) above its first "
-                        "logged value (0 before the first update): at 0.5 the sampled tokens are on "
-                        "average e^0.5 = 1.6x likelier than under the reference, and the penalty meant to "
-                        "hold the policy near it has lost. Measured on the tiny model with beta=0.04: the "
-                        "GRPO preset stays at 0.003-0.09 per step over 60 steps (PPO on it: up to 0.29), "
-                        "learning_rate=3e-3 jumps to 1-7 within two steps")})
+       "kl_rise": (0.5, "nats per token of KL to the reference (the logged kl, beta>0) gained within "
+                        "kl_steps optimizer steps. A jump, not cumulative drift: a healthy long run may "
+                        "drift to 0.5 over thousands of steps. Measured on the tiny model with beta=0.04: "
+                        "the GRPO preset stays at 0.003-0.09 per step over 60 steps (PPO on it: up to 0.29), "
+                        "learning_rate=3e-3 jumps to 1-7 within two steps"),
+       "kl_steps": (20, "optimizer steps over which the KL rise is measured"),
+       "small_epsilon": (0.05, "a clip range below this clips almost every token whose ratio moved at all "
+                               "once num_iterations > 1: the clip, not the step, is what is wrong")},
+      stage="optimizer")
 def policy_moves_too_fast(rows, config):
-    """Clip fraction, the per-step KL or the KL to the reference is high: the policy moves too far."""
+    """Clip fraction, the per-step KL or a fast rise of the KL to the reference: the policy moves too far."""
     clip_key, kl_key = first_key(rows, CLIP_KEYS), first_key(rows, APPROX_KL_KEYS)
     clip = mean(_recent(rows, clip_key)) if clip_key else float("nan")
     kl = mean(_recent(rows, kl_key)) if kl_key else float("nan")
     # KL to the reference: only a run with a penalty (beta>0; unknown for a TRL log, which logs
-    # kl only when beta != 0) is meant to stay near it.
-    ref_kl, beta = values(rows, "kl"), config.get("beta")
-    kl_start = ref_kl[0] if ref_kl else float("nan")
-    kl_now = mean(ref_kl[-WINDOW:]) if len(ref_kl) >= 3 and (beta is None or beta > 0) else float("nan")
-    if not (clip > 0.2 or kl > 0.05 or kl_now - kl_start > 0.5):
+    # kl only when beta != 0) is meant to stay near it; only a fast rise is a step-size problem.
+    beta = config.get("beta")
+    ref = [(int(r["step"]), float(r["kl"])) for r in rows if is_finite(r.get("kl"))]
+    kl_jump, kl_from, kl_to = 0.0, float("nan"), float("nan")
+    if len(ref) >= 3 and (beta is None or beta > 0):
+        for i, (s1, k1) in enumerate(ref):
+            for s0, k0 in ref[max(0, i - 20):i]:
+                if s1 - s0 <= 20 and k1 - k0 > kl_jump:
+                    kl_jump, kl_from, kl_to = k1 - k0, k0, k1
+        # the start of a run counts from 0 (the policy is the reference before the first update)
+        if ref[0][0] <= 20 and ref[0][1] > kl_jump:
+            kl_jump, kl_from, kl_to = ref[0][1], 0.0, ref[0][1]
+    if not (clip > 0.2 or kl > 0.05 or kl_jump > 0.5):
         return None
     shown = ", ".join(f"{k}={v:.3f}" for k, v in ((clip_key, clip), (kl_key, kl)) if k and v == v)
-    if kl_now - kl_start > 0.5:
-        shown = ", ".join(filter(None, [shown, f"KL to the reference {kl_start:.3f} -> {kl_now:.3f} nats per token "
-                                               f"with {_field(config, 'beta', 'beta>0')}"]))
+    if kl_jump > 0.5:
+        shown = ", ".join(filter(None, [shown, f"KL to the reference {kl_from:.3f} -> {kl_to:.3f} nats per token "
+                                               f"within 20 steps with {_field(config, 'beta', 'beta>0')}"]))
         penalty = "or a 10x larger beta (a stronger pull towards the reference)"
     else:
         penalty = "or beta>0"
+    epsilon = config.get("epsilon")
+    if clip > 0.2 and is_finite(epsilon) and epsilon < 0.05:
+        return Diagnosis(
+            f"the clip range is too tight ({shown} with epsilon={epsilon!r}): once num_iterations > 1 "
+            f"({_field(config, 'num_iterations')}), every token whose probability moved at all is outside "
+            "[1 - epsilon, 1 + epsilon] and its gradient is dropped, so the later passes learn nothing. Fix: "
+            "epsilon=0.2 (TRL's default; DAPO's epsilon_high=0.28), or num_iterations=1.",
+            {"clip_fraction": clip, "epsilon": epsilon})
+    tight = ("" if is_finite(epsilon) else
+             " If epsilon is below its default 0.2 (0 clips every token that moved), widen it first.")
     passes = ("" if config.get("num_iterations") == 1 else
               f"fewer passes over each batch ({_field(config, 'num_iterations')} -> 1), ")
     return Diagnosis(
         f"each update moves the policy too far ({shown}). Fixes: learning rate 10x lower "
-        f"({_tenth(config, 'learning_rate')}), {passes}fewer micro-steps per generation (steps_per_generation), "
-        f"{penalty} (lesson 03).",
-        {"clip_fraction": clip, "approx_kl": kl, "kl_start": kl_start, "kl_now": kl_now})
+        f"({_learning_rate(rows, config)}), {passes}fewer micro-steps per generation (steps_per_generation), "
+        f"{penalty} (lesson 03).{tight}",
+        {"clip_fraction": clip, "approx_kl": kl, "kl_jump": kl_jump})
+
+
+@rule("kl_penalty_dominates", "warning", ("kl", "loss", "reward"),
+      {"beta": (1.0, "a KL coefficient of 1 or more: a z-scored advantage is O(1) per token, so a penalty "
+                     "weighted 1+ outweighs the reward once the policy has moved a few hundredths of a nat "
+                     "(usual values: 0 to 0.1; TRL's default 0, DeepSeekMath 0.04)"),
+       "flat": (2.0, "a reward change within two standard errors of its batch noise is flat")},
+      stage="optimizer")
+def kl_penalty_dominates(rows, config):
+    """beta is so large that the KL penalty, not the reward, decides the update: the reward stays put.
+
+    The coefficient comes from the config, or for a TRL log from loss / kl: on the first pass
+    over a batch the policy term's mean is about 0 (group advantages sum to 0), so the logged
+    loss is about beta x kl (rows with kl above 0.01, where round-off of the policy term is
+    small next to it; each must give at least 1, and at least two rows)."""
+    reward, kl = values(rows, "reward"), values(rows, "kl")
+    if len(kl) < 2:
+        return None
+    beta = config.get("beta")
+    source = f"beta={beta!r}"
+    if not is_finite(beta):
+        ratios = [float(r["loss"]) / float(r["kl"]) for r in rows
+                  if is_finite(r.get("loss")) and is_finite(r.get("kl")) and r["kl"] > 1e-2]
+        if len(ratios) < 2 or min(ratios) < 1.0:
+            return None
+        beta, source = median(ratios), f"beta about {median(ratios):.2g} (the logged loss / kl)"
+    if beta < 1.0:
+        return None
+    if len(reward) >= 2 * WINDOW:
+        third = len(reward) // 3
+        first, last = reward[:third], reward[-third:]
+        if mean(last) - mean(first) > 2.0 * (stderr(first) ** 2 + stderr(last) ** 2) ** 0.5:
+            return None  # the reward still rises: the penalty slows it, it does not stop it
+        trend = f"the reward is flat ({mean(first):.3f} -> {mean(last):.3f})"
+    else:
+        trend = f"{len(reward)} logged rows are too few to read the reward's trend (it reads {reward[-1]:.3f} now)"
+    return Diagnosis(
+        f"the KL penalty outweighs the reward: {source}; {trend}, and the KL to the reference is "
+        f"{mean(kl[-WINDOW:]):.3g} nats per token: any move away from the reference costs more than a better answer "
+        "earns. Fix: beta=0.04 or less (0 is TRL's default; DeepSeekMath used 0.04).",
+        {"beta": beta, "kl": mean(kl[-WINDOW:])})
 
 
 @rule("nothing_moves", "warning", ("reward", "entropy", "learning_rate", "clip_ratio/region_mean", "kl"),
-      {"steps": (30, "fewer logged steps cannot tell a slow run from a still one"),
-       "total_lr": (1e-4, "Adam moves each weight by at most about the learning rate per step (Kingma & "
-                          "Ba, 2015, sec. 2.1), so the sum of the learning rates bounds how far any weight "
-                          "went; 1e-4 is under 1% of a typical weight (~1e-2). The tiny model's preset "
-                          "(3e-5) passes it in 4 steps; 1e-9 never does (museum run frozen)"),
-       "noise": (2.0, "reward and entropy changes within two standard errors of the batch noise are flat")})
+      {"steps": (30, "optimizer steps (read from the logged step, not counted in rows: TRL logs every "
+                     "logging_steps=10 by default), fewer cannot tell a slow run from a still one"),
+       "rows": (9, "logged rows: three per third of the run, to compare the first third with the last"),
+       "total_lr": (1e-4, "the summed learning rate over the optimizer steps. Adam moves each weight by at "
+                          "most about the learning rate per step (Kingma & Ba, 2015, sec. 2.1), but the "
+                          "policy is not bounded by that: 30 steps at 1e-6 (sum 3e-5) on SmolLM2-135M moved "
+                          "target log-probs by 6-8 nats. So the sum is only the premise for the advice, and "
+                          "the rule fires on what the run shows: reward, entropy, clip and KL all flat. The "
+                          "tiny model's preset (3e-5) passes the sum in 4 steps; 1e-9 never does (museum "
+                          "run frozen)"),
+       "noise": (2.0, "reward and entropy changes within two standard errors of the batch noise are flat")},
+      stage="optimizer")
 def nothing_moves(rows, config):
-    """The learning rate is too small to move the weights, and reward and entropy stay put."""
+    """A small learning rate, and reward, entropy, clip and KL all flat: the policy is not changing."""
     reward, entropy = values(rows, "reward"), values(rows, "entropy")
-    if len(reward) < 30:
+    steps = int(rows[-1]["step"]) if rows else 0
+    if len(reward) < 9 or steps < 30:
         return None
-    rates = values(rows, "learning_rate")
-    total_lr = sum(rates) if len(rates) == len(rows) else config.get("learning_rate", float("inf")) * len(rows)
+    rates = [(float(r["learning_rate"]), n) for r, n in zip(rows, steps_per_row(rows))
+             if is_finite(r.get("learning_rate"))]
+    if len(rates) == len(rows):
+        total_lr = sum(rate * n for rate, n in rates)  # each row stands for its step difference
+    else:
+        total_lr = config.get("learning_rate", float("inf")) * steps
     if not total_lr < 1e-4:
         return None
     third = len(reward) // 3
@@ -179,19 +393,25 @@ def nothing_moves(rows, config):
         return abs(mean(last) - mean(first)) <= 2.0 * (stderr(first) ** 2 + stderr(last) ** 2) ** 0.5
 
     clip_key = first_key(rows, CLIP_KEYS)
-    still = (flat(reward) and (len(entropy) < 30 or flat(entropy)) and max(values(rows, "kl") or [0.0]) < 1e-4
+    still = (flat(reward) and (len(entropy) < 9 or flat(entropy)) and max(values(rows, "kl") or [0.0]) < 1e-4
              and (clip_key is None or max(values(rows, clip_key)) == 0.0))
     if not still:
         return None
-    lr = median(rates) if rates else config.get("learning_rate", float("nan"))
+    lr = median([r for r, _ in rates]) if rates else config.get("learning_rate", float("nan"))
     lora = " If use_lora=True, check that the adapters train (lora_target_modules, lora_r)." if config.get(
         "use_lora") else ""
+    read = ", ".join(name for name, there in (("reward", True), ("entropy", len(entropy) >= 9),
+                                              ("clip fraction", clip_key), ("KL", values(rows, "kl"))) if there)
+    missing = [name for name, there in (("entropy", len(entropy) >= 9), ("clip fraction", clip_key),
+                                        ("KL, as beta=0 logs none", values(rows, "kl"))) if not there]
+    unread = f" (not logged, so not read: {'; '.join(missing)})" if missing else ""
     return Diagnosis(
-        f"after {len(reward)} steps at learning rate {lr:.2g} the weights can have moved by at most about "
-        f"{total_lr:.1e} each, and reward ({mean(reward[:third]):.3f} -> {mean(reward[-third:]):.3f}) and entropy "
-        "are flat: the policy is not changing. Fix: raise learning_rate 10-100x (TRL's 1e-6 suits "
-        f"billion-parameter models; the tiny model learns at 3e-5).{lora}",
-        {"total_learning_rate": total_lr, "learning_rate": lr})
+        f"after {steps} optimizer steps ({len(reward)} logged rows) at learning rate {lr:.2g} (summed {total_lr:.1e}), "
+        f"{read} are all flat (reward {mean(reward[:third]):.3f} -> {mean(reward[-third:]):.3f}){unread}: "
+        "the policy is not changing measurably. Fix: raise learning_rate 3-10x and watch the reward's trend "
+        "(TRL's 1e-6 suits billion-parameter models; the tiny model learns at 3e-5, SmolLM2-135M with LoRA at "
+        f"1e-4); or give it more steps if the reward is expected to move slowly.{lora}",
+        {"total_learning_rate": total_lr, "learning_rate": lr, "optimizer_steps": steps})
 
 
 # ---------------------------------------------------------------------- 10: sampler vs trainer
@@ -205,14 +425,15 @@ def nothing_moves(rows, config):
        "ratio_low": (0.5, "importance ratio (trainer / sampler probability) of half: the band [0.5, 2] is "
                           "TIS's usual cap of 2 and its mirror"),
        "ratio_high": (2.0, "a token or completion twice as likely under the trainer as under the sampler"),
-       "ratio_share": (0.8, "of the last 10 logged steps (at least 5) with the ratio's min or max outside "
+       "ratio_share": (0.8, "read only when the mean log-prob gap is not logged: "
+                            "of the last 10 logged steps (at least 5) with the ratio's min or max outside "
                             "[0.5, 2] while the first logged step's were inside: at the first step both hold "
                             "the same weights, so a range that leaves the band later and stays out is a "
                             "sampler that stopped following the updates, or a correction masking part of "
                             "every batch. A range outside from the first step is a dtype or kernel gap "
                             "(measured: the tiny model scoring its own samples in bf16 against fp32, before "
                             "any update, gives token ratios from 0.2 to 195 in batches of 32 64-token "
-                            "completions), read by logp_difference instead")})
+                            "completions), read by logp_difference instead")}, stage="sampling")
 def sampler_mismatch(rows, config):
     """The sampler's log-probs disagree with the trainer's: wrong weights, dtype or settings."""
     key = "sampling/sampling_logp_difference/mean"
@@ -222,7 +443,10 @@ def sampler_mismatch(rows, config):
         return None
     now, typical = (mean(diff[-3:]), median(diff)) if len(diff) >= 3 else (float("nan"), float("nan"))
     jumped = [s for s, d in zip(steps_of(rows, key), diff) if d > 10.0 * max(typical, 1e-4) and d > 0.05]
-    ratio_out = ratio_share is not None and ratio_share >= 0.8
+    # The batch's extreme ratio is one token of thousands: a bfloat16 sampler puts some tokens
+    # outside [0.5, 2] at every step while the mean gap stays at a few hundredths (the demo:
+    # 0.015). Where the mean gap is logged it decides; the extremes speak only without it.
+    ratio_out = ratio_share is not None and ratio_share >= 0.8 and len(diff) < 3
     if not (now > 0.1 or jumped or ratio_out):
         return None
     where = f" (a jump at step {jumped[0]})" if jumped else ""
@@ -232,12 +456,19 @@ def sampler_mismatch(rows, config):
         gap = "; ".join(filter(None, [gap, f"importance ratio outside [0.5, 2] in {ratio_share:.0%} of the last "
                                            f"{len(ranges)} steps (min {low:.3g}, max {high:.3g}), inside at the "
                                            "first step"]))
+    if config.get("vllm_importance_sampling_correction"):
+        mode = config.get("vllm_importance_sampling_mode", "sequence_mask")
+        correction = (f"the correction is already on (vllm_importance_sampling_correction=True, mode {mode!r}): it "
+                      "reweights the disagreement, it cannot fix stale weights")
+    else:
+        correction = ("vllm_importance_sampling_correction=True (its default mode, 'sequence_mask', drops "
+                      "completions whose ratio leaves the bounds)")
     return Diagnosis(
         f"sampler and trainer disagree: {gap}. Causes: the engine did not "
         "receive the new weights, a lower-precision sampler "
         f"({_field(config, 'vllm_dtype')} vs {_field(config, 'dtype')}), or different sampling settings "
-        "(temperature, top_p) in engine and trainer. Fixes: the same dtype on both sides, "
-        "vllm_importance_sampling_correction=True (truncated importance sampling), lesson 10.",
+        f"(temperature, top_p) in engine and trainer. Fixes: the same dtype on both sides; {correction}; "
+        "lesson 10.",
         {"logp_difference": now, "median": typical, "jump_steps": jumped[:5], "ratio_outside_share": ratio_share})
 
 
@@ -256,7 +487,7 @@ def _ratio_outside_share(rows) -> tuple[float | None, list[tuple[float, float]]]
 @rule("generation_dominates", "info", ("timing/generation_s", "timing/step_s"),
       {"share": (0.5, "past half of a step, generation is the larger cost to cut and training tricks gain "
                        "less (the tiny model's 80-token museum run measured 0.54-0.59 of each step with the "
-                       "shared-prefill engine)")})
+                       "shared-prefill engine)")}, stage="budget")
 def generation_dominates(rows, config):
     """Generation takes most of each step's time."""
     gen, step = _recent(rows, "timing/generation_s"), _recent(rows, "timing/step_s")
@@ -276,7 +507,7 @@ def generation_dominates(rows, config):
 
 # ---------------------------------------------------------------------- 12: non-finite values
 @rule("non_finite_values", "error", ("loss", "grad_norm", "reward", "entropy", "kl"),
-      {})
+      {}, stage="optimizer")
 def non_finite_values(rows, config):
     """A loss, gradient, reward, entropy or KL that is NaN or infinite (logged as null)."""
     for r in rows:
@@ -292,4 +523,29 @@ def non_finite_values(rows, config):
                 f"{', '.join(bad)} not finite at step {r['step']}. Fixes: a lower learning rate "
                 f"({_field(config, 'learning_rate')}), max_grad_norm=1.0, rewards that never return inf or NaN, "
                 "float32 instead of bf16/fp16; resume from the last checkpoint.", {"step": r["step"], "keys": bad})
+    return None
+
+
+# ---------------------------------------------------------------------- 13: the reward's sign
+@rule("wrong_sign_reward", "warning", ("rewards/<name>/mean", "rewards/<name>/std"),
+      {"rows": (2 * WINDOW, "logged rows before a trend is read"),
+       "rise": (0.1, "a rise toward 0 of a 0/-1 reward: the policy learns to avoid what it pays -1 for")})
+def wrong_sign_reward(rows, config):
+    """A 0/-1 reward the policy learns to avoid, or a correctness reward that is never above 0:
+    the sign is flipped, and the run learns to be wrong."""
+    for name in _reward_names(rows):
+        means, stds = values(rows, f"rewards/{name}/mean"), values(rows, f"rewards/{name}/std")
+        if len(means) < 2 * WINDOW or len(stds) != len(means) or max(means) > 0 or min(means) >= 0:
+            continue
+        negated = looks_binary([-m for m in means], stds)  # -reward looks 0/1: the values are 0 and -1
+        correctness = any(word in name.lower() for word in ("correct", "accura", "answer", "solve"))
+        rise = mean(means[-WINDOW:]) - mean(means[:WINDOW])
+        if negated and (correctness or rise > 0.1):
+            return Diagnosis(
+                f"{name} returns only 0 and -1 (batch means {mean(means[:WINDOW]):.3f} -> {mean(means[-WINDOW:]):.3f}"
+                f"{', rising toward 0' if rise > 0.1 else ''}): the policy is learning to avoid what it scores -1"
+                + (", and for a correctness reward that is the right answers" if correctness else "") +
+                ". If it is meant to pay for correct answers, its sign is flipped. Fix: return 1 for a right answer "
+                "and 0 otherwise (or give it a positive reward_weight); a deliberate penalty is fine if the "
+                "completions it hits are the bad ones.", {"reward": name, "rise": rise})
     return None

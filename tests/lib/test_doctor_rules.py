@@ -68,7 +68,9 @@ def test_no_learning_signal_names_its_cause(extra, config, cause):
 
 
 def test_zero_spread_groups_suggests_the_group_size_from_the_success_rate():
-    found = fired(rows(**{**HEALTHY, "frac_reward_zero_std": 0.8, "reward": 0.9}), {"num_generations": 4})
+    # A 0/1 reward at success rate 0.9: its batch std is sqrt(0.9 x 0.1) = 0.3.
+    found = fired(rows(**{**HEALTHY, "frac_reward_zero_std": 0.8, "reward": 0.9, "rewards/correct/mean": 0.9,
+                          "rewards/correct/std": 0.3}), {"num_generations": 4})
     message = found["zero_spread_groups"].message
     # p = 0.9: 0.9^G + 0.1^G <= 0.25 first at G = 14 (0.9^13 = 0.254, 0.9^14 = 0.229).
     assert "too easy" in message and "num_generations=14" in message and "dynamic sampling" in message
@@ -110,8 +112,16 @@ def test_reward_hacking_from_held_out_accuracy_and_from_length():
     for row in history[::10]:
         row["eval/greedy_accuracy"] = 0.40 - row["step"] * 0.001  # falls while reward rises by 0.16
     assert "sorting" in fired(history)["reward_hacking"].message
-    lengths = rows(**{**HEALTHY, "completions/mean_length": lambda i: 10.0 + 0.5 * i})
-    assert fired(lengths)["reward_hacking"].evidence["correlation"] > 0.99
+    # A function that pays 0.1 per token (no 0/1 rate) rising with the length: hacking.
+    lengths = rows(**{**HEALTHY, "completions/mean_length": lambda i: 10.0 + 0.5 * i,
+                      "rewards/length/mean": lambda i: 0.1 * (10.0 + 0.5 * i), "rewards/length/std": 0.2})
+    found = fired(lengths)["reward_hacking"]
+    assert found.evidence["correlation"] > 0.99 and found.evidence["length_payer"] == "length"
+    # R1-Zero: a 0/1 correctness reward (std sqrt(p(1-p))) rising with longer answers is learning.
+    p = lambda i: 0.3 + 0.004 * i  # noqa: E731
+    r1_zero = rows(**{**HEALTHY, "completions/mean_length": lambda i: 10.0 + 0.5 * i, "rewards/correct/mean": p,
+                      "rewards/correct/std": lambda i: math.sqrt(p(i) * (1 - p(i)))})
+    assert "reward_hacking" not in fired(r1_zero)
     learning = rows(**HEALTHY)
     for row in learning[::10]:
         row["eval/greedy_accuracy"] = 0.30 + row["step"] * 0.004  # held-out rises with the reward
@@ -119,8 +129,11 @@ def test_reward_hacking_from_held_out_accuracy_and_from_length():
 
 
 def test_entropy_collapse_and_explosion():
-    collapse = fired(rows(**{**HEALTHY, "entropy": lambda i: 0.6 * 0.9 ** i}))
+    flat_reward = {**HEALTHY, "reward": lambda i: 0.3 + 0.02 * (-1) ** i}
+    collapse = fired(rows(**{**flat_reward, "entropy": lambda i: 0.6 * 0.9 ** i}))
     assert "entropy_collapse" in collapse and "entropy_explosion" not in collapse
+    # The same fall after the reward rose by 0.16 (HEALTHY's 0.3 -> 0.46): a learned task, not a collapse.
+    assert "entropy_collapse" not in fired(rows(**{**HEALTHY, "entropy": lambda i: 0.6 * 0.9 ** i}))
     greedy = fired(rows(**{**HEALTHY, "entropy": 0.06}), {"temperature": 0.05})
     assert "temperature=0.05" in greedy["entropy_collapse"].message
     explosion = fired(rows(**{**HEALTHY, "entropy": lambda i: 0.6 + 0.1 * i}))
@@ -154,7 +167,7 @@ def test_policy_moving_too_fast_from_the_kl_to_the_reference():
     runaway = rows(**{**HEALTHY, "kl": lambda i: 0.0 if i == 0 else 0.8})
     found = fired(runaway, {"beta": 0.04, "learning_rate": 3e-3})["policy_moves_too_fast"]
     assert "KL to the reference 0.000 -> 0.800" in found.message and "beta=0.04" in found.message
-    assert "larger beta" in found.message and found.evidence["kl_now"] == pytest.approx(0.8)
+    assert "larger beta" in found.message and found.evidence["kl_jump"] == pytest.approx(0.8)
     # A TRL log (no config) logs kl only with beta != 0: the same rows fire.
     assert "policy_moves_too_fast" in fired(runaway, {})
     # Without a penalty (beta=0) nothing asks the policy to stay near the reference.
@@ -163,7 +176,12 @@ def test_policy_moving_too_fast_from_the_kl_to_the_reference():
     # (beta=0.04) stays at 0.003-0.09 per step.
     drift = rows(**{**HEALTHY, "kl": lambda i: 0.1 + 0.4 * i / 39})
     assert "policy_moves_too_fast" not in fired(drift, {"beta": 0.04})
-    assert "policy_moves_too_fast" in fired(rows(**{**HEALTHY, "kl": lambda i: 0.1 + 0.7 * i / 39}), {"beta": 0.04})
+    # A rise of 0.7 within 10 steps is a jump; the same 0.7 spread over 1,700 steps (logged every
+    # 10) is cumulative drift of a long run, not a step that is too large.
+    jump = rows(**{**HEALTHY, "kl": lambda i: 0.1 if i < 20 else 0.1 + 0.07 * min(i - 19, 10)})
+    assert "policy_moves_too_fast" in fired(jump, {"beta": 0.04})
+    slow = [dict(r, step=10 * r["step"]) for r in rows(170, **{**HEALTHY, "kl": lambda i: 0.1 + 0.7 * i / 169})]
+    assert "policy_moves_too_fast" not in fired(slow, {"beta": 0.04})
 
 
 def test_nothing_moves_needs_a_tiny_learning_rate_and_flat_curves():
@@ -187,10 +205,9 @@ def test_sampler_mismatch_level_and_jump():
 
 
 def test_sampler_mismatch_from_the_importance_ratio_range():
-    gap = {"sampling/sampling_logp_difference/mean": 0.02}  # a small mean gap: the level branch is quiet
-
-    def ratios(ranges):
-        history = rows(**{**HEALTHY, **gap})
+    def ratios(ranges, gap=None):
+        # Without the mean log-prob gap (a log that has only the ratio's range): the extremes speak.
+        history = rows(**{**HEALTHY, **({"sampling/sampling_logp_difference/mean": gap} if gap else {})})
         for row, (low, high) in zip(history, ranges):
             row["sampling/importance_sampling_ratio/min"], row["sampling/importance_sampling_ratio/max"] = low, high
         return history
@@ -208,6 +225,9 @@ def test_sampler_mismatch_from_the_importance_ratio_range():
     # tokens: a dtype gap, read from the mean log-prob gap instead): quiet.
     assert "sampler_mismatch" not in fired(ratios([(0.7, 1.4)] * 40))
     assert "sampler_mismatch" not in fired(ratios([(0.2, 12.0)] * 40))
+    # With the mean gap logged and small (0.02: a bfloat16 sampler, as the demo's 0.015), the
+    # batch's extreme token decides nothing: the same ranges are quiet.
+    assert "sampler_mismatch" not in fired(ratios([(0.9, 1.1)] + [(0.01, 1.6)] * 39, gap=0.02))
     # Fewer than 5 steps with the statistics: too few to call sustained.
     assert "sampler_mismatch" not in fired(ratios([(0.9, 1.1)] + [(0.01, 1.6)] * 3))
 
@@ -266,3 +286,54 @@ def test_the_live_doctor_reports_each_finding_once():
 def test_unknown_rule_names_the_known_ones():
     with pytest.raises(ValueError, match="known"):
         diagnose(rows(**HEALTHY), rules=["no_such_rule"])
+
+
+def test_nothing_moves_counts_optimizer_steps_from_the_logged_step():
+    # A TRL log at its default logging_steps=10: 40 rows for 400 optimizer steps at 1e-6. The
+    # summed rate is 400 x 1e-6 = 4e-4 (not 40 x 1e-6 = 4e-5), above the rule's 1e-4: silent.
+    trl = [dict(r, step=10 * r["step"]) for r in rows(reward=lambda i: 0.30 + 0.05 * (-1) ** i, entropy=0.45,
+                                                        learning_rate=1e-6, loss=0.0, grad_norm=0.3,
+                                                        **{"clip_ratio/region_mean": 0.0})]
+    assert "nothing_moves" not in fired(trl)
+    frozen = [dict(r, learning_rate=1e-8) for r in trl]
+    found = fired(frozen)["nothing_moves"]
+    assert "after 400 optimizer steps (40 logged rows)" in found.message
+    assert found.evidence["total_learning_rate"] == pytest.approx(400 * 1e-8)
+
+
+def test_zero_spread_groups_tells_low_diversity_from_difficulty():
+    # Near-greedy: a 0/1 reward at p = 0.35 with G = 8 predicts 0.35^8 + 0.65^8 = 3.2% equal
+    # groups; 83% are logged. The samples are copies: no "too hard", no num_generations advice.
+    p = 0.35
+    greedy = rows(**{**HEALTHY, "frac_reward_zero_std": 0.83, "reward": p, "rewards/correct/mean": p,
+                     "rewards/correct/std": math.sqrt(p * (1 - p))})
+    message = fired(greedy, {"num_generations": 8, "temperature": 0.05})["zero_spread_groups"].message
+    assert "= 3% of groups of 8 alike, not 83%" in message and "too hard" not in message
+    assert "num_generations=" not in message and "temperature=0.05" in message
+    # A constant 0.5 (std 0) is no success rate: the rule leaves it to dead_reward_function.
+    constant = rows(**{**HEALTHY, "frac_reward_zero_std": 1.0, "reward": 0.5, "rewards/correct/mean": 0.5,
+                       "rewards/correct/std": 0.0})
+    assert "zero_spread_groups" not in fired(constant) and "dead_reward_function" in fired(constant)
+
+
+def test_a_reward_that_varied_and_is_now_constant_is_saturated_not_dead():
+    history = rows(**{**HEALTHY, "rewards/format/mean": lambda i: min(1.0, 0.5 + 0.05 * i),
+                      "rewards/format/std": lambda i: 0.0 if i >= 10 else 0.3})
+    assert "dead_reward_function" not in fired(history)
+    dead = rows(**{**HEALTHY, "rewards/format/mean": 1.0, "rewards/format/std": 0.0})
+    assert "format (always 1)" in fired(dead)["dead_reward_function"].message
+
+
+def test_the_report_puts_the_most_upstream_finding_first():
+    # A learning rate that blew the policy up (entropy 0.8 -> 3 in two steps) then every group
+    # alike with loss and gradient 0: the optimizer finding comes before its consequences.
+    blown = rows(30, loss=0.0, grad_norm=lambda i: 3.0 if i == 0 else 0.0, reward=lambda i: 0.1 if i == 0 else 0.0,
+                 frac_reward_zero_std=lambda i: 0.3 if i == 0 else 1.0, learning_rate=1e-2,
+                 entropy=lambda i: [0.8, 1.5, 3.0][i] if i < 3 else 3.0,
+                 **{"completions/clipped_ratio": 0.0, "rewards/correct/mean": lambda i: 0.1 if i == 0 else 0.0,
+                    "rewards/correct/std": lambda i: 0.3 if i == 0 else 0.0})
+    found = diagnose(blown, {"learning_rate": 1e-2})
+    assert found[0].rule == "learning_rate_too_high" and "learning_rate=0.01 now, try 0.001" in found[0].message
+    text = format_report(found, len(blown), 30)
+    assert "Act on the first: learning_rate_too_high" in text
+    assert text.index("learning_rate_too_high") < text.index("no_learning_signal")
