@@ -67,8 +67,8 @@ print("fast mode:", fast_mode())
 # that each carry their reason, and returns a message naming the likely cause and the fix
 # (a config field and a value, or a lesson). Severity: **info** (normal behaviour that looks
 # alarming), **warning** (compute wasted or drifting), **error** (the run cannot learn or is
-# breaking; `doctor="stop"` ends it). The table lists them all; `course_lib/doctor/rules.py`
-# and `rules_policy.py` are short enough to read top to bottom.
+# breaking; `doctor="stop"` ends it). The table lists them all; `course_lib/doctor/rules.py`,
+# `rules_hacking.py` and `rules_policy.py` are short enough to read top to bottom.
 #
 # Each rule also has a **stage**, its place in a causal order: the optimizer and learning
 # rate, then sampling, then the rewards, then the data (groups all alike), then the budget
