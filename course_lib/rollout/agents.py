@@ -8,8 +8,9 @@ drop out)::
     repeat:
         turn = engine.generate_from_ids(ids)      # until the end-of-turn token or the budget
         append turn                               # tool_mask 1: the model wrote these
-        calls = parse_tool_calls(turn)            # <tool_call>{...}</tool_call> blocks
+        calls = parse_assistant_turn(turn)        # <tool_call>{...}</tool_call> blocks, read as TRL reads them
         if no calls, or the turn was cut, or max_tool_calling_iterations rounds done: stop
+        (a turn with a malformed block is plain text: no calls, as in TRL 1.16)
         results = run each call                   # failures become error results
         append tokenize(results + next turn's header)   # tool_mask 0: the environment wrote these
 
@@ -38,7 +39,7 @@ from typing import Sequence
 import torch
 
 from .base import SEED_MODULUS, RolloutBatch, SamplingConfig, pad_token_id, row_seed
-from .tool_calls import parse_tool_calls, result_suffix_text
+from .tool_calls import parse_assistant_turn, result_suffix_text
 from .tools import ToolBox, ToolResult
 
 STOP_REASONS = ("eos", "length", "iteration_cap", "budget")
@@ -63,6 +64,7 @@ class Trajectory:
             ``tool`` results), the form TRL hands conversational reward functions.
         segments: ``(kind, text)`` pieces in order, kind ``"model"`` or ``"tool"``, for display.
         calls, failures: tool calls made and how many of them failed.
+        rounds: rounds of tool results appended (one per tool-calling turn whose calls ran).
         stop: how it ended, one of :data:`STOP_REASONS`.
     """
 
@@ -73,6 +75,7 @@ class Trajectory:
     segments: list[tuple[str, str]] = field(default_factory=list)
     calls: int = 0
     failures: int = 0
+    rounds: int = 0
     stop: str = "eos"
 
     def display_text(self) -> str:
@@ -207,16 +210,14 @@ def run_agent_rollouts(engine, tokenizer, prompt_ids: Sequence[Sequence[int]], t
                 recorded = list(new_logps[i][:len(ids)]) if new_logps is not None else []
                 trajectory.logps += recorded + [0.0] * (len(ids) - len(recorded))
             text = tokenizer.decode([t for t in ids if t not in eos_ids], skip_special_tokens=False)
-            trajectory.segments.append(("model", tokenizer.decode(ids, skip_special_tokens=True)))
-            calls = parse_tool_calls(text)
-            message = {"role": "assistant", "content": text}
+            shown = tokenizer.decode(ids, skip_special_tokens=True)
+            trajectory.segments.append(("model", shown))
+            parsed = parse_assistant_turn(text, toolboxes[r].schemas, plain_text=shown)  # TRL's reading
+            calls = parsed.calls
+            trajectory.messages.append(parsed.message())
             if not calls or not ids or ids[-1] not in eos_ids:
-                trajectory.messages.append(message)
                 trajectory.stop = "eos" if ids and ids[-1] in eos_ids else "length"
                 continue
-            message["tool_calls"] = [{"type": "function", "function": {"name": c.name or "unknown",
-                                                                       "arguments": c.arguments}} for c in calls]
-            trajectory.messages.append(message)
             if turn >= cap:
                 trajectory.stop = "iteration_cap"
                 continue
@@ -229,6 +230,7 @@ def run_agent_rollouts(engine, tokenizer, prompt_ids: Sequence[Sequence[int]], t
                 trajectory.stop = "budget"
                 continue
             suffix, contents = fitted
+            trajectory.rounds += 1
             trajectory.completion_ids += suffix
             trajectory.tool_mask += [0] * len(suffix)
             if trajectory.logps is not None:
