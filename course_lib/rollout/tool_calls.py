@@ -105,7 +105,7 @@ TOOL_RESPONSE_TEMPLATE = {
 }
 
 
-def prepare_for_trl(tokenizer, template: str | None = None):
+def prepare_for_trl(tokenizer, template: str | None = None, context_limit: int | None = None):
     """Make ``tokenizer`` one that TRL 1.16's ``GRPOTrainer(tools=... / environment_factory=...)`` accepts,
     with the same template this library renders with; returns the tokenizer (changed in place).
 
@@ -117,7 +117,8 @@ def prepare_for_trl(tokenizer, template: str | None = None):
     tools (Qwen2.5, Qwen3, ...) is left as it is: TRL knows those.
 
     Args:
-        template: the chat template to set; default :func:`tool_chat_template`'s choice.
+        template: the chat template to set; default :func:`tool_chat_template`'s choice for
+            ``context_limit`` (the model's positions: the compact template at 256 or fewer).
 
     Raises:
         ImportError: transformers older than 5.13 (no ``response_template``).
@@ -125,7 +126,7 @@ def prepare_for_trl(tokenizer, template: str | None = None):
     import transformers
     from packaging.version import Version
 
-    chosen = template if template is not None else tool_chat_template(tokenizer)
+    chosen = template if template is not None else tool_chat_template(tokenizer, context_limit)
     if chosen is None:
         return tokenizer
     if Version(transformers.__version__) < Version("5.13.0.dev0"):
