@@ -274,3 +274,37 @@ def _assemble(tokenizer, prompt_ids, trajectories: list[Trajectory], eos_ids: se
                          completion_mask=attention, is_eos=is_eos, texts=[t.display_text() for t in trajectories],
                          sampling_logps=logps)
     return AgentRollout(batch=batch, tool_mask=tool_mask, trajectories=trajectories)
+
+
+def rendering_differences(tokenizer, prompt_messages: list, trajectory: Trajectory, prompt_ids: Sequence[int], *,
+                          tools=None, chat_template: str | None = None, chat_template_kwargs: dict | None = None
+                          ) -> list[str]:
+    """Where the chat template, rendering the finished conversation, disagrees with the ids trained on.
+
+    ``prompt_messages + trajectory.messages`` is rendered with the template (the prompt's tools
+    included) and tokenized; the result is compared with ``prompt_ids + completion_ids``. Each
+    difference is named: its position, whose tokens it is in (``prompt``, ``model`` or ``tool``),
+    and both sides decoded. The one difference every ChatML template gives is the text the
+    template writes after the last end-of-turn token (``"\\n"``), which the model never
+    generates; it is reported as ``trailing`` and is harmless. An empty list: token in, token out
+    holds for this trajectory.
+    """
+    kwargs = dict(chat_template_kwargs or {})
+    rendered = tokenizer.apply_chat_template(list(prompt_messages) + trajectory.messages, tools=tools,
+                                             chat_template=chat_template, tokenize=True, return_dict=False, **kwargs)
+    rendered = list(rendered)
+    ours = list(prompt_ids) + list(trajectory.completion_ids)
+    owner = ["prompt"] * len(prompt_ids) + ["model" if m else "tool" for m in trajectory.tool_mask]
+    differences = []
+    common = min(len(ours), len(rendered))
+    first = next((i for i in range(common) if ours[i] != rendered[i]), None)
+    if first is not None:
+        differences.append(f"position {first} ({owner[first]} tokens): trained on "
+                           f"{tokenizer.decode(ours[first:first + 12])!r}, the template renders "
+                           f"{tokenizer.decode(rendered[first:first + 12])!r}")
+    elif len(rendered) > len(ours):
+        differences.append(f"trailing: the template adds {tokenizer.decode(rendered[len(ours):])!r} after the last turn")
+    elif len(ours) > len(rendered):
+        differences.append(f"position {len(rendered)} ({owner[len(rendered)]} tokens): trained on "
+                           f"{tokenizer.decode(ours[len(rendered):])!r}, which the template does not render")
+    return differences
