@@ -50,3 +50,59 @@ def test_two_trl_steps_with_the_lessons_environment(tmp_path):
         assert {"tools/call_frequency", "tools/failure_frequency", "rewards/MultiplyDesk/mean"} <= set(row)
     assert result["chat_template"] == COMPACT_TOOL_CHAT_TEMPLATE
     assert result["seen"] and all(isinstance(c, list) and c[0]["role"] == "assistant" for c in result["seen"])
+
+
+class Lockers:
+    """Four tools: the case whose full tool list does not fit the tiny model's 128 positions."""
+
+    def reset(self, **row):
+        self.opened = []
+
+    def open_locker(self, name: str) -> str:
+        """Open a locker.
+
+        Args:
+            name: the locker
+        """
+        self.opened.append(name)
+        return "empty"
+
+    def list_lockers(self) -> str:
+        """List the lockers."""
+        return "a b c"
+
+    def knock(self, name: str) -> str:
+        """Knock on a locker.
+
+        Args:
+            name: the locker
+        """
+        return "hollow"
+
+    def leave(self) -> str:
+        """Leave the room."""
+        return "bye"
+
+    def get_reward(self) -> float:
+        return float(bool(self.opened))
+
+
+def test_tiny_model_rollouts_use_the_compact_template_and_fit():
+    from course_lib.rollout import HFEngine, SamplingConfig
+    from course_lib.rollout.tool_run import ToolRun
+
+    model, tokenizer = load_policy("tiny")
+    assert model.config.max_position_embeddings == 128
+    columns = {"prompt": [[{"role": "user", "content": "Open one."}]]}
+    run = ToolRun(None, Lockers, tokenizer, columns, max_tool_calling_iterations=2, tool_timeout=5,
+                  max_completion_length=24)
+    full = tokenizer.apply_chat_template(columns["prompt"][0], tools=[Lockers().open_locker, Lockers().list_lockers,
+                                                                       Lockers().knock, Lockers().leave],
+                                         chat_template=TOOL_CHAT_TEMPLATE, add_generation_prompt=True, tokenize=True,
+                                         return_dict=False)
+    assert len(full) + 24 > 128  # the full template would not fit
+    engine = HFEngine(model, tokenizer, record_logps=False)
+    rollout = run.rollout(engine, tokenizer, columns["prompt"], columns, [0], SamplingConfig(max_tokens=24))
+    prompt = tokenizer.decode([t for t in rollout.agent.batch.prompt_ids[0].tolist() if t != tokenizer.pad_token_id])
+    assert prompt.startswith("<|im_start|>system\ntools: knock(name) leave() list_lockers() open_locker(name)")
+    assert run.template_for(engine) == COMPACT_TOOL_CHAT_TEMPLATE
