@@ -17,7 +17,13 @@ model and SmolLM2-135M-Instruct) have ChatML templates that know nothing of tool
 :data:`TOOL_CHAT_TEMPLATE`, a ChatML template of ours that lists each tool on one line
 (``- name(arg: type, ...): description``: the tiny model reads at most 128 positions, so a
 full JSON schema would not fit), writes calls in the convention above and opens a ``tool``
-turn for each result. :func:`tool_chat_template` picks one of the two.
+turn for each result (:data:`COMPACT_TOOL_CHAT_TEMPLATE` for models of at most 256 positions).
+:func:`tool_chat_template` picks one.
+
+Reading a turn follows TRL 1.16 (:func:`parse_assistant_turn`, checked against TRL's
+``parse_response`` and tool loop in ``tests/lib/test_agents_trl_parity.py``), and
+:func:`prepare_for_trl` gives a tokenizer the template and the ``response_template`` that TRL's
+``GRPOTrainer`` needs to accept these templates at all.
 """
 
 from __future__ import annotations
@@ -200,7 +206,9 @@ class ToolCall:
 
 
 def parse_tool_calls(text: str) -> list[ToolCall]:
-    """Every ``<tool_call>{...}</tool_call>`` block of one assistant turn, in order.
+    """Every ``<tool_call>{...}</tool_call>`` block of one assistant turn, in order, each with the
+    reason it is malformed if it is (a diagnostic: rollouts read turns with
+    :func:`parse_assistant_turn`, where one malformed block makes the whole turn plain text).
 
     A block is malformed (``ToolCall.error`` says why) when its body is not JSON, is not an
     object, has no string ``name``, or has ``arguments`` that are not an object (a JSON
