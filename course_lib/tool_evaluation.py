@@ -27,9 +27,21 @@ import torch
 from .models import eval_mode
 from .progress import progress_bar
 from .rewards.answers import is_correct
-from .rollout.tool_calls import parse_tool_calls
 
 __all__ = ["ToolEvaluation", "evaluate_tool_accuracy", "final_answer"]
+
+#: The training config's default ``tool_timeout`` (TRL 1.16 has no tool timeout; ours is 30 s):
+#: evaluation uses the same, so a call that fails by timing out in training fails here too.
+TRAINING_TOOL_TIMEOUT = 30.0
+
+
+def _environment_reward(environment) -> float | None:
+    """``environment.get_reward()`` as a float, ``None`` passed through (TRL ignores such a reward)."""
+    get_reward = getattr(environment, "get_reward", None)
+    if not callable(get_reward):
+        raise ValueError(f"score='environment': {type(environment).__name__} has no get_reward method.")
+    value = get_reward()
+    return None if value is None else float(value)
 
 
 @dataclass
@@ -39,6 +51,8 @@ class ToolEvaluation:
     Attributes:
         correct: whether the final answer is correct.
         calls, failures: tool calls run and how many of them failed.
+        rounds: rounds of tool results each trajectory read (a round runs every call of one turn).
+        rewards: each environment's ``get_reward()`` after its rollout (``score="environment"``), else empty.
         stops: how each trajectory ended (``"eos"``, ``"length"``, ``"iteration_cap"``, ``"budget"``).
         answers: the final model turn (``""`` when the trajectory ended on a call).
         texts: the whole trajectory, tool results marked ``[tool: ...]``.
@@ -47,6 +61,8 @@ class ToolEvaluation:
     correct: list[bool] = field(default_factory=list)
     calls: list[int] = field(default_factory=list)
     failures: list[int] = field(default_factory=list)
+    rounds: list[int] = field(default_factory=list)
+    rewards: list[float | None] = field(default_factory=list)
     stops: list[str] = field(default_factory=list)
     answers: list[str] = field(default_factory=list)
     texts: list[str] = field(default_factory=list)
@@ -64,6 +80,11 @@ class ToolEvaluation:
     def called_share(self) -> float:
         """Share of problems whose trajectory ran at least one call."""
         return sum(c > 0 for c in self.calls) / len(self.calls)
+
+    @property
+    def rounds_per_problem(self) -> float:
+        """Mean tool rounds per problem."""
+        return sum(self.rounds) / len(self.rounds)
 
     @property
     def failure_frequency(self) -> float:
@@ -86,8 +107,9 @@ def final_turn(messages) -> str:
     turns = [m for m in messages if m.get("role") == "assistant"]
     if not turns:
         return ""
-    text = turns[-1].get("content") or ""
-    return "" if parse_tool_calls(text) else text
+    if turns[-1].get("tool_calls"):
+        return ""
+    return turns[-1].get("content") or ""
 
 
 def final_answer(trajectory) -> str:
@@ -99,7 +121,8 @@ def final_answer(trajectory) -> str:
 def evaluate_tool_accuracy(model, tokenizer, dataset, *, tools: Sequence[Callable] | None = None,
                            environment_factory=None, correct_fn: Callable | None = None,
                            answer_column: str = "answer", max_completion_length: int = 128,
-                           max_tool_calling_iterations: int | None = 1, tool_timeout: float | None = None,
+                           max_tool_calling_iterations: int | None = 1, tool_timeout: float | None = TRAINING_TOOL_TIMEOUT,
+                           score: str = "answer", success_reward: float = 1.0,
                            batch_size: int = 32, chat_template_kwargs: dict | None = None, engine=None,
                            progress: bool | None = None) -> ToolEvaluation:
     """Greedy multi-turn rollouts on ``dataset`` with ``tools`` and/or ``environment_factory``;
@@ -114,7 +137,12 @@ def evaluate_tool_accuracy(model, tokenizer, dataset, *, tools: Sequence[Callabl
         correct_fn: ``correct_fn(final_answer, reference) -> bool``; default :func:`is_correct`
             (the ``<answer>`` tag's number, else the first number).
         max_completion_length, max_tool_calling_iterations, tool_timeout: as in the config;
-            tool results count toward ``max_completion_length``.
+            tool results count toward ``max_completion_length``; ``tool_timeout`` defaults to the
+            training config's default (30 s), so a tool that times out in training times out here.
+        score: ``"answer"`` reads the final answer against ``answer_column``; ``"environment"``
+            reads the state of each rollout's environment instead: a problem is solved when its
+            ``get_reward()`` is at least ``success_reward`` (a task whose answer lives only inside
+            the environment, such as a game, needs no answer column).
         batch_size: problems rolled out together.
         engine: the rollout engine; default ``HFEngine(model, tokenizer)``.
     """
@@ -126,7 +154,13 @@ def evaluate_tool_accuracy(model, tokenizer, dataset, *, tools: Sequence[Callabl
                          "evaluation use course_lib.evaluation.evaluate_accuracy.")
     if len(dataset) == 0:
         raise ValueError("evaluate_tool_accuracy got a dataset with no rows, which has no accuracy.")
-    if answer_column not in dataset.column_names:
+    if score not in ("answer", "environment"):
+        raise ValueError(f"score={score!r}: use 'answer' (the final turn against answer_column) or 'environment' "
+                         "(each environment's get_reward()).")
+    if score == "environment" and (environment_factory is None or correct_fn is not None):
+        raise ValueError("score='environment' reads get_reward() of the rollouts' environments: pass "
+                         "environment_factory (whose class defines get_reward) and no correct_fn.")
+    if score == "answer" and answer_column not in dataset.column_names:
         raise ValueError(f"evaluate_tool_accuracy reads the reference from column {answer_column!r} "
                          f"(columns: {dataset.column_names}). Fix: add it or pass answer_column=.")
     if batch_size < 1:
@@ -147,9 +181,16 @@ def evaluate_tool_accuracy(model, tokenizer, dataset, *, tools: Sequence[Callabl
                 rows = list(range(start, min(start + batch_size, count)))
                 batch_columns = {name: [values[r] for r in rows] for name, values in columns.items()}
                 rollout = run.rollout(engine, tokenizer, batch_columns["prompt"], batch_columns, rows, sampling)
-                for r, trajectory in zip(rows, rollout.agent.trajectories):
+                environments = rollout.reward_kwargs.get("environments", [None] * len(rows))
+                for r, trajectory, environment in zip(rows, rollout.agent.trajectories, environments):
                     answer = final_answer(trajectory)
-                    out.correct.append(bool(answer) and bool(check(answer, columns[answer_column][r])))
+                    if score == "environment":
+                        reward = _environment_reward(environment)
+                        out.rewards.append(reward)
+                        out.correct.append(reward is not None and reward >= success_reward)
+                    else:
+                        out.correct.append(bool(answer) and bool(check(answer, columns[answer_column][r])))
+                    out.rounds.append(trajectory.rounds)
                     out.calls.append(trajectory.calls)
                     out.failures.append(trajectory.failures)
                     out.stops.append(trajectory.stop)

@@ -22,9 +22,13 @@
 # 3. look at one trajectory with every token coloured trained / masked;
 # 4. write an **environment** (`reset`, a tool, `get_reward`) and the loss mask of a
 #    multi-turn trajectory (the exercises);
-# 5. train SmolLM2-135M-Instruct to use a calculator it never called before (a supervised
-#    warm-up on scripted traces, then GRPO with a tool), and measure the held-out accuracy
-#    before and after, with paired intervals, and `tools/call_frequency` over training.
+# 5. hand the same environment to TRL's `GRPOTrainer`;
+# 6. train SmolLM2-135M-Instruct to use a calculator it never called before (a supervised
+#    warm-up on scripted traces, then GRPO with a tool), measure the held-out accuracy with
+#    paired intervals, and compare GRPO with the control it has to beat: the same compute
+#    spent on more supervised traces (on this task the control does as well as GRPO:
+#    section 5 gives the numbers, and those of a guessing game built so that the
+#    demonstrations are worse than what the reward pays for).
 
 # %%
 # On Colab (or with COURSE_SETUP=1): clone the course, install what the runtime lacks, keep its torch.
@@ -287,22 +291,55 @@ print(desk.multiply(a=37, b=45), desk.get_reward())
 # `GRPOTrainer(model, reward_funcs, args=GRPOConfig(max_tool_calling_iterations=...),
 # train_dataset=..., tools=[multiply])`, or `environment_factory=MultiplyDesk` (one instance
 # per rollout, `reset(**row)`, its public methods as tools, `get_reward` as a reward of weight
-# 1). It asks more of the model than this lesson's loop does, and checks at construction:
+# 1). It checks two things about the tokenizer at construction:
 #
-# - transformers 5.0 or later for `tools`, 5.2 or later for `environment_factory` (an
-#   experimental feature in TRL 1.16);
-# - a chat template that renders a whole tool exchange, user, assistant with `tool_calls`,
-#   tool (`trl.chat_template_utils.supports_tool_calling`); SmolLM2's ChatML template does
-#   not, so the trainer refuses it;
-# - a way to read the tool calls back out of the model's text: unless the tokenizer already
-#   has a `response_template`, `add_response_schema` sets one for the templates TRL knows
-#   (Qwen2.5, Qwen3, Llama 3.1 / 3.2, GPT-OSS, Gemma 4, ...) and raises "Unrecognized chat
-#   template" for any other, the course's `TOOL_CHAT_TEMPLATE` included.
+# - its chat template renders a whole tool exchange, user, assistant with `tool_calls`, tool
+#   (`trl.chat_template_utils.supports_tool_calling`). SmolLM2's and the tiny model's ChatML
+#   templates do not, so TRL refuses them; the course's tool templates do;
+# - it can read the calls back out of the model's text: unless the tokenizer already carries a
+#   `response_template`, TRL's `add_response_schema` sets one for the templates it knows (Qwen2.5,
+#   Qwen3, Llama 3.1 / 3.2, GPT-OSS, Gemma 4, ...) and raises "Unrecognized chat template" for any
+#   other, the course's included.
 #
-# That is why this lesson trains with `course_lib`'s loop, which parses the
-# `<tool_call>{...}</tool_call>` text itself. To train the same task with TRL, start from a
-# model whose template it knows, such as Qwen2.5-0.5B-Instruct (a GPU is the practical place
-# for it), and keep the reward and the environment unchanged.
+# `course_lib.rollout.tool_calls.prepare_for_trl(tokenizer)` settles both: it sets the course's
+# tool template (the compact one for a model of 256 positions or fewer) and a `response_template`
+# that reads `<tool_call>{...}</tool_call>` as this library does. This library then renders
+# with the same template (the tokenizer's own now handles tools), and both read a turn the same
+# way, TRL 1.16's: a turn with a malformed block is plain text (no call: the trajectory ends), a
+# string `"37"` for an `int` argument becomes 37, a tool's result reaches the model as
+# `str(result)` (`{'a': 1}`, not JSON), a `get_reward()` of `None` is no reward, and reward
+# functions see each assistant turn as `{"content": its text without the calls, "tool_calls": [...]}`
+# followed by the `tool` messages (`tests/lib/test_agents_trl_parity.py` runs the same turns
+# through TRL's own tool loop and compares). Where the two still differ: a round of results that
+# does not fit the token budget is cut here and dropped in TRL, and a tool here has a time limit
+# (`tool_timeout`, 30 s by default, in training and in `evaluate_tool_accuracy` alike).
+#
+# The cell trains the desk above with TRL's `GRPOTrainer` for two steps, on a copy of the tiny
+# model (the untrained model never calls the tool, so the tool metrics read 0: the point is that
+# the same class, dataset and tokenizer go through TRL unchanged).
+
+# %%
+import copy
+
+from trl import GRPOConfig, GRPOTrainer
+
+from course_lib.rollout.tool_calls import prepare_for_trl
+
+trl_tokenizer = prepare_for_trl(copy.deepcopy(tokenizer), context_limit=128)
+desk_rows = Dataset.from_dict({"prompt": [[{"role": "user", "content": f"{a}*{b}"}] for a, b in ((12, 34), (56, 78))],
+                               "a": [12, 56], "b": [34, 78]})
+trl_trainer = GRPOTrainer(
+    model=copy.deepcopy(policy), reward_funcs=[], train_dataset=desk_rows, processing_class=trl_tokenizer,
+    environment_factory=MultiplyDesk,
+    args=GRPOConfig(output_dir=tempfile.mkdtemp(prefix="trl-agents-"), use_cpu=not torch.cuda.is_available(), bf16=False, report_to="none",
+                    save_strategy="no", disable_tqdm=True, seed=0, max_steps=2, logging_steps=1,
+                    per_device_train_batch_size=4, num_generations=4, max_completion_length=64,
+                    max_tool_calling_iterations=2, learning_rate=1e-5))
+trl_trainer.train()
+for row in trl_trainer.state.log_history:
+    if "tools/call_frequency" in row:
+        print(f"TRL step {row['step']}: tools/call_frequency {row['tools/call_frequency']:.2f}, "
+              f"rewards/MultiplyDesk/mean {row['rewards/MultiplyDesk/mean']:.2f}")
 
 # %% [markdown]
 # Exercise 2: write a guessing game in `exercises/ex12_agents.py` (a secret number, one
@@ -482,10 +519,17 @@ plt.show()
 # problems, every trajectory ending on its own end-of-turn token (10/10 on fast mode's ten,
 # like GRPO there). The scripted traces already show the behaviour GRPO found, answering after
 # the result, so on this task more warm-up does what the 8 GRPO steps did: the split comes
-# from stopping the warm-up at 4 steps. RL earns its place where scripted traces cannot show
-# the best behaviour (the tool helps on only some problems, several rounds whose best order
-# nobody can script, a reward for something no demonstration contains). What the run does
-# show is RL's mechanics on a trajectory with holes in its mask, and that a correctness
+# from stopping the warm-up at 4 steps. Whether RL adds anything needs a task whose scripted
+# traces cannot show the best behaviour. `benchmarks/guess_rl_vs_sft.py` builds one: the guessing
+# game of exercise 2 (secret 1..7, 3 guesses, `environment_factory`, three tool rounds), whose
+# scripted demonstrator guesses at random among the numbers still possible and so succeeds
+# 67.8% of the time where binary search always does; it compares warm-up + more supervision
+# with warm-up + GRPO at the same number of trajectories. The one run the shared CPU allowed
+# (6 warm-up steps, then 4 steps of 8 trajectories per arm, 28 held-out games) found warm-up
+# 17/28, + more SFT 12/28, + GRPO 6/28 (its trajectories ran out of tokens;
+# `benchmarks/README.md`): far too small to settle the question, and RL was not ahead, so this
+# lesson claims no advantage of RL over supervision.
+# What this run does show is RL's mechanics on a trajectory with holes in its mask, and that a correctness
 # reward alone moves the model. In fast mode GRPO's second step had a mean reward of 0.00
 # (all eight rollouts wrong, so every advantage and the gradient were 0): the flip of the
 # greedy answers came from the one step with a spread, applied again through Adam's momentum.

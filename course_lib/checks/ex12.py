@@ -89,6 +89,56 @@ def check_guessing_game(cls) -> None:
     if other.get_reward() != 0.0:
         raise Hint("a game whose secret was never guessed earns 0.0.")
     _check_tool_schema(cls)
+    _check_played(cls)
+
+
+def _bisection_guesses(secret: int, low: int = 1, high: int = 100) -> int:
+    """How many guesses binary search (guess the middle, rounded down) needs to hit ``secret``."""
+    count = 0
+    while True:
+        count += 1
+        middle = (low + high) // 2
+        if middle == secret:
+            return count
+        low, high = (middle + 1, high) if secret > middle else (low, middle - 1)
+
+
+def _bisect(text: str) -> str:
+    """A scripted player: binary search over 1..100 from the feedback in the conversation so far."""
+    import re
+
+    game = text.rsplit("<|im_start|>user", 1)[-1]
+    low, high = 1, 100
+    for number, answer in zip(re.findall(r'"number": (\d+)', game), re.findall(r"<\|im_start\|>tool\n(\w+)", game)):
+        if answer == "correct":
+            return f"It is {number}."
+        low, high = (int(number) + 1, high) if answer == "higher" else (low, int(number) - 1)
+    return f'<tool_call>{{"name": "guess", "arguments": {{"number": {(low + high) // 2}}}}}</tool_call>'
+
+
+def _check_played(cls) -> None:
+    """The game played for real: a scripted binary search through the rollout loop, one instance
+    per rollout made by ``environment_factory``, scored from each game's ``get_reward()``."""
+    from datasets import Dataset
+
+    from ..models import load_policy
+    from ..rollout.warmup import ScriptedPolicy
+    from ..tool_evaluation import evaluate_tool_accuracy
+
+    model, tokenizer = load_policy("tiny")
+    secrets = [42, 1, 100, 73]
+    rows = Dataset.from_dict({"prompt": [[{"role": "user", "content": "Find my number."}]] * len(secrets),
+                              "secret": secrets})
+    result = evaluate_tool_accuracy(model, tokenizer, rows, environment_factory=cls, score="environment",
+                                    max_tool_calling_iterations=8, max_completion_length=1000, progress=False,
+                                    engine=ScriptedPolicy(tokenizer, _bisect), success_reward=0.0)
+    for secret, reward, calls, text in zip(secrets, result.rewards, result.calls, result.texts):
+        needed = _bisection_guesses(secret)
+        expected = max(0.0, 1.0 - 0.1 * (needed - 1))
+        if calls != needed or reward is None or abs(reward - expected) > 1e-9:
+            raise Hint(f"played through the rollout loop by a binary search, secret {secret} takes {needed} guesses "
+                       f"and should earn {expected:.1f}; the game answered {calls} calls and get_reward gave {reward!r}. "
+                       f"The trajectory: {text[:300]!r}")
 
 
 def _check_tool_schema(cls) -> None:

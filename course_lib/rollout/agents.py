@@ -8,8 +8,9 @@ drop out)::
     repeat:
         turn = engine.generate_from_ids(ids)      # until the end-of-turn token or the budget
         append turn                               # tool_mask 1: the model wrote these
-        calls = parse_tool_calls(turn)            # <tool_call>{...}</tool_call> blocks
+        calls = parse_assistant_turn(turn)        # <tool_call>{...}</tool_call> blocks, read as TRL reads them
         if no calls, or the turn was cut, or max_tool_calling_iterations rounds done: stop
+        (a turn with a malformed block is plain text: no calls, as in TRL 1.16)
         results = run each call                   # failures become error results
         append tokenize(results + next turn's header)   # tool_mask 0: the environment wrote these
 
@@ -38,7 +39,7 @@ from typing import Sequence
 import torch
 
 from .base import SEED_MODULUS, RolloutBatch, SamplingConfig, pad_token_id, row_seed
-from .tool_calls import parse_tool_calls, result_suffix_text
+from .tool_calls import parse_assistant_turn, result_suffix_text
 from .tools import ToolBox, ToolResult
 
 STOP_REASONS = ("eos", "length", "iteration_cap", "budget")
@@ -63,6 +64,7 @@ class Trajectory:
             ``tool`` results), the form TRL hands conversational reward functions.
         segments: ``(kind, text)`` pieces in order, kind ``"model"`` or ``"tool"``, for display.
         calls, failures: tool calls made and how many of them failed.
+        rounds: rounds of tool results appended (one per tool-calling turn whose calls ran).
         stop: how it ended, one of :data:`STOP_REASONS`.
     """
 
@@ -73,6 +75,7 @@ class Trajectory:
     segments: list[tuple[str, str]] = field(default_factory=list)
     calls: int = 0
     failures: int = 0
+    rounds: int = 0
     stop: str = "eos"
 
     def display_text(self) -> str:
@@ -207,16 +210,14 @@ def run_agent_rollouts(engine, tokenizer, prompt_ids: Sequence[Sequence[int]], t
                 recorded = list(new_logps[i][:len(ids)]) if new_logps is not None else []
                 trajectory.logps += recorded + [0.0] * (len(ids) - len(recorded))
             text = tokenizer.decode([t for t in ids if t not in eos_ids], skip_special_tokens=False)
-            trajectory.segments.append(("model", tokenizer.decode(ids, skip_special_tokens=True)))
-            calls = parse_tool_calls(text)
-            message = {"role": "assistant", "content": text}
+            shown = tokenizer.decode(ids, skip_special_tokens=True)
+            trajectory.segments.append(("model", shown))
+            parsed = parse_assistant_turn(text, toolboxes[r].schemas, plain_text=shown)  # TRL's reading
+            calls = parsed.calls
+            trajectory.messages.append(parsed.message())
             if not calls or not ids or ids[-1] not in eos_ids:
-                trajectory.messages.append(message)
                 trajectory.stop = "eos" if ids and ids[-1] in eos_ids else "length"
                 continue
-            message["tool_calls"] = [{"type": "function", "function": {"name": c.name or "unknown",
-                                                                       "arguments": c.arguments}} for c in calls]
-            trajectory.messages.append(message)
             if turn >= cap:
                 trajectory.stop = "iteration_cap"
                 continue
@@ -229,6 +230,7 @@ def run_agent_rollouts(engine, tokenizer, prompt_ids: Sequence[Sequence[int]], t
                 trajectory.stop = "budget"
                 continue
             suffix, contents = fitted
+            trajectory.rounds += 1
             trajectory.completion_ids += suffix
             trajectory.tool_mask += [0] * len(suffix)
             if trajectory.logps is not None:
@@ -272,3 +274,37 @@ def _assemble(tokenizer, prompt_ids, trajectories: list[Trajectory], eos_ids: se
                          completion_mask=attention, is_eos=is_eos, texts=[t.display_text() for t in trajectories],
                          sampling_logps=logps)
     return AgentRollout(batch=batch, tool_mask=tool_mask, trajectories=trajectories)
+
+
+def rendering_differences(tokenizer, prompt_messages: list, trajectory: Trajectory, prompt_ids: Sequence[int], *,
+                          tools=None, chat_template: str | None = None, chat_template_kwargs: dict | None = None
+                          ) -> list[str]:
+    """Where the chat template, rendering the finished conversation, disagrees with the ids trained on.
+
+    ``prompt_messages + trajectory.messages`` is rendered with the template (the prompt's tools
+    included) and tokenized; the result is compared with ``prompt_ids + completion_ids``. Each
+    difference is named: its position, whose tokens it is in (``prompt``, ``model`` or ``tool``),
+    and both sides decoded. The one difference every ChatML template gives is the text the
+    template writes after the last end-of-turn token (``"\\n"``), which the model never
+    generates; it is reported as ``trailing`` and is harmless. An empty list: token in, token out
+    holds for this trajectory.
+    """
+    kwargs = dict(chat_template_kwargs or {})
+    rendered = tokenizer.apply_chat_template(list(prompt_messages) + trajectory.messages, tools=tools,
+                                             chat_template=chat_template, tokenize=True, return_dict=False, **kwargs)
+    rendered = list(rendered)
+    ours = list(prompt_ids) + list(trajectory.completion_ids)
+    owner = ["prompt"] * len(prompt_ids) + ["model" if m else "tool" for m in trajectory.tool_mask]
+    differences = []
+    common = min(len(ours), len(rendered))
+    first = next((i for i in range(common) if ours[i] != rendered[i]), None)
+    if first is not None:
+        differences.append(f"position {first} ({owner[first]} tokens): trained on "
+                           f"{tokenizer.decode(ours[first:first + 12])!r}, the template renders "
+                           f"{tokenizer.decode(rendered[first:first + 12])!r}")
+    elif len(rendered) > len(ours):
+        differences.append(f"trailing: the template adds {tokenizer.decode(rendered[len(ours):])!r} after the last turn")
+    elif len(ours) > len(rendered):
+        differences.append(f"position {len(rendered)} ({owner[len(rendered)]} tokens): trained on "
+                           f"{tokenizer.decode(ours[len(rendered):])!r}, which the template does not render")
+    return differences

@@ -23,7 +23,8 @@ import torch
 
 from .agents import AgentRollout, run_agent_rollouts, tool_metrics
 from .base import SamplingConfig, check_context, tokenize_prompts
-from .tool_calls import tool_chat_template, tool_schema
+from .tool_calls import (COMPACT_CONTEXT, COMPACT_TOOL_CHAT_TEMPLATE, TOOL_CHAT_TEMPLATE, tool_chat_template,
+                         tool_schema)
 from .tools import Environments, ToolBox, append_observation, public_methods
 
 
@@ -73,6 +74,15 @@ class ToolRun:
         self.max_completion_length = max_completion_length
         self.environment_names = (list(self.environments.factories) if self.environments is not None else [None])
 
+    def template_for(self, engine) -> str | None:
+        """The template this engine's rollouts render with: the compact tool template instead of
+        ``TOOL_CHAT_TEMPLATE`` when the engine's model reads at most ``COMPACT_CONTEXT`` positions
+        (the tiny model's 128: the full tool list would not fit)."""
+        limit = getattr(engine, "context_limit", None)
+        if self.template == TOOL_CHAT_TEMPLATE and limit is not None and limit <= COMPACT_CONTEXT:
+            return COMPACT_TOOL_CHAT_TEMPLATE
+        return self.template
+
     def reward_functions(self) -> list[Callable]:
         """The environments' ``get_reward`` as reward functions, one per class (weight 1)."""
         return [] if self.environments is None else self.environments.reward_functions()
@@ -91,14 +101,15 @@ class ToolRun:
             prompts = [append_observation(p, o) for p, o in zip(prompts, observations)]
         tool_lists = [self.tools + (public_methods(e) if e is not None else []) for e in instances]
         kwargs = dict(sampling.chat_template_kwargs or {})
+        template = self.template_for(engine)
         prompt_ids = []
         for prompt, tools in zip(prompts, tool_lists):
             prompt_ids += tokenize_prompts(tokenizer, [prompt], sampling.max_prompt_length,
-                                           {**kwargs, "tools": tools or None, "chat_template": self.template})
+                                           {**kwargs, "tools": tools or None, "chat_template": template})
         check_context(prompt_ids, self.max_completion_length, getattr(engine, "context_limit", None))
         agent = run_agent_rollouts(engine, tokenizer, prompt_ids, [ToolBox(t, self.timeout) for t in tool_lists],
                                    sampling, max_tool_calling_iterations=self.max_iterations,
-                                   max_completion_length=self.max_completion_length, chat_template=self.template)
+                                   max_completion_length=self.max_completion_length, chat_template=template)
         index = torch.tensor([self.environment_names.index(n) for n in names])
         return ToolRollout(agent=agent, completions=[t.messages for t in agent.trajectories],
                            reward_kwargs={"environments": instances} if self.environments is not None else {},

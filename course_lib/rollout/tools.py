@@ -4,9 +4,9 @@
 a *failed* call whose result text tells the model what happened, so one bad call never
 stops the run (TRL 1.16 turns a raising tool into ``{'error': message}`` the same way):
 
-- a malformed call (not JSON, no name, arguments not an object): the parse error;
-- an unknown tool name: the names that exist;
-- arguments the function does not accept: Python's own ``TypeError`` message;
+- an unknown tool name: ``Tool <name> not found.``;
+- arguments the function does not accept (or that are not an object): Python's own
+  ``TypeError`` message, raised by the call itself as in TRL;
 - a tool that raises: its exception, ``{'error': message}``;
 - a tool that runs past ``timeout`` seconds: a timeout message. A Python thread cannot be
   stopped from outside, so a hung *sync* tool is left running in a daemon thread and its
@@ -78,7 +78,9 @@ class ToolBox:
 
     @property
     def schemas(self) -> list[dict]:
-        return [tool_schema(tool) for tool in self.tools.values()]
+        if getattr(self, "_schemas", None) is None:
+            self._schemas = [tool_schema(tool) for tool in self.tools.values()]
+        return self._schemas
 
     def call(self, call: ToolCall) -> ToolResult:
         """Run one parsed call; every failure is a result with ``failed=True`` (see the module doc)."""
@@ -86,13 +88,8 @@ class ToolBox:
         if call.error is not None:
             return ToolResult(name, error_text(call.error), failed=True)
         function = self.tools.get(name)
-        if function is None:
-            known = ", ".join(self.tools) or "none"
-            return ToolResult(name, error_text(f"Tool {name} not found. Available tools: {known}."), failed=True)
-        try:
-            inspect.signature(function).bind(**call.arguments)
-        except TypeError as error:
-            return ToolResult(name, error_text(f"wrong arguments for {name}: {error}"), failed=True)
+        if function is None:  # TRL 1.16's words, so both trainers show the model the same text
+            return ToolResult(name, error_text(f"Tool {name} not found."), failed=True)
         owner = os.getpid()
         try:
             value = _run_with_timeout(function, call.arguments, self.timeout)
@@ -206,17 +203,24 @@ class Environments:
         """One reward function per class with ``get_reward``, named after the class (weight 1 in TRL).
 
         It reads the ``environments`` argument (one instance per completion) and scores only
-        the rollouts of its own class (``None`` for the others, ignored when combining).
+        the rollouts of its own class (``None`` for the others, ignored when combining). A
+        ``get_reward()`` that returns ``None`` is passed on as ``None`` too: as in TRL 1.16, that
+        rollout has no reward from this source (NaN, left out of the weighted sum), not a crash.
         """
         functions = []
         for cls in self.reward_classes:
             def reward(prompts, completions, environments=None, _cls=cls, **_):
                 if environments is None:
                     raise ValueError(f"{_cls.__name__}.get_reward needs the rollouts' environments.")
-                return [float(e.get_reward()) if type(e) is _cls else None for e in environments]
+                return [_reward_value(e.get_reward()) if type(e) is _cls else None for e in environments]
             reward.__name__ = cls.__name__
             functions.append(reward)
         return functions
+
+
+def _reward_value(value):
+    """``get_reward()``'s value as a float, or ``None`` when it returned ``None``."""
+    return None if value is None else float(value)
 
 
 def append_observation(prompt, observation: str | None):

@@ -210,22 +210,37 @@ def test_parse_tool_calls_good_and_malformed():
     assert parse_tool_calls('<tool_call>{"name": "f"}</tool_call>')[0].arguments == {}
 
 
+def _python_error(function, **arguments):
+    """The message Python itself raises for this call (TRL 1.16 shows the model exactly that)."""
+    try:
+        function(**arguments)
+    except Exception as error:  # noqa: BLE001
+        return str({"error": str(error)})
+    raise AssertionError("the call did not fail")
+
+
 @pytest.mark.parametrize("call,expected", [
-    (ToolCall(None, error="the tool call is not valid JSON"), "not valid JSON"),
-    (ToolCall("nope", {}), "Tool nope not found. Available tools: multiply, divide, slow, as_dict."),
-    (ToolCall("multiply", {"a": 1}), "wrong arguments for multiply: missing a required argument: 'b'"),
-    (ToolCall("multiply", {"a": 1, "b": 2, "c": 3}), "wrong arguments for multiply"),
+    (ToolCall(None, error="the tool call is not valid JSON"), "{'error': 'the tool call is not valid JSON'}"),
+    (ToolCall("nope", {}), "{'error': 'Tool nope not found.'}"),  # TRL's ValueError text, in its dict
+    (ToolCall("multiply", {"a": 1}), _python_error(multiply, a=1)),
+    (ToolCall("multiply", {"a": 1, "b": 2, "c": 3}), _python_error(multiply, a=1, b=2, c=3)),
     (ToolCall("divide", {"a": 1, "b": 0}), "{'error': 'division by zero'}"),
 ])
 def test_bad_calls_become_failed_results(call, expected):
     result = ToolBox([multiply, divide, slow, as_dict]).call(call)
-    assert result.failed and expected in result.content
+    assert result.failed and result.content == expected
+
+
+def test_arguments_that_are_not_an_object_fail_when_called():
+    result = ToolBox([multiply]).call(ToolCall("multiply", [1, 2]))
+    assert result.failed and "argument after ** must be a mapping, not list" in result.content
 
 
 def test_results_converted_to_text():
+    """TRL 1.16 writes ``str(result)``: Python's form, not JSON."""
     box = ToolBox([multiply, as_dict])
     assert box.call(ToolCall("multiply", {"a": 6, "b": 7})).content == "42"
-    assert box.call(ToolCall("as_dict", {"key": "k"})).content == '{"k": [1, 2]}'
+    assert box.call(ToolCall("as_dict", {"key": "k"})).content == "{'k': [1, 2]}"
 
 
 @pytest.mark.parametrize("tool", [slow, slow_async])
@@ -285,13 +300,17 @@ def test_iteration_cap_reached_is_marked(tokenizer):
     assert uncapped.trajectories[0].calls == 3 and uncapped.trajectories[0].stop == "eos"
 
 
-def test_malformed_and_unknown_calls_in_a_rollout_are_answered_and_counted(tokenizer):
-    script = [["<tool_call>{oops}</tool_call>", '<tool_call>{"name": "nope", "arguments": {}}</tool_call>', "x"]]
-    _, out = _run(tokenizer, script, ["Q"], [multiply])
-    trajectory = out.trajectories[0]
-    assert (trajectory.calls, trajectory.failures, trajectory.stop) == (2, 2, "eos")
-    assert "not valid JSON" in trajectory.messages[1]["content"]
-    assert "Tool nope not found" in trajectory.messages[3]["content"]
+def test_malformed_call_is_plain_text_and_unknown_call_is_answered(tokenizer):
+    """TRL 1.16: a turn with a malformed block is plain text (no call, the trajectory ends);
+    a well-formed call to an unknown tool is a failed call answered with TRL's message."""
+    script = [["<tool_call>{oops}</tool_call>", "never"],
+              ['<tool_call>{"name": "nope", "arguments": {}}</tool_call>', "x"]]
+    _, out = _run(tokenizer, script, ["Q", "R"], [multiply])
+    malformed, unknown = out.trajectories
+    assert (malformed.calls, malformed.failures, malformed.stop) == (0, 0, "eos")
+    assert malformed.messages == [{"role": "assistant", "content": "<tool_call>{oops}</tool_call>"}]
+    assert (unknown.calls, unknown.failures, unknown.stop) == (1, 1, "eos")
+    assert unknown.messages[1]["content"] == "{'error': 'Tool nope not found.'}"
 
 
 def test_a_cut_turn_is_not_parsed(tokenizer):

@@ -36,14 +36,14 @@ SCRIPTS = {
     "6*7": [call(6, 7), "It is 42."],          # call -> 42, answer 42: correct, 1 call
     "3*5": ["16"],                             # no call, wrong answer: wrong, 0 calls
     "2*9": ["<answer>18</answer>"],            # no call, tagged right answer: correct
-    "4*4": ["<tool_call>{oops</tool_call>", "16"],  # failed call (not JSON), then 16: correct, 1 call, 1 failure
+    "4*4": ["<tool_call>{oops</tool_call>", "16"],  # malformed: plain text as in TRL, the final answer: wrong
     "8*3": [call(8, 3), call(3, 8)],           # calls again after the cap (1 round): no final answer: wrong
 }
 QUESTIONS = list(SCRIPTS)
 ANSWERS = ["42", "15", "18", "16", "24"]
-EXPECTED_CORRECT = [True, False, True, True, False]
-EXPECTED_CALLS = [1, 0, 0, 1, 1]  # the capped call of "8*3" is not run
-EXPECTED_FAILURES = [0, 0, 0, 1, 0]
+EXPECTED_CORRECT = [True, False, True, False, False]
+EXPECTED_CALLS = [1, 0, 0, 0, 1]  # the capped call of "8*3" is not run
+EXPECTED_FAILURES = [0, 0, 0, 0, 0]
 EXPECTED_STOPS = ["eos", "eos", "eos", "eos", "iteration_cap"]
 
 
@@ -73,12 +73,13 @@ def test_outcomes_match_hand_worked_scripts(tiny, batch_size):
     assert result.failures == EXPECTED_FAILURES
     assert result.stops == EXPECTED_STOPS
     assert result.answers[0] == "It is 42." and result.answers[4] == ""
-    assert result.accuracy == pytest.approx(3 / 5)
-    assert result.call_frequency == pytest.approx(3 / 5)
-    assert result.called_share == pytest.approx(3 / 5)
-    assert result.failure_frequency == pytest.approx(1 / 3)
+    assert result.accuracy == pytest.approx(2 / 5)
+    assert result.call_frequency == pytest.approx(2 / 5)
+    assert result.called_share == pytest.approx(2 / 5)
+    assert result.failure_frequency == 0.0
+    assert result.answers[3] == "<tool_call>{oops</tool_call>"
     assert "[tool: mul -> 42]" in result.texts[0]
-    assert "60.0%" in result.summary()
+    assert "40.0%" in result.summary()
 
 
 def test_before_and_after_pair_by_problem(tiny):
@@ -87,13 +88,13 @@ def test_before_and_after_pair_by_problem(tiny):
     data = _dataset()
     before = evaluate_tool_accuracy(model, tokenizer, data, tools=[mul], max_completion_length=200,
                                     engine=ScriptedPolicy(tokenizer, respond, context_limit=512))
-    fixed = dict(SCRIPTS, **{"3*5": [call(3, 5), "15"], "8*3": [call(8, 3), "24"]})
+    fixed = dict(SCRIPTS, **{"3*5": [call(3, 5), "15"], "4*4": [call(4, 4), "16"], "8*3": [call(8, 3), "24"]})
     after = evaluate_tool_accuracy(model, tokenizer, data, tools=[mul], max_completion_length=200,
                                    engine=ScriptedPolicy(tokenizer, lambda t: respond_with(fixed, t), 512))
     assert after.correct == [True] * 5 and after.calls == [1, 1, 0, 1, 1]
-    # differences 0, 1, 0, 0, 1: mean 0.4, sample sd sqrt(0.3), half width 1.96 sqrt(0.3/5)
+    # differences 0, 1, 0, 1, 1: mean 0.6, sample sd sqrt(0.3), half width 1.96 sqrt(0.3/5)
     lift, low, high = lift_interval(before.correct, after.correct)
-    assert lift == pytest.approx(0.4)
+    assert lift == pytest.approx(0.6)
     assert high - lift == pytest.approx(1.959963984540054 * (0.3 / 5) ** 0.5)
 
 
@@ -158,3 +159,51 @@ def test_bad_inputs_are_refused(tiny):
         evaluate_tool_accuracy(model, tokenizer, _dataset(), tools=[mul], answer_column="solution")
     with pytest.raises(ValueError, match="no rows"):
         evaluate_tool_accuracy(model, tokenizer, _dataset([], []), tools=[mul])
+
+
+class Vault:
+    """A game whose answer lives only in the environment: open the vault with the row's code."""
+
+    def reset(self, code, **row):
+        self.code, self.opened = int(code), False
+
+    def open_vault(self, code: int) -> str:
+        """Try a code.
+
+        Args:
+            code: the code to try
+        """
+        self.opened = self.opened or code == self.code
+        return "open" if self.opened else "locked"
+
+    def get_reward(self):
+        return 1.0 if self.opened else (None if self.code < 0 else 0.0)
+
+
+def test_scored_from_the_environment_state_without_an_answer_column(tiny):
+    model, tokenizer = tiny
+    data = Dataset.from_dict({"prompt": [[{"role": "user", "content": f"v{i}"}] for i in range(3)],
+                              "code": [5, 6, -1]})
+    tries = {"v0": 5, "v1": 7, "v2": 3}  # right, wrong, and a vault whose reward is undefined (None)
+
+    def script(text):
+        question = re.findall(r"<\|im_start\|>user\n(.*?)<\|im_end\|>", text)[-1]
+        if "<|im_start|>tool" not in text:
+            return f'<tool_call>{{"name": "open_vault", "arguments": {{"code": "{tries[question]}"}}}}</tool_call>'
+        return "done"
+
+    result = evaluate_tool_accuracy(model, tokenizer, data, environment_factory=Vault, score="environment",
+                                    max_completion_length=200, engine=ScriptedPolicy(tokenizer, script, context_limit=512))
+    # the code was written as a string: typed to int by the schema (TRL's reading), so "5" opens vault 5
+    assert result.rewards == [1.0, 0.0, None] and result.correct == [True, False, False]
+    assert result.rounds == [1, 1, 1] and result.rounds_per_problem == 1.0
+    with pytest.raises(ValueError, match="score='environment'"):
+        evaluate_tool_accuracy(model, tokenizer, data, tools=[mul], score="environment")
+
+
+def test_evaluation_times_tools_out_as_training_does():
+    import inspect
+
+    from course_lib.config.rl_config import RLConfig
+    default = inspect.signature(evaluate_tool_accuracy).parameters["tool_timeout"].default
+    assert default == RLConfig.__dataclass_fields__["tool_timeout"].default == 30.0
