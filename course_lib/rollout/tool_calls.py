@@ -34,21 +34,9 @@ from typing import Callable, Sequence
 
 TOOL_CALL_OPEN, TOOL_CALL_CLOSE = "<tool_call>", "</tool_call>"
 
-# ChatML with tools. The system turn lists the tools compactly; an assistant turn that calls
-# tools writes one <tool_call> block per call after its text; a tool result is its own turn.
-TOOL_CHAT_TEMPLATE = (
-    "{%- if tools %}"
-    "{{- '<|im_start|>system\\n' }}"
-    "{%- if messages[0]['role'] == 'system' %}{{- messages[0]['content'] + '\\n' }}{%- endif %}"
-    "{{- 'Tools:\\n' }}"
-    "{%- for tool in tools %}{%- set f = tool['function'] if 'function' in tool else tool %}"
-    "{{- '- ' + f['name'] + '(' }}"
-    "{%- for name, spec in (f.get('parameters') or {}).get('properties', {}).items() %}"
-    "{{- name + ': ' + (spec.get('type') or 'any') }}{%- if not loop.last %}{{- ', ' }}{%- endif %}"
-    "{%- endfor %}"
-    "{{- '): ' + (f.get('description') or '') + '\\n' }}"
-    "{%- endfor %}"
-    "{{- 'Call one with <tool_call>{\"name\": ..., \"arguments\": {...}}</tool_call>.<|im_end|>\\n' }}"
+# Everything after the system turn, shared by both templates: the system message when there are no
+# tools, then each turn in ChatML, an assistant's calls as ``<tool_call>{...}</tool_call>``.
+_CHATML_TURNS = (
     "{%- elif messages[0]['role'] == 'system' %}"
     "{{- '<|im_start|>system\\n' + messages[0]['content'] + '<|im_end|>\\n' }}"
     "{%- endif %}"
@@ -68,6 +56,25 @@ TOOL_CHAT_TEMPLATE = (
 )
 
 
+# ChatML with tools. The system turn lists the tools compactly; an assistant turn that calls
+# tools writes one <tool_call> block per call after its text; a tool result is its own turn.
+TOOL_CHAT_TEMPLATE = (
+    "{%- if tools %}"
+    "{{- '<|im_start|>system\\n' }}"
+    "{%- if messages[0]['role'] == 'system' %}{{- messages[0]['content'] + '\\n' }}{%- endif %}"
+    "{{- 'Tools:\\n' }}"
+    "{%- for tool in tools %}{%- set f = tool['function'] if 'function' in tool else tool %}"
+    "{{- '- ' + f['name'] + '(' }}"
+    "{%- for name, spec in (f.get('parameters') or {}).get('properties', {}).items() %}"
+    "{{- name + ': ' + (spec.get('type') or 'any') }}{%- if not loop.last %}{{- ', ' }}{%- endif %}"
+    "{%- endfor %}"
+    "{{- '): ' + (f.get('description') or '') + '\\n' }}"
+    "{%- endfor %}"
+    "{{- 'Call one with <tool_call>{\"name\": ..., \"arguments\": {...}}</tool_call>.<|im_end|>\\n' }}"
+    + _CHATML_TURNS
+)
+
+
 # The same ChatML tool format, as short as a 128-position model needs: the system turn names each
 # tool with its argument names (``tools: multiply(a,b)``) and nothing else. The tiny model's default.
 COMPACT_TOOL_CHAT_TEMPLATE = (
@@ -75,22 +82,7 @@ COMPACT_TOOL_CHAT_TEMPLATE = (
     "{%- for tool in tools %}{%- set f = tool['function'] if 'function' in tool else tool %}"
     "{{- ' ' + f['name'] + '(' + ((f.get('parameters') or {}).get('properties', {}) | list | join(',')) + ')' }}"
     "{%- endfor %}{{- '<|im_end|>\\n' }}"
-    "{%- elif messages[0]['role'] == 'system' %}"
-    "{{- '<|im_start|>system\\n' + messages[0]['content'] + '<|im_end|>\\n' }}"
-    "{%- endif %}"
-    "{%- for message in messages %}"
-    "{%- if message['role'] == 'system' %}"
-    "{%- elif message['role'] == 'assistant' %}"
-    "{{- '<|im_start|>assistant\\n' + (message['content'] or '') }}"
-    "{%- for call in message.get('tool_calls') or [] %}{%- set c = call['function'] if 'function' in call else call %}"
-    "{{- '<tool_call>{\"name\": \"' + c['name'] + '\", \"arguments\": ' + (c['arguments'] | tojson) + '}</tool_call>' }}"
-    "{%- endfor %}"
-    "{{- '<|im_end|>\\n' }}"
-    "{%- else %}"
-    "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}"
-    "{%- endif %}"
-    "{%- endfor %}"
-    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
+    + _CHATML_TURNS
 )
 
 #: A model whose context is at most this many positions gets :data:`COMPACT_TOOL_CHAT_TEMPLATE`.
