@@ -3,10 +3,9 @@
 #
 # [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/rl-for-llms/course/blob/main/notebooks/11_capstone.ipynb)
 #
-# *Time in fast mode (`COURSE_FAST=1`, how the tests run this notebook): 151 s on an idle
-# 2-core CPU, measured before section 8's fast mode was cut to one sorting step (16
-# completions instead of 32) and 20 held-out lists instead of 50; with other jobs running
-# (load average 9-15) the same notebook took over 30 minutes of wall time.*
+# *Fast mode (`COURSE_FAST=1`), as the notebook test runs it: about 220 s of CPU time on a 2-core CPU
+# (136 s of it section 8's sorting run, 55 s the 200-step tiny run); the wall time grows when
+# the machine is busy with other work.*
 #
 # Everything so far was a part; this lesson assembles the whole machine. You will take a
 # task whose answers a program can check, write its reward functions, configure GRPO with

@@ -3,9 +3,10 @@
 #
 # [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/rl-for-llms/course/blob/main/notebooks/12_agents.ipynb)
 #
-# *Time in fast mode (`COURSE_FAST=1`, how the tests run this notebook): 118 s on an idle
-# 2-core CPU; with other jobs running (load average 9-19) 3,142 s of wall time and 336 s of
-# CPU time, the first run on a machine included, which converts SmolLM2's GGUF file once.*
+# *Fast mode (`COURSE_FAST=1`), as the notebook test runs it: about 265 s of CPU time on a 2-core CPU
+# (most of it the two SmolLM2 GRPO steps; the TRL cell adds about 19 s, mostly importing TRL),
+# plus a one-time conversion of SmolLM2's GGUF file on a machine's first run; the wall time
+# grows when the machine is busy with other work.*
 #
 # Until now a completion was one stretch of text the model wrote after the prompt, scored
 # once. An **agent** writes a little, calls a tool (a calculator, a search, a Python
