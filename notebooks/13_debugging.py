@@ -480,7 +480,7 @@ plt.show()
 # - **Calibrated on a tiny model**: the thresholds were measured on the museum's 0.9M-parameter
 #   model and checked on a second museum of runs the rules were not written on (this trainer
 #   and TRL's `GRPOTrainer`, on the tiny model: `benchmarks/doctor_museum.py --museum2`; on
-#   its held-out runs the first finding was right for 3 of 7, the misses mostly TRL logs of
+#   its held-out runs the first finding was right for 4 of 7, the misses mostly TRL logs of
 #   3-6 rows at `logging_steps=10`, too short for the rules; one of its 3 healthy held-out runs
 #   and lesson 09's verifier run, stored without its per-function columns, get a warning). On a larger model treat a finding as a question to check, not a verdict: 30
 #   AdamW steps at 1e-6 (a summed rate of 3e-5) toward four fixed completions raised their

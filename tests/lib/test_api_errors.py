@@ -138,7 +138,7 @@ def _message_text(node) -> str:
 
 
 #: Modules that only the command line runs: flags are their words.
-COMMAND_LINE_MODULES = {"__main__.py", "cli/train.py"}
+COMMAND_LINE_MODULES = {"__main__.py", "cli/train.py", "cli/probe_rewards.py"}
 
 
 def test_no_error_outside_the_command_line_names_a_bare_flag():

@@ -102,7 +102,7 @@ def test_tool_lift_benchmark_reports_paired_lifts():
     script = ROOT / "benchmarks" / "tool_lift.py"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     result = subprocess.run([sys.executable, str(script), "--eval-n", "3", "--warmup-batches", "1",
-                             "--warmup-batch-size", "2", "--steps", "1", "--batch", "4", "--max-completion-length", "48"],
+                             "--warmup-batch-size", "2", "--steps", "1", "--batch", "4", "--max-completion-length", "64"],
                             capture_output=True, text=True, env=env, timeout=900, cwd=ROOT)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
     out = result.stdout
