@@ -66,6 +66,17 @@ def _moves_without_gradient(rows) -> tuple[int, str] | None:
     return None
 
 
+def _clips_at_one(config: dict) -> bool:
+    """Whether the run clips its gradient norm at 1 or below (``max_grad_norm``, TRL's default 1.0)."""
+    clip = config.get("max_grad_norm")
+    return isinstance(clip, (int, float)) and 0 < clip <= 1.0
+
+
+def _clip_advice(config: dict) -> str:
+    """``max_grad_norm=1.0 (now ...), `` for a fix list, or nothing when the run already clips at 1."""
+    return "" if _clips_at_one(config) else f"max_grad_norm=1.0 (now {_field(config, 'max_grad_norm')}), "
+
+
 def _grad_spikes(rows) -> list[tuple[int, float]]:
     """Logged steps whose grad_norm is over 10 times the run's median non-zero grad_norm (and over
     1, as max_grad_norm=1.0 clips there): ``(step, grad_norm)``."""
@@ -110,8 +121,7 @@ def learning_rate_too_high(rows, config):
                      "momentum, times the learning rate, moves the weights there)")
     reward = values(rows, "reward")
     fell = len(reward) >= 6 and max(reward[:3]) > 0 and mean(reward[-3:]) < 0.5 * mean(reward[:3])
-    clip = config.get("max_grad_norm")
-    clipped = isinstance(clip, (int, float)) and 0 < clip <= 1.0
+    clipped = _clips_at_one(config)
     spikes = _grad_spikes(rows)
     # Under clipping at 1 a spike's update is bounded: alone it is no evidence (a healthy RLOO preset run
     # spiked to 73.6 once and learned); beside a jump, a stall that still moves, or a falling reward it is.
@@ -122,11 +132,10 @@ def learning_rate_too_high(rows, config):
         return None
     if fell:
         shown.append(f"the reward fell from {mean(reward[:3]):.3f} to {mean(reward[-3:]):.3f}")
-    clip = "" if clipped else f"max_grad_norm=1.0 (now {_field(config, 'max_grad_norm')}), "
     return Diagnosis(
         f"the learning rate is too high: {'; '.join(shown)}. Each update moves the policy far enough to change "
         f"what it samples, and the other findings (dead rewards, equal groups, truncation) are most likely its "
-        f"consequences. Fix: a learning rate 10x lower ({_learning_rate(rows, config)}), {clip}warmup "
+        f"consequences. Fix: a learning rate 10x lower ({_learning_rate(rows, config)}), {_clip_advice(config)}warmup "
         "(warmup_steps), then resume from a checkpoint before the jump. A small model's full fine-tune learns at "
         "1e-5 to 1e-4 (the tiny model at 3e-5); LoRA takes about 10x more.", evidence)
 
@@ -144,13 +153,10 @@ def entropy_explosion(rows, config):
     # (museum run learning_rate_300x: 0.83, 0.78, 1.47, 2.78, 3.26, ... 4.4 nats).
     start, now = mean(entropy[:3]), mean(entropy[-WINDOW:])
     if now > 2.0 * start and now - start > 0.5:
-        clip = config.get("max_grad_norm")
-        clip = ("" if isinstance(clip, (int, float)) and 0 < clip <= 1.0 else
-                f"max_grad_norm=1.0 (now {_field(config, 'max_grad_norm')}), ")
         return Diagnosis(
             f"token entropy exploded from {start:.3f} to {now:.3f} nats: updates are too large and the policy is "
             f"turning into noise. Fixes: a learning rate 10x lower ({_tenth(config, 'learning_rate')}), "
-            f"{clip}fewer num_iterations; resume from a checkpoint before the rise.",
+            f"{_clip_advice(config)}fewer num_iterations; resume from a checkpoint before the rise.",
             {"entropy_start": start, "entropy_now": now})
     return None
 
