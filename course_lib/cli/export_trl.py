@@ -93,11 +93,12 @@ def changed_fields(config) -> list[tuple[str, Any, Any]]:
     return changed
 
 
-def trl_arguments(config) -> dict[str, Any]:
+def trl_arguments(config, changed: list[tuple[str, Any, Any]] | None = None) -> dict[str, Any]:
     """The ``trl grpo`` (``sft``, ``dpo``) config-file fields for a course config (model and LoRA included)."""
     from ..models import resolve_model_path
 
-    arguments = {name: ours for name, ours, _ in changed_fields(config)}
+    changed = changed_fields(config) if changed is None else changed  # `changed_fields(config)`, when known
+    arguments = {name: ours for name, ours, _ in changed}
     arguments["model_name_or_path"] = str(resolve_model_path(config.model_name_or_path))
     if config.use_lora:
         arguments.update(use_peft=True, lora_r=config.lora_r, lora_alpha=config.lora_alpha,
@@ -220,7 +221,8 @@ def export_run(config, rewards: list, dataset, output: str | Path, num_processes
     if with_rewards:
         check_reward_columns(rewards, columns)  # before anything is written
     rows = dataset if with_rewards else _supervised_rows(config.algo, dataset, columns)
-    arguments = trl_arguments(config)  # a field TRL cannot take is refused before anything is written
+    changed = changed_fields(config)  # builds TRL's config once: a field TRL cannot take is refused here
+    arguments = trl_arguments(config, changed)
     output = Path(output)
     _check_output_folder(output)
     lines = [_json_line(row, index) for index, row in enumerate(rows)]  # refused before anything is written
@@ -245,7 +247,7 @@ def export_run(config, rewards: list, dataset, output: str | Path, num_processes
              *(["Reward functions:", *(f"  {n}" for n in notes), ""] if with_rewards else []),
              "Fields whose value differs from TRL's default:",
              *(f"  {name}: {ours!r} here, TRL's default {theirs!r}"
-               for name, ours, theirs in changed_fields(config)), "",
+               for name, ours, theirs in changed), "",
              "What differs in behaviour, whatever the fields:",
              *(f"  {d}" for d in BEHAVIOUR_DIFFERENCES[config.algo]), ""]
     (output / "README.txt").write_text("\n".join(lines))
