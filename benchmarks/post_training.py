@@ -25,6 +25,14 @@ Run (the small configuration measured on a shared 2-core CPU; see benchmarks/REA
 
     python benchmarks/post_training.py --budget 60000 --eval-n 200 --out runs/post_training
 
+On SmolLM2-135M (LoRA, the demo's tagged additions, demonstrations in the prompt's worked-example
+format; best on a GPU; the measured run is in benchmarks/README.md and
+``benchmarks/data/post_training_smollm2/``)::
+
+    python benchmarks/post_training.py --model smollm2-135m --budget 150000 --eval-n 200 --out runs/pt_smollm2
+
+``results.json`` and ``curves.png`` are rewritten after each method, so a run stopped early keeps
+what it measured; a method that fails is reported and the others still run (exit status 1).
 One seed; the table says so.
 """
 
@@ -33,10 +41,10 @@ from __future__ import annotations
 import argparse
 import copy
 import json
-import math
 import sys
 import tempfile
 import time
+import traceback
 from pathlib import Path
 
 import torch
@@ -55,20 +63,64 @@ from course_lib.sampled_evaluation import evaluate_sampled  # noqa: E402
 from course_lib.trainer import Trainer  # noqa: E402
 
 METHODS = ("sft", "rejection", "dpo", "grpo", "distill")
+MODEL = "tiny"
 #: Forward passes per trained row (see the module docstring).
 PASSES = {"sft": 1, "dpo": 2, "grpo": 2, "rejection": 2, "distill": 3}
 #: Per-method settings on the tiny model: one batch of 32 rows a step; GRPO's are the measured
 #: preset (course_lib.presets, lr 3e-5: larger steps collapsed it); the supervised methods take a
 #: larger learning rate, as a supervised loss has a bounded, low-variance gradient.
-SETTINGS = {
+TINY_SETTINGS = {
     "sft": dict(learning_rate=3e-4),
     "rejection": dict(learning_rate=3e-4, num_generations=8, temperature=1.0),
     "dpo": dict(learning_rate=1e-4, beta=0.1),
     "grpo": dict(learning_rate=3e-5, num_generations=8, temperature=1.0, beta=0.0),
     "distill": dict(learning_rate=3e-4, num_generations=1, temperature=1.0, beta=1.0),
 }
-COMMON = dict(per_device_train_batch_size=32, max_completion_length=6, logging_steps=1, save_steps=0,
-              lr_scheduler_type="constant", max_steps=100000)
+#: SmolLM2-135M-Instruct with LoRA on every projection, on the demo's task (two-digit addition
+#: answered inside <answer> tags, one worked example in the prompt). Every method takes the
+#: learning rate the demo measured for GRPO (course_lib.presets.MEASURED, 1e-4: 3e-4 collapsed
+#: GRPO) and 16 rows a step, chosen before any run of this benchmark: one rate for all, so no
+#: method is helped by a search the others did not get. Rejection sampling keeps samples with
+#: the full reward (format 1 + correct 1).
+SMOLLM2_SETTINGS = {
+    "sft": dict(learning_rate=1e-4),
+    "rejection": dict(learning_rate=1e-4, num_generations=8, temperature=1.0, reward_threshold=2.0),
+    "dpo": dict(learning_rate=1e-4, beta=0.1),
+    "grpo": dict(learning_rate=1e-4, num_generations=8, temperature=1.0, beta=0.0),
+    "distill": dict(learning_rate=1e-4, num_generations=1, temperature=1.0, beta=1.0),
+}
+TINY_COMMON = dict(per_device_train_batch_size=32, max_completion_length=6, logging_steps=1, save_steps=0,
+                   lr_scheduler_type="constant", max_steps=100000)
+SMOLLM2_COMMON = dict(per_device_train_batch_size=16, max_completion_length=32, logging_steps=1, save_steps=0,
+                      lr_scheduler_type="constant", max_steps=100000, use_lora=True, lora_r=16, lora_alpha=32,
+                      lora_dropout=0.0)
+
+
+def answer_only(dataset):
+    """The tiny model's demonstrations: the reference answer itself (the format it writes)."""
+    return demonstrations(dataset)
+
+
+def worked_answer(dataset):
+    """SmolLM2's demonstrations in the prompt's worked-example format: ``12 + 7 = 19. <answer>19</answer>``."""
+    sums = [question.removeprefix("What is ").rstrip("?") for question in dataset["question"]]
+    return dataset.add_column("completion", [f"{expr} = {answer}. <answer>{answer}</answer>"
+                                             for expr, answer in zip(sums, dataset["answer"])])
+
+
+#: What changes with the model: its task and rewards, lengths, per-method settings, demonstrations.
+PROFILES = {
+    "tiny": dict(task="arithmetic", tagged=False, rewards=["correctness_first_number_reward"], eval_tokens=8,
+                 common=TINY_COMMON, settings=TINY_SETTINGS, demonstrations=answer_only),
+    "smollm2-135m": dict(task="arithmetic-tagged", tagged=True, rewards=["answer_tag_format_reward",
+                                                                          "correctness_reward"],
+                         eval_tokens=32, common=SMOLLM2_COMMON, settings=SMOLLM2_SETTINGS,
+                         demonstrations=worked_answer),
+}
+#: The profile of this run (set by main from --model).
+PROFILE = PROFILES["tiny"]
+SETTINGS = PROFILE["settings"]
+COMMON = PROFILE["common"]
 
 
 class BudgetSpent(Exception):
@@ -77,8 +129,8 @@ class BudgetSpent(Exception):
 
 def correct_list(model, tokenizer, dataset) -> list[bool]:
     """Per-problem greedy correctness (for Wilson and paired intervals)."""
-    _, completions = evaluate_accuracy(model, tokenizer, dataset, max_new_tokens=8, return_completions=True,
-                                       progress=False)
+    _, completions = evaluate_accuracy(model, tokenizer, dataset, max_new_tokens=PROFILE["eval_tokens"],
+                                       return_completions=True, progress=False)
     return [bool(is_correct(c, a)) for c, a in zip(completions, dataset["answer"])]
 
 
@@ -88,7 +140,8 @@ def summary(correct: list[bool]) -> dict:
 
 
 def sampled(model, tokenizer, dataset, k: int, seed: int) -> dict:
-    result = evaluate_sampled(model, tokenizer, dataset, n=k, ks=[1, k], temperature=1.0, max_new_tokens=8, seed=seed)
+    result = evaluate_sampled(model, tokenizer, dataset, n=k, ks=[1, k], temperature=1.0,
+                              max_new_tokens=PROFILE["eval_tokens"], seed=seed)
     return {"pass@1": result.pass_at[1], f"pass@{k}": result.pass_at[k]}
 
 
@@ -97,9 +150,9 @@ def train_teacher(base, tokenizer, train, steps: int, seed: int) -> tuple[torch.
     model = copy.deepcopy(base)
     started, tokens = time.time(), {}
     with tempfile.TemporaryDirectory() as folder:
-        config = make_config("sft", model_name_or_path="tiny", output_dir=folder, seed=seed,
-                             **{**COMMON, "max_steps": steps, "learning_rate": 3e-4})
-        trainer = Trainer(config, None, demonstrations(train), model, tokenizer, progress=False)
+        config = make_config("sft", model_name_or_path=MODEL, output_dir=folder, seed=seed,
+                             **{**COMMON, "max_steps": steps, "learning_rate": SETTINGS["sft"]["learning_rate"]})
+        trainer = Trainer(config, None, PROFILE["demonstrations"](train), model, tokenizer, progress=False)
         rows = trainer.train()
         tokens = rows[-1]["num_tokens"]
     return model, {"steps": steps, "tokens": tokens, "seconds": time.time() - started}
@@ -109,7 +162,7 @@ def run_method(method, base, tokenizer, train, reward_funcs, budget, curve_set, 
                pair_rows, pair_cost) -> dict:
     """Train a copy of ``base`` with ``method`` until its cost reaches ``budget``; the accuracy curve."""
     model = copy.deepcopy(base)
-    dataset = {"sft": demonstrations(train), "dpo": pair_rows}.get(method, train)
+    dataset = {"sft": PROFILE["demonstrations"](train), "dpo": pair_rows}.get(method, train)
     start_cost = pair_cost if method == "dpo" else 0
     curve, marks = [], [budget * (i + 1) / curve_points for i in range(curve_points)]
     state = {"cost": start_cost, "steps": 0}
@@ -129,7 +182,7 @@ def run_method(method, base, tokenizer, train, reward_funcs, budget, curve_set, 
             raise BudgetSpent
 
     with tempfile.TemporaryDirectory() as folder:
-        config = make_config(method, model_name_or_path="tiny", output_dir=folder, seed=seed,
+        config = make_config(method, model_name_or_path=MODEL, output_dir=folder, seed=seed,
                              **{**COMMON, **SETTINGS[method]})
         extra = {"teacher_model": teacher} if method == "distill" else {}
         needs_rewards = method in ("rejection", "grpo")
@@ -147,6 +200,9 @@ def run_method(method, base, tokenizer, train, reward_funcs, budget, curve_set, 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--methods", default=",".join(METHODS))
+    parser.add_argument("--model", default="tiny", choices=sorted(PROFILES),
+                        help="start model (smollm2-135m: LoRA, the demo's tagged task; best on a GPU)")
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--budget", type=int, default=60000, help="tokens through the model per method")
     parser.add_argument("--train-rows", type=int, default=2000)
     parser.add_argument("--eval-n", type=int, default=200, help="held-out problems (and shifted ones)")
@@ -161,6 +217,9 @@ def main(argv=None) -> int:
                         help="change one method's setting, e.g. --set rejection.learning_rate=3e-5 (repeatable)")
     parser.add_argument("--out", default=None, help="folder for results.json and curves.png")
     args = parser.parse_args(argv)
+    global MODEL, PROFILE, SETTINGS, COMMON
+    MODEL, PROFILE = args.model, PROFILES[args.model]
+    SETTINGS, COMMON = {m: dict(v) for m, v in PROFILE["settings"].items()}, PROFILE["common"]
     for item in args.overrides:
         key, _, value = item.partition("=")
         method, _, name = key.partition(".")
@@ -173,17 +232,17 @@ def main(argv=None) -> int:
         parser.error(f"unknown method(s) {unknown}; choose from {', '.join(METHODS)}")
     torch.manual_seed(args.seed)
 
-    base, tokenizer = load_policy("tiny", dtype="float32")
-    reward_funcs = get_reward_functions(["correctness_first_number_reward"])
-    train = get_task("arithmetic", split="train", n=args.train_rows, seed=args.seed)
-    held_out = get_task("arithmetic", split="test", n=args.eval_n, seed=1)
-    shifted = arithmetic_dataset(n=args.eval_n, split="test", seed=1, digits=3)
+    base, tokenizer = load_policy(MODEL, dtype="float32", device=args.device)
+    reward_funcs = get_reward_functions(PROFILE["rewards"])
+    train = get_task(PROFILE["task"], split="train", n=args.train_rows, seed=args.seed)
+    held_out = get_task(PROFILE["task"], split="test", n=args.eval_n, seed=1)
+    shifted = arithmetic_dataset(n=args.eval_n, split="test", seed=1, digits=3, tagged=PROFILE["tagged"])
     curve_set = held_out.select(range(min(args.curve_n, len(held_out))))
     pass_set = held_out.select(range(min(args.pass_n, len(held_out))))
 
     base.eval()
     before = correct_list(base, tokenizer, held_out)
-    results = {"setup": {**vars(args), "model": "tiny", "task": "arithmetic (2-digit +)", "seeds": 1,
+    results = {"setup": {**vars(args), "task": f"{PROFILE['task']} (2-digit +)", "seeds": 1,
                          "passes": PASSES, "settings": SETTINGS, "torch_threads": torch.get_num_threads()},
                "start": {"held_out": summary(before), "shifted": summary(correct_list(base, tokenizer, shifted)),
                          **sampled(base, tokenizer, pass_set, args.k, args.seed)}}
@@ -200,13 +259,14 @@ def main(argv=None) -> int:
     if "dpo" in methods:
         started = time.time()
         prompts = train.select(range(min(args.pair_prompts, len(train))))
-        rows, stats = preference_pairs(base, tokenizer, prompts, reward_funcs, k=4, max_tokens=6, seed=args.seed)
+        rows, stats = preference_pairs(base, tokenizer, prompts, reward_funcs, k=4,
+                                       max_tokens=COMMON["max_completion_length"], seed=args.seed)
         from datasets import Dataset
 
         pair_rows, pair_cost = Dataset.from_list(rows), stats["tokens_sampled"]
         results["dpo_pairs"] = {**stats, "seconds": time.time() - started}
         print(f"dpo pairs: {json.dumps(results['dpo_pairs'])}", flush=True)
-        needed = make_config("dpo", model_name_or_path="tiny", **COMMON, **SETTINGS["dpo"]).unique_prompts_per_generation
+        needed = make_config("dpo", model_name_or_path=MODEL, **COMMON, **SETTINGS["dpo"]).unique_prompts_per_generation
         if pair_cost >= args.budget:
             print(f"dpo: building the pairs cost {pair_cost} tokens, the whole budget; DPO is left out", flush=True)
             methods = [m for m in methods if m != "dpo"]
@@ -215,9 +275,16 @@ def main(argv=None) -> int:
                   "--pair-prompts)", flush=True)
             methods = [m for m in methods if m != "dpo"]
 
+    failed = []
     for method in methods:
-        run = run_method(method, base, tokenizer, train, reward_funcs, args.budget, curve_set, args.curve_points,
-                         args.seed, teacher, pair_rows, pair_cost)
+        try:
+            run = run_method(method, base, tokenizer, train, reward_funcs, args.budget, curve_set,
+                             args.curve_points, args.seed, teacher, pair_rows, pair_cost)
+        except Exception:  # one method's failure is reported and the others still run
+            traceback.print_exc()
+            print(f"{method}: failed (traceback above); the other methods go on", flush=True)
+            failed.append(method)
+            continue
         model = run.pop("model")
         after = correct_list(model, tokenizer, held_out)
         lift, low, high = lift_interval(before, after)
@@ -230,13 +297,19 @@ def main(argv=None) -> int:
               f"{r['shifted']['accuracy']:.3f} pass@1 {r['pass@1']:.3f} pass@{args.k} {r[f'pass@{args.k}']:.3f}",
               flush=True)
 
+        save(results, methods, args.out)  # after each method: a long run that stops keeps what it measured
+
     print(table(results, methods, args.k))
-    if args.out:
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "results.json").write_text(json.dumps(results, indent=1))
-        plot(results, methods, out / "curves.png")
-    return 0
+    save(results, methods, args.out)
+    return 1 if failed else 0
+
+
+def save(results: dict, methods: list[str], out: str | None) -> None:
+    """``results.json`` and ``curves.png`` in ``out`` (nothing without ``--out``)."""
+    if out:
+        Path(out).mkdir(parents=True, exist_ok=True)
+        (Path(out) / "results.json").write_text(json.dumps(results, indent=1))
+        plot(results, methods, Path(out) / "curves.png")
 
 
 def _number(text: str):
