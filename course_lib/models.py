@@ -99,6 +99,20 @@ def smollm2_gguf_path() -> Path:
     return path
 
 
+#: SmolLM2-135M-Instruct's special tokens as its own tokenizer declares them: a turn ends with
+#: ``<|im_end|>``. The GGUF reader of transformers 5.16-5.17 reads ``<|im_start|>`` as the end of
+#: sequence instead (and no pad token), so a multi-turn tool rollout never saw its turns end;
+#: both the conversion and every load set them.
+SMOLLM2_SPECIAL_TOKENS = {"bos_token": "<|im_start|>", "eos_token": "<|im_end|>", "pad_token": "<|im_end|>"}
+
+
+def set_smollm2_special_tokens(tokenizer) -> None:
+    """Give a SmolLM2-135M-Instruct tokenizer its declared special tokens (:data:`SMOLLM2_SPECIAL_TOKENS`)."""
+    for attribute, token in SMOLLM2_SPECIAL_TOKENS.items():
+        if getattr(tokenizer, attribute) != token:
+            setattr(tokenizer, attribute, token)
+
+
 def smollm2_folder() -> Path:
     """A folder with SmolLM2-135M-Instruct as fp32 safetensors, converted once from the GGUF."""
     target = cache_dir() / "smollm2-135m-instruct-fp32"
@@ -112,6 +126,7 @@ def smollm2_folder() -> Path:
     with heartbeat(f"converting SmolLM2-135M-Instruct from its GGUF file to {target} (once per machine)"):
         model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
         tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+        set_smollm2_special_tokens(tokenizer)
         # The weights are dequantized to fp32 on load; drop the quantizer so the model trains and
         # saves as an ordinary fp32 model.
         model.hf_quantizer = None
@@ -344,6 +359,8 @@ def load_policy(name: str | os.PathLike = "tiny", *, dtype: torch.dtype | str = 
         raise ModelNotAvailableError(f"The weights of {name!r} in {path} hold NaN or infinity (first: {bad}); "
                                      "sampling from them fails and training cannot repair them. Fix: load the "
                                      "model saved before its training diverged.")
+    if isinstance(path, Path) and embedded_model_name(path) == "smollm2-135m":
+        set_smollm2_special_tokens(tokenizer)  # a cache converted by an older transformers lacks them
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     tokenizer.padding_side = "left"

@@ -109,3 +109,30 @@ def test_smollm2_converts_once_from_gguf_and_generates():
                                        max_new_tokens=24, return_completions=True)
     assert all("<answer>" in c for c in completions), completions
     assert len(prompts) == 2
+
+
+@pytest.mark.slow
+def test_smollm2_ends_its_turns_with_im_end_even_from_a_cache_that_lost_it(monkeypatch, tmp_path):
+    """SmolLM2-135M-Instruct's tokenizer declares ``<|im_end|>`` as its end of sequence and pad token.
+
+    transformers 5.16-5.17's GGUF reader gave ``<|im_start|>`` instead (a tool rollout then never
+    saw a turn end: every solved guessing game ended "budget"). A cache converted that way is
+    repaired on load; the ids are the vocabulary's (1 = <|im_start|>, 2 = <|im_end|>).
+    """
+    from course_lib.models import smollm2_folder
+
+    good = smollm2_folder()
+    stale = tmp_path / "smollm2-135m-instruct-fp32"
+    stale.mkdir()
+    for file in good.iterdir():
+        if file.name == "tokenizer_config.json":
+            config = json.loads(file.read_text())
+            config.update(eos_token="<|im_start|>", pad_token=None)
+            (stale / file.name).write_text(json.dumps(config))
+        else:
+            (stale / file.name).symlink_to(file)
+    monkeypatch.setenv("COURSE_LIB_CACHE", str(tmp_path))
+    _, tokenizer = load_policy("smollm2-135m")
+    assert (tokenizer.eos_token, tokenizer.eos_token_id) == ("<|im_end|>", 2)
+    assert (tokenizer.pad_token, tokenizer.pad_token_id) == ("<|im_end|>", 2)
+    assert tokenizer.bos_token_id == 1
