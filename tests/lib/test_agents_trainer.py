@@ -188,19 +188,27 @@ def test_export_trl_refuses_tools_given_without_an_iteration_cap(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
-def test_tool_run_resumes_exactly(tmp_path):
+@pytest.mark.parametrize("algo", ["grpo", "rloo", "ppo"])
+def test_tool_run_resumes_exactly(tmp_path, algo):
     """A checkpoint taken with a multi-turn generation batch in flight resumes to the same run."""
     settings = dict(max_steps=4, save_steps=2, steps_per_generation=2, num_iterations=2, temperature=1.5)
-    full = _trainer(tmp_path / "full", **settings)
+    if algo == "rloo":  # RLOO's ratio is per sequence: 1e-3 moves the scripted calls' summed log-prob by ~85 nats
+        settings["learning_rate"] = 1e-5  # in one step, and exp(85) overflows float32 at the second iteration
+    full = _trainer(tmp_path / "full", algo, **settings)
     full_history = full.train()
     assert full_history[-1]["tools/call_frequency"] == 1.0
-    resumed = _trainer(tmp_path / "resumed", **settings)
+    resumed = _trainer(tmp_path / "resumed", algo, **settings)
     resumed_history = resumed.train(resume_from=tmp_path / "full" / "checkpoint-2")
     def comparable(row):  # wall-clock quantities differ between any two runs
         return {k: v for k, v in row.items() if k not in ("tokens/s", "eps") and not k.startswith("timing/")}
     assert [comparable(r) for r in resumed_history[2:]] == [comparable(r) for r in full_history[2:]]
     for a, b in zip(full.model.parameters(), resumed.model.parameters()):
         assert torch.equal(a, b)
+    untrained, _ = load_policy("tiny")  # the comparison is not vacuous: the last two steps moved the weights
+    assert any(not torch.equal(a, b) for a, b in zip(untrained.parameters(), full.model.parameters()))
+    if algo == "ppo":  # the value head is part of what resumes
+        full_values, resumed_values = full.value_head.state_dict(), resumed.value_head.state_dict()
+        assert all(torch.equal(full_values[k], resumed_values[k]) for k in full_values)
 
 
 def test_environments_chosen_by_column_log_their_own_reward(tmp_path):
