@@ -190,11 +190,13 @@ def _token_values(fn, args, kwargs, name):
         raise Hint(f"{name} divided by zero ({error}): a standard deviation over one value (one trajectory's turns, "
                    "or a single turn) has n - 1 = 0. Standardise over the whole group (see the docstring).")
     token_turns = args[1]
-    if not (isinstance(out, (list, tuple)) and len(out) == len(token_turns)
-            and all(len(row) == len(turns) for row, turns in zip(out, token_turns))):
+    try:
+        out = [[float(v) for v in row] for row in out]
+    except TypeError:
+        out = None
+    if out is None or len(out) != len(token_turns) or any(len(r) != len(t) for r, t in zip(out, token_turns)):
         raise Hint(f"{name} returns one list per trajectory with one advantage per token, shaped like token_turns "
                    f"(lengths {[len(t) for t in token_turns]}).")
-    out = [[float(v) for v in row] for row in out]
     if any(math.isnan(v) for row in out for v in row):
         raise Hint(f"{name} gave NaN: when every value of the group is equal the std is 0, and (x - mean) / (std + eps) "
                    "is 0, not NaN; add eps to the std (and standardise over the whole group, never over one value).")
