@@ -523,10 +523,10 @@ plt.show()
 # by **4 more supervised steps** on 16 new scripted traces (seeds 1004-1007, no held-out
 # pair) and no RL at all also reaches **100/100 [96.3, 100.0]** on the full mode's held-out
 # problems, every trajectory ending on its own end-of-turn token (10/10 on the first ten of
-# them in a fast-mode run, like GRPO there). The scripted traces already show the behaviour GRPO found, answering after
-# the result, so on this task more warm-up does what the 8 GRPO steps did: the split comes
-# from stopping the warm-up at 4 steps. Whether RL adds anything needs a task whose scripted
-# traces cannot show the best behaviour. `benchmarks/guess_rl_vs_sft.py` builds one: the guessing
+# them in a fast-mode run, like GRPO there). The scripted traces already show the behaviour
+# GRPO found, answering after the result, so on this task more warm-up does what the 8 GRPO
+# steps did: the split comes from stopping the warm-up at 4 steps. Whether RL adds anything
+# needs a task whose scripted traces cannot show the best behaviour. `benchmarks/guess_rl_vs_sft.py` builds one: the guessing
 # game of exercise 2 (secret 1..7, 3 guesses, `environment_factory`, three tool rounds), whose
 # scripted demonstrator guesses at random among the numbers still possible and so succeeds
 # 67.8% of the time where binary search always does; it compares warm-up + more supervision
@@ -542,8 +542,8 @@ plt.show()
 
 # %%
 # benchmarks/guess_rl_vs_sft.py --n 7 --budget 3 --warmup-steps 6 --steps 4 --batch 8 --generations 4 --lr 2e-5
-# --max-completion-length 128 --skip-base, as printed (benchmarks/README.md). The training log has no
-# rounds per step; each turn of this game makes at most one call, so a rollout's calls are its rounds.
+# --max-completion-length 128 --skip-base, as printed (benchmarks/README.md). Its training log has no
+# rounds per step (calls per completion only); its held-out evaluations have both, equal at every stage.
 GUESS_GRPO_STEPS = {"reward": [0.500, 0.500, 0.250, 0.250], "calls / completion": [2.38, 2.75, 2.75, 2.62]}
 GUESS_STAGES = {  # stage: (solved of 28, guesses / game, rounds / game)
     "scripted player": (21, 2.36, 2.36), "warm-up": (17, 2.61, 2.61),
