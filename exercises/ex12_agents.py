@@ -89,7 +89,8 @@ def trajectory_advantages(turn_rewards: list[list[float]], token_turns: list[lis
     """
     # HINT: returns R_i = sum of trajectory i's turn rewards; mean and std over the G returns (std divides by G - 1).
     # HINT: usual mistakes: R_i = the last turn's reward, the mean of the turn rewards instead of their sum,
-    # HINT: dividing by G in the std, no eps, and an advantage on the tool tokens (they get 0.0: the model did not write them).
+    # HINT: dividing by G in the std, no eps, one number per trajectory instead of one per token, and an
+    # HINT: advantage on the tool tokens (they get 0.0: the model did not write them).
     raise NotImplementedError("Exercise: replace this line with your code.")
 
 
@@ -109,8 +110,9 @@ def turn_advantages(turn_rewards: list[list[float]], token_turns: list[list[int]
         ``A_{i,t} = (G_{i,t} - mean) / (std + eps)`` on every token of turn ``t`` of
         trajectory ``i``; 0.0 on every tool token.
     """
-    # HINT: walk each trajectory's turns backwards: G = r_t + gamma * G; then standardise all the G values of the group together.
-    # HINT: usual mistakes: summing from the first turn up to t (that is the past, not the return-to-go), gamma**k
-    # HINT: instead of gamma**(k - t), standardising each trajectory (or each turn index) on its own, and tool tokens not 0.0.
+    # HINT: walk each trajectory's turns backwards, G = r_t + gamma * G; then standardise all the G values of
+    # HINT: the group together. Usual mistakes: summing from the first turn up to t (that is the past, not the
+    # HINT: return-to-go), gamma**k instead of gamma**(k - t), standardising each trajectory (or each turn
+    # HINT: index) on its own, and tool tokens not 0.0.
     raise NotImplementedError("Exercise: replace this line with your code.")
 

@@ -198,8 +198,8 @@ def _token_values(fn, args, kwargs, name):
         raise Hint(f"{name} returns one list per trajectory with one advantage per token, shaped like token_turns "
                    f"(lengths {[len(t) for t in token_turns]}).")
     if any(math.isnan(v) for row in out for v in row):
-        raise Hint(f"{name} gave NaN: when every value of the group is equal the std is 0, and (x - mean) / (std + eps) "
-                   "is 0, not NaN; add eps to the std (and standardise over the whole group, never over one value).")
+        raise Hint(f"{name} gave NaN: when every value of the group is equal the std is 0, and "
+                   "(x - mean) / (std + eps) is 0, not NaN; add eps to the std (and standardise over the whole group, never over one value).")
     if any(v != 0.0 for row, turns in zip(out, token_turns) for v, turn in zip(row, turns) if turn < 0):
         raise Hint(f"{name}: tool tokens (turn -1) must get 0.0: the rollout loop wrote them, the model did not, "
                    "so no advantage moves their log-probs (the holes of exercise 1's mask).")
@@ -241,8 +241,10 @@ def check_trajectory_advantages(fn) -> None:
         "a trajectory's return R_i is the SUM of its turn rewards, not its last turn's reward.":
             _standardize([r[-1] for r in _REWARDS]),
         "R_i is the sum of the turn rewards, not their mean: with the mean a game that missed twice before finding "
-        "the secret is paid almost as little as one that never found it.": _standardize([sum(r) / len(r) for r in _REWARDS]),
-        "the std divides by G - 1 (unbiased, as torch.std and TRL's GRPO), not by G.": _standardize(returns, unbiased=False),
+        "the secret is paid almost as little as one that never found it.":
+            _standardize([sum(r) / len(r) for r in _REWARDS]),
+        "the std divides by G - 1 (unbiased, as torch.std and TRL's GRPO), not by G.":
+            _standardize(returns, unbiased=False),
         "subtract the group mean AND divide by the group's std (+ eps): GRPO standardises the returns.":
             [R - mean for R in returns],
         "divide by std + eps (eps = 1e-4), not by the std alone.": _standardize(returns, eps=0.0),
@@ -290,10 +292,12 @@ def check_turn_advantages(fn) -> None:
         "this turn (that is what already happened, which this turn cannot change).": _flatten(pooled(past)),
         "the discount counts from the current turn, gamma^(k - t); you used gamma^k.":
             _flatten(pooled(to_go(lambda t, k: _GAMMA ** k))),
-        "use the discount gamma: you computed undiscounted returns (gamma = 1).": _flatten(pooled(to_go(lambda t, k: 1.0))),
+        "use the discount gamma: you computed undiscounted returns (gamma = 1).":
+            _flatten(pooled(to_go(lambda t, k: 1.0))),
         "standardise the returns-to-go (subtract the mean, divide by the std + eps) over the group's turns.":
             _flatten(right),
-        "the std divides by n - 1 (unbiased), n the number of turns in the whole group.": _flatten(pooled(right, False)),
+        "the std divides by n - 1 (unbiased), n the number of turns in the whole group.":
+            _flatten(pooled(right, False)),
         "standardise across the group, all turns of all G trajectories pooled, not within each trajectory (a "
         "one-turn trajectory would then always get 0).": _flatten(own),
         "pool all turns of the group together, not only the turns with the same index t: here a game's turns are "

@@ -137,6 +137,12 @@ def _spread(turns, values):
     return [values[t] if t >= 0 else 0.0 for t in turns]
 
 
+def credit_one_number_per_trajectory(turn_rewards, token_turns, eps=1e-4):
+    returns = [sum(r) for r in turn_rewards]
+    mean, std = sum(returns) / len(returns), _std(returns)
+    return [(R - mean) / (std + eps) for R in returns]  # not broadcast to the tokens
+
+
 def credit_last_reward(turn_rewards, token_turns, eps=1e-4):
     returns = [r[-1] for r in turn_rewards]
     mean, std = sum(returns) / len(returns), _std(returns)
@@ -277,6 +283,7 @@ def reference_turn_advantages(turn_rewards, token_turns, gamma=1.0, eps=1e-4):
     (ex12.check_guessing_game, GameWithPublicHelper, "Prefix helpers with an underscore"),
     (ex12.check_guessing_game, GamePayingOnlyForTheLastGuess, "not only the last one"),
     (ex12.check_guessing_game, GameNotCountingGuessesAfterTheSecret, "including those after the correct one"),
+    (ex12.check_trajectory_advantages, credit_one_number_per_trajectory, "one advantage per token"),
     (ex12.check_trajectory_advantages, credit_last_reward, "SUM of its turn rewards, not its last"),
     (ex12.check_trajectory_advantages, credit_mean_reward, "not their mean"),
     (ex12.check_trajectory_advantages, credit_population_std, "not by G."),
