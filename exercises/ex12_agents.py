@@ -1,10 +1,13 @@
 # This file is generated from solutions/ex12_agents.py by `python -m course_lib make-stubs`.
 # Fill in the parts that raise NotImplementedError; the tests in tests/exercises/ grade them.
-"""Lesson 12 exercises: the loss mask of a multi-turn trajectory, and an environment.
+"""Lesson 12 exercises: the loss mask of a multi-turn trajectory, an environment, and credit.
 
 `trajectory_loss_mask` turns a trajectory, given as its pieces in order, into the mask the
 policy-gradient loss uses (``tool_mask`` in TRL 1.16 and in `course_lib/rollout/agents.py`).
 `GuessingGame` is an environment in the shape TRL's ``environment_factory`` expects.
+`trajectory_advantages` and `turn_advantages` give the tokens of a group of multi-turn
+trajectories their advantages two ways: one number per trajectory (GRPO, TRL 1.16, this
+library's trainer) or one per model turn from the rewards that came after it.
 """
 
 
@@ -63,3 +66,53 @@ class GuessingGame:
         """1.0 if some guess was correct, minus 0.1 per guess after the first (never below
         0.0); 0.0 if the secret was never guessed."""
         raise NotImplementedError("Exercise: replace this line with your code.")
+
+
+def trajectory_advantages(turn_rewards: list[list[float]], token_turns: list[list[int]],
+                          eps: float = 1e-4) -> list[list[float]]:
+    """Trajectory-level credit: GRPO's one advantage per trajectory, on every token its model wrote.
+
+    Args:
+        turn_rewards: a group of G >= 2 trajectories sampled for the same prompt;
+            ``turn_rewards[i][t]`` is what trajectory ``i`` earned at its model turn ``t``
+            (e.g. the feedback to its t-th guess). Every trajectory has at least one turn.
+        token_turns: ``token_turns[i][k]`` is the model turn (0, 1, ...) that token ``k`` of
+            trajectory ``i`` belongs to, or -1 for a token the rollout loop wrote (a tool
+            result, the header after it).
+        eps: added to the standard deviation (TRL 1.16's 1e-4).
+
+    Returns:
+        A list shaped like ``token_turns``. With ``R_i = sum_t turn_rewards[i][t]`` (the
+        trajectory's return), ``A_i = (R_i - mean(R)) / (std(R) + eps)`` over the group, the
+        standard deviation unbiased (divided by G - 1, as ``torch.std`` and TRL's GRPO), on
+        every model token of trajectory ``i``; 0.0 on every tool token.
+    """
+    # HINT: returns R_i = sum of trajectory i's turn rewards; mean and std over the G returns (std divides by G - 1).
+    # HINT: usual mistakes: R_i = the last turn's reward, the mean of the turn rewards instead of their sum,
+    # HINT: dividing by G in the std, no eps, one number per trajectory instead of one per token, and an
+    # HINT: advantage on the tool tokens (they get 0.0: the model did not write them).
+    raise NotImplementedError("Exercise: replace this line with your code.")
+
+
+def turn_advantages(turn_rewards: list[list[float]], token_turns: list[list[int]], gamma: float = 1.0,
+                    eps: float = 1e-4) -> list[list[float]]:
+    """Turn-level credit: each model turn is judged by the rewards from that turn on.
+
+    Args:
+        turn_rewards, token_turns, eps: as in :func:`trajectory_advantages`.
+        gamma: the discount per turn, in [0, 1].
+
+    Returns:
+        A list shaped like ``token_turns``. Each turn's discounted return-to-go
+        ``G_{i,t} = sum_{k >= t} gamma^(k - t) * turn_rewards[i][k]`` (so
+        ``G_{i,t} = r_{i,t} + gamma * G_{i,t+1}``); the mean and the unbiased standard
+        deviation over **all** turns of **all** G trajectories of the group, pooled;
+        ``A_{i,t} = (G_{i,t} - mean) / (std + eps)`` on every token of turn ``t`` of
+        trajectory ``i``; 0.0 on every tool token.
+    """
+    # HINT: walk each trajectory's turns backwards, G = r_t + gamma * G; then standardise all the G values of
+    # HINT: the group together. Usual mistakes: summing from the first turn up to t (that is the past, not the
+    # HINT: return-to-go), gamma**k instead of gamma**(k - t), standardising each trajectory (or each turn
+    # HINT: index) on its own, and tool tokens not 0.0.
+    raise NotImplementedError("Exercise: replace this line with your code.")
+

@@ -3,10 +3,12 @@
 #
 # [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/rl-for-llms/course/blob/main/notebooks/12_agents.ipynb)
 #
-# *Fast mode (`COURSE_FAST=1`), as the notebook test runs it: about 265 s of CPU time on a 2-core CPU
-# (most of it the two SmolLM2 GRPO steps; the TRL cell adds about 19 s, mostly importing TRL),
-# plus a one-time conversion of SmolLM2's GGUF file on a machine's first run; the wall time
-# grows when the machine is busy with other work.*
+# *Fast mode (`COURSE_FAST=1`), as the notebook test runs it: about 210 s of CPU time with one
+# thread (`OMP_NUM_THREADS=1`; measured 209 s, 282 s before fast mode was cut to 6 held-out problems,
+# one group per GRPO step and no second sampling of the last group). Most of it is SmolLM2's
+# supervised warm-up (about 85 s with its evaluation) and the two GRPO steps (about 75 s with theirs);
+# the TRL cell takes about 9 s, mostly importing TRL. Add a one-time conversion of SmolLM2's GGUF
+# file on a machine's first run; the wall time grows when the machine is busy with other work.*
 #
 # Until now a completion was one stretch of text the model wrote after the prompt, scored
 # once. An **agent** writes a little, calls a tool (a calculator, a search, a Python
@@ -21,8 +23,9 @@
 # 2. measure why the loop keeps the sampled token ids (**token in, token out**) instead
 #    of decoding and re-encoding text, on the real shipped tokenizers;
 # 3. look at one trajectory with every token coloured trained / masked;
-# 4. write an **environment** (`reset`, a tool, `get_reward`) and the loss mask of a
-#    multi-turn trajectory (the exercises);
+# 4. write an **environment** (`reset`, a tool, `get_reward`), the loss mask of a
+#    multi-turn trajectory, and its advantages two ways, one per trajectory and one per
+#    turn (the exercises);
 # 5. hand the same environment to TRL's `GRPOTrainer`;
 # 6. train SmolLM2-135M-Instruct to use a calculator it never called before (a supervised
 #    warm-up on scripted traces, then GRPO with a tool), measure the held-out accuracy with
@@ -103,8 +106,9 @@ print("fast mode:", fast_mode())
 #   as it is, so the same run gives different trajectories in the two trainers. Either way a
 #   run that calls many tools needs a larger budget.
 # - **The reward is for the whole trajectory.** One scalar at the end, so every model token
-#   of the trajectory gets the same GRPO advantage, whichever turn it is in (turn-level
-#   credit is an open research question; question 4 below).
+#   of the trajectory gets the same GRPO advantage, whichever turn it is in (TRL 1.16 and
+#   this library's trainer both do this; section 6 and exercise 3 compute turn-level credit
+#   next to it).
 #
 # The tools are plain functions with type hints and a Google-style docstring: the chat
 # template writes their schema into the prompt. Here is a calculator tool and the prompt
@@ -373,7 +377,8 @@ feedback(ex12.check_guessing_game, ex.GuessingGame);
 #    `tools/failure_frequency` (failed calls per call), with TRL's names.
 #
 # Full mode is the measured run of `benchmarks/tool_lift.py` (100 held-out problems, 8 GRPO
-# steps); fast mode runs the same cells on 10 problems and 2 steps, to show the mechanism.
+# steps of 8 rollouts); fast mode runs the same cells on 6 problems and 2 steps of 4 rollouts
+# (one group), to show the mechanism.
 
 # %%
 from course_lib.evaluation import lift_interval, wilson_interval
@@ -394,7 +399,7 @@ def multiply_problems(rows, seed, exclude=frozenset()):
                               "a": [a for a, _ in pairs], "b": [b for _, b in pairs]})
 
 
-EVAL_N = scaled(10, 100)
+EVAL_N = scaled(6, 100)
 MAX_COMPLETION = 64
 smol, smol_tokenizer = load_policy("smollm2-135m")
 SMOL_TEMPLATE = tool_chat_template(smol_tokenizer)  # TOOL_CHAT_TEMPLATE: SmolLM2's own template knows no tools
@@ -450,7 +455,7 @@ def correct_answer(prompts, completions, answer, **_):
     return [float(is_correct(final_turn(messages), reference)) for messages, reference in zip(completions, answer)]
 
 
-STEPS, BATCH = scaled(2, 8), 8
+STEPS, BATCH = scaled(2, 8), scaled(4, 8)  # fast mode: one group of 4 rollouts a step
 config = make_config("grpo", model_name_or_path="smollm2-135m", output_dir=tempfile.mkdtemp(prefix="agents-"),
                      max_steps=STEPS, learning_rate=2e-5, per_device_train_batch_size=BATCH, num_generations=4,
                      temperature=1.0, beta=0.0, max_completion_length=MAX_COMPLETION, max_tool_calling_iterations=1,
@@ -506,9 +511,9 @@ plt.show()
 # collapses to the point: read the Wilson intervals above for that comparison). Over the 8
 # GRPO steps `tools/call_frequency` went 0.50, 0.38, 0.75, 0.88, 0.75, 0.75, 1.00, 0.88 and
 # the mean reward 0.12, 0.00, 0.25, 0.50, 0.50, 0.62, 0.25, 0.75 (8 rollouts a step: each
-# point is noisy, the trend is the held-out jump). Fast mode (10 problems, 2 GRPO steps; the
-# whole notebook ran in 114 s here) measured 0/10, 4/10 and 10/10: the same direction, with
-# intervals three times as wide.
+# point is noisy, the trend is the held-out jump). Fast mode (6 problems, 2 GRPO steps of one
+# group of 4) measured 0/6, 2/6 and 6/6: the same direction, with far wider intervals (after
+# GRPO [61.0, 100.0]).
 #
 # What the stages show, and what they do not. The warm-up takes the model from never calling
 # to calling on nearly every problem, from 16 scripted traces; GRPO, with nothing but a
@@ -517,11 +522,11 @@ plt.show()
 # otherwise: the same 4-step warm-up (the same losses, 0.96 / 0.44 / 0.23 / 0.13) followed
 # by **4 more supervised steps** on 16 new scripted traces (seeds 1004-1007, no held-out
 # pair) and no RL at all also reaches **100/100 [96.3, 100.0]** on the full mode's held-out
-# problems, every trajectory ending on its own end-of-turn token (10/10 on fast mode's ten,
-# like GRPO there). The scripted traces already show the behaviour GRPO found, answering after
-# the result, so on this task more warm-up does what the 8 GRPO steps did: the split comes
-# from stopping the warm-up at 4 steps. Whether RL adds anything needs a task whose scripted
-# traces cannot show the best behaviour. `benchmarks/guess_rl_vs_sft.py` builds one: the guessing
+# problems, every trajectory ending on its own end-of-turn token (10/10 on the first ten of
+# them in a fast-mode run, like GRPO there). The scripted traces already show the behaviour
+# GRPO found, answering after the result, so on this task more warm-up does what the 8 GRPO
+# steps did: the split comes from stopping the warm-up at 4 steps. Whether RL adds anything
+# needs a task whose scripted traces cannot show the best behaviour. `benchmarks/guess_rl_vs_sft.py` builds one: the guessing
 # game of exercise 2 (secret 1..7, 3 guesses, `environment_factory`, three tool rounds), whose
 # scripted demonstrator guesses at random among the numbers still possible and so succeeds
 # 67.8% of the time where binary search always does; it compares warm-up + more supervision
@@ -529,11 +534,49 @@ plt.show()
 # (6 warm-up steps, then 4 steps of 8 trajectories per arm, 28 held-out games) found warm-up
 # 17/28, + more SFT 12/28, + GRPO 6/28 (its trajectories ran out of tokens;
 # `benchmarks/README.md`): far too small to settle the question, and RL was not ahead, so this
-# lesson claims no advantage of RL over supervision.
-# What this run does show is RL's mechanics on a trajectory with holes in its mask, and that a correctness
-# reward alone moves the model. In fast mode GRPO's second step had a mean reward of 0.00
-# (all eight rollouts wrong, so every advantage and the gradient were 0): the flip of the
-# greedy answers came from the one step with a spread, applied again through Adam's momentum.
+# lesson claims no advantage of RL over supervision. The cell below draws that run's numbers as
+# the benchmark printed them (they are not recomputed here: the run took 34 minutes of a shared
+# CPU): GRPO's reward and calls per completion at each step, and, for each stage on the 28
+# held-out games, the share solved within the budget, the guesses per game and the tool rounds
+# per game.
+
+# %%
+# benchmarks/guess_rl_vs_sft.py --n 7 --budget 3 --warmup-steps 6 --steps 4 --batch 8 --generations 4 --lr 2e-5
+# --max-completion-length 128 --skip-base, as printed (benchmarks/README.md). Its training log has no
+# rounds per step (calls per completion only); its held-out evaluations have both, equal at every stage.
+GUESS_GRPO_STEPS = {"reward": [0.500, 0.500, 0.250, 0.250], "calls / completion": [2.38, 2.75, 2.75, 2.62]}
+GUESS_STAGES = {  # stage: (solved of 28, guesses / game, rounds / game)
+    "scripted player": (21, 2.36, 2.36), "warm-up": (17, 2.61, 2.61),
+    "+ 4 SFT steps": (12, 2.57, 2.57), "+ 4 GRPO steps": (6, 3.00, 3.00)}
+
+fig, (ax_steps, ax_stages) = plt.subplots(1, 2, figsize=(11, 3.2))
+for label, values in GUESS_GRPO_STEPS.items():
+    ax_steps.plot(range(1, len(values) + 1), values, marker="o", label=label)
+ax_steps.set_xlabel("GRPO step (after the warm-up)")
+ax_steps.set_xticks(range(1, 5))
+ax_steps.set_title("guessing game, 1..7 in 3 guesses: GRPO's log", fontsize=9)
+ax_steps.legend(fontsize=8)
+names = list(GUESS_STAGES)
+x = torch.arange(len(names)).float()
+for offset, (label, column, scale) in zip((-0.27, 0.0, 0.27), (("solved / 28 (share)", 0, 1 / 28),
+                                                               ("guesses / game", 1, 1.0), ("rounds / game", 2, 1.0))):
+    ax_stages.bar(x + offset, [GUESS_STAGES[n][column] * scale for n in names], width=0.27, label=label)
+ax_stages.set_xticks(x, names, fontsize=8)
+ax_stages.set_title("28 held-out games, greedy (budget: 3 guesses)", fontsize=9)
+ax_stages.legend(fontsize=8)
+plt.tight_layout()
+plt.show()
+
+# %% [markdown]
+# The GRPO arm's games got longer (3.00 guesses, every one of the budget) while fewer were
+# solved: its trajectories ran out of the 128-token budget before they answered. One run of four
+# steps: read it as what happened, not as what RL does on this task.
+#
+# What the calculator run of this section does show is RL's mechanics on a trajectory with holes
+# in its mask, and that a correctness reward alone moves the model. In fast mode GRPO's first
+# step had a mean reward of 0.00 (all four rollouts wrong, so every advantage and the gradient
+# were 0): the flip of the greedy answers came from the second step, the one whose group had a
+# spread.
 # Without enough warm-up GRPO has no signal at all: no rollout calls, every group scores 0
 # (`frac_reward_zero_std` = 1; we measured 0 calls in 50 greedy rollouts after a 2-step
 # warm-up, and 5 GRPO steps from there with a reward of 0 for every rollout). The
@@ -542,33 +585,156 @@ plt.show()
 # held-out problem but copies only the first factor into the call: 3/100 right, and 80 GRPO
 # steps leave that unchanged (`benchmarks/tool_lift_tiny.py`), so it is not the model here.
 #
-# Last, a group of four trajectories the trained model samples for one held-out problem,
-# each with its reward and its GRPO advantage `(r - mean) / (std + 1e-4)` over the group:
-# every trained (green) token of a trajectory is pushed up or down by that one number, and
-# the masked (orange) tool tokens by nothing.
+# Last, the first group of four trajectories of GRPO's last step (one training problem; the
+# trainer keeps the batch its last update used, `trainer.batch`, so nothing is sampled again),
+# each with its reward and the advantage the trainer gave it, GRPO's `(r - mean) / (std + 1e-4)`
+# over the group: every trained (green) token of a trajectory is pushed up or down by that one
+# number, and the masked (orange) tool tokens by nothing.
 
 # %%
 from course_lib.algos.grpo import group_advantages
-from course_lib.rollout import HFEngine
 
 G = 4
-group_prompt = tokenize_prompts(smol_tokenizer, held_out["prompt"][:1],
-                                chat_template_kwargs={"tools": [multiply], "chat_template": SMOL_TEMPLATE})
-group = run_agent_rollouts(HFEngine(trainer.model, smol_tokenizer), smol_tokenizer, group_prompt * G,
-                           [ToolBox([multiply]) for _ in range(G)],
-                           SamplingConfig(temperature=1.0, seed=1, max_tokens=MAX_COMPLETION),
-                           max_tool_calling_iterations=1, max_completion_length=MAX_COMPLETION,
-                           chat_template=SMOL_TEMPLATE)
-rewards = torch.tensor(correct_answer(None, [t.messages for t in group.trajectories], held_out["answer"][:1] * G))
-advantages = group_advantages(rewards, G)
-for k, (t, r, adv) in enumerate(zip(group.trajectories, rewards, advantages)):
-    print(f"rollout {k}: reward {r:.1f}, advantage {adv:+.3f}, stop {t.stop}: {t.display_text()[:110]!r}")
-if float(rewards.std()) == 0.0:
+last = trainer.batch  # the last update's rollouts, scored
+_, texts, rewards, advantages = (list(x)[:G] for x in trainer.state.last_samples)
+formula = group_advantages(torch.tensor(rewards), G)
+print("the trainer's advantages are (r - mean) / (std + 1e-4) over the group:",
+      torch.allclose(torch.tensor(advantages), formula, atol=1e-5))
+for k in range(G):
+    print(f"rollout {k}: reward {rewards[k]:.1f}, advantage {advantages[k]:+.3f}: {texts[k][:110]!r}")
+if max(rewards) == min(rewards):
     print("all rewards of the group are equal: every advantage is 0, and this group teaches nothing")
-for k in sorted({int(advantages.argmax()), int(advantages.argmin())}):
-    t = group.trajectories[k]
-    display(plot_trajectory_tokens(smol_tokenizer, [], t.completion_ids, t.tool_mask, advantage=float(advantages[k]),
+for k in sorted({int(formula.argmax()), int(formula.argmin())}):
+    read = last.attention_mask[k].bool()  # every token the model read after the prompt: its own and the tool's
+    display(plot_trajectory_tokens(smol_tokenizer, [], last.completion_ids[k][read].tolist(),
+                                   last.completion_mask[k][read].tolist(), advantage=float(advantages[k]),
                                    title=f"Rollout {k} (reward {rewards[k]:.1f})."))
+
+# %% [markdown]
+# ## 6. Credit: one number per trajectory, or one per turn
+#
+# GRPO gives every model token of a trajectory the same advantage, the standardised return of
+# the whole trajectory: `A_i = (R_i - mean(R)) / (std(R) + eps)` over the group, `R_i` the sum of
+# what trajectory `i` earned. TRL 1.16 and this library's trainer do exactly that (section 5's
+# reward is one number at the end). When the environment scores each turn (a guessing game can:
+# every guess gets "higher", "lower" or "correct"), there is another choice: judge each turn by
+# what came **from that turn on**, its discounted return-to-go
+# `G_t = r_t + gamma * G_{t+1}`, standardised over all the turns of the group.
+#
+# Exercise 3: write both in `exercises/ex12_agents.py`, `trajectory_advantages` and
+# `turn_advantages` (tool tokens get 0 in both: the mask of exercise 1).
+
+# %%
+ex = load_exercise("ex12_agents")
+if feedback(ex12.check_trajectory_advantages, ex.trajectory_advantages) and \
+        feedback(ex12.check_turn_advantages, ex.turn_advantages):
+    credit = ex  # your functions
+else:
+    credit = load_exercise("ex12_agents", impl="solutions")
+    print("-> the cells below use the course's reference functions; finish exercise 3 and re-run to use yours.")
+
+# %% [markdown]
+# Four scripted players play one game (secret 6, numbers 1 to 7, 3 guesses) through the real
+# rollout loop: binary search, a lucky first guess, a slow player that tries 2 and 3 before 6,
+# and one that counts up from 1 and runs out of guesses. Each guess earns +1.0 if it finds the
+# secret and -0.1 if it misses; the closing turn ("It is 6.") earns 0. The four trajectories
+# form one GRPO group; the turns of each come from its `tool_mask`.
+
+# %%
+SECRET, BUDGET = 6, 3
+
+
+class Secret:
+    """One game's secret: the tool a rollout plays with."""
+
+    def guess(self, number: int) -> str:
+        """Guess the secret number.
+
+        Args:
+            number: the guess
+        """
+        return "correct" if number == SECRET else "higher" if SECRET > number else "lower"
+
+
+def player(next_guess):
+    """A scripted player: its next guess from the range the feedback leaves, then a closing turn."""
+    def respond(text):
+        game = text.rsplit("<|im_start|>user", 1)[-1]
+        guesses = [int(g) for g in re.findall(r'"number": (\d+)', game)]
+        answers = re.findall(r"<\|im_start\|>tool\n(\w+)", game)
+        low, high = 1, 7
+        for g, answer in zip(guesses, answers):
+            if answer == "correct":
+                return f"It is {g}."
+            low, high = (g + 1, high) if answer == "higher" else (low, g - 1)
+        if len(answers) == BUDGET:
+            return "I ran out of guesses."
+        return f'<tool_call>{{"name": "guess", "arguments": {{"number": {next_guess(low, high, guesses)}}}}}</tool_call>'
+    return respond
+
+
+PLAYERS = {"binary search": lambda low, high, seen: (low + high) // 2,
+           "lucky": lambda low, high, seen: 6,
+           "slow": lambda low, high, seen: [2, 3, 6][len(seen)],
+           "counting up": lambda low, high, seen: low}
+game_prompt = tokenize_prompts(tokenizer, [[{"role": "user", "content": "Find my number, 1 to 7, in 3 guesses."}]],
+                               chat_template_kwargs={"tools": [Secret().guess], "chat_template": TOOL_CHAT_TEMPLATE})
+games = [run_agent_rollouts(ScriptedPolicy(tokenizer, player(rule), context_limit=512), tokenizer, game_prompt,
+                            [ToolBox([Secret().guess])], SamplingConfig(max_tokens=400),
+                            max_tool_calling_iterations=BUDGET, max_completion_length=400,
+                            chat_template=TOOL_CHAT_TEMPLATE).trajectories[0]
+         for rule in PLAYERS.values()]
+
+
+def turn_rewards_and_token_turns(trajectory):
+    """Each model turn's reward (+1.0 found, -0.1 missed, 0.0 the closing turn) and each completion
+    token's turn (0, 1, ... on model tokens, -1 on the tool's), read from the trajectory."""
+    feedback_texts = [m["content"] for m in trajectory.messages if m["role"] == "tool"]
+    rewards = [1.0 if text == "correct" else -0.1 for text in feedback_texts] + [0.0]
+    turns, turn, previous = [], -1, 0
+    for kept in trajectory.tool_mask:
+        turn += int(kept == 1 and previous == 0)  # a model turn starts where a run of 1s starts
+        turns.append(turn if kept else -1)
+        previous = kept
+    return rewards, turns
+
+
+turn_rewards, token_turns = map(list, zip(*[turn_rewards_and_token_turns(t) for t in games]))
+by_trajectory = credit.trajectory_advantages(turn_rewards, token_turns)
+by_turn = credit.turn_advantages(turn_rewards, token_turns, gamma=0.5)
+per_turn = [[row[turns.index(t)] for t in range(len(rewards))]
+            for row, turns, rewards in zip(by_turn, token_turns, turn_rewards)]
+for name, trajectory, rewards, row, turns in zip(PLAYERS, games, turn_rewards, per_turn, by_trajectory):
+    guesses = [f"{c['function']['arguments']['number']}" for m in trajectory.messages for c in m.get("tool_calls", [])]
+    print(f"{name:>13}: guesses {', '.join(guesses):8} rewards {rewards}")
+    print(f"{'':>13}  trajectory-level {turns[0]:+.2f} on every turn; turn-level (gamma 0.5) "
+          + " ".join(f"{a:+.2f}" for a in row))
+
+fig, axes = plt.subplots(1, len(games), figsize=(12, 2.8), sharey=True)
+for ax, name, row, turns in zip(axes, PLAYERS, per_turn, by_trajectory):
+    x = torch.arange(len(row)).float()
+    ax.bar(x - 0.2, [turns[0]] * len(row), width=0.4, label="trajectory-level")
+    ax.bar(x + 0.2, row, width=0.4, label="turn-level")
+    ax.axhline(0, color="black", linewidth=0.5)
+    ax.set_xticks(x, [f"turn {t}" for t in range(len(row))], fontsize=7)
+    ax.set_title(name, fontsize=9)
+axes[0].set_ylabel("advantage")
+axes[0].legend(fontsize=7)
+plt.tight_layout()
+plt.show()
+
+# %% [markdown]
+# Read the slow player. Its return, 0.8, is above the group's mean, so trajectory-level credit
+# pushes up **every** turn of it, the two wasted guesses included. Turn-level credit pushes its
+# first guess down (its return-to-go, -0.1 + 0.5 x 0.4 = 0.1, is below the group's mean turn)
+# and its last guess up: the guess that found the secret is the one rewarded. The price: the
+# per-turn rewards have to come from somewhere (an environment that can judge a turn on its own,
+# or a learned value, which is PPO's answer), the discount is one more setting, and pooling all
+# turns of the group compares a closing turn with first guesses (every closing turn here, worth
+# 0 from there on, is pushed down a little). Grouping the turns that start from the same state
+# before standardising (GiGPO, Feng et al. 2025) is one way around that last point. Neither
+# TRL 1.16 nor this library's trainer computes turn-level advantages; the exercise is the
+# computation, not a trainer option.
 
 # %% [markdown]
 # ## Questions

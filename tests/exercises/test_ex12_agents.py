@@ -7,3 +7,11 @@ def test_trajectory_loss_mask(exercise):
 
 def test_guessing_game(exercise):
     ex12.check_guessing_game(exercise("ex12_agents").GuessingGame)
+
+
+def test_trajectory_advantages(exercise):
+    ex12.check_trajectory_advantages(exercise("ex12_agents").trajectory_advantages)
+
+
+def test_turn_advantages(exercise):
+    ex12.check_turn_advantages(exercise("ex12_agents").turn_advantages)

@@ -127,6 +127,148 @@ class GameNotCountingGuessesAfterTheSecret(Game):
         return max(0.0, 1.0 - 0.1 * self.guesses.index(self.secret))
 
 
+def _std(values, ddof=1):
+    mean = sum(values) / len(values)
+    return (sum((v - mean) ** 2 for v in values) / (len(values) - ddof)) ** 0.5
+
+
+def _spread(turns, values):
+    """Each model token gets values[turn]; tool tokens 0."""
+    return [values[t] if t >= 0 else 0.0 for t in turns]
+
+
+def credit_one_number_per_trajectory(turn_rewards, token_turns, eps=1e-4):
+    returns = [sum(r) for r in turn_rewards]
+    mean, std = sum(returns) / len(returns), _std(returns)
+    return [(R - mean) / (std + eps) for R in returns]  # not broadcast to the tokens
+
+
+def credit_last_reward(turn_rewards, token_turns, eps=1e-4):
+    returns = [r[-1] for r in turn_rewards]
+    mean, std = sum(returns) / len(returns), _std(returns)
+    return [[(R - mean) / (std + eps) if t >= 0 else 0.0 for t in turns] for R, turns in zip(returns, token_turns)]
+
+
+def credit_mean_reward(turn_rewards, token_turns, eps=1e-4):
+    returns = [sum(r) / len(r) for r in turn_rewards]
+    mean, std = sum(returns) / len(returns), _std(returns)
+    return [[(R - mean) / (std + eps) if t >= 0 else 0.0 for t in turns] for R, turns in zip(returns, token_turns)]
+
+
+def credit_population_std(turn_rewards, token_turns, eps=1e-4):
+    returns = [sum(r) for r in turn_rewards]
+    mean, std = sum(returns) / len(returns), _std(returns, ddof=0)
+    return [[(R - mean) / (std + eps) if t >= 0 else 0.0 for t in turns] for R, turns in zip(returns, token_turns)]
+
+
+def credit_without_eps(turn_rewards, token_turns, eps=1e-4):
+    import statistics
+
+    returns = [sum(r) for r in turn_rewards]
+    mean, std = statistics.mean(returns), statistics.stdev(returns)
+    return [[(R - mean) / std if t >= 0 else 0.0 for t in turns] for R, turns in zip(returns, token_turns)]
+
+
+def credit_on_tool_tokens(turn_rewards, token_turns, eps=1e-4):
+    returns = [sum(r) for r in turn_rewards]
+    mean, std = sum(returns) / len(returns), _std(returns)
+    return [[(R - mean) / (std + eps) for _ in turns] for R, turns in zip(returns, token_turns)]
+
+
+def credit_over_tokens(turn_rewards, token_turns, eps=1e-4):
+    returns = [sum(r) for r in turn_rewards]
+    per_token = [R for R, turns in zip(returns, token_turns) for t in turns if t >= 0]
+    mean, std = sum(per_token) / len(per_token), _std(per_token)
+    return [[(R - mean) / (std + eps) if t >= 0 else 0.0 for t in turns] for R, turns in zip(returns, token_turns)]
+
+
+def credit_per_turn_in_trajectory_function(turn_rewards, token_turns, eps=1e-4):
+    flat = [r for rewards in turn_rewards for r in rewards]
+    mean, std = sum(flat) / len(flat), _std(flat)
+    return [[(rewards[t] - mean) / (std + eps) if t >= 0 else 0.0 for t in turns]
+            for rewards, turns in zip(turn_rewards, token_turns)]
+
+
+def _returns_to_go(rewards, gamma):
+    out, future = [], 0.0
+    for r in reversed(rewards):
+        future = r + gamma * future
+        out.insert(0, future)
+    return out
+
+
+def _pooled(per_trajectory, token_turns, eps=1e-4, ddof=1):
+    flat = [g for row in per_trajectory for g in row]
+    mean, std = sum(flat) / len(flat), _std(flat, ddof)
+    return [_spread(turns, [(g - mean) / (std + eps) for g in row]) for row, turns in zip(per_trajectory, token_turns)]
+
+
+def turns_immediate_reward(turn_rewards, token_turns, gamma=1.0, eps=1e-4):
+    return _pooled([list(r) for r in turn_rewards], token_turns, eps)
+
+
+def turns_summed_from_the_start(turn_rewards, token_turns, gamma=1.0, eps=1e-4):
+    sums = []
+    for rewards in turn_rewards:
+        total, row = 0.0, []
+        for r in rewards:
+            total = r + gamma * total
+            row.append(total)
+        sums.append(row)
+    return _pooled(sums, token_turns, eps)
+
+
+def turns_absolute_discount(turn_rewards, token_turns, gamma=1.0, eps=1e-4):
+    returns = [[sum(gamma ** k * r[k] for k in range(t, len(r))) for t in range(len(r))] for r in turn_rewards]
+    return _pooled(returns, token_turns, eps)
+
+
+def turns_without_discount(turn_rewards, token_turns, gamma=1.0, eps=1e-4):
+    return _pooled([_returns_to_go(r, 1.0) for r in turn_rewards], token_turns, eps)
+
+
+def turns_not_standardised(turn_rewards, token_turns, gamma=1.0, eps=1e-4):
+    return [_spread(turns, _returns_to_go(r, gamma)) for r, turns in zip(turn_rewards, token_turns)]
+
+
+def turns_population_std(turn_rewards, token_turns, gamma=1.0, eps=1e-4):
+    return _pooled([_returns_to_go(r, gamma) for r in turn_rewards], token_turns, eps, ddof=0)
+
+
+def turns_standardised_per_trajectory(turn_rewards, token_turns, gamma=1.0, eps=1e-4):
+    out = []
+    for rewards, turns in zip(turn_rewards, token_turns):
+        g = _returns_to_go(rewards, gamma)
+        mean, std = sum(g) / len(g), _std(g)  # one turn: 0 / 0
+        out.append(_spread(turns, [(v - mean) / (std + eps) for v in g]))
+    return out
+
+
+def turns_standardised_per_index(turn_rewards, token_turns, gamma=1.0, eps=1e-4):
+    returns = [_returns_to_go(r, gamma) for r in turn_rewards]
+    scaled = [[0.0] * len(g) for g in returns]
+    for t in range(max(len(g) for g in returns)):
+        rows = [i for i, g in enumerate(returns) if t < len(g)]
+        column = [returns[i][t] for i in rows]
+        mean, std = sum(column) / len(column), _std(column)
+        for i in rows:
+            scaled[i][t] = (returns[i][t] - mean) / (std + eps)
+    return [_spread(turns, row) for row, turns in zip(scaled, token_turns)]
+
+
+def turns_one_value_per_trajectory(turn_rewards, token_turns, gamma=1.0, eps=1e-4):
+    return credit_population_std(turn_rewards, token_turns, eps)
+
+
+def turns_on_tool_tokens(turn_rewards, token_turns, gamma=1.0, eps=1e-4):
+    right = _pooled([_returns_to_go(r, gamma) for r in turn_rewards], token_turns, eps)
+    return [[v if t >= 0 else 0.5 for v, t in zip(row, turns)] for row, turns in zip(right, token_turns)]
+
+
+def reference_turn_advantages(turn_rewards, token_turns, gamma=1.0, eps=1e-4):
+    return _pooled([_returns_to_go(r, gamma) for r in turn_rewards], token_turns, eps)
+
+
 @pytest.mark.parametrize("check, wrong, words", [
     (ex12.check_trajectory_loss_mask, mask_inverted, "inverted"),
     (ex12.check_trajectory_loss_mask, mask_drops_tool_ids, "tool results included"),
@@ -141,6 +283,24 @@ class GameNotCountingGuessesAfterTheSecret(Game):
     (ex12.check_guessing_game, GameWithPublicHelper, "Prefix helpers with an underscore"),
     (ex12.check_guessing_game, GamePayingOnlyForTheLastGuess, "not only the last one"),
     (ex12.check_guessing_game, GameNotCountingGuessesAfterTheSecret, "including those after the correct one"),
+    (ex12.check_trajectory_advantages, credit_one_number_per_trajectory, "one advantage per token"),
+    (ex12.check_trajectory_advantages, credit_last_reward, "SUM of its turn rewards, not its last"),
+    (ex12.check_trajectory_advantages, credit_mean_reward, "not their mean"),
+    (ex12.check_trajectory_advantages, credit_population_std, "not by G."),
+    (ex12.check_trajectory_advantages, credit_without_eps, "std + eps"),
+    (ex12.check_trajectory_advantages, credit_on_tool_tokens, "tool tokens (turn -1) must get 0.0"),
+    (ex12.check_trajectory_advantages, credit_over_tokens, "not over tokens"),
+    (ex12.check_trajectory_advantages, credit_per_turn_in_trajectory_function, "ONE scalar per trajectory"),
+    (ex12.check_turn_advantages, turns_immediate_reward, "turns AFTER it"),
+    (ex12.check_turn_advantages, turns_summed_from_the_start, "to the END of the trajectory"),
+    (ex12.check_turn_advantages, turns_absolute_discount, "gamma^(k - t); you used gamma^k"),
+    (ex12.check_turn_advantages, turns_without_discount, "undiscounted"),
+    (ex12.check_turn_advantages, turns_not_standardised, "standardise the returns-to-go"),
+    (ex12.check_turn_advantages, turns_population_std, "divides by n - 1"),
+    (ex12.check_turn_advantages, turns_standardised_per_trajectory, "divided by zero"),
+    (ex12.check_turn_advantages, turns_standardised_per_index, "not only the turns with the same index"),
+    (ex12.check_turn_advantages, turns_one_value_per_trajectory, "every turn of a trajectory got the same value"),
+    (ex12.check_turn_advantages, turns_on_tool_tokens, "tool tokens (turn -1) must get 0.0"),
 ], ids=lambda v: getattr(v, "__name__", None) if callable(v) else None)
 def test_typical_mistake_gets_its_diagnosis(check, wrong, words):
     assert words in _hint_of(check, wrong)
@@ -148,3 +308,4 @@ def test_typical_mistake_gets_its_diagnosis(check, wrong, words):
 
 def test_the_reference_shape_passes():
     ex12.check_guessing_game(Game)
+    ex12.check_turn_advantages(reference_turn_advantages)
