@@ -95,7 +95,8 @@ class Trainer:
                  teacher_model=None):  # distillation's teacher: a model, (model, tokenizer) or a path
         config, reward_funcs, model, tokenizer = trl_style_arguments(
             config, reward_funcs, train_dataset, model, tokenizer, args, processing_class, environment_factory, correct_fn)
-        check_train_dataset(train_dataset)  # a table with usable prompts (course_lib.config.validation)
+        # a table with usable prompts, or SFT's conversations (course_lib.config.validation)
+        check_train_dataset(train_dataset, messages_rows=getattr(config, "MESSAGES_ROWS", False))
         check_trainer_inputs(config, train_dataset, model, tokenizer)  # enough rows, reward-argument columns, ...
         self.config, self.algorithm = config, get_algorithm(config)
         self.max_steps = config.total_steps(len(train_dataset))

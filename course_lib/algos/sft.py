@@ -3,7 +3,7 @@
 Everything a lesson on SFT points at, top to bottom:
 
 1. :class:`SFTConfig`: the fields TRL 1.16's ``SFTConfig`` names that this loop reads
-   (``max_length``, ``completion_only_loss``, ``packing``, ``loss_type``).
+   (``max_length``, ``completion_only_loss``, ``assistant_only_loss``, ``packing``, ``loss_type``).
 2. :func:`tokenize_prompt_and_output`: prompt + demonstration as one token row, with a
    response mask (CS336 assignment 5's function of the same name: ``input_ids`` and
    ``labels`` shifted by one, ``response_mask`` on the labels).
@@ -18,8 +18,11 @@ Everything a lesson on SFT points at, top to bottom:
 5. :class:`SFT`: the rows of the dataset become the batch (no sampling, no reward); the
    trainer's loop, history, checkpoints and CLI are the same as for GRPO.
 
-Simplifications vs TRL: no ``dataset_text_field`` language-modelling rows (prompt /
-completion rows or ``messages`` conversations whose last turn is the assistant's); the
+Rows are prompt / completion pairs, or ``messages`` conversations (several turns; the loss on
+every token, or with ``assistant_only_loss`` on the assistant's turns only:
+:mod:`course_lib.post_training.conversations`).
+
+Simplifications vs TRL: no ``dataset_text_field`` language-modelling rows; the
 trainer's own loop does not pack rows (``packing=True`` is refused there with the reason;
 the packing functions are tested on their own); no DFT loss.
 """
@@ -52,6 +55,7 @@ class SFTConfig(RLConfig):
     algo: ClassVar[str] = "sft"
     MIN_GENERATIONS: ClassVar[int] = 1
     NEEDS_REWARD_FUNCS: ClassVar[bool] = False
+    MESSAGES_ROWS: ClassVar[bool] = True  # a dataset of whole conversations ("messages", no "prompt") is read
 
     num_generations: int = 1
     """One row per dataset example (there is no sampling); kept at 1."""
@@ -67,6 +71,10 @@ class SFTConfig(RLConfig):
     completion_only_loss: bool | None = None
     """Loss on the completion tokens only (TRL: None means True for prompt/completion rows). False
     trains on the prompt too."""
+    assistant_only_loss: bool = False
+    """Loss on the assistant's turns only (TRL's default False: a ``messages`` conversation trains on
+    every token). Needs conversations; the mask comes from rendering prefixes of the conversation
+    (:mod:`course_lib.post_training.conversations`)."""
     packing: bool = False
     """TRL's packing of several examples per row. The loop trains one example per row; True is refused
     (use :func:`pack_examples` with :func:`packed_logps` directly)."""
@@ -328,7 +336,7 @@ class SFT(Algorithm):
         from course_lib.post_training.batches import check_sft_rows
 
         super().setup(trainer, **options)
-        check_sft_rows(trainer.dataset)
+        check_sft_rows(trainer.dataset, trainer.config.assistant_only_loss)
 
     def advantages(self, scored: ScoredBatch, config) -> Advantages:
         return Advantages(advantages=torch.zeros_like(scored.rewards), metrics={})

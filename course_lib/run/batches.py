@@ -76,7 +76,7 @@ class DatasetRows:
         self.columns: dict[str, list] = {name: list(dataset[name]) for name in dataset.column_names}
 
     def __len__(self) -> int:
-        return len(self.columns["prompt"])
+        return len(next(iter(self.columns.values()))) if self.columns else 0
 
     def column(self, name: str, rows: list[int]) -> list:
         """Column ``name`` at dataset rows ``rows`` (repeats allowed)."""
