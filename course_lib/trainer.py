@@ -212,12 +212,12 @@ class Trainer:
         sync = contextlib.nullcontext() if closes_window else self.accelerator.no_sync(self.policy_forward)
         with sync:  # DDP averages gradients only at the last micro-step of an accumulation window
             attention = mb.completion_mask if mb.attention_mask is None else mb.attention_mask  # tool results: read
-            logps, values, entropies = self.policy_forward(
+            logps, values, entropies, *top1 = self.policy_forward(
                 mb.prompt_ids, mb.prompt_mask, mb.completion_ids, attention,
                 temperature=config.temperature, **self._logprob_options,
-                with_entropy=True)
-            out = self.algorithm.loss(mb, PolicyOutputs(logps=logps, entropies=entropies, values=values), config,
-                                      num_items_in_batch=self.state.batch.num_items_in_batch)
+                with_entropy=True, segment_ids=mb.segment_ids, with_top1=self.algorithm.logs_token_accuracy)
+            outputs = PolicyOutputs(logps=logps, entropies=entropies, values=values, top1=(top1 or [None])[0])
+            out = self.algorithm.loss(mb, outputs, config, num_items_in_batch=self.state.batch.num_items_in_batch)
             out.loss.backward()
         metrics = dict(out.metrics)
         metrics["loss"] = out.loss.item()

@@ -125,7 +125,11 @@ print(f"whole batch {whole:.4f} | two micro-batches / window tokens {window:.4f}
 # examples end to end; the position ids restart at each example, and the attention must not
 # cross from one example into the previous one: a block-diagonal causal mask. Without the
 # blocks the second example of a row would read the first, and the model would learn from a
-# context it never sees at inference.
+# context it never sees at inference. The trainer packs this way with
+# `make_config("sft", packing=True)`: each micro-batch's examples in one row, the same loss and
+# gradients as unpacked (`tests/lib/test_sft_packing.py`). For multi-turn chats, SFT reads
+# `messages` rows, and `assistant_only_loss=True` trains only the assistant's turns: the mask
+# comes from rendering prefixes of the conversation (`course_lib.post_training.conversations`).
 
 # %%
 examples = [[2, 10, 11, 12, 30, 3], [2, 13, 31, 3], [2, 14, 15, 32, 33, 3], [2, 16, 34]]

@@ -16,15 +16,18 @@ Everything a lesson on SFT points at, top to bottom:
    any sizes give the gradient of one batch. :func:`sft_microbatch_train_step` is the same
    as one CS336 micro-step (loss, backward, metadata).
 5. :class:`SFT`: the rows of the dataset become the batch (no sampling, no reward); the
-   trainer's loop, history, checkpoints and CLI are the same as for GRPO.
+   trainer's loop, history, checkpoints and CLI are the same as for GRPO. It logs TRL's
+   ``entropy``, ``mean_token_accuracy`` (the argmax from a gradient-free pass of the LM head,
+   :mod:`course_lib.ops.top1`, since the fused head keeps no logits) and ``num_tokens``.
 
 Rows are prompt / completion pairs, or ``messages`` conversations (several turns; the loss on
 every token, or with ``assistant_only_loss`` on the assistant's turns only:
 :mod:`course_lib.post_training.conversations`).
 
-Simplifications vs TRL: no ``dataset_text_field`` language-modelling rows; the
-trainer's own loop does not pack rows (``packing=True`` is refused there with the reason;
-the packing functions are tested on their own); no DFT loss.
+``packing=True`` trains each micro-batch as one packed row (:mod:`course_lib.post_training.packing`).
+
+Simplifications vs TRL: no ``dataset_text_field`` language-modelling rows; packing packs the
+examples of a micro-batch, not the dataset into rows of ``max_length``; no DFT loss.
 """
 
 from __future__ import annotations
@@ -76,8 +79,10 @@ class SFTConfig(RLConfig):
     every token). Needs conversations; the mask comes from rendering prefixes of the conversation
     (:mod:`course_lib.post_training.conversations`)."""
     packing: bool = False
-    """TRL's packing of several examples per row. The loop trains one example per row; True is refused
-    (use :func:`pack_examples` with :func:`packed_logps` directly)."""
+    """TRL's packing: True lays each micro-batch's examples end to end in one row, without padding,
+    positions restarting at each example and no attention across examples (TRL's padding-free
+    layout; :mod:`course_lib.post_training.packing`). The loss and gradient equal the unpacked
+    ones; the padding's compute is saved."""
     loss_type: Literal["nll"] = "nll"
     """Negative log-likelihood, TRL's default (its ``dft`` variant is not offered)."""
     temperature: float = 1.0
@@ -106,9 +111,6 @@ class SFTConfig(RLConfig):
         if self.max_length is not None and self.max_length < 2:
             fail("max_length", self.max_length, "must be None or at least 2 (one prompt and one completion token)",
                  "use 1024 (TRL's default)")
-        if self.packing:
-            fail("packing", self.packing, "is not done by the trainer's loop, which trains one example per row",
-                 "leave packing=False, or pack with course_lib.algos.sft.pack_examples and score with packed_logps")
         if self.temperature != 1.0:
             fail("temperature", self.temperature, "rescales the log-likelihood SFT maximises", "leave temperature=1.0")
         if self.beta != 0.0:
@@ -331,6 +333,7 @@ class SFT(Algorithm):
     always_needs_old_logps = False
     sampling_correction_level = "token"
     batches = "sft"  # the dataset's demonstrations (course_lib.run.dataset_batches)
+    logs_token_accuracy = True  # TRL's mean_token_accuracy (course_lib.ops.top1)
 
     def setup(self, trainer, **options) -> None:
         from course_lib.post_training.batches import check_sft_rows
@@ -342,6 +345,12 @@ class SFT(Algorithm):
         return Advantages(advantages=torch.zeros_like(scored.rewards), metrics={})
 
     def loss(self, micro_batch: MicroBatch, outputs: PolicyOutputs, config, num_items_in_batch: int) -> LossOutput:
+        """:func:`sft_loss`, with TRL's ``entropy`` and ``mean_token_accuracy`` over the trained tokens of the
+        micro-batch (the trainer averages them over the accumulation window, as TRL averages its log)."""
+        from course_lib.ops.top1 import mean_token_accuracy
+
         loss = sft_loss(outputs.logps, micro_batch.completion_mask, num_items_in_batch)
         metrics = entropy_metrics(outputs.entropies, micro_batch.completion_mask.to(outputs.logps.dtype), "entropy")
+        if outputs.top1 is not None:
+            metrics["mean_token_accuracy"] = mean_token_accuracy(outputs.top1, micro_batch.completion_mask)
         return LossOutput(loss=loss, metrics=metrics)

@@ -26,6 +26,7 @@ import torch
 from ..models import eval_mode
 from ..post_training.batches import completion_tokens
 from ..post_training.conversations import conversation_batch, split_for_display
+from ..post_training.packing import pack_micro_batches
 from ..rollout.base import left_pad, pad_token_id, tokenize_prompts
 from .batches import DatasetRows, GenerationBatch
 from .distributed import Shards
@@ -107,11 +108,13 @@ class DemonstrationBatches:
             tensors, metrics = self.tokenize(prompts, completions, rows)
         read = tensors.get("attention_mask", tensors["completion_mask"])
         state.tokens_seen += int(self.shards.sum(int(read.sum() + tensors["prompt_mask"].sum())))
+        if getattr(config, "packing", False):  # each micro-batch's examples in one row (course_lib.post_training.packing)
+            tensors = pack_micro_batches(tensors, config.per_device_train_batch_size)
         state.cycle += 1
         mask = tensors["completion_mask"]
         state.last_samples = ([str(p) for p in prompts], [str(c) for c in completions], self.sample_rewards(len(rows)),
                               [0.0] * len(rows))
-        return GenerationBatch(**tensors, advantages=torch.zeros(len(rows), device=mask.device), rows=rows,
+        return GenerationBatch(**tensors, advantages=torch.zeros(len(mask), device=mask.device), rows=rows,
                                num_items_in_batch=int(self.shards.sum(int(mask.sum()))), metrics=metrics)
 
     @property

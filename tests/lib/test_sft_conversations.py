@@ -20,6 +20,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from accelerate.state import AcceleratorState
 from datasets import Dataset
 from trl_stand_ins import SingleProcessAccelerator
 
@@ -92,11 +93,13 @@ def _trl_rows(model, tokenizer, template):
     tokenizer = copy.deepcopy(tokenizer)
     tokenizer.chat_template = template
     args = trl.SFTConfig(output_dir="/tmp/unused-trl-output", assistant_only_loss=True, report_to=[], max_steps=1,
-                         per_device_train_batch_size=len(CHATS), use_cpu=True)
+                         per_device_train_batch_size=len(CHATS), use_cpu=True, bf16=False)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         trainer = trl.SFTTrainer(model=copy.deepcopy(model), args=args, processing_class=tokenizer,
                                  train_dataset=Dataset.from_list([{"messages": c} for c in CHATS]))
+    # accelerate keeps one process-wide state: a later course Trainer must not inherit TRL's settings
+    AcceleratorState._reset_state(reset_partial_state=True)
     return [(row["input_ids"], row["labels"]) for row in trainer.train_dataset]
 
 
@@ -132,7 +135,7 @@ def _trl_loss(model, rows):
                                 get_tp_size=lambda: 1, _metrics=metrics, _total_train_tokens=0, _tp_size=1)
     loss = trl_sft.SFTTrainer.compute_loss(fake_self, model, inputs)
     loss.backward()
-    return loss.detach(), {k: v[-1] for k, v in metrics["train"].items()}
+    return loss.detach(), {k: v[-1] for mode in ("train", "eval") for k, v in metrics[mode].items()}
 
 
 def _double(model):
