@@ -30,6 +30,7 @@ from torch import nn
 
 from .models import is_peft_model, resolve_dtype, unwrap_peft
 from .ops.logprobs import head_logprobs, lm_head, selective_log_softmax
+from .ops.masking import packed_attention_mask
 
 
 def prepare_policy(model, config, device: torch.device | str | None = None):
@@ -208,8 +209,6 @@ def completion_forward(model, prompt_ids, prompt_mask, completion_ids, completio
     attention_mask = torch.cat([prompt_mask, completion_mask], dim=1)
     position_ids = position_ids_from_mask(attention_mask)
     if segment_ids is not None:  # packed examples: their own positions, no attention across them
-        from .algos.sft import packed_attention_mask
-
         position_ids = position_ids_from_segments(segment_ids)
         attention_mask = packed_attention_mask(segment_ids, dtype=next(model.parameters()).dtype)
         share_prompt = False

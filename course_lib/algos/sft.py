@@ -40,6 +40,7 @@ import torch
 from course_lib.algos.base import (Advantages, Algorithm, LossOutput, MicroBatch, PolicyOutputs, ScoredBatch,
                                    entropy_metrics)
 from course_lib.config import RLConfig, fail
+from course_lib.ops.masking import packed_attention_mask  # the block-diagonal causal mask (the forward uses it too)
 
 Tensor = torch.Tensor
 
@@ -235,21 +236,6 @@ def pack_examples(token_rows: Sequence[Sequence[int]], completion_masks: Sequenc
             out[name][r, :len(row)] = torch.as_tensor(column)
     return PackedRows(input_ids=out["ids"], completion_mask=out["mask"], position_ids=out["pos"],
                       segment_ids=out["seg"])
-
-
-def packed_attention_mask(segment_ids: Tensor, dtype: torch.dtype = torch.float32) -> Tensor:
-    """(R, 1, L, L) additive mask: token i sees token j iff j <= i and both are in the same example.
-
-    The block-diagonal causal mask that flash-attention's variable-length kernels apply
-    from ``position_ids`` alone (TRL's padding-free path); written out here so that any
-    attention implementation gives the same result. Padding (segment 0) sees itself only,
-    so no row of the softmax is empty.
-    """
-    length = segment_ids.shape[1]
-    causal = torch.ones(length, length, dtype=torch.bool).tril()
-    same = segment_ids.unsqueeze(2) == segment_ids.unsqueeze(1)  # (R, L, L)
-    allowed = (same & causal) | torch.eye(length, dtype=torch.bool)
-    return torch.zeros(allowed.shape, dtype=dtype).masked_fill(~allowed, torch.finfo(dtype).min).unsqueeze(1)
 
 
 def packed_logps(model, packed: PackedRows) -> Tensor:

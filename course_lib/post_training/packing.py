@@ -6,7 +6,7 @@ row and restarting ``position_ids`` at each example (its ``padding_free`` collat
 the positions. Here the same row is built from the loop's own batch (left-padded prompts,
 right-padded completions, :mod:`course_lib.run.dataset_batches`), with ``segment_ids`` that
 say which example each token belongs to: the forward turns them into the restarting
-positions and the block-diagonal causal mask (:func:`course_lib.algos.sft.packed_attention_mask`,
+positions and the block-diagonal causal mask (:func:`course_lib.ops.masking.packed_attention_mask`,
 written out, so that any attention implementation gives the same result). Every example is
 then scored exactly as alone, so a packed step's loss and gradient equal the unpacked step's
 (tested to 1e-6); what packing saves is the padding's compute.
