@@ -174,7 +174,10 @@ print("kept fraction per round:", [round(r["rejection/kept_fraction"], 2) for r 
 # answers per prompt, scored by the verifier; a prompt with a right and a wrong answer gives a
 # pair. TRL's logged `rewards/chosen`, `rewards/rejected`, `rewards/margins` and
 # `rewards/accuracies` are the implicit rewards $\beta\log\pi/\pi_{\text{ref}}$: at the first
-# step the policy is the reference, so every reward and margin is 0.
+# step the policy is the reference, so every reward and margin is 0. DPO's KL is the reverse
+# KL; `f_divergence_type` (TRL's field, f-DPO) puts another divergence's $f'(\pi/\pi_{\text{ref}})$
+# where the log-ratio stands, e.g. `js_divergence`: $\log 2 + \log\sigma(\log\pi/\pi_{\text{ref}})$
+# (`course_lib.algos.dpo.f_divergence_scores`).
 
 # %%
 out = dpo_loss(torch.tensor([-2.0]), torch.tensor([-5.0]), torch.tensor([-3.0]), torch.tensor([-4.0]), beta=0.1)
