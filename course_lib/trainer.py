@@ -215,7 +215,8 @@ class Trainer:
             logps, values, entropies, *top1 = self.policy_forward(
                 mb.prompt_ids, mb.prompt_mask, mb.completion_ids, attention,
                 temperature=config.temperature, **self._logprob_options,
-                with_entropy=True, segment_ids=mb.segment_ids, with_top1=self.algorithm.logs_token_accuracy)
+                with_entropy=True, segment_ids=mb.segment_ids,  # packed rows (SFT's packing)
+                with_top1=getattr(self.algorithm, "logs_token_accuracy", False))  # SFT's mean_token_accuracy
             outputs = PolicyOutputs(logps=logps, entropies=entropies, values=values, top1=(top1 or [None])[0])
             out = self.algorithm.loss(mb, outputs, config, num_items_in_batch=self.state.batch.num_items_in_batch)
             out.loss.backward()

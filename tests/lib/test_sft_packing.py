@@ -122,3 +122,27 @@ def test_packing_reads_messages_rows_too(tmp_path, tiny):
                          assistant_only_loss=True, packing=True, save_steps=0, output_dir=str(tmp_path / "chat"))
     trainer = Trainer(config, None, rows, copy.deepcopy(tiny[0]), tiny[1], progress=False)
     assert math.isfinite(trainer.train()[0]["loss"])
+
+
+def test_a_packed_run_resumes_exactly(tmp_path, tiny):
+    from course_lib.run.history import WALL_CLOCK_KEYS
+
+    rows = Dataset.from_list([{"messages": CHATS[i % 3]} for i in range(8)])
+
+    def trainer(folder):
+        config = make_config("sft", model_name_or_path="tiny", max_steps=4, save_steps=2, learning_rate=1e-3, seed=3,
+                             per_device_train_batch_size=2, gradient_accumulation_steps=2, logging_steps=1,
+                             assistant_only_loss=True, packing=True, output_dir=str(tmp_path / folder))
+        return Trainer(config, None, rows, copy.deepcopy(tiny[0]), tiny[1], progress=False)
+
+    full = trainer("full")
+    full_history = full.train()
+    resumed = trainer("resumed")
+    resumed_history = resumed.train(resume_from=tmp_path / "full" / "checkpoint-2")
+
+    def comparable(row):
+        return {k: v for k, v in row.items() if k not in WALL_CLOCK_KEYS and k not in ("tokens/s", "eps")}
+
+    assert [comparable(r) for r in resumed_history[2:]] == [comparable(r) for r in full_history[2:]]
+    for a, b in zip(full.model.parameters(), resumed.model.parameters()):
+        assert torch.equal(a, b)
