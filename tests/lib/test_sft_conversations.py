@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import copy
 import math
+import tempfile
 import warnings
 from collections import defaultdict
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -92,10 +92,10 @@ def _trl_rows(model, tokenizer, template):
     """TRL's own tokens and labels for CHATS: ``SFTTrainer`` preparing its dataset."""
     tokenizer = copy.deepcopy(tokenizer)
     tokenizer.chat_template = template
-    args = trl.SFTConfig(output_dir="/tmp/unused-trl-output", assistant_only_loss=True, report_to=[], max_steps=1,
-                         per_device_train_batch_size=len(CHATS), use_cpu=True, bf16=False)
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), tempfile.TemporaryDirectory() as folder:
         warnings.simplefilter("ignore")
+        args = trl.SFTConfig(output_dir=folder, assistant_only_loss=True, report_to=[], max_steps=1,
+                             per_device_train_batch_size=len(CHATS), use_cpu=True, bf16=False)
         trainer = trl.SFTTrainer(model=copy.deepcopy(model), args=args, processing_class=tokenizer,
                                  train_dataset=Dataset.from_list([{"messages": c} for c in CHATS]))
     # accelerate keeps one process-wide state: a later course Trainer must not inherit TRL's settings
