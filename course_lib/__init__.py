@@ -42,9 +42,13 @@ resolves and that the README's module table names every file listed here).
 13 debugging: the failure museum -> course_lib/museum.py: run_exhibit
 13 debugging: DAPO's dynamic sampling (drop groups whose rewards are all equal) -> course_lib/run/dynamic_sampling.py: draw_batch
 13 debugging: DAPO's soft overlong punishment -> course_lib/rewards/overlong.py: soft_overlong_punishment
-14 post training: SFT's completion-only loss, tokenising with a response mask, packing without cross-example attention -> course_lib/algos/sft.py: sft_loss, tokenize_prompt_and_output, pack_examples, packed_attention_mask
+14 post training: SFT's completion-only loss, tokenising with a response mask, packing without cross-example attention -> course_lib/algos/sft.py: sft_loss, tokenize_prompt_and_output, pack_examples
+14 post training: the block-diagonal causal mask of packed examples -> course_lib/ops/masking.py: packed_attention_mask
+14 post training: SFT's packing in the training loop -> course_lib/post_training/packing.py: pack_micro_batches
+14 post training: multi-turn SFT's assistant-only mask from rendered prefixes -> course_lib/post_training/conversations.py: assistant_spans, tokenize_conversation
+14 post training: SFT's mean_token_accuracy without the logits -> course_lib/ops/top1.py: head_top1, mean_token_accuracy
 14 post training: rejection sampling (expert iteration) -> course_lib/algos/rejection.py: rejection_filter
-14 post training: DPO's loss (sigmoid, hinge, ipo) and implicit rewards -> course_lib/algos/dpo.py: dpo_loss
+14 post training: DPO's loss (sigmoid, hinge, ipo), its f-divergences and implicit rewards -> course_lib/algos/dpo.py: dpo_loss, f_divergence_scores
 14 post training: on-policy distillation's generalized JSD and per-token reverse KL -> course_lib/algos/distill.py: generalized_jsd, reverse_kl_token_advantages
 14 post training: DPO pairs from the policy's own samples -> course_lib/post_training/data.py: preference_pairs, demonstrations
 

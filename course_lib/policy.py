@@ -30,6 +30,7 @@ from torch import nn
 
 from .models import is_peft_model, resolve_dtype, unwrap_peft
 from .ops.logprobs import head_logprobs, lm_head, selective_log_softmax
+from .ops.masking import packed_attention_mask
 
 
 def prepare_policy(model, config, device: torch.device | str | None = None):
@@ -72,6 +73,14 @@ class ReferencePolicy:
 
 def position_ids_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
     return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+
+
+def position_ids_from_segments(segment_ids: torch.Tensor) -> torch.Tensor:
+    """``(B, L)`` 0, 1, 2, ... restarting wherever ``segment_ids`` changes: each packed example's own positions."""
+    index = torch.arange(segment_ids.shape[1], device=segment_ids.device).expand_as(segment_ids)
+    starts = torch.ones_like(segment_ids, dtype=torch.bool)
+    starts[:, 1:] = segment_ids[:, 1:] != segment_ids[:, :-1]
+    return index - torch.where(starts, index, torch.zeros_like(index)).cummax(dim=1).values
 
 
 def _unique_prompt_rows(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor):
@@ -166,7 +175,8 @@ def _shared_prompt_hidden(body, cache, prompt_ids, prompt_mask, completion_ids, 
 
 def completion_forward(model, prompt_ids, prompt_mask, completion_ids, completion_mask, *, temperature: float = 1.0,
                        fused: bool = True, chunk_size: int | None = None, value_head=None,
-                       with_entropy: bool = False, triton: bool | None = None, share_prompt: bool = True):
+                       with_entropy: bool = False, triton: bool | None = None, share_prompt: bool = True,
+                       segment_ids: torch.Tensor | None = None, with_top1: bool = False):
     """Per-token log-probs of the completion under ``model`` (and values, entropies).
 
     Rows that share a prompt (prompt-major GRPO batches, whole or partial groups) run the
@@ -186,19 +196,29 @@ def completion_forward(model, prompt_ids, prompt_mask, completion_ids, completio
         value_head: PPO's critic (:class:`course_lib.algos.ppo.ValueHead`), or None.
         with_entropy: also return the exact entropy of each next-token distribution.
         share_prompt: False always takes the single pass (to time or test it against the other).
+        segment_ids: ``(B, P + T)`` packed rows (SFT's ``packing``, :mod:`course_lib.post_training.packing`):
+            which example each token belongs to (0: padding); the positions restart at each example
+            and no token attends across examples (a block-diagonal causal mask replaces the masks).
+        with_top1: also return whether each completion token is the argmax of its logits (TRL's
+            ``is_top1``, for ``mean_token_accuracy``; :func:`course_lib.ops.top1.head_top1`, no gradient).
     Returns:
         ``(logps, values, entropies)``: ``(B, T)`` each; values/entropies are None unless
-        asked for.
+        asked for; with ``with_top1`` a fourth, ``(B, T)`` bool (False where ``completion_mask`` is 0).
     """
     input_ids = torch.cat([prompt_ids, completion_ids], dim=1)
     attention_mask = torch.cat([prompt_mask, completion_mask], dim=1)
     position_ids = position_ids_from_mask(attention_mask)
+    if segment_ids is not None:  # packed examples: their own positions, no attention across them
+        position_ids = position_ids_from_segments(segment_ids)
+        attention_mask = packed_attention_mask(segment_ids, dtype=next(model.parameters()).dtype)
+        share_prompt = False
     causal_lm = unwrap_peft(model)
     start, width = prompt_ids.shape[1] - 1, completion_ids.shape[1]
     head = lm_head(causal_lm)
     if head is None:
-        return _own_forward(model, input_ids, attention_mask, position_ids, completion_ids, start, width,
-                            temperature, value_head, with_entropy)
+        out = _own_forward(model, input_ids, attention_mask, position_ids, completion_ids, start, width,
+                           temperature, value_head, with_entropy, with_top1)
+        return out[:3] + (out[3] & completion_mask.bool(),) if with_top1 else out[:3]
     body = causal_lm.get_decoder()
     first, inverse = _unique_prompt_rows(prompt_ids, prompt_mask)
     repeated = len(first) < len(inverse) and width > 0
@@ -214,11 +234,18 @@ def completion_forward(model, prompt_ids, prompt_mask, completion_ids, completio
     values = None
     if value_head is not None:
         values = value_head.values_for(hidden, input_ids, attention_mask, position_ids, start, width)
-    return logps, values, entropies
+    if not with_top1:
+        return logps, values, entropies
+    from .ops.top1 import head_top1
+
+    valid = completion_mask.bool()  # the argmax of the real completion positions only
+    top1 = torch.zeros_like(valid).masked_scatter(valid, head_top1(head, hidden[valid], completion_ids[valid],
+                                                                   chunk_size))
+    return logps, values, entropies, top1
 
 
 def _own_forward(model, input_ids, attention_mask, position_ids, completion_ids, start: int, width: int,
-                 temperature: float, value_head, with_entropy: bool):
+                 temperature: float, value_head, with_entropy: bool, with_top1: bool = False):
     """:func:`completion_forward` through the model's own forward (full logits)."""
     from .ops.logprobs import entropy_from_logits
 
@@ -231,7 +258,7 @@ def _own_forward(model, input_ids, attention_mask, position_ids, completion_ids,
     if value_head is not None:
         hidden = outputs.hidden_states[-1][:, start: start + width]
         values = value_head.values_for(hidden, input_ids, attention_mask, position_ids, start, width)
-    return logps, values, entropies
+    return logps, values, entropies, (logits.argmax(-1) == completion_ids if with_top1 else None)
 
 
 class PolicyForward(nn.Module):

@@ -95,7 +95,8 @@ class Trainer:
                  teacher_model=None):  # distillation's teacher: a model, (model, tokenizer) or a path
         config, reward_funcs, model, tokenizer = trl_style_arguments(
             config, reward_funcs, train_dataset, model, tokenizer, args, processing_class, environment_factory, correct_fn)
-        check_train_dataset(train_dataset)  # a table with usable prompts (course_lib.config.validation)
+        # a table with usable prompts, or SFT's conversations (course_lib.config.validation)
+        check_train_dataset(train_dataset, messages_rows=getattr(config, "MESSAGES_ROWS", False))
         check_trainer_inputs(config, train_dataset, model, tokenizer)  # enough rows, reward-argument columns, ...
         self.config, self.algorithm = config, get_algorithm(config)
         self.max_steps = config.total_steps(len(train_dataset))
@@ -211,12 +212,13 @@ class Trainer:
         sync = contextlib.nullcontext() if closes_window else self.accelerator.no_sync(self.policy_forward)
         with sync:  # DDP averages gradients only at the last micro-step of an accumulation window
             attention = mb.completion_mask if mb.attention_mask is None else mb.attention_mask  # tool results: read
-            logps, values, entropies = self.policy_forward(
+            logps, values, entropies, *top1 = self.policy_forward(
                 mb.prompt_ids, mb.prompt_mask, mb.completion_ids, attention,
                 temperature=config.temperature, **self._logprob_options,
-                with_entropy=True)
-            out = self.algorithm.loss(mb, PolicyOutputs(logps=logps, entropies=entropies, values=values), config,
-                                      num_items_in_batch=self.state.batch.num_items_in_batch)
+                with_entropy=True, segment_ids=mb.segment_ids,  # packed rows (SFT's packing)
+                with_top1=getattr(self.algorithm, "logs_token_accuracy", False))  # SFT's mean_token_accuracy
+            outputs = PolicyOutputs(logps=logps, entropies=entropies, values=values, top1=(top1 or [None])[0])
+            out = self.algorithm.loss(mb, outputs, config, num_items_in_batch=self.state.batch.num_items_in_batch)
             out.loss.backward()
         metrics = dict(out.metrics)
         metrics["loss"] = out.loss.item()

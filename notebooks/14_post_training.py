@@ -125,7 +125,11 @@ print(f"whole batch {whole:.4f} | two micro-batches / window tokens {window:.4f}
 # examples end to end; the position ids restart at each example, and the attention must not
 # cross from one example into the previous one: a block-diagonal causal mask. Without the
 # blocks the second example of a row would read the first, and the model would learn from a
-# context it never sees at inference.
+# context it never sees at inference. The trainer packs this way with
+# `make_config("sft", packing=True)`: each micro-batch's examples in one row, the same loss and
+# gradients as unpacked (`tests/lib/test_sft_packing.py`). For multi-turn chats, SFT reads
+# `messages` rows, and `assistant_only_loss=True` trains only the assistant's turns: the mask
+# comes from rendering prefixes of the conversation (`course_lib.post_training.conversations`).
 
 # %%
 examples = [[2, 10, 11, 12, 30, 3], [2, 13, 31, 3], [2, 14, 15, 32, 33, 3], [2, 16, 34]]
@@ -170,7 +174,10 @@ print("kept fraction per round:", [round(r["rejection/kept_fraction"], 2) for r 
 # answers per prompt, scored by the verifier; a prompt with a right and a wrong answer gives a
 # pair. TRL's logged `rewards/chosen`, `rewards/rejected`, `rewards/margins` and
 # `rewards/accuracies` are the implicit rewards $\beta\log\pi/\pi_{\text{ref}}$: at the first
-# step the policy is the reference, so every reward and margin is 0.
+# step the policy is the reference, so every reward and margin is 0. DPO's KL is the reverse
+# KL; `f_divergence_type` (TRL's field, f-DPO) puts another divergence's $f'(\pi/\pi_{\text{ref}})$
+# where the log-ratio stands, e.g. `js_divergence`: $\log 2 + \log\sigma(\log\pi/\pi_{\text{ref}})$
+# (`course_lib.algos.dpo.f_divergence_scores`).
 
 # %%
 out = dpo_loss(torch.tensor([-2.0]), torch.tensor([-5.0]), torch.tensor([-3.0]), torch.tensor([-4.0]), beta=0.1)

@@ -120,6 +120,8 @@ class MicroBatch:
     attention_mask: Tensor | None = None
     """(B, T) what the forward attends to when it is more than ``completion_mask``: multi-turn
     rollouts read their tool results but do not train on them. None: ``completion_mask``."""
+    segment_ids: Tensor | None = None
+    """(B, P + T) packed rows only (SFT's ``packing``): the example of each token, 0 on padding."""
     rows: list[int] = field(default_factory=list)
     """The dataset row of each completion."""
 
@@ -135,6 +137,9 @@ class PolicyOutputs:
     paths, for an entropy bonus)."""
     values: Tensor | None = None
     """(B, T) value estimates, differentiable (PPO)."""
+    top1: Tensor | None = None
+    """(B, T) bool: the token is the argmax of its logits (TRL's ``is_top1``), when the algorithm
+    asks for it (``Algorithm.logs_token_accuracy``)."""
 
 
 class Algorithm(Protocol):
@@ -157,6 +162,9 @@ class Algorithm(Protocol):
     """Where the trainer's batches come from: sampled from the policy and scored (RL, the default;
     ``course_lib.run.sampled_batches``), or the dataset's demonstrations ("sft") or preference
     pairs ("pairs"; ``course_lib.run.dataset_batches``)."""
+    logs_token_accuracy: bool = False
+    """True: the forward also returns ``PolicyOutputs.top1`` (a gradient-free argmax pass of the LM
+    head, ``course_lib.ops.top1``) for TRL's ``mean_token_accuracy`` (SFT)."""
 
     def advantages(self, scored: ScoredBatch, config) -> Advantages:
         """Advantages of one scored generation batch."""

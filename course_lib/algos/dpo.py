@@ -15,16 +15,20 @@ Everything a lesson on DPO points at, top to bottom:
    ``hinge`` is SLiC's ``relu(1 - beta delta)`` (Zhao et al. 2023); ``ipo`` is IPO's
    ``(delta_w/|y_w| - delta_l/|y_l| - 1/(2 beta))^2`` (Azar et al. 2023, eq. 17) on
    per-token-averaged log-ratios, as TRL 1.16 computes it.
+   ``f_divergence_type`` (f-DPO, Wang et al. 2023, "Beyond Reverse KL"): regularising with
+   another f-divergence than the reverse KL replaces each log-ratio ``u = log pi/ref`` by
+   ``f'(exp(u))`` in the losses above (:func:`f_divergence_scores`), as TRL 1.16 does.
 3. :class:`DPO`: each pair is two rows of the batch, chosen then rejected (a "group" of
    two, prompt-major); the reference log-probs come from the trainer's reference pass.
 
-Simplifications vs TRL: reverse-KL DPO only (no ``f_divergence_type``), one loss type at a
+Simplifications vs TRL: one loss type at a
 time (no ``loss_weights`` mixtures), no ``ld_alpha``, ``use_weighting`` or precomputed
 reference log-probs.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import ClassVar, Literal
 
@@ -39,6 +43,7 @@ from course_lib.ops.masking import masked_sum
 Tensor = torch.Tensor
 
 DPOLossType = Literal["sigmoid", "hinge", "ipo"]
+FDivergence = Literal["reverse_kl", "forward_kl", "js_divergence", "alpha_divergence"]
 
 
 # ---------------------------------------------------------------------------------------
@@ -61,6 +66,12 @@ class DPOConfig(RLConfig):
     policy closer to the reference. A reference model is loaded (beta > 0 is required)."""
     loss_type: DPOLossType = "sigmoid"
     """``sigmoid`` (DPO), ``hinge`` (SLiC) or ``ipo`` (IPO), as TRL 1.16's ``loss_type``."""
+    f_divergence_type: FDivergence = "reverse_kl"
+    """The divergence to the reference that DPO's objective penalises (TRL 1.16's field, f-DPO):
+    ``reverse_kl`` (DPO), ``forward_kl``, ``js_divergence`` or ``alpha_divergence``; see
+    :func:`f_divergence_scores`. All three loss types take any of them."""
+    f_alpha_divergence_coef: float = 0.5
+    """``alpha`` of ``alpha_divergence`` (TRL's default 0.5); 1.0 is the reverse KL."""
     learning_rate: float = 1e-6
     """AdamW learning rate: TRL 1.16's DPOConfig default (tiny models want ~1e-4)."""
     max_length: int | None = 1024
@@ -104,9 +115,35 @@ class DPOConfig(RLConfig):
 # ---------------------------------------------------------------------------------------
 # 2. Loss
 # ---------------------------------------------------------------------------------------
+def f_divergence_scores(logratios: Tensor, f_divergence_type: FDivergence = "reverse_kl",
+                        alpha: float = 0.5) -> Tensor:
+    """``f'(t)`` at ``t = pi/ref = exp(u)``, from the log-ratios ``u`` (any shape): what f-DPO puts where
+    DPO has ``u`` (Wang et al. 2023, Theorem 1; TRL 1.16's ``f_divergence_type``).
+
+    - ``reverse_kl``: ``f'(t) = log t + 1``, so ``u`` (the constant cancels in a difference): DPO;
+    - ``forward_kl``: ``f(t) = -log t``, ``f'(t) = -1/t``: ``1 - exp(-u)`` (shifted by 1, as TRL);
+    - ``js_divergence``: ``f'(t) = log(2t / (1 + t)) = log 2 + log sigmoid(u)``;
+    - ``alpha_divergence``: ``f'(t) = (t^(alpha-1) - 1) / (alpha - 1)``, i.e.
+      ``(exp((alpha-1) u) - 1) / (alpha - 1)``, the exponent clamped at 80 (11 in float16) so
+      that it stays finite, as TRL does; ``alpha = 1`` is the reverse KL's limit.
+    """
+    if f_divergence_type == "reverse_kl" or (f_divergence_type == "alpha_divergence" and abs(alpha - 1.0) < 1e-6):
+        return logratios
+    if f_divergence_type == "forward_kl":
+        return 1 - torch.exp(-logratios)
+    if f_divergence_type == "js_divergence":
+        return math.log(2) + F.logsigmoid(logratios)
+    if f_divergence_type == "alpha_divergence":
+        exponent = ((alpha - 1.0) * logratios).float().clamp(max=11.0 if logratios.dtype == torch.float16 else 80.0)
+        return (torch.exp(exponent) - 1.0).to(logratios.dtype) / (alpha - 1.0)
+    raise ValueError(f"f_divergence_type={f_divergence_type!r} is not known. Fix: use 'reverse_kl', 'forward_kl', "
+                     "'js_divergence' or 'alpha_divergence'.")
+
+
 def dpo_loss(chosen_logps: Tensor, rejected_logps: Tensor, ref_chosen_logps: Tensor, ref_rejected_logps: Tensor,
              beta: float = 0.1, loss_type: DPOLossType = "sigmoid", chosen_lengths: Tensor | None = None,
-             rejected_lengths: Tensor | None = None) -> LossOutput:
+             rejected_lengths: Tensor | None = None, f_divergence_type: FDivergence = "reverse_kl",
+             f_alpha_divergence_coef: float = 0.5) -> LossOutput:
     """The DPO loss of a batch of pairs, from summed completion log-probs, as TRL 1.16's DPOTrainer.
 
     With ``delta_w = log pi(y_w|x) - log ref(y_w|x)`` and ``delta_l`` the same for the rejected:
@@ -115,6 +152,9 @@ def dpo_loss(chosen_logps: Tensor, rejected_logps: Tensor, ref_chosen_logps: Ten
     - ``hinge``: ``relu(1 - beta (delta_w - delta_l))`` (SLiC, Zhao et al. 2023);
     - ``ipo``: ``(delta_w / n_w - delta_l / n_l - 1 / (2 beta))^2`` with ``n`` the completion's
       token count (Azar et al. 2023, eq. 17; TRL averages the log-ratios per token).
+
+    With another ``f_divergence_type`` each log-ratio ``delta`` in these formulas becomes
+    :func:`f_divergence_scores` of it (the logged rewards stay ``beta delta``, as in TRL).
 
     The loss is the mean over pairs. Metrics, TRL's names: ``rewards/chosen`` = mean of
     ``beta delta_w`` (DPO's implicit reward), ``rewards/rejected``, ``rewards/margins`` (their
@@ -141,7 +181,9 @@ def dpo_loss(chosen_logps: Tensor, rejected_logps: Tensor, ref_chosen_logps: Ten
                              f"{tuple(chosen_logps.shape)}: pass one number per pair, (P,)")
     chosen_logratios = chosen_logps - ref_chosen_logps
     rejected_logratios = rejected_logps - ref_rejected_logps
-    delta = chosen_logratios - rejected_logratios
+    chosen_scores = f_divergence_scores(chosen_logratios, f_divergence_type, f_alpha_divergence_coef)
+    rejected_scores = f_divergence_scores(rejected_logratios, f_divergence_type, f_alpha_divergence_coef)
+    delta = chosen_scores - rejected_scores
     if loss_type == "sigmoid":
         per_pair = -F.logsigmoid(beta * delta)
     elif loss_type == "hinge":
@@ -150,8 +192,8 @@ def dpo_loss(chosen_logps: Tensor, rejected_logps: Tensor, ref_chosen_logps: Ten
         if chosen_lengths is None or rejected_lengths is None:
             raise ValueError("loss_type='ipo' averages the log-ratios per token: pass chosen_lengths and "
                              "rejected_lengths (completion token counts).")
-        averaged = (chosen_logratios / chosen_lengths.to(delta.dtype).clamp(min=1.0)
-                    - rejected_logratios / rejected_lengths.to(delta.dtype).clamp(min=1.0))
+        averaged = (chosen_scores / chosen_lengths.to(delta.dtype).clamp(min=1.0)
+                    - rejected_scores / rejected_lengths.to(delta.dtype).clamp(min=1.0))
         per_pair = (averaged - 1 / (2 * beta)) ** 2
     else:
         raise ValueError(f"loss_type={loss_type!r} is not known. Fix: use 'sigmoid', 'hinge' or 'ipo'.")
@@ -209,7 +251,7 @@ class DPO(Algorithm):
         (chosen, rejected), (ref_chosen, ref_rejected) = split_pairs(sums), split_pairs(ref_sums)
         chosen_lengths, rejected_lengths = split_pairs(lengths)
         out = dpo_loss(chosen, rejected, ref_chosen, ref_rejected, config.beta, config.loss_type,
-                       chosen_lengths, rejected_lengths)
+                       chosen_lengths, rejected_lengths, config.f_divergence_type, config.f_alpha_divergence_coef)
         # The loss is a mean over this micro-batch's pairs; an accumulation window averages its micro-batches.
         out.loss = out.loss / config.gradient_accumulation_steps
         out.metrics.update(entropy_metrics(outputs.entropies, mask, "entropy"))  # TRL's, over both completions

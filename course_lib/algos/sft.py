@@ -3,7 +3,7 @@
 Everything a lesson on SFT points at, top to bottom:
 
 1. :class:`SFTConfig`: the fields TRL 1.16's ``SFTConfig`` names that this loop reads
-   (``max_length``, ``completion_only_loss``, ``packing``, ``loss_type``).
+   (``max_length``, ``completion_only_loss``, ``assistant_only_loss``, ``packing``, ``loss_type``).
 2. :func:`tokenize_prompt_and_output`: prompt + demonstration as one token row, with a
    response mask (CS336 assignment 5's function of the same name: ``input_ids`` and
    ``labels`` shifted by one, ``response_mask`` on the labels).
@@ -16,12 +16,18 @@ Everything a lesson on SFT points at, top to bottom:
    any sizes give the gradient of one batch. :func:`sft_microbatch_train_step` is the same
    as one CS336 micro-step (loss, backward, metadata).
 5. :class:`SFT`: the rows of the dataset become the batch (no sampling, no reward); the
-   trainer's loop, history, checkpoints and CLI are the same as for GRPO.
+   trainer's loop, history, checkpoints and CLI are the same as for GRPO. It logs TRL's
+   ``entropy``, ``mean_token_accuracy`` (the argmax from a gradient-free pass of the LM head,
+   :mod:`course_lib.ops.top1`, since the fused head keeps no logits) and ``num_tokens``.
 
-Simplifications vs TRL: no ``dataset_text_field`` language-modelling rows (prompt /
-completion rows or ``messages`` conversations whose last turn is the assistant's); the
-trainer's own loop does not pack rows (``packing=True`` is refused there with the reason;
-the packing functions are tested on their own); no DFT loss.
+Rows are prompt / completion pairs, or ``messages`` conversations (several turns; the loss on
+every token, or with ``assistant_only_loss`` on the assistant's turns only:
+:mod:`course_lib.post_training.conversations`).
+
+``packing=True`` trains each micro-batch as one packed row (:mod:`course_lib.post_training.packing`).
+
+Simplifications vs TRL: no ``dataset_text_field`` language-modelling rows; packing packs the
+examples of a micro-batch, not the dataset into rows of ``max_length``; no DFT loss.
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ import torch
 from course_lib.algos.base import (Advantages, Algorithm, LossOutput, MicroBatch, PolicyOutputs, ScoredBatch,
                                    entropy_metrics)
 from course_lib.config import RLConfig, fail
+from course_lib.ops.masking import packed_attention_mask  # the block-diagonal causal mask (the forward uses it too)
 
 Tensor = torch.Tensor
 
@@ -52,6 +59,7 @@ class SFTConfig(RLConfig):
     algo: ClassVar[str] = "sft"
     MIN_GENERATIONS: ClassVar[int] = 1
     NEEDS_REWARD_FUNCS: ClassVar[bool] = False
+    MESSAGES_ROWS: ClassVar[bool] = True  # a dataset of whole conversations ("messages", no "prompt") is read
 
     num_generations: int = 1
     """One row per dataset example (there is no sampling); kept at 1."""
@@ -67,9 +75,15 @@ class SFTConfig(RLConfig):
     completion_only_loss: bool | None = None
     """Loss on the completion tokens only (TRL: None means True for prompt/completion rows). False
     trains on the prompt too."""
+    assistant_only_loss: bool = False
+    """Loss on the assistant's turns only (TRL's default False: a ``messages`` conversation trains on
+    every token). Needs conversations; the mask comes from rendering prefixes of the conversation
+    (:mod:`course_lib.post_training.conversations`)."""
     packing: bool = False
-    """TRL's packing of several examples per row. The loop trains one example per row; True is refused
-    (use :func:`pack_examples` with :func:`packed_logps` directly)."""
+    """TRL's packing: True lays each micro-batch's examples end to end in one row, without padding,
+    positions restarting at each example and no attention across examples (TRL's padding-free
+    layout; :mod:`course_lib.post_training.packing`). The loss and gradient equal the unpacked
+    ones; the padding's compute is saved."""
     loss_type: Literal["nll"] = "nll"
     """Negative log-likelihood, TRL's default (its ``dft`` variant is not offered)."""
     temperature: float = 1.0
@@ -98,9 +112,6 @@ class SFTConfig(RLConfig):
         if self.max_length is not None and self.max_length < 2:
             fail("max_length", self.max_length, "must be None or at least 2 (one prompt and one completion token)",
                  "use 1024 (TRL's default)")
-        if self.packing:
-            fail("packing", self.packing, "is not done by the trainer's loop, which trains one example per row",
-                 "leave packing=False, or pack with course_lib.algos.sft.pack_examples and score with packed_logps")
         if self.temperature != 1.0:
             fail("temperature", self.temperature, "rescales the log-likelihood SFT maximises", "leave temperature=1.0")
         if self.beta != 0.0:
@@ -227,21 +238,6 @@ def pack_examples(token_rows: Sequence[Sequence[int]], completion_masks: Sequenc
                       segment_ids=out["seg"])
 
 
-def packed_attention_mask(segment_ids: Tensor, dtype: torch.dtype = torch.float32) -> Tensor:
-    """(R, 1, L, L) additive mask: token i sees token j iff j <= i and both are in the same example.
-
-    The block-diagonal causal mask that flash-attention's variable-length kernels apply
-    from ``position_ids`` alone (TRL's padding-free path); written out here so that any
-    attention implementation gives the same result. Padding (segment 0) sees itself only,
-    so no row of the softmax is empty.
-    """
-    length = segment_ids.shape[1]
-    causal = torch.ones(length, length, dtype=torch.bool).tril()
-    same = segment_ids.unsqueeze(2) == segment_ids.unsqueeze(1)  # (R, L, L)
-    allowed = (same & causal) | torch.eye(length, dtype=torch.bool)
-    return torch.zeros(allowed.shape, dtype=dtype).masked_fill(~allowed, torch.finfo(dtype).min).unsqueeze(1)
-
-
 def packed_logps(model, packed: PackedRows) -> Tensor:
     """(R, L) log-prob of each token given the tokens before it *in its own example*; 0 where there
     is no previous token of the same example (first tokens, padding).
@@ -323,17 +319,24 @@ class SFT(Algorithm):
     always_needs_old_logps = False
     sampling_correction_level = "token"
     batches = "sft"  # the dataset's demonstrations (course_lib.run.dataset_batches)
+    logs_token_accuracy = True  # TRL's mean_token_accuracy (course_lib.ops.top1)
 
     def setup(self, trainer, **options) -> None:
         from course_lib.post_training.batches import check_sft_rows
 
         super().setup(trainer, **options)
-        check_sft_rows(trainer.dataset)
+        check_sft_rows(trainer.dataset, trainer.config.assistant_only_loss)
 
     def advantages(self, scored: ScoredBatch, config) -> Advantages:
         return Advantages(advantages=torch.zeros_like(scored.rewards), metrics={})
 
     def loss(self, micro_batch: MicroBatch, outputs: PolicyOutputs, config, num_items_in_batch: int) -> LossOutput:
+        """:func:`sft_loss`, with TRL's ``entropy`` and ``mean_token_accuracy`` over the trained tokens of the
+        micro-batch (the trainer averages them over the accumulation window, as TRL averages its log)."""
+        from course_lib.ops.top1 import mean_token_accuracy
+
         loss = sft_loss(outputs.logps, micro_batch.completion_mask, num_items_in_batch)
         metrics = entropy_metrics(outputs.entropies, micro_batch.completion_mask.to(outputs.logps.dtype), "entropy")
+        if outputs.top1 is not None:
+            metrics["mean_token_accuracy"] = mean_token_accuracy(outputs.top1, micro_batch.completion_mask)
         return LossOutput(loss=loss, metrics=metrics)

@@ -52,8 +52,12 @@ BEHAVIOUR_DIFFERENCES = {"grpo": [
     "log-probs: the fused chunked head and the shared-prompt forward here give the same values as TRL's "
     "forward up to float rounding",
     _OUTPUT_FOLDER, _EVALUATION],
-    "sft": [_TOKENS, _ORDER, "packing: the course's loop trains one example per row (packing=True is refused); "
-            "TRL packs only with packing=True, off in this export", _OUTPUT_FOLDER, _EVALUATION],
+    "sft": [_TOKENS, _ORDER, "packing: with packing=True the course's loop packs each micro-batch's examples in "
+            "one row (a step trains per_device_train_batch_size examples); TRL packs the dataset into rows of "
+            "max_length, so one TRL step trains as many examples as fit",
+            "assistant_only_loss: here the assistant's tokens are found by rendering prefixes of each conversation "
+            "(any prefix-preserving chat template); TRL reads {% generation %} markers and refuses a template it "
+            "cannot patch (the tiny model's and SmolLM2's ChatML among them)", _OUTPUT_FOLDER, _EVALUATION],
     "dpo": [_TOKENS, _ORDER, "batch size: per_device_train_batch_size counts rows here (a pair's chosen and "
             "rejected are two) and pairs in TRL; the export halves it", _OUTPUT_FOLDER, _EVALUATION],
 }

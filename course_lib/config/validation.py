@@ -163,8 +163,9 @@ def check_field_types(config: Any) -> None:
         raise ValueError(f"{spec.name}={value!r} is a {type(value).__name__}, not {_type_name(hint)}. Fix: {fix}.")
 
 
-def check_train_dataset(dataset: Any, name: str = "train_dataset") -> None:
-    """Raise ``ValueError`` unless ``dataset`` is a table with a ``prompt`` column of usable prompts.
+def check_train_dataset(dataset: Any, name: str = "train_dataset", messages_rows: bool = False) -> None:
+    """Raise ``ValueError`` unless ``dataset`` is a table with a ``prompt`` column of usable prompts
+    (or, with ``messages_rows``, SFT's whole conversations in a ``messages`` column instead).
 
     A prompt is a non-empty string, or a list of chat messages each with a string ``role``
     and a string ``content`` (a message without a role, or with ``content=None``, would
@@ -173,6 +174,8 @@ def check_train_dataset(dataset: Any, name: str = "train_dataset") -> None:
     if isinstance(dataset, (list, tuple)) or not hasattr(dataset, "column_names"):
         raise ValueError(f"{name} is a {type(dataset).__name__}, not a datasets.Dataset. Fix: wrap the rows, "
                          "datasets.Dataset.from_list(rows) (a list of dicts with a 'prompt' key).")
+    if messages_rows and "prompt" not in dataset.column_names and "messages" in dataset.column_names:
+        return  # conversations: checked by course_lib.post_training.conversations.check_conversations
     if "prompt" not in dataset.column_names:
         raise ValueError(f"{name} has no 'prompt' column (columns: {dataset.column_names}).")
     for row, prompt in enumerate(dataset["prompt"]):

@@ -10,6 +10,9 @@ limit has an all-zero mask. A naive `sum(x * m) / sum(m)` then gives `0 / 0 = Na
 one NaN metric or loss poisons the optimizer state. Every function here returns a
 finite value on an empty mask, and each docstring says which one.
 
+:func:`packed_attention_mask` is the other kind of mask: which tokens of a row of packed
+examples may attend to which (SFT's packing).
+
 Simplifications: masks are treated as weights (any float works), but the docstrings
 speak of 0/1 masks because that is how they are used in this project.
 """
@@ -153,3 +156,19 @@ def masked_normalize(
             f"constant={constant!r} must be > 0; pass e.g. max_completion_length"
         )
     return masked_sum(x, mask, dim) / constant
+
+
+def packed_attention_mask(segment_ids: Tensor, dtype: torch.dtype = torch.float32) -> Tensor:
+    """(R, 1, L, L) additive mask: token i sees token j iff j <= i and both are in the same example.
+
+    The block-diagonal causal mask that flash-attention's variable-length kernels apply
+    from ``position_ids`` alone (TRL's padding-free path); written out here so that any
+    attention implementation gives the same result. Padding (segment 0) sees itself only,
+    so no row of the softmax is empty.
+    """
+    length, device = segment_ids.shape[1], segment_ids.device
+    causal = torch.ones(length, length, dtype=torch.bool, device=device).tril()
+    same = segment_ids.unsqueeze(2) == segment_ids.unsqueeze(1)  # (R, L, L)
+    allowed = (same & causal) | torch.eye(length, dtype=torch.bool, device=device)
+    return torch.zeros(allowed.shape, dtype=dtype, device=device).masked_fill(~allowed, torch.finfo(dtype).min
+                                                                               ).unsqueeze(1)

@@ -37,11 +37,22 @@ def _text(completion) -> str:
     raise TypeError(f"a completion is a string or a list of messages, not {type(completion).__name__}")
 
 
-def check_sft_rows(dataset) -> None:
-    """Refuse an SFT dataset without a ``completion`` column or with an empty completion."""
+def check_sft_rows(dataset, assistant_only_loss: bool = False) -> None:
+    """Refuse an SFT dataset without a ``completion`` (or ``messages``) column or with an empty completion,
+    and ``assistant_only_loss`` on rows that are not conversations (as TRL does)."""
+    from .conversations import check_conversations
+
+    if "completion" not in dataset.column_names and "messages" in dataset.column_names:
+        check_conversations(dataset["messages"])
+        return
     if "completion" not in dataset.column_names:
         raise ValueError(f"train_dataset has no 'completion' column (columns: {dataset.column_names}); SFT learns "
-                         "the completion of each prompt. Fix: rows of {'prompt': ..., 'completion': ...}.")
+                         "the completion of each prompt. Fix: rows of {'prompt': ..., 'completion': ...}, or of "
+                         "{'messages': [...]} (whole conversations).")
+    if assistant_only_loss and not all(isinstance(p, list) for p in dataset["prompt"]):
+        raise ValueError("assistant_only_loss=True needs conversations (TRL refuses it on text rows too): a "
+                         "'messages' column, or prompts that are lists of messages. Fix: leave "
+                         "assistant_only_loss=False (completion_only_loss already trains only the completion).")
     for row, completion in enumerate(dataset["completion"]):
         if not _text(completion).strip():
             raise ValueError(f"train_dataset row {row}: the completion is empty, so there is nothing to learn. "

@@ -76,7 +76,7 @@ class DatasetRows:
         self.columns: dict[str, list] = {name: list(dataset[name]) for name in dataset.column_names}
 
     def __len__(self) -> int:
-        return len(self.columns["prompt"])
+        return len(next(iter(self.columns.values()))) if self.columns else 0
 
     def column(self, name: str, rows: list[int]) -> list:
         """Column ``name`` at dataset rows ``rows`` (repeats allowed)."""
@@ -128,16 +128,21 @@ class GenerationBatch:
     returns: torch.Tensor | None = None      # (B, T) PPO
     metrics: dict = field(default_factory=dict)
     attention_mask: torch.Tensor | None = None  # (B, T) multi-turn: 1 on tool results too; None = completion_mask
+    segment_ids: torch.Tensor | None = None  # (M, P + T) SFT's packing: one row per micro-batch, its examples
 
     def micro_batch(self, index: int, size: int) -> MicroBatch:
-        """Rows ``[index * size, (index + 1) * size)``: the ``index``-th micro-batch, in order."""
+        """Rows ``[index * size, (index + 1) * size)``: the ``index``-th micro-batch, in order (packed:
+        row ``index``, which holds those ``size`` examples; course_lib.post_training.packing)."""
         sl = slice(index * size, (index + 1) * size)
+        rows = self.rows[sl]
+        if self.segment_ids is not None:
+            sl = slice(index, index + 1)
         tensors = {}
         for spec in dataclasses.fields(MicroBatch):
             value = getattr(self, spec.name, None)  # None too for fields newer than a saved batch
             if isinstance(value, torch.Tensor):
                 tensors[spec.name] = value[sl]
-        return MicroBatch(**tensors, rows=self.rows[sl])
+        return MicroBatch(**tensors, rows=rows)
 
 
 def completion_metrics(completion_mask: torch.Tensor, is_eos: torch.Tensor) -> dict:

@@ -4,7 +4,8 @@ Two batch generators with the RL one's interface (``generate`` then ``score``,
 :class:`~course_lib.run.sampled_batches.SampledBatches`), chosen by the algorithm's ``batches``
 (``"sft"``, ``"pairs"``; :data:`GENERATORS`):
 
-- :class:`DemonstrationBatches`: the next ``prompt`` / ``completion`` rows, loss on the completion;
+- :class:`DemonstrationBatches`: the next ``prompt`` / ``completion`` rows, loss on the completion
+  (or ``messages`` conversations, loss on the assistant's turns or on every token);
 - :class:`PairBatches`: each pair as two rows, chosen then rejected, scored with the reference's
   log-probs.
 
@@ -24,6 +25,8 @@ import torch
 
 from ..models import eval_mode
 from ..post_training.batches import completion_tokens
+from ..post_training.conversations import conversation_batch, split_for_display
+from ..post_training.packing import pack_micro_batches
 from ..rollout.base import left_pad, pad_token_id, tokenize_prompts
 from .batches import DatasetRows, GenerationBatch
 from .distributed import Shards
@@ -94,16 +97,31 @@ class DemonstrationBatches:
         config, state = self.config, self.state
         examples = state.sampler.take(config.unique_prompts_per_generation)
         rows = [row for row in examples for _ in range(self.per_example)][self.shards.rows]
-        prompts = self.rows.column("prompt", rows)
-        completions = [self.rows.columns[self.completion_column(i)][r] for i, r in enumerate(rows)]
-        tensors, metrics = self.tokenize(prompts, completions, rows)
-        state.tokens_seen += int(self.shards.sum(int(tensors["completion_mask"].sum() + tensors["prompt_mask"].sum())))
+        if self.conversational:  # messages rows: the whole chat, loss on the assistant's turns
+            conversations = self.rows.column("messages", rows)
+            tensors, metrics = conversation_batch(self.tokenizer, config, self.device, conversations, rows,
+                                                  config.max_length, refuse_longer=config.truncation_mode == "error")
+            prompts, completions = zip(*map(split_for_display, conversations))
+        else:
+            prompts = self.rows.column("prompt", rows)
+            completions = [self.rows.columns[self.completion_column(i)][r] for i, r in enumerate(rows)]
+            tensors, metrics = self.tokenize(prompts, completions, rows)
+        read = tensors.get("attention_mask", tensors["completion_mask"])
+        state.tokens_seen += int(self.shards.sum(int(read.sum() + tensors["prompt_mask"].sum())))
+        if getattr(config, "packing", False):  # each micro-batch's examples in one row (course_lib.post_training.packing)
+            tensors = pack_micro_batches(tensors, config.per_device_train_batch_size)
         state.cycle += 1
         mask = tensors["completion_mask"]
         state.last_samples = ([str(p) for p in prompts], [str(c) for c in completions], self.sample_rewards(len(rows)),
                               [0.0] * len(rows))
-        return GenerationBatch(**tensors, advantages=torch.zeros(len(rows), device=mask.device), rows=rows,
+        return GenerationBatch(**tensors, advantages=torch.zeros(len(mask), device=mask.device), rows=rows,
                                num_items_in_batch=int(self.shards.sum(int(mask.sum()))), metrics=metrics)
+
+    @property
+    def conversational(self) -> bool:
+        """True for ``messages`` rows (whole chats, :mod:`course_lib.post_training.conversations`), False for
+        ``prompt`` / ``completion`` rows."""
+        return self.per_example == 1 and "completion" not in self.rows.columns and "messages" in self.rows.columns
 
     def completion_column(self, index: int) -> str:
         """The column holding the completion of the batch's ``index``-th row."""

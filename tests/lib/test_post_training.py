@@ -139,7 +139,6 @@ def test_reverse_kl_token_advantage_is_the_teacher_minus_student_logp():
     ("dpo", "beta", 0.0, "reference"),
     ("dpo", "loss_type", "robust", "loss_type"),
     ("dpo", "per_device_train_batch_size", 3, "even"),
-    ("sft", "packing", True, "packing"),
     ("sft", "beta", 0.1, "beta"),
     ("distill", "beta", 1.5, r"\[0.0, 1.0\]"),
     ("rejection", "beta", 0.1, "beta"),

@@ -37,8 +37,11 @@ CHECKED: dict[str, tuple[tuple[str, ...], str]] = {
     "course_lib.reward_model": (("plain Adam on whole mini-batches (no accumulation, no scheduler)",), "reward_model"),
     "course_lib.tiny": (("characters instead of BPE merges",), "tiny"),
     "course_lib.widgets.normalization": (("one micro-batch, no gradient accumulation, one process",), "normalization"),
-    "course_lib.algos.sft": (("``packing=True`` is refused there with the reason", "no DFT loss"), "sft"),
-    "course_lib.algos.dpo": (("reverse-KL DPO only (no ``f_divergence_type``)",
+    "course_lib.algos.sft": (("packing packs the examples of a micro-batch, not the dataset into rows of "
+                              "``max_length``", "no DFT loss"), "sft"),
+    "course_lib.post_training.packing": (("a micro-batch packs the ``per_device_train_batch_size`` examples the "
+                                          "sampler drew for it",), "sft"),
+    "course_lib.algos.dpo": (("one loss type at a time (no ``loss_weights`` mixtures)",
                               "no ``ld_alpha``, ``use_weighting`` or precomputed reference log-probs"), "dpo"),
 }
 
@@ -125,16 +128,23 @@ def test_trainer_claims():
 def test_sft_claims():
     from course_lib.algos import SFTConfig
 
+    from course_lib.post_training.packing import pack_micro_batches
+
     assert typing.get_args(typing.get_type_hints(SFTConfig)["loss_type"]) == ("nll",)  # no "dft"
-    with pytest.raises(ValueError, match="packing"):
-        SFTConfig(model_name_or_path="tiny", packing=True)
+    assert "packing_strategy" not in {f.name for f in dataclasses.fields(SFTConfig)}
+    # five examples of 3 tokens in micro-batches of 2: three packed rows (2 + 2 + 1 examples), however short
+    ones = torch.ones(5, 2, dtype=torch.long)
+    packed = pack_micro_batches({"prompt_ids": ones[:, :1], "prompt_mask": ones[:, :1], "completion_ids": ones,
+                                 "completion_mask": ones}, 2)
+    assert packed["segment_ids"].tolist() == [[1, 1, 1, 2, 2, 2]] * 2 + [[1, 1, 1, 0, 0, 0]]
 
 
 def test_dpo_claims():
     from course_lib.algos import DPOConfig
 
     names = {f.name for f in dataclasses.fields(DPOConfig)}
-    assert not names & {"f_divergence_type", "ld_alpha", "use_weighting", "precompute_ref_log_probs", "loss_weights"}
+    assert not names & {"ld_alpha", "use_weighting", "precompute_ref_log_probs", "loss_weights"}
+    assert isinstance(DPOConfig().loss_type, str)  # one loss type, not TRL's list
 
 
 def test_grpo_claims():
