@@ -31,11 +31,22 @@ def _learning_rate(rows, config) -> str:
     return _field(config, "learning_rate")
 
 
-def _entropy_jumps(rows) -> list[tuple[int, float, float]]:
+def _few_completions_kept(row: dict, config: dict) -> bool:
+    """Whether the row's token entropy is the mean over fewer than 4 completions: with
+    mask_truncated_completions=True only the finished ones are trained on and measured, and a
+    row with nearly all truncated (max_completion_length=3: 97% of 32) reads one completion."""
+    batch, clipped = config.get("per_device_train_batch_size"), row.get("completions/clipped_ratio")
+    return bool(config.get("mask_truncated_completions")) and isinstance(batch, int) and is_finite(clipped) \
+        and (1.0 - clipped) * batch < 4
+
+
+def _entropy_jumps(rows, config: dict | None = None) -> list[tuple[int, float, float]]:
     """Logged steps where token entropy jumped between neighbouring logged rows (at most 10 optimizer
     steps apart) by at least 0.5 nats, half of the smaller value, and 4 times the run's own median
-    row-to-row change (its batch noise): ``(step, before, after)``."""
-    pairs = [(int(r["step"]), float(r["entropy"])) for r in rows if is_finite(r.get("entropy"))]
+    row-to-row change (its batch noise): ``(step, before, after)``. Rows whose entropy is read on
+    fewer than 4 completions (:func:`_few_completions_kept`) are noise and left out."""
+    pairs = [(int(r["step"]), float(r["entropy"])) for r in rows if is_finite(r.get("entropy"))
+             and not _few_completions_kept(r, config or {})]
     noise = median([abs(e1 - e0) for (_, e0), (_, e1) in zip(pairs, pairs[1:])])
     out = []
     for (s0, e0), (s1, e1) in zip(pairs, pairs[1:]):
@@ -92,9 +103,34 @@ def _moves_without_gradient(rows) -> tuple[int, str] | None:
 
 
 def _clips_at_one(config: dict) -> bool:
-    """Whether the run clips its gradient norm at 1 or below (``max_grad_norm``, TRL's default 1.0)."""
-    clip = config.get("max_grad_norm")
+    """Whether the run clips its gradient norm at 1 or below (``max_grad_norm``). A log without a
+    config (TRL's ``trainer_state.json``) was clipped at transformers' default, 1.0, unless its
+    user changed it: the rules read it so, and their fixes do not advise it again."""
+    clip = config.get("max_grad_norm", 1.0 if not config else None)
     return isinstance(clip, (int, float)) and 0 < clip <= 1.0
+
+
+def _falls_silent(rows) -> int | None:
+    """The step from which the run had no gradient to the end (:func:`_no_gradient`, at least 5 rows
+    or 20 optimizer steps) after a row with one, or None."""
+    penalty = any(is_finite(r.get("kl")) and r["kl"] > 0 for r in rows)
+    counts = steps_per_row(rows)
+    tail = 0
+    while tail < len(rows) and _no_gradient(rows[-1 - tail], counts[-1 - tail], penalty):
+        tail += 1
+    if tail == len(rows) or tail == 0 or not (tail >= 5 or sum(counts[len(rows) - tail:]) >= 20):
+        return None
+    if not any(_no_gradient(r, k, penalty) is False for r, k in zip(rows[:-tail], counts[:-tail])):
+        return None
+    return int(rows[len(rows) - tail]["step"])
+
+
+def _peak_learning_rate(rows, config: dict) -> float | None:
+    rate = config.get("learning_rate")
+    if is_finite(rate):
+        return float(rate)
+    rates = values(rows, "learning_rate")
+    return max(rates) if rates else None
 
 
 def _clip_advice(config: dict) -> str:
@@ -131,12 +167,17 @@ def _grad_spikes(rows) -> list[tuple[int, float]]:
                          "learning_rate=1e-2 with every group alike)"),
        "grad_spike": (10.0, "times the run's median non-zero grad_norm, and above 1; evidence alone only without "
                             "clipping at max_grad_norm <= 1 (a healthy RLOO preset run, clipped, spiked to 73.6 "
-                            "once and learned)")}, stage="optimizer")
+                            "once and learned; a TRL log, with no config, is read as clipped at transformers' "
+                            "default 1.0: a healthy TRL RLOO run spiked to 151 once)"),
+       "silent_rate": (1e-3, "a learning rate this high (a full fine-tune learns at 1e-5 to 1e-4) is named without a "
+                             "visible jump only when the run then fell silent (no gradient for 5 rows or 20 steps, "
+                             "to the end) and its reward fell by half: TRL at 3e-3 logged every 5 steps truncated "
+                             "every completion from its second row on")}, stage="optimizer")
 def learning_rate_too_high(rows, config):
     """The policy jumps: entropy leaps between logged steps, keeps moving with no gradient, or the
     gradient spikes. Read without a KL (beta=0 logs none) and whatever the logging interval."""
     evidence, shown = {}, []
-    jumps = _entropy_jumps(rows)
+    jumps = _entropy_jumps(rows, config)
     if jumps:
         step, before, after = jumps[0]
         evidence["entropy_jump"] = jumps[0]
@@ -156,6 +197,14 @@ def learning_rate_too_high(rows, config):
     if spikes and (shown or fell or not clipped):
         evidence["grad_spikes"] = spikes[:5]
         shown.append(f"grad_norm spiked to {spikes[0][1]:.3g} at step {spikes[0][0]}")
+    # A rate of 1e-3 or more (10-100x where a full fine-tune learns) and a run that then fell silent with
+    # its reward: the blow-up can be over within the first logging interval (logging_steps=5 at 3e-3:
+    # every completion truncated from the second row), so no row shows it happen.
+    rate, silent = _peak_learning_rate(rows, config), _falls_silent(rows)
+    if not shown and rate is not None and rate >= 1e-3 and silent is not None and fell:
+        evidence["silent_from"] = silent
+        shown.append(f"at learning_rate={rate:g} every group has had equal rewards and no gradient from step "
+                     f"{silent} to the end")
     if not shown:
         return None
     if fell:
