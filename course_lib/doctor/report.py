@@ -115,7 +115,7 @@ def _signal_keys(signals: tuple[str, ...], rows: list[dict]) -> list[str]:
         if "<name>" in signal:
             prefix, suffix = signal.split("<name>")
             keys += sorted({k for r in rows for k in r if k.startswith(prefix) and k.endswith(suffix)})
-        elif any(signal in r for r in rows):
+        elif signal != "step" and any(signal in r for r in rows):  # every row has a step: no curve
             keys.append(signal)
     return keys
 

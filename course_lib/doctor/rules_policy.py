@@ -94,7 +94,8 @@ def _moves_without_gradient(rows) -> tuple[int, str] | None:
             for key, enough in (("entropy", lambda a, b: abs(b - a) >= entropy_move),
                                 ("completions/mean_length", lambda a, b: max(a, b) >= 1.5 * max(min(a, b), 1e-9))):
                 xs = values([row for row, _ in stretch], key)
-                smooth = xs if averaged and key == "entropy" else [mean(xs[i:i + 3]) for i in range(max(len(xs) - 2, 0))]
+                smooth = (xs if averaged and key == "entropy" else
+                          [mean(xs[i:i + 3]) for i in range(max(len(xs) - 2, 0))])
                 if smooth and enough(min(smooth), max(smooth)):
                     return int(stretch[0][0]["step"]), key
         stretch = []
@@ -237,8 +238,8 @@ def entropy_explosion(rows, config):
     start, now = mean(entropy[:3]), mean(entropy[-WINDOW:])
     reward = values(rows, "reward")
     first, last = reward[:WINDOW], reward[-WINDOW:]
-    paid = (len(reward) >= 2 * WINDOW and mean(last) - mean(first) > 2.0 * (stderr(first) ** 2 + stderr(last) ** 2) ** 0.5
-            and mean(last) > mean(first))
+    noise = (stderr(first) ** 2 + stderr(last) ** 2) ** 0.5
+    paid = len(reward) >= 2 * WINDOW and mean(last) - mean(first) > max(2.0 * noise, 0.0)
     if now > 2.0 * start and now - start > 0.5 and not paid:
         return Diagnosis(
             f"token entropy exploded from {start:.3f} to {now:.3f} nats: updates are too large and the policy is "
