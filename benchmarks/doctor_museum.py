@@ -5,7 +5,7 @@ one way each, plus the healthy preset runs of GRPO, RLOO and PPO), runs the doct
 history as it would live, and prints a rules x runs table (E/W/I = the severity of a rule
 that fired; '.' = silent) with each run's seconds.
 
-    OMP_NUM_THREADS=1 python benchmarks/doctor_museum.py [--runs name ...] [--output-dir DIR]
+    OMP_NUM_THREADS=1 python benchmarks/doctor_museum.py --museum1 [--runs name ...] [--output-dir DIR]
 
 The second museum (runs of this trainer and of TRL's GRPOTrainer the rules were not written
 on, stored by ``benchmarks/doctor_museum2_build.py``) is scored from its histories in seconds:
