@@ -81,6 +81,13 @@ RUNS: dict[str, dict] = {
                                 "40 steps",
                           config=dict(learning_rate=6e-5, max_completion_length=6, max_steps=40, logging_steps=5,
                                       seed=4)),
+    # Not in the manifest either: at 3 of its 8 steps after 14.5 minutes (load average 8-9), stopped.
+    "smol_lora_preset_hf": dict(trainer="course", model="smollm2-135m", task="arithmetic-tagged", causes=[],
+                                split="held_out",
+                                story="SmolLM2-135M's measured GRPO preset (LoRA r=16, lr 1e-4, 16 completions of up "
+                                      "to 32 tokens, arithmetic-tagged) sampled by Hugging Face generate, 8 of its "
+                                      "30 steps, to be trained and scored after the rules' last revision",
+                                config=dict(max_steps=8)),
     # Not in the manifest: on the shared 2-core CPU it had not finished loading vLLM and its first steps
     # after 16 minutes (the limit set for this set was 10), and was stopped.
     "smol_demo_vllm_bf16": dict(trainer="course", model="smollm2-135m", task="arithmetic-tagged", causes=[],
