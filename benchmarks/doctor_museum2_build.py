@@ -155,8 +155,10 @@ def _course_config(spec: dict, folder: Path):
     from course_lib.presets import run_settings
 
     algo = spec.get("algo", "grpo")
-    settings = dict(run_settings("tiny", "arithmetic", algo if algo in ("grpo", "rloo") else "grpo"),
-                    model_name_or_path="tiny", output_dir=str(folder), seed=spec.get("seed", 0), save_steps=0,
+    model, task = spec.get("model", "tiny"), spec.get("task", "arithmetic")
+    settings = dict(run_settings(model, task if task != "gsm8k" else "arithmetic",
+                                 algo if algo in ("grpo", "rloo") else "grpo"),
+                    model_name_or_path=model, output_dir=str(folder), seed=spec.get("seed", 0), save_steps=0,
                     logging_steps=1, overwrite_output_dir=True)
     if algo == "ppo":
         for key in ("num_generations", "temperature"):
@@ -166,30 +168,22 @@ def _course_config(spec: dict, folder: Path):
 
 
 def _course_run(name: str, spec: dict, folder: Path) -> None:
-    from course_lib.algos import make_config
     from course_lib.data import get_task
     from course_lib.models import load_policy
-    from course_lib.presets import run_settings
+    from course_lib.presets import task_settings
     from course_lib.rewards import get_reward_functions
     from course_lib.trainer import Trainer
     from course_lib import museum
 
-    algo = spec.get("algo", "grpo")
-    seed = spec.get("seed", 0)
-    settings = dict(run_settings("tiny", "arithmetic", algo if algo in ("grpo", "rloo") else "grpo"),
-                    model_name_or_path="tiny", output_dir=str(folder), seed=seed, save_steps=0, logging_steps=1,
-                    overwrite_output_dir=True)
-    if algo == "ppo":
-        for key in ("num_generations", "temperature"):
-            settings.pop(key, None)
-    settings.update(spec.get("config", {}))
-    config = make_config(algo, **settings)
-    names = spec.get("rewards", ["correctness_first_number_reward"])
+    config = _course_config(spec, folder)
+    seed, task = spec.get("seed", 0), spec.get("task", "arithmetic")
+    names = spec.get("rewards") or (["correctness_first_number_reward"] if task in ("arithmetic", "gsm8k")
+                                    else task_settings(task)["rewards"])
     rewards = [_capstone_tidy_rubric() if n == "tidy_rubric" else getattr(museum, n) if hasattr(museum, n)
                else get_reward_functions([n])[0] for n in names]
-    task = "gsm8k:" + GSM8K if spec.get("task") == "gsm8k" else "arithmetic"
-    model, tokenizer = load_policy("tiny")
-    Trainer(config, rewards, get_task(task, split="train", n=4000 if task == "arithmetic" else 500, seed=seed),
+    data = "gsm8k:" + GSM8K if task == "gsm8k" else task
+    model, tokenizer = load_policy(spec.get("model", "tiny"))
+    Trainer(config, rewards, get_task(data, split="train", n=500 if task == "gsm8k" else 4000, seed=seed),
             model, tokenizer, progress=False).train()
 
 
@@ -209,7 +203,7 @@ def _capstone_tidy_rubric():
 _TRL_CHILD = r"""
 import json, sys, torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
-from trl import GRPOConfig, GRPOTrainer
+from trl import GRPOConfig, GRPOTrainer, RLOOConfig, RLOOTrainer
 from course_lib import museum
 from course_lib.data import get_task
 from course_lib.rewards import get_reward_functions
@@ -232,8 +226,9 @@ names = spec.get("rewards", ["correctness_first_number_reward"])
 rewards = [getattr(museum, n) if hasattr(museum, n) else get_reward_functions([n])[0] for n in names]
 task = "gsm8k:" + spec["gsm8k"] if spec.get("task") == "gsm8k" else spec.get("task", "arithmetic")
 data = get_task(task, split="train", n=500, seed=0)
-trainer = GRPOTrainer(model=model, reward_funcs=rewards, args=GRPOConfig(**settings), train_dataset=data,
-                      processing_class=tokenizer)
+Config, Trainer = (RLOOConfig, RLOOTrainer) if spec.get("algo") == "rloo" else (GRPOConfig, GRPOTrainer)
+trainer = Trainer(model=model, reward_funcs=rewards, args=Config(**settings), train_dataset=data,
+                  processing_class=tokenizer)
 trainer.train()
 trainer.state.save_to_json(out + "/trainer_state.json")
 """
@@ -281,8 +276,8 @@ def _synthetic(name: str, spec: dict, folder: Path) -> None:
 
 
 # ---------------------------------------------------------------------- keep only the histories
-def _keep(name: str, spec: dict, work: Path) -> str:
-    target = OUT / name
+def _keep(name: str, spec: dict, work: Path, out: Path = OUT) -> str:
+    target = out / name
     target.mkdir(parents=True, exist_ok=True)
     if spec["trainer"] == "course":
         lines = [json.loads(line) for line in (work / "history.jsonl").read_text().splitlines() if line.strip()]
@@ -292,9 +287,9 @@ def _keep(name: str, spec: dict, work: Path) -> str:
         if not any(r.get("type") == "config" for r in kept):  # the live doctor never ran (logging_steps > steps)
             kept.insert(0, {"type": "config", "step": 0, "config": _course_config(spec, work).to_dict()})
         (target / "history.jsonl").write_text("".join(json.dumps(r) + "\n" for r in kept))
-        return str((target / "history.jsonl").relative_to(OUT))
+        return str((target / "history.jsonl").relative_to(out))
     shutil.copy(work / "trainer_state.json", target / "trainer_state.json")
-    return str((target / "trainer_state.json").relative_to(OUT))
+    return str((target / "trainer_state.json").relative_to(out))
 
 
 def main() -> None:
@@ -317,14 +312,14 @@ def main() -> None:
         _write_manifest({})
 
 
-def _write_manifest(seconds: dict[str, float]) -> None:
-    """manifest.json from RUNS, for every run whose history is present (read just before the write,
+def _write_manifest(seconds: dict[str, float], runs: dict[str, dict] = RUNS, out: Path = OUT) -> None:
+    """manifest.json from ``runs``, for every run whose history is present (read just before the write,
     so two builders running at once keep each other's seconds)."""
-    path = OUT / "manifest.json"
+    path = out / "manifest.json"
     old = json.loads(path.read_text()) if path.exists() else {}
     manifest = {}
-    for name, spec in RUNS.items():
-        file = next((f for f in ("history.jsonl", "trainer_state.json") if (OUT / name / f).is_file()), None)
+    for name, spec in runs.items():
+        file = next((f for f in ("history.jsonl", "trainer_state.json") if (out / name / f).is_file()), None)
         if file is None:
             continue
         manifest[name] = {"file": f"{name}/{file}", "trainer": spec["trainer"], "model": spec.get("model", "tiny"),

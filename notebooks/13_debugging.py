@@ -472,6 +472,10 @@ plt.show()
 #   optimizer steps it stands for and reports optimizer steps. The windows ("the last 10",
 #   "the first 3") still count *logged rows*, so with `logging_steps=10` a window of 10 rows
 #   spans 100 steps: log more often (`logging_steps=1`) when the doctor is to read a short run.
+#   A log whose rows each average several steps gets an info finding, `too_few_rows`, naming
+#   the rules that read a trend and have too few rows to read it yet (their silence says
+#   nothing), and the rules read such rows as averages: a 0/1 reward's logged std is the mean
+#   of its batches' stds, and a row with every group alike and no KL logged had no gradient.
 # - **Live in TRL**: `course_lib.doctor.DoctorCallback` is a `transformers.TrainerCallback`.
 #   `GRPOTrainer(..., callbacks=[DoctorCallback()])` (or `RLOOTrainer`) runs the same rules
 #   at every log, prints each finding once, writes it into the trainer's `log_history` and
@@ -479,10 +483,12 @@ plt.show()
 #   findings); `DoctorCallback(stop=True)` ends training on an error.
 # - **Calibrated on a tiny model**: the thresholds were measured on the museum's 0.9M-parameter
 #   model and checked on a second museum of runs the rules were not written on (this trainer
-#   and TRL's `GRPOTrainer`, on the tiny model: `benchmarks/doctor_museum.py --museum2`; on
-#   its held-out runs the first finding was right for 4 of 7, the misses mostly TRL logs of
-#   3-6 rows at `logging_steps=10`, too short for the rules; one of its 3 healthy held-out runs
-#   and lesson 09's verifier run, stored without its per-function columns, get a warning). On a larger model treat a finding as a question to check, not a verdict: 30
+#   and TRL's `GRPOTrainer`, on the tiny model: `benchmarks/doctor_museum.py --museum2`),
+#   then on a third set trained and labelled before the last revision (`--museum3`): there the
+#   first finding was right for 4 of 7 broken runs before that revision and 6 of 7 after it,
+#   and all 5 healthy runs stay quiet; the run it still misses samples at temperature 0.3,
+#   with a third of its groups alike, fewer than the half a warning needs. On a larger model
+#   treat a finding as a question to check, not a verdict: 30
 #   AdamW steps at 1e-6 (a summed rate of 3e-5) toward four fixed completions raised their
 #   log-probs under SmolLM2-135M by 6 to 8 nats (question 5). A KL to the reference that drifts
 #   slowly over thousands of steps is not a step that is too large: `policy_moves_too_fast`
@@ -490,7 +496,12 @@ plt.show()
 #   falls *after* the reward rose is a policy that learned (not `entropy_collapse`), a reward
 #   that varied and is now constant is saturated (not dead), and reward rising with length is
 #   hacking only when a function pays for length (an R1-Zero-like run's 0/1 correctness
-#   rising with longer answers is learning).
+#   rising with longer answers is learning). Held-out accuracy is "flat" only over thirds of at
+#   least 3 evaluations, and a sampled 0/1 reward that rises while it stays under the greedy
+#   held-out accuracy is the policy sharpening toward its greedy answer, not hacking. The
+#   sampler rule reads the share of completion tokens whose sampler/trainer ratio leaves
+#   [0.5, 2] (`sampling/token_ratio_outside_band`, logged by this trainer: a bfloat16 sampler
+#   keeps it under 1%, stale weights put 15-47% outside), and the mean gap where it is absent.
 # - **Not every finding is a bug**: `loss_near_zero_is_normal` is info on purpose. On-policy
 #   GRPO's loss is minus the mean advantage, and group advantages sum to 0: the loss sits near
 #   0 while the gradient does the work.

@@ -71,6 +71,9 @@ class Rule:
     check: Callable[[list[dict], dict], Diagnosis | None]
     summary: str
     stage: str = "rewards"
+    #: A state every run passes through (too few rows early on): the report on a whole run keeps
+    #: its finding only if it still holds at the end (the live doctor says it once, when it holds).
+    passing: bool = False
 
     def threshold(self, key: str) -> float:
         return self.thresholds[key][0]
@@ -81,9 +84,10 @@ RULES: dict[str, Rule] = {}
 
 
 def rule(name: str, severity: str, signals: Iterable[str], thresholds: dict[str, tuple[float, str]] | None = None,
-         stage: str = "rewards"):
+         stage: str = "rewards", passing: bool = False):
     """Register ``check`` as a doctor rule (a decorator). Its docstring's first line is its summary;
-    ``stage`` (one of :data:`STAGES`) places its findings in the report's causal order."""
+    ``stage`` (one of :data:`STAGES`) places its findings in the report's causal order; ``passing``
+    marks a state every run passes through (:attr:`Rule.passing`)."""
     if severity not in SEVERITIES:
         raise ValueError(f"severity={severity!r}; expected one of {SEVERITIES}.")
     if stage not in STAGES:
@@ -93,7 +97,7 @@ def rule(name: str, severity: str, signals: Iterable[str], thresholds: dict[str,
         if name in RULES:
             raise ValueError(f"a doctor rule named {name!r} is already registered.")
         summary = (check.__doc__ or name).strip().splitlines()[0]
-        RULES[name] = Rule(name, severity, tuple(signals), dict(thresholds or {}), check, summary, stage)
+        RULES[name] = Rule(name, severity, tuple(signals), dict(thresholds or {}), check, summary, stage, passing)
         return check
 
     return register

@@ -1,4 +1,4 @@
-"""Scoring the doctor on the second museum: stored histories of runs the rules were not written on.
+"""Scoring the doctor on the stored museums: histories of runs the rules were not written on.
 
 ``benchmarks/doctor_museum2_build.py`` trains the runs (this trainer and TRL 1.16's
 ``GRPOTrainer``, on the tiny model; its SmolLM2-135M runs are too slow for a shared CPU) and
@@ -10,6 +10,9 @@ A broken run scores on two counts: the **first finding** of the report (what a p
 on) names its cause, and its cause is named **somewhere** in the report. A healthy run scores
 when no finding of severity warning or error fires (``info`` is allowed: normal behaviour
 that looks alarming).
+
+The third museum (:data:`MUSEUM3_DIR`, built by ``benchmarks/doctor_museum3_build.py``) has
+the same manifest and is scored by the same functions: ``score("all", MUSEUM3_DIR)``.
 """
 
 from __future__ import annotations
@@ -19,6 +22,9 @@ from pathlib import Path
 
 #: Where the builder keeps the histories (beside the benchmark that builds them).
 MUSEUM2_DIR = Path(__file__).resolve().parents[2] / "benchmarks" / "data" / "doctor_museum2"
+#: The third museum (``benchmarks/doctor_museum3_build.py``): runs trained and labelled before a
+#: later revision of the rules, all ``held_out``; scored by the same functions with this folder.
+MUSEUM3_DIR = MUSEUM2_DIR.parent / "doctor_museum3"
 
 
 def load_manifest(folder: Path = MUSEUM2_DIR) -> dict[str, dict]:

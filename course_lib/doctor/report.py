@@ -115,7 +115,7 @@ def _signal_keys(signals: tuple[str, ...], rows: list[dict]) -> list[str]:
         if "<name>" in signal:
             prefix, suffix = signal.split("<name>")
             keys += sorted({k for r in rows for k in r if k.startswith(prefix) and k.endswith(suffix)})
-        elif any(signal in r for r in rows):
+        elif signal != "step" and any(signal in r for r in rows):  # every row has a step: no curve
             keys.append(signal)
     return keys
 
@@ -194,8 +194,16 @@ def first_firing(rows: list[dict], config: dict, *, checks: int = 500) -> list[F
 
 
 def diagnose_run(rows: list[dict], config: dict) -> list[Finding]:
-    """The findings of a whole run in the report's causal order (each dated at its first firing)."""
-    return causal_order(first_firing(rows, config))
+    """The findings of a whole run in the report's causal order (each dated at its first firing);
+    a passing state (:attr:`~course_lib.doctor.core.Rule.passing`) only if it holds at the end."""
+    from .core import RULES, diagnose
+
+    found = first_firing(rows, config)
+    passing = [f.rule for f in found if RULES[f.rule].passing]
+    if passing:
+        still = {f.rule for f in diagnose(rows, config, passing)}
+        found = [f for f in found if f.rule not in passing or f.rule in still]
+    return causal_order(found)
 
 
 def doctor_run(path: str | Path, figure: str | Path | None = None) -> tuple[list[Finding], str, Path | None]:

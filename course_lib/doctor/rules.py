@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 
-from .core import (Diagnosis, first_key, is_finite, mean, median, pearson, rule, stderr, values)
+from .core import (Diagnosis, first_key, is_finite, mean, median, pearson, rule, stderr, steps_per_row, values)
 
 #: Logged steps averaged for "recent" and "start": one noisy batch must not fire a rule.
 WINDOW = 10
@@ -90,16 +90,40 @@ def _generations_for(p: float, target: float = 0.25, limit: int = 64) -> int | N
     return None
 
 
-def looks_binary(means: list[float], stds: list[float]) -> bool:
+def looks_binary(means: list[float], stds: list[float], averaged: bool = False) -> bool:
     """Whether batch means and standard deviations are those of a 0/1 reward.
 
     A 0/1 reward with batch mean p has batch standard deviation sqrt(p(1-p)) (up to the n/(n-1)
     of a sample std: at most 1.07 for 8 completions); a constant 0.5 (std 0), a length score
-    (values above 1) or a shaped reward (std well below sqrt(p(1-p))) does not."""
+    (values above 1) or a shaped reward (std well below sqrt(p(1-p))) does not.
+
+    ``averaged``: each row is the mean of several steps' values (TRL logs the mean of the
+    steps since the last log, ``logging_steps=10`` by default). The mean of the batch
+    standard deviations sqrt(p_i(1-p_i)) is then below sqrt(p(1-p)) of the mean rate p (the
+    square root is concave: batches at p_i = 0 or 1 add 0), so only half of it is required;
+    the upper bound still holds. A constant 0.5 (std 0) and a score above 1 still fail."""
     if len(means) < 3 or len(stds) != len(means) or not all(0.0 <= m <= 1.0 for m in means):
         return False
-    return all(0.85 * math.sqrt(m * (1 - m)) - 1e-9 <= sd <= 1.1 * math.sqrt(m * (1 - m)) + 1e-9
+    low = 0.5 if averaged else 0.85
+    return all(low * math.sqrt(m * (1 - m)) - 1e-9 <= sd <= 1.1 * math.sqrt(m * (1 - m)) + 1e-9
                for m, sd in zip(means, stds))
+
+
+def rows_are_averages(rows) -> bool:
+    """Whether the logged rows stand for several optimizer steps each (median step difference
+    above 1): TRL's ``logging_steps`` logs the mean of each metric since the last log."""
+    return median(steps_per_row(rows)) > 1
+
+
+def groups_read(rows) -> int:
+    """A lower bound on the groups behind the ``frac_reward_zero_std`` values of ``rows``: the
+    run's groups per row, read as the largest over the rows of the smallest k (up to 1024) for
+    which the share times k is a whole number (a share of 0.25 comes from at least 4 groups,
+    0.95 from at least 20; shares of 0 or 1 say nothing of it), times the rows."""
+    shares = values(rows, "frac_reward_zero_std")
+    per_row = max((next((k for k in range(1, 1025) if abs(share * k - round(share * k)) < 1e-6 * k), 1024)
+                   for share in shares), default=1)
+    return per_row * len(shares)
 
 
 def binary_reward(rows) -> float | None:
@@ -109,12 +133,16 @@ def binary_reward(rows) -> float | None:
     if len(names) != 1:
         return None
     means, stds = _recent(rows, f"rewards/{names[0]}/mean"), _recent(rows, f"rewards/{names[0]}/std")
-    return mean(means) if looks_binary(means, stds) else None
+    return mean(means) if looks_binary(means, stds, rows_are_averages(rows)) else None
 
 
 @rule("zero_spread_groups", "warning", ("frac_reward_zero_std", "reward", "rewards/<name>/std"),
       {"fraction": (0.5, "above half, most of each batch has advantage 0: the run pays for the "
                          "generations and learns from fewer than half of them"),
+       "noise": (2.0, "standard errors of the share: the share read is that of the groups behind the last "
+                      "10 rows (counted from the shares themselves: groups_read), and a share of 0.56 over 20 "
+                      "groups (2 a step) is p^G + (1-p)^G = 39% by chance as often as not (a healthy TRL run "
+                      "at p = 0.11, G = 8); it must be above half by twice sqrt(s(1-s)/groups)"),
        "excess": (0.3, "observed share of equal groups above p^G + (1-p)^G (independent 0/1 draws at "
                        "success rate p) by this much: the completions of a group are not independent draws "
                        "(low temperature, a collapsed policy), which more generations would not fix")},
@@ -133,6 +161,9 @@ def zero_spread_groups(rows, config):
     frac = _recent(rows, "frac_reward_zero_std")
     if len(frac) < 3 or mean(frac) <= 0.5:
         return None
+    share, groups = mean(frac), groups_read(rows[-WINDOW:])
+    if share - 0.5 <= 2.0 * math.sqrt(share * (1 - share) / groups):
+        return None  # above half by less than its sampling noise
     names = _reward_names(rows)
     batch_std = [mean(_recent(rows, f"rewards/{n}/std")) for n in names]
     p = binary_reward(rows)

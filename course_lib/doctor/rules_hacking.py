@@ -17,10 +17,17 @@ from .rules import HELD_OUT_KEYS, WINDOW, _field, _reward_names, looks_binary
                            "32 completions has a standard error near 0.08 per batch; averaged over 10 "
                            "steps, 0.03)"),
        "held_out_rise": (0.02, "below two points held-out accuracy is 'flat': within the noise of a "
-                               "200-problem evaluation"),
+                               "200-problem evaluation. Read as the mean of the last third of at least 3 "
+                               "evaluations against the first third's, never one evaluation against another "
+                               "(a 50-problem evaluation swings 0.42 to 0.58 between evaluations of one run)"),
+       "evaluations": (3, "held-out evaluations before their trend is read"),
        "length_correlation": (0.8, "reward and length moving together this closely over a run is a "
                                    "length-paying reward, not a coincidence"),
        "length_growth": (1.5, "completions 50% longer than at the start"),
+       "sharpening": (0.0, "a training reward that is a 0/1 success rate, sampled, rising while it stays at or "
+                           "below the held-out greedy accuracy, is the policy concentrating on its greedy answer "
+                           "(sampled accuracy climbs toward greedy accuracy, which need not move): no hacking. "
+                           "Lesson 09's honest run: sampled reward 0.15 -> 0.25 under greedy accuracy 0.42-0.58"),
        "pays_length": (0.9, "a reward function (or, with none logged apart, the total reward) whose batch means "
                             "track the mean completion length this closely, and that is no 0/1 success rate, pays "
                             "for length. Reward and length rising together is also what a healthy reasoning run "
@@ -34,13 +41,19 @@ def reward_hacking(rows, config):
     rise = mean(reward[-WINDOW:]) - mean(reward[:WINDOW])
     held_key = first_key(rows, HELD_OUT_KEYS)
     held = values(rows, held_key) if held_key else []
-    if held_key and len(held) >= 2 and rise > 0.1 and held[-1] - held[0] < 0.02:
+    third = len(held) // 3
+    held_first, held_last = (mean(held[:third]), mean(held[-third:])) if third else (float("nan"),) * 2
+    # A sampled 0/1 success rate still at or below the greedy held-out accuracy rises by sharpening.
+    sharpening = (held_key == "eval/greedy_accuracy" and all(0.0 <= x <= 1.0 for x in reward)
+                  and mean(reward[-WINDOW:]) <= held_last)
+    if len(held) >= 3 and rise > 0.1 and held_last - held_first < 0.02 and not sharpening:
         return Diagnosis(
-            f"training reward rose by {rise:+.2f} while held-out {held_key} went {held[0]:.3f} -> {held[-1]:.3f}: "
+            f"training reward rose by {rise:+.2f} while held-out {held_key} went {held_first:.3f} -> "
+            f"{held_last:.3f} (the first and last third of {len(held)} evaluations): "
             "the policy is learning what the reward pays for, not the task. Read samples of the completions "
             "(log_completions=True); tighten the reward so only correct answers score (a verifier, not a "
             "proxy); lesson 11's sorting study shows a model paid for copying its input.",
-            {"reward_rise": rise, "held_out_first": held[0], "held_out_last": held[-1]})
+            {"reward_rise": rise, "held_out_first": held_first, "held_out_last": held_last})
     length = values(rows, "completions/mean_length")
     if len(length) == len(reward) and mean(length[:WINDOW]) > 0:
         growth = mean(length[-WINDOW:]) / mean(length[:WINDOW])

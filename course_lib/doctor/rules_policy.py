@@ -7,7 +7,7 @@ logged steps, start = the first ``WINDOW``).
 from __future__ import annotations
 
 from .core import Diagnosis, first_key, is_finite, mean, median, rule, stderr, steps_of, steps_per_row, values
-from .rules import APPROX_KL_KEYS, CLIP_KEYS, WINDOW, _field, _recent, _reward_names, looks_binary
+from .rules import APPROX_KL_KEYS, CLIP_KEYS, WINDOW, _field, _recent, _reward_names, looks_binary, rows_are_averages
 
 
 def _tenth(config: dict, name: str) -> str:
@@ -31,11 +31,22 @@ def _learning_rate(rows, config) -> str:
     return _field(config, "learning_rate")
 
 
-def _entropy_jumps(rows) -> list[tuple[int, float, float]]:
+def _few_completions_kept(row: dict, config: dict) -> bool:
+    """Whether the row's token entropy is the mean over fewer than 4 completions: with
+    mask_truncated_completions=True only the finished ones are trained on and measured, and a
+    row with nearly all truncated (max_completion_length=3: 97% of 32) reads one completion."""
+    batch, clipped = config.get("per_device_train_batch_size"), row.get("completions/clipped_ratio")
+    return bool(config.get("mask_truncated_completions")) and isinstance(batch, int) and is_finite(clipped) \
+        and (1.0 - clipped) * batch < 4
+
+
+def _entropy_jumps(rows, config: dict | None = None) -> list[tuple[int, float, float]]:
     """Logged steps where token entropy jumped between neighbouring logged rows (at most 10 optimizer
     steps apart) by at least 0.5 nats, half of the smaller value, and 4 times the run's own median
-    row-to-row change (its batch noise): ``(step, before, after)``."""
-    pairs = [(int(r["step"]), float(r["entropy"])) for r in rows if is_finite(r.get("entropy"))]
+    row-to-row change (its batch noise): ``(step, before, after)``. Rows whose entropy is read on
+    fewer than 4 completions (:func:`_few_completions_kept`) are noise and left out."""
+    pairs = [(int(r["step"]), float(r["entropy"])) for r in rows if is_finite(r.get("entropy"))
+             and not _few_completions_kept(r, config or {})]
     noise = median([abs(e1 - e0) for (_, e0), (_, e1) in zip(pairs, pairs[1:])])
     out = []
     for (s0, e0), (s1, e1) in zip(pairs, pairs[1:]):
@@ -44,32 +55,83 @@ def _entropy_jumps(rows) -> list[tuple[int, float, float]]:
     return out
 
 
+def _no_gradient(row: dict, steps: int, penalty: bool) -> bool | None:
+    """Whether no optimizer step a row stands for had a gradient (True), some had (False), or the
+    row cannot tell (None). A row of one step: its grad_norm is 0. A row standing for several steps
+    (TRL logs the last step's grad_norm and the mean of the rest): every group of every one of
+    them had equal rewards (frac_reward_zero_std 1), so every advantage was 0, and no KL penalty
+    (none logged: TRL logs kl only with beta != 0) pulls on the policy."""
+    g, frac = row.get("grad_norm"), row.get("frac_reward_zero_std")
+    if steps == 1:
+        return (abs(g) < 1e-8) if is_finite(g) else None
+    if is_finite(g) and abs(g) > 1e-8:
+        return False
+    if is_finite(frac) and not penalty:
+        return frac >= 0.999
+    return None
+
+
 def _moves_without_gradient(rows) -> tuple[int, str] | None:
-    """A stretch of at least 5 logged rows with grad_norm 0 after a non-zero one, during which the
-    policy kept changing (entropy's 3-row average moved by 0.5 nats, or the mean length by half):
-    only Adam's momentum, scaled by the learning rate, moves weights with no gradient."""
+    """A stretch of logged rows with no gradient (:func:`_no_gradient`) after one with a gradient,
+    at least 5 rows or 20 optimizer steps long, during which the policy kept changing: entropy
+    moved by 0.5 nats (its 3-row average; on rows that each average k >= 5 steps the rows
+    themselves, by 0.5 / sqrt(k) nats, at least 0.15: the mean of k batches has sqrt(k) times
+    less noise), or the mean length (its 3-row average) by half. Only Adam's momentum, scaled by
+    the learning rate, moves weights with no gradient."""
+    penalty = any(is_finite(r.get("kl")) and r["kl"] > 0 for r in rows)
+    counts = steps_per_row(rows)
     stretch, seen_grad = [], False
-    for r in rows + [{"grad_norm": 1.0}]:
-        g = r.get("grad_norm")
-        if is_finite(g) and abs(g) < 1e-8 and seen_grad:
-            stretch.append(r)
+    for r, k in list(zip(rows, counts)) + [({"grad_norm": 1.0}, 1)]:
+        still = _no_gradient(r, k, penalty)
+        if still and seen_grad:
+            stretch.append((r, k))
             continue
-        if len(stretch) >= 5:
-            for key, enough in (("entropy", lambda a, b: abs(b - a) >= 0.5),
+        span = sum(k for _, k in stretch)
+        if len(stretch) >= 5 or (stretch and span >= 20):
+            width = min(k for _, k in stretch)
+            averaged = width >= 5  # rows that each average 5+ steps: read as they are, with their lower noise
+            entropy_move = max(0.15, 0.5 / width ** 0.5) if averaged else 0.5
+            for key, enough in (("entropy", lambda a, b: abs(b - a) >= entropy_move),
                                 ("completions/mean_length", lambda a, b: max(a, b) >= 1.5 * max(min(a, b), 1e-9))):
-                xs = values(stretch, key)
-                smooth = [mean(xs[i:i + 3]) for i in range(max(len(xs) - 2, 0))]
+                xs = values([row for row, _ in stretch], key)
+                smooth = (xs if averaged and key == "entropy" else
+                          [mean(xs[i:i + 3]) for i in range(max(len(xs) - 2, 0))])
                 if smooth and enough(min(smooth), max(smooth)):
-                    return int(stretch[0]["step"]), key
+                    return int(stretch[0][0]["step"]), key
         stretch = []
-        seen_grad = seen_grad or (is_finite(g) and abs(g) > 1e-8)
+        seen_grad = seen_grad or still is False
     return None
 
 
 def _clips_at_one(config: dict) -> bool:
-    """Whether the run clips its gradient norm at 1 or below (``max_grad_norm``, TRL's default 1.0)."""
-    clip = config.get("max_grad_norm")
+    """Whether the run clips its gradient norm at 1 or below (``max_grad_norm``). A log without a
+    config (TRL's ``trainer_state.json``) was clipped at transformers' default, 1.0, unless its
+    user changed it: the rules read it so, and their fixes do not advise it again."""
+    clip = config.get("max_grad_norm", 1.0 if not config else None)
     return isinstance(clip, (int, float)) and 0 < clip <= 1.0
+
+
+def _falls_silent(rows) -> int | None:
+    """The step from which the run had no gradient to the end (:func:`_no_gradient`, at least 5 rows
+    or 20 optimizer steps) after a row with one, or None."""
+    penalty = any(is_finite(r.get("kl")) and r["kl"] > 0 for r in rows)
+    counts = steps_per_row(rows)
+    tail = 0
+    while tail < len(rows) and _no_gradient(rows[-1 - tail], counts[-1 - tail], penalty):
+        tail += 1
+    if tail == len(rows) or tail == 0 or not (tail >= 5 or sum(counts[len(rows) - tail:]) >= 20):
+        return None
+    if not any(_no_gradient(r, k, penalty) is False for r, k in zip(rows[:-tail], counts[:-tail])):
+        return None
+    return int(rows[len(rows) - tail]["step"])
+
+
+def _peak_learning_rate(rows, config: dict) -> float | None:
+    rate = config.get("learning_rate")
+    if is_finite(rate):
+        return float(rate)
+    rates = values(rows, "learning_rate")
+    return max(rates) if rates else None
 
 
 def _clip_advice(config: dict) -> str:
@@ -100,15 +162,23 @@ def _grad_spikes(rows) -> list[tuple[int, float]]:
                          "moving: with no gradient only Adam's momentum moves the weights, by about the "
                          "learning rate a step, so a visible move means the rate is large (museum run "
                          "course_lr3e-3_spike: length 4.2 -> 6, entropy 0.7 -> 1.6 over 16 zero-gradient "
-                         "steps)"),
+                         "steps). On a log whose rows each average several steps, a row has no gradient when "
+                         "every group of its steps had equal rewards and no KL is logged, and 20 optimizer "
+                         "steps suffice (logging_steps=10: entropy 1.51 -> 1.13 over steps 20-60 of "
+                         "learning_rate=1e-2 with every group alike)"),
        "grad_spike": (10.0, "times the run's median non-zero grad_norm, and above 1; evidence alone only without "
                             "clipping at max_grad_norm <= 1 (a healthy RLOO preset run, clipped, spiked to 73.6 "
-                            "once and learned)")}, stage="optimizer")
+                            "once and learned; a TRL log, with no config, is read as clipped at transformers' "
+                            "default 1.0: a healthy TRL RLOO run spiked to 151 once)"),
+       "silent_rate": (1e-3, "a learning rate this high (a full fine-tune learns at 1e-5 to 1e-4) is named without a "
+                             "visible jump only when the run then fell silent (no gradient for 5 rows or 20 steps, "
+                             "to the end) and its reward fell by half: TRL at 3e-3 logged every 5 steps truncated "
+                             "every completion from its second row on")}, stage="optimizer")
 def learning_rate_too_high(rows, config):
     """The policy jumps: entropy leaps between logged steps, keeps moving with no gradient, or the
     gradient spikes. Read without a KL (beta=0 logs none) and whatever the logging interval."""
     evidence, shown = {}, []
-    jumps = _entropy_jumps(rows)
+    jumps = _entropy_jumps(rows, config)
     if jumps:
         step, before, after = jumps[0]
         evidence["entropy_jump"] = jumps[0]
@@ -128,6 +198,14 @@ def learning_rate_too_high(rows, config):
     if spikes and (shown or fell or not clipped):
         evidence["grad_spikes"] = spikes[:5]
         shown.append(f"grad_norm spiked to {spikes[0][1]:.3g} at step {spikes[0][0]}")
+    # A rate of 1e-3 or more (10-100x where a full fine-tune learns) and a run that then fell silent with
+    # its reward: the blow-up can be over within the first logging interval (logging_steps=5 at 3e-3:
+    # every completion truncated from the second row), so no row shows it happen.
+    rate, silent = _peak_learning_rate(rows, config), _falls_silent(rows)
+    if not shown and rate is not None and rate >= 1e-3 and silent is not None and fell:
+        evidence["silent_from"] = silent
+        shown.append(f"at learning_rate={rate:g} every group has had equal rewards and no gradient from step "
+                     f"{silent} to the end")
     if not shown:
         return None
     if fell:
@@ -143,16 +221,26 @@ def learning_rate_too_high(rows, config):
 @rule("entropy_explosion", "error", ("entropy",),
       {"ratio": (2.0, "entropy doubling during RL fine-tuning means the policy is spreading mass over "
                       "tokens it never used: gibberish, not exploration"),
-       "rise": (0.5, "nats per token; guards a tiny starting entropy from doubling by noise")}, stage="optimizer")
+       "rise": (0.5, "nats per token; guards a tiny starting entropy from doubling by noise"),
+       "reward_rise": (2.0, "standard errors of the batch reward: when the reward rose this clearly while "
+                            "entropy exploded, the policy spreads its mass because a reward pays for it (a "
+                            "reward paid per character: any token earns), and the reward rules name that "
+                            "cause; a step too large wrecks the reward instead (learning_rate=1e-2: the reward "
+                            "falls to 0)")}, stage="optimizer")
 def entropy_explosion(rows, config):
-    """Token entropy grew far beyond its start: the model drifts into gibberish."""
+    """Token entropy grew far beyond its start while the reward did not rise: the model drifts into
+    gibberish."""
     entropy = values(rows, "entropy")
     if len(entropy) < WINDOW + 3:
         return None
     # The start is the first 3 steps: a large learning rate blows entropy up within a few steps
     # (museum run learning_rate_300x: 0.83, 0.78, 1.47, 2.78, 3.26, ... 4.4 nats).
     start, now = mean(entropy[:3]), mean(entropy[-WINDOW:])
-    if now > 2.0 * start and now - start > 0.5:
+    reward = values(rows, "reward")
+    first, last = reward[:WINDOW], reward[-WINDOW:]
+    noise = (stderr(first) ** 2 + stderr(last) ** 2) ** 0.5
+    paid = len(reward) >= 2 * WINDOW and mean(last) - mean(first) > max(2.0 * noise, 0.0)
+    if now > 2.0 * start and now - start > 0.5 and not paid:
         return Diagnosis(
             f"token entropy exploded from {start:.3f} to {now:.3f} nats: updates are too large and the policy is "
             f"turning into noise. Fixes: a learning rate 10x lower ({_tenth(config, 'learning_rate')}), "
@@ -319,10 +407,18 @@ def nothing_moves(rows, config):
 
 
 # ---------------------------------------------------------------------- 10: sampler vs trainer
-@rule("sampler_mismatch", "warning", ("sampling/sampling_logp_difference/mean",
+@rule("sampler_mismatch", "warning", ("sampling/token_ratio_outside_band", "sampling/sampling_logp_difference/mean",
                                       "sampling/importance_sampling_ratio/min",
                                       "sampling/importance_sampling_ratio/max"),
-      {"logp_difference": (0.1, "mean |log p_trainer - log p_sampler| per token; bf16 against fp32 stays "
+      {"outside_share": (0.05, "share of completion tokens whose trainer/sampler probability ratio leaves "
+                               "[0.5, 2] (sampling/token_ratio_outside_band, logged by this trainer; TRL 1.16 "
+                               "logs no such share), over the last 3 logged steps; where it is logged it "
+                               "decides. Measured on the tiny model: its own samples scored in bfloat16 against "
+                               "float32 put 0-0.4% of tokens outside (32 completions of 8 or 64 tokens, 3 batches "
+                               "each), a sampler that never receives the updated weights 15-47% (museum run "
+                               "stale_sampler, every step after the first)"),
+       "logp_difference": (0.1, "mean |log p_trainer - log p_sampler| per token, read where the share outside "
+                                "the band is not logged (a TRL log); bf16 against fp32 stays "
                                 "a few hundredths, 0.1 means one token in ten differs by 10% in probability"),
        "jump": (10.0, "a tenfold jump over the run's median after an update means the sampler kept stale "
                       "weights"),
@@ -342,6 +438,16 @@ def sampler_mismatch(rows, config):
     """The sampler's log-probs disagree with the trainer's: wrong weights, dtype or settings."""
     key = "sampling/sampling_logp_difference/mean"
     diff = values(rows, key)
+    outside = values(rows, "sampling/token_ratio_outside_band")
+    if len(outside) >= 3:  # the share of tokens outside the band decides where it is logged
+        share = mean(outside[-3:])
+        if share <= 0.05:
+            return None
+        gap = f"{share:.0%} of completion tokens have a trainer/sampler probability ratio outside [0.5, 2]"
+        if len(diff) >= 3:
+            gap += f" (mean per-token log-prob gap {mean(diff[-3:]):.3f})"
+        return Diagnosis(_sampler_message(gap, config), {"outside_share": share, "logp_difference":
+                                                          mean(diff[-3:]) if len(diff) >= 3 else None})
     ratio_share, ranges = _ratio_outside_share(rows)
     if len(diff) < 3 and ratio_share is None:
         return None
@@ -360,6 +466,13 @@ def sampler_mismatch(rows, config):
         gap = "; ".join(filter(None, [gap, f"importance ratio outside [0.5, 2] in {ratio_share:.0%} of the last "
                                            f"{len(ranges)} steps (min {low:.3g}, max {high:.3g}), inside at the "
                                            "first step"]))
+    return Diagnosis(
+        _sampler_message(gap, config),
+        {"logp_difference": now, "median": typical, "jump_steps": jumped[:5], "ratio_outside_share": ratio_share})
+
+
+def _sampler_message(gap: str, config: dict) -> str:
+    """The sampler rule's message: what disagrees (``gap``), the causes and the fixes."""
     if config.get("vllm_importance_sampling_correction"):
         mode = config.get("vllm_importance_sampling_mode", "sequence_mask")
         correction = (f"the correction is already on (vllm_importance_sampling_correction=True, mode {mode!r}): it "
@@ -367,13 +480,11 @@ def sampler_mismatch(rows, config):
     else:
         correction = ("vllm_importance_sampling_correction=True (its default mode, 'sequence_mask', drops "
                       "completions whose ratio leaves the bounds)")
-    return Diagnosis(
-        f"sampler and trainer disagree: {gap}. Causes: the engine did not "
-        "receive the new weights, a lower-precision sampler "
-        f"({_field(config, 'vllm_dtype')} vs {_field(config, 'dtype')}), or different sampling settings "
-        f"(temperature, top_p) in engine and trainer. Fixes: the same dtype on both sides; {correction}; "
-        "lesson 10.",
-        {"logp_difference": now, "median": typical, "jump_steps": jumped[:5], "ratio_outside_share": ratio_share})
+    return (f"sampler and trainer disagree: {gap}. Causes: the engine did not "
+            "receive the new weights, a lower-precision sampler "
+            f"({_field(config, 'vllm_dtype')} vs {_field(config, 'dtype')}), or different sampling settings "
+            f"(temperature, top_p) in engine and trainer. Fixes: the same dtype on both sides; {correction}; "
+            "lesson 10.")
 
 
 def _ratio_outside_share(rows) -> tuple[float | None, list[tuple[float, float]]]:
@@ -433,23 +544,55 @@ def non_finite_values(rows, config):
 # ---------------------------------------------------------------------- 13: the reward's sign
 @rule("wrong_sign_reward", "warning", ("rewards/<name>/mean", "rewards/<name>/std"),
       {"rows": (2 * WINDOW, "logged rows before a trend is read"),
+       "named_rows": (3, "logged rows enough for a function named for correctness whose values are only 0 and "
+                         "-1: no trend is needed, its values alone say its sign is flipped (a TRL log at "
+                         "logging_steps=10 has 3 rows after 30 steps)"),
        "rise": (0.1, "a rise toward 0 of a 0/-1 reward: the policy learns to avoid what it pays -1 for")})
 def wrong_sign_reward(rows, config):
     """A 0/-1 reward the policy learns to avoid, or a correctness reward that is never above 0:
     the sign is flipped, and the run learns to be wrong."""
+    averaged = rows_are_averages(rows)
     for name in _reward_names(rows):
         means, stds = values(rows, f"rewards/{name}/mean"), values(rows, f"rewards/{name}/std")
-        if len(means) < 2 * WINDOW or len(stds) != len(means) or max(means) > 0 or min(means) >= 0:
-            continue
-        negated = looks_binary([-m for m in means], stds)  # -reward looks 0/1: the values are 0 and -1
         correctness = any(word in name.lower() for word in ("correct", "accura", "answer", "solve"))
-        rise = mean(means[-WINDOW:]) - mean(means[:WINDOW])
+        if (len(means) < (3 if correctness else 2 * WINDOW) or len(stds) != len(means) or max(means) > 0
+                or min(means) >= 0):
+            continue
+        negated = looks_binary([-m for m in means], stds, averaged)  # -reward looks 0/1: values 0 and -1
+        head, tail = means[:WINDOW], means[-WINDOW:]
+        rise = mean(tail) - mean(head) if len(means) >= 2 * WINDOW else 0.0
         if negated and (correctness or rise > 0.1):
             return Diagnosis(
-                f"{name} returns only 0 and -1 (batch means {mean(means[:WINDOW]):.3f} -> {mean(means[-WINDOW:]):.3f}"
+                f"{name} returns only 0 and -1 (batch means {mean(head):.3f} -> {mean(tail):.3f}"
                 f"{', rising toward 0' if rise > 0.1 else ''}): the policy is learning to avoid what it scores -1"
                 + (", and for a correctness reward that is the right answers" if correctness else "") +
                 ". If it is meant to pay for correct answers, its sign is flipped. Fix: return 1 for a right answer "
                 "and 0 otherwise (or give it a positive reward_weight); a deliberate penalty is fine if the "
                 "completions it hits are the bad ones.", {"reward": name, "rise": rise})
     return None
+
+
+# ---------------------------------------------------------------------- 14: what a sparse log cannot show
+#: Rules that read a trend, and the logged rows each needs before it reads one.
+ROWS_NEEDED = {"reward_hacking": 2 * WINDOW, "entropy_collapse": 2 * WINDOW, "wrong_sign_reward": 2 * WINDOW,
+               "kl_penalty_dominates": 2 * WINDOW, "entropy_explosion": WINDOW + 3, "nothing_moves": 9}
+
+
+@rule("too_few_rows", "info", ("step",),
+      {"rows": (2 * WINDOW, "the most rows a rule needs (ROWS_NEEDED: a trend compares the first 10 logged "
+                            "steps with the last 10); said only when each row stands for several optimizer "
+                            "steps (TRL's logging_steps, 10 by default), where a short run never gets there")},
+      stage="normal", passing=True)
+def too_few_rows(rows, config):
+    """The log has too few rows for the rules that read a trend: they are silent, not satisfied."""
+    if len(rows) >= 2 * WINDOW or not rows_are_averages(rows):
+        return None
+    waiting = {name: need for name, need in ROWS_NEEDED.items() if len(rows) < need}
+    interval = int(median(steps_per_row(rows)))
+    listing = ", ".join(f"{name} ({need} rows, step {need * interval} at this interval)"
+                        for name, need in sorted(waiting.items(), key=lambda item: item[1]))
+    return Diagnosis(
+        f"{len(rows)} logged rows, one every {interval} optimizer steps: these rules read a trend and have too few "
+        f"rows to read it, so their silence says nothing yet: {listing}. Fix: logging_steps=1 (TRL's default is "
+        "10): the doctor then reads every step.", {"rows": len(rows), "interval": interval,
+                                                   "waiting": sorted(waiting)})

@@ -21,6 +21,7 @@ The weights carry no gradient: they are computed once per generation batch.
 
 from __future__ import annotations
 
+import math
 from typing import Literal, get_args
 
 import torch
@@ -28,6 +29,11 @@ import torch
 from course_lib.ops.kl import check_same_shape
 
 Tensor = torch.Tensor
+
+#: The band a token's trainer/sampler probability ratio is expected to stay in: TIS's usual cap
+#: of 2 and its mirror 1/2, i.e. a per-token log-prob gap of at most log 2 either way.
+#: `sampling/token_ratio_outside_band` is the share of completion tokens outside it.
+RATIO_BAND = (0.5, 2.0)
 
 #: The correction's modes, once: the annotation of `RLConfig.vllm_importance_sampling_mode`.
 ISMode = Literal["token_truncate", "token_mask", "sequence_truncate", "sequence_mask"]
@@ -166,7 +172,11 @@ def sampling_correction(
         `sampling/importance_sampling_ratio/{min,mean,max}` (over valid tokens for token
         modes, over rows for sequence modes; 0 when there are none) and
         `sampling/sampling_logp_difference/{mean,max}` (absolute per-token gap over valid
-        tokens the sampler scored).
+        tokens the sampler scored), as TRL 1.16 names them; and
+        `sampling/token_ratio_outside_band`, which TRL does not log: the share of those tokens
+        whose ratio `exp(old - sampling)` leaves :data:`RATIO_BAND`. The batch's min and max
+        are one token each; the share says how much of the batch disagrees (a bfloat16 sampler
+        puts a few tokens of every batch outside the band, a sampler with stale weights most).
     """
     if level == "sequence" and mode.startswith("token_"):
         mode = "sequence_" + mode.removeprefix("token_")
@@ -182,7 +192,28 @@ def sampling_correction(
         for reducer in reducers:
             value = getattr(values, reducer)().item() if values.numel() else 0.0
             metrics[f"sampling/{name}/{reducer}"] = value
+    metrics["sampling/token_ratio_outside_band"] = token_ratio_outside_band(old_logps, sampling_logps, mask)
     return weight, metrics
+
+
+def token_ratio_outside_band(old_logps: Tensor, sampling_logps: Tensor, mask: Tensor,
+                             band: tuple[float, float] = RATIO_BAND) -> float:
+    """The share of valid completion tokens whose trainer/sampler ratio `exp(old - sampling)`
+    lies outside `band` (0.0 when no token is valid). Tokens the sampler did not score (NaN)
+    are left out, as in the gap TRL logs.
+
+    Args:
+        old_logps, sampling_logps, mask: `(B, T)`: the trainer's and the sampler's per-token
+            log-probs of the sampled tokens, and 1 on completion tokens.
+    """
+    check_same_shape(old_logps=old_logps, sampling_logps=sampling_logps, mask=mask)
+    diff = (old_logps - sampling_logps).float()
+    valid = mask.bool() & ~torch.isnan(diff)
+    if not valid.any():
+        return 0.0
+    low, high = math.log(band[0]), math.log(band[1])
+    outside = (diff < low) | (diff > high)
+    return outside[valid].float().mean().item()
 
 
 def off_policy_sequence_mask(
