@@ -96,6 +96,35 @@ RUNS: dict[str, dict] = {
                                       "vLLM's bfloat16 sampler (training in float32: no native bfloat16 on this "
                                       "CPU), 10 of its 30 steps, logged every step",
                                 config=dict(engine="vllm", vllm_dtype="bfloat16", max_steps=10)),
+    # ------------------------------------------------------------- SmolLM2, built on one H200
+    # Trained on a GPU after the rules' last revision and scored once; the histories are kept as they
+    # ran (the GPU machine had transformers 5.17). The two TRL runs use the second museum's specs
+    # smol_trl_lr1e-2 and smol_trl_defaults; museum 2 calls the second healthy, but with 16 completion
+    # tokens SmolLM2's answers are cut (92-96% truncated) and correctness_first_number_reward reads an
+    # operand: the reward is 0 on every completion at every logged step, so nothing can learn and
+    # the learning rate never acts. They are labelled by that, from their metrics.
+    "smol_trl_budget16_lr1e-2": dict(trainer="trl", model="smollm2-135m", split="held_out",
+                                     causes=["completions_truncated", "zero_spread_groups", "no_learning_signal",
+                                             "dead_reward_function"],
+                                     story="SmolLM2-135M in TRL 1.16 (beta=0), learning_rate=1e-2, 16 completion "
+                                           "tokens: reward 0 everywhere (museum 2's smol_trl_lr1e-2, on an H200)",
+                                     config=dict(learning_rate=1e-2, max_steps=10, logging_steps=1,
+                                                 per_device_train_batch_size=8, num_generations=4,
+                                                 max_completion_length=16)),
+    "smol_trl_budget16_defaults": dict(trainer="trl", model="smollm2-135m", split="held_out",
+                                       causes=["completions_truncated", "zero_spread_groups", "no_learning_signal",
+                                               "dead_reward_function"],
+                                       story="SmolLM2-135M with TRL's defaults (lr 1e-6, beta=0), 16 completion "
+                                             "tokens, logged every 2 steps: reward 0 everywhere (museum 2's "
+                                             "smol_trl_defaults, on an H200)",
+                                       config=dict(max_steps=12, logging_steps=2, per_device_train_batch_size=8,
+                                                   num_generations=4, max_completion_length=16)),
+    "smol_demo_hf_gpu": dict(trainer="course", model="smollm2-135m", task="arithmetic-tagged", causes=[],
+                             split="held_out",
+                             story="`python -m course_lib demo --engine hf` on an H200: make demo's SmolLM2-135M "
+                                   "settings (LoRA, lr 1e-4), Hugging Face generate in float32, all 30 steps; "
+                                   "held-out greedy accuracy 16.0% -> 58.0%",
+                             config=dict(max_steps=30)),
 }
 
 

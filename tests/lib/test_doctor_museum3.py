@@ -36,7 +36,9 @@ def test_the_scores_printed_by_the_benchmark():
     revised on the second museum alone: first finding right on 4 of 7, cause named on 5 of 7, 4 of
     5 healthy quiet; the rules were then revised on what these runs showed (6, 6 and 5). The floor
     is that last measurement; course_temp03 (temperature 0.3) stays a miss: 33% of its groups
-    alike against 4% that independent draws predict is under the 50% a warning needs."""
+    alike against 4% that independent draws predict is under the 50% a warning needs. Three SmolLM2
+    runs built on a GPU after that revision and scored once added 2 broken runs named right and a
+    healthy one left quiet (8, 8 of 9 and 6 of 6)."""
     results, text = score("all", MUSEUM3_DIR)
     broken = [n for n, e in MANIFEST.items() if e["broken"]]
     healthy = [n for n, e in MANIFEST.items() if not e["broken"]]
@@ -45,4 +47,4 @@ def test_the_scores_printed_by_the_benchmark():
     quiet = sum(results[n]["quiet"] for n in healthy)
     assert f"first finding right on {first} of {len(broken)}, cause named somewhere on {somewhere} of " \
            f"{len(broken)}; healthy runs with no warning or error: {quiet} of {len(healthy)}" in text
-    assert first >= 6 and somewhere >= 6 and quiet == len(healthy), text
+    assert first >= 8 and somewhere >= 8 and quiet == len(healthy), text
