@@ -100,6 +100,7 @@ def launches(tmp_path_factory):
     return tmp_path, one, two
 
 
+@pytest.mark.slow
 @pytest.mark.xdist_group("distributed")
 @pytest.mark.parametrize("algo", TOOL_ALGOS)
 def test_two_processes_equal_one_process_with_tools(launches, algo):
@@ -115,6 +116,7 @@ def test_two_processes_equal_one_process_with_tools(launches, algo):
     assert moved < PARAMETER_TOL
 
 
+@pytest.mark.slow
 @pytest.mark.xdist_group("distributed")
 @pytest.mark.parametrize("name", list(CASES))
 def test_two_processes_equal_one_process(launches, name):
@@ -136,6 +138,7 @@ def test_two_processes_equal_one_process(launches, name):
     assert any(not torch.equal(start[k], v) for k, v in one["parameters"].items() if k in start)
 
 
+@pytest.mark.slow
 @pytest.mark.xdist_group("distributed")
 def test_processes_with_different_configs_stop_before_any_work(tmp_path):
     result = _run(tmp_path, "mismatch", "grpo", [], processes=2, env={"RANK_DEPENDENT_SEED": "1"}, check=False)
@@ -163,6 +166,7 @@ def test_a_launch_that_does_not_match_num_processes_is_refused(tmp_path):
                 get_task("arithmetic", n=16), model, tokenizer)
 
 
+@pytest.mark.slow
 @pytest.mark.xdist_group("distributed")
 def test_workers_tear_their_process_group_down_before_the_interpreter_exits(tmp_path):
     """A gloo group left alive at interpreter finalization can abort a worker (SIGABRT after a
@@ -189,6 +193,7 @@ def test_a_finished_worker_leaves_without_interpreter_teardown():
     assert (result.returncode, result.stdout, result.stderr) == (3, "saved", "still here")
 
 
+@pytest.mark.slow
 @pytest.mark.xdist_group("distributed")
 def test_two_processes_resume_where_they_stopped(launches):
     """Stopped after step 1 with half a generation batch in flight, resumed in a launch of its
