@@ -1,12 +1,16 @@
-"""One short training run, in one process or under ``accelerate launch``; writes what it did.
+"""Short training runs, in one process or under ``accelerate launch``; writes what each did.
 
-Usage: ``python run_training.py OUT.pt ALGO [key=value ...]`` (config overrides). The main
-process saves, to OUT.pt: every generation batch's completions in global row order, the
-logged rows, and the final trainable parameters.
+Usage: ``python run_training.py OUT.pt ALGO [key=value ...]`` (config overrides), or
+``python run_training.py --plan PLAN.json`` for several runs one after the other in the same
+processes (a list of ``{"out", "algo", "overrides", "tools"}``): each run builds its own
+model, config and trainer, so only the interpreter start and the imports are shared. The
+main process saves, to each OUT.pt: every generation batch's completions in global row
+order, the logged rows, and the final trainable parameters.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 
@@ -20,7 +24,7 @@ from course_lib.rewards import get_reward_functions
 from course_lib.trainer import Trainer
 
 
-def main(out: str, algo: str, *overrides: str) -> None:
+def main(out: str, algo: str, *overrides: str, tools: bool = False) -> None:
     settings = dict(model_name_or_path="tiny", max_steps=3, learning_rate=1e-3, num_generations=4,
                     max_completion_length=6, temperature=1.5, logging_steps=1, save_steps=0, seed=3)
     config = apply_overrides(make_config(algo, **settings), list(overrides))
@@ -28,7 +32,7 @@ def main(out: str, algo: str, *overrides: str) -> None:
         config = apply_overrides(config, ["seed=4"])  # a launch that gives the processes different configs
     model, tokenizer = load_policy("tiny")
     rewards = get_reward_functions(["correctness_first_number_reward", "proximity_reward"])
-    if os.environ.get("TOOLS"):  # multi-turn: an environment with one tool and its own reward
+    if tools or os.environ.get("TOOLS"):  # multi-turn: an environment with one tool and its own reward
         trainer = _tool_trainer(config, model, tokenizer)
     else:
         trainer = Trainer(config, rewards, get_task("arithmetic", n=64, seed=0), model, tokenizer, progress=False)
@@ -115,12 +119,18 @@ def _report_teardown(path: str) -> None:
     atexit.register(report)
 
 
+def run_plan(path: str) -> None:
+    for run in json.loads(open(path).read()):
+        main(run["out"], run["algo"], *run["overrides"], tools=run.get("tools", False))
+
+
 if __name__ == "__main__":
+    work = (lambda: run_plan(sys.argv[2])) if sys.argv[1] == "--plan" else (lambda: main(*sys.argv[1:]))
     if os.environ.get("TEARDOWN_REPORT"):  # the ordinary exit, to check the trainer's atexit teardown
         _report_teardown(os.environ["TEARDOWN_REPORT"])
-        main(*sys.argv[1:])
+        work()
     else:
         from course_lib.run.distributed import exit_worker
 
-        main(*sys.argv[1:])
+        work()
         exit_worker(0)

@@ -1,15 +1,22 @@
 """Two processes (gloo, CPU) train exactly as one process with the same global batch.
 
-Each case runs ``run_training.py`` twice: once alone with ``per_device_train_batch_size=8``,
-once on two processes (``torch.distributed.run``, the launcher behind ``accelerate launch``)
-with 4 per process. Rows are sharded across the processes as ``course_lib.schedule`` says,
-every completion has its own seed, advantages see the gathered batch, and DDP averages the
-gradients: the completions, the logged losses and the parameters after 3 optimizer steps
-must agree.
+Each case is a run of ``run_training.py`` done twice: once alone with
+``per_device_train_batch_size=8``, once on two processes (``torch.distributed.run``, the
+launcher behind ``accelerate launch``) with 4 per process. Rows are sharded across the
+processes as ``course_lib.schedule`` says, every completion has its own seed, advantages see
+the gathered batch, and DDP averages the gradients: the completions, the logged losses and
+the parameters after 3 optimizer steps must agree.
+
+Starting Python and importing torch, transformers and accelerate costs far more CPU time
+than 3 steps of the tiny model, so the cases' one-process runs share one launch and their
+two-process runs another (the same runs in the same order in both); each run still builds
+its own model, config and trainer. The resumed run, the launch that must fail and the
+teardown check each get a launch of their own.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -32,6 +39,9 @@ CASES = {
     "rloo": ("rloo", []),
     "ppo": ("ppo", []),
 }
+TOOL_ALGOS = ("grpo", "rloo", "ppo")
+TOOL_OVERRIDES = ["max_completion_length=160", "beta=0.04"]
+RESUME_COMMON = ["steps_per_generation=2", "lr_scheduler_type=constant", "save_steps=1"]
 
 
 def _free_port() -> int:
@@ -40,13 +50,63 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
+def _job(tmp_path: Path, name: str, algo: str, overrides: list[str], processes: int, tools: bool = False) -> dict:
+    """One run of a launch: where it saves, its algorithm and its config overrides."""
+    per_device = 8 // processes
+    return {"name": name, "out": str(tmp_path / f"{name}-{processes}.pt"), "algo": algo, "tools": tools,
+            "overrides": [f"per_device_train_batch_size={per_device}", f"num_processes={processes}",
+                          f"output_dir={tmp_path / f'{name}-{processes}'}", "learning_rate=1e-4", *overrides]}
+
+
+def _launch(tmp_path: Path, jobs: list[dict], processes: int, env: dict | None = None, check: bool = True):
+    """Run `jobs` one after the other in one launch of `processes` processes: what each saved, by name
+    (with ``check=False``, the finished process)."""
+    plan = tmp_path / f"plan-{jobs[0]['name']}-{len(jobs)}-{processes}.json"
+    plan.write_text(json.dumps(jobs))
+    args = [str(HERE / "run_training.py"), "--plan", str(plan)]
+    if processes > 1:
+        args = ["-m", "torch.distributed.run", "--nproc_per_node", str(processes), "--master_addr", "127.0.0.1",
+                "--master_port", str(_free_port()), *args]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT), **(env or {})}
+    result = subprocess.run([sys.executable, *args], capture_output=True, text=True, cwd=ROOT, env=env,
+                            timeout=300 + 120 * len(jobs))
+    if not check:
+        return result
+    assert result.returncode == 0, result.stderr[-3000:]
+    return {job["name"]: torch.load(job["out"], weights_only=False) for job in jobs}
+
+
+def _run(tmp_path: Path, name: str, algo: str, overrides: list[str], processes: int, env: dict | None = None,
+         check: bool = True):
+    """One run in a launch of its own."""
+    launched = _launch(tmp_path, [_job(tmp_path, name, algo, overrides, processes)], processes, env, check)
+    return launched[name] if check else launched
+
+
+def _comparison_jobs(tmp_path: Path, processes: int) -> list[dict]:
+    return ([_job(tmp_path, f"tools-{algo}", algo, TOOL_OVERRIDES, processes, tools=True) for algo in TOOL_ALGOS]
+            + [_job(tmp_path, name, algo, overrides, processes) for name, (algo, overrides) in CASES.items()])
+
+
+@pytest.fixture(scope="module")
+def launches(tmp_path_factory):
+    """Every case's one-process run (one launch) and two-process run (one launch of two
+    processes, which then trains the resume test's uninterrupted run and its stopped first leg)."""
+    tmp_path = tmp_path_factory.mktemp("data_parallel")
+    one = _launch(tmp_path, _comparison_jobs(tmp_path, 1), processes=1)
+    two = _launch(tmp_path, _comparison_jobs(tmp_path, 2)
+                  + [_job(tmp_path, "straight", "grpo", RESUME_COMMON + ["max_steps=3"], 2),
+                     _job(tmp_path, "legs", "grpo", RESUME_COMMON + ["max_steps=1"], 2)], processes=2)
+    return tmp_path, one, two
+
+
+@pytest.mark.slow
 @pytest.mark.xdist_group("distributed")
-@pytest.mark.parametrize("algo", ["grpo", "rloo", "ppo"])
-def test_two_processes_equal_one_process_with_tools(tmp_path, algo):
+@pytest.mark.parametrize("algo", TOOL_ALGOS)
+def test_two_processes_equal_one_process_with_tools(launches, algo):
     """Multi-turn rollouts with an environment: the same trajectories, losses and parameters."""
-    overrides = ["max_completion_length=160", "beta=0.04"]
-    one = _run(tmp_path, f"tools-{algo}", algo, overrides, processes=1, env={"TOOLS": "1"})
-    two = _run(tmp_path, f"tools-{algo}", algo, overrides, processes=2, env={"TOOLS": "1"})
+    _, ones, twos = launches
+    one, two = ones[f"tools-{algo}"], twos[f"tools-{algo}"]
     assert one["rollouts"] == two["rollouts"] and "[tool: increment -> " in one["rollouts"][0][0]
     for a, b in zip(one["rows"], two["rows"]):
         assert a["loss"] == pytest.approx(b["loss"], abs=LOSS_TOL)
@@ -56,30 +116,12 @@ def test_two_processes_equal_one_process_with_tools(tmp_path, algo):
     assert moved < PARAMETER_TOL
 
 
-def _run(tmp_path: Path, name: str, algo: str, overrides: list[str], processes: int, env: dict | None = None,
-         check: bool = True):
-    out = tmp_path / f"{name}-{processes}.pt"
-    per_device = 8 // processes
-    args = [str(HERE / "run_training.py"), str(out), algo, f"per_device_train_batch_size={per_device}",
-            f"num_processes={processes}", f"output_dir={tmp_path / f'{name}-{processes}'}", "learning_rate=1e-4",
-            *overrides]
-    if processes > 1:
-        args = ["-m", "torch.distributed.run", "--nproc_per_node", str(processes), "--master_addr", "127.0.0.1",
-                "--master_port", str(_free_port()), *args]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT), **(env or {})}
-    result = subprocess.run([sys.executable, *args], capture_output=True, text=True, cwd=ROOT, env=env, timeout=300)
-    if not check:
-        return result
-    assert result.returncode == 0, result.stderr[-3000:]
-    return torch.load(out, weights_only=False)
-
-
+@pytest.mark.slow
 @pytest.mark.xdist_group("distributed")
 @pytest.mark.parametrize("name", list(CASES))
-def test_two_processes_equal_one_process(tmp_path, name):
-    algo, overrides = CASES[name]
-    one = _run(tmp_path, name, algo, overrides, processes=1)
-    two = _run(tmp_path, name, algo, overrides, processes=2)
+def test_two_processes_equal_one_process(launches, name):
+    _, ones, twos = launches
+    one, two = ones[name], twos[name]
     assert len(one["rollouts"]) == len(two["rollouts"]) >= 1
     assert one["rollouts"] == two["rollouts"]  # the same completions, row for row
     assert len(one["rows"]) == len(two["rows"]) == 3
@@ -96,6 +138,7 @@ def test_two_processes_equal_one_process(tmp_path, name):
     assert any(not torch.equal(start[k], v) for k, v in one["parameters"].items() if k in start)
 
 
+@pytest.mark.slow
 @pytest.mark.xdist_group("distributed")
 def test_processes_with_different_configs_stop_before_any_work(tmp_path):
     result = _run(tmp_path, "mismatch", "grpo", [], processes=2, env={"RANK_DEPENDENT_SEED": "1"}, check=False)
@@ -123,6 +166,7 @@ def test_a_launch_that_does_not_match_num_processes_is_refused(tmp_path):
                 get_task("arithmetic", n=16), model, tokenizer)
 
 
+@pytest.mark.slow
 @pytest.mark.xdist_group("distributed")
 def test_workers_tear_their_process_group_down_before_the_interpreter_exits(tmp_path):
     """A gloo group left alive at interpreter finalization can abort a worker (SIGABRT after a
@@ -149,15 +193,16 @@ def test_a_finished_worker_leaves_without_interpreter_teardown():
     assert (result.returncode, result.stdout, result.stderr) == (3, "saved", "still here")
 
 
+@pytest.mark.slow
 @pytest.mark.xdist_group("distributed")
-def test_two_processes_resume_where_they_stopped(tmp_path):
-    """Stopped after step 1 with half a generation batch in flight, resumed: as the straight run."""
-    common = ["steps_per_generation=2", "lr_scheduler_type=constant", "save_steps=1"]
-    straight = _run(tmp_path, "straight", "grpo", common + ["max_steps=3"], processes=2)
-    _run(tmp_path, "legs", "grpo", common + ["max_steps=1"], processes=2)
+def test_two_processes_resume_where_they_stopped(launches):
+    """Stopped after step 1 with half a generation batch in flight, resumed in a launch of its
+    own: as the uninterrupted run."""
+    tmp_path, _, twos = launches
+    straight = twos["straight"]
     checkpoint = tmp_path / "legs-2" / "checkpoint-1"
     assert checkpoint.is_dir()
-    resumed = _run(tmp_path, "legs", "grpo", common + ["max_steps=3"], processes=2,
+    resumed = _run(tmp_path, "legs", "grpo", RESUME_COMMON + ["max_steps=3"], processes=2,
                    env={"RESUME_FROM": str(checkpoint)})
     assert [row["step"] for row in resumed["rows"]] == [1, 2, 3]
     for a, b in zip(straight["rows"], resumed["rows"]):

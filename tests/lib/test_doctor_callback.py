@@ -1,10 +1,8 @@
-"""DoctorCallback in real TRL 1.16 trainers (tiny model, CPU, a child process: TRL's trainers
-change process-wide settings that later tests would inherit), and the doctor's input handling."""
+"""DoctorCallback in real TRL 1.16 trainers (tiny model, CPU, the child process of
+``trl_doctor_runs.py``: TRL's trainers change process-wide settings that later tests would
+inherit), and the doctor's input handling."""
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -12,54 +10,15 @@ import pytest
 from course_lib.__main__ import main
 from course_lib.doctor.report import doctor_run
 
-ROOT = Path(__file__).resolve().parents[2]
-
-_TRL_RUNS = r"""
-import sys, torch
-from datasets import Dataset
-from transformers import AutoModelForCausalLM, AutoTokenizer
-from trl import GRPOConfig, GRPOTrainer, SFTConfig, SFTTrainer
-from course_lib.data import get_task
-from course_lib.doctor import DoctorCallback
-from course_lib.museum import half_reward
-from course_lib.models import TINY_DIR
-
-out = sys.argv[1]
-tokenizer = AutoTokenizer.from_pretrained(str(TINY_DIR))
-common = dict(use_cpu=True, report_to="none", save_strategy="no", disable_tqdm=True, logging_steps=1)
-
-# GRPO with a reward that is 0.5 for everything: every group alike, loss and gradient 0.
-# (dead_reward_function needs 5 logged steps: stop=True ends the run at the error at step 3.)
-grpo = DoctorCallback(stop=True)
-args = GRPOConfig(output_dir=out + "/grpo", per_device_train_batch_size=8, num_generations=4,
-                  max_completion_length=4, max_steps=6, learning_rate=3e-5, **common)
-trainer = GRPOTrainer(model=AutoModelForCausalLM.from_pretrained(str(TINY_DIR), dtype=torch.float32),
-                      reward_funcs=[half_reward], args=args, processing_class=tokenizer,
-                      train_dataset=get_task("arithmetic", split="train", n=64, seed=0), callbacks=[grpo])
-trainer.train()
-trainer.state.save_to_json(out + "/grpo/trainer_state.json")
-print("GRPO_STEPS", trainer.state.global_step, "FOUND", sorted(f.rule for f in grpo.findings))
-
-# SFT for 2 steps: no reward is logged, so the RL rules do not apply.
-sft = DoctorCallback()
-data = Dataset.from_list([{"text": f"{a} + {b} = {a + b}"} for a in range(8) for b in range(8)])
-trainer = SFTTrainer(model=AutoModelForCausalLM.from_pretrained(str(TINY_DIR), dtype=torch.float32),
-                     args=SFTConfig(output_dir=out + "/sft", per_device_train_batch_size=8, max_steps=3,
-                                    learning_rate=1e-4, **common),
-                     train_dataset=data, processing_class=tokenizer, callbacks=[sft])
-trainer.train()
-trainer.state.save_to_json(out + "/sft/trainer_state.json")
-print("SFT_FOUND", len(sft.findings))
-"""
-
 
 @pytest.mark.slow
-def test_the_callback_reports_live_in_trl_grpo_and_stays_out_of_sft(tmp_path):
-    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    done = subprocess.run([sys.executable, "-c", _TRL_RUNS, str(tmp_path)], env=env, timeout=900,
-                          capture_output=True, text=True)
+@pytest.mark.xdist_group("trl_doctor_runs")
+def test_the_callback_reports_live_in_trl_grpo_and_stays_out_of_sft(trl_doctor_runs):
+    """``trl_doctor_runs.py``: GRPO with ``DoctorCallback(stop=True)`` and a reward of 0.5 for
+    everything, then SFT with a ``DoctorCallback`` (what it printed after ``CALLBACK RUNS``)."""
+    tmp_path, done = trl_doctor_runs
     assert done.returncode == 0, done.stderr[-3000:]
-    out = done.stdout
+    out = done.stdout.split("CALLBACK RUNS", 1)[1]
     # Printed live, once: three steps in a row with loss and gradient 0 (every group alike).
     assert out.count("[doctor error]") == 1 and "no_learning_signal" in out
     assert "FOUND ['no_learning_signal']" in out

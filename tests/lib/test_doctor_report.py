@@ -23,43 +23,14 @@ def test_a_folder_without_a_history_names_the_fix(tmp_path):
         load_run(tmp_path)
 
 
-_TRL_RUN = """
-import sys, torch
-from transformers import AutoModelForCausalLM, AutoTokenizer
-from trl import GRPOConfig, GRPOTrainer
-from course_lib.data import get_task
-from course_lib.museum import constant_reward
-from course_lib.models import TINY_DIR
-
-out = sys.argv[1]
-model = AutoModelForCausalLM.from_pretrained(str(TINY_DIR), dtype=torch.float32)
-tokenizer = AutoTokenizer.from_pretrained(str(TINY_DIR))
-args = GRPOConfig(output_dir=out, use_cpu=True, report_to="none", save_strategy="no", disable_tqdm=True,
-                  per_device_train_batch_size=8, num_generations=4, max_completion_length=2, max_steps=8,
-                  logging_steps=1, learning_rate=1e-5)
-trainer = GRPOTrainer(model=model, reward_funcs=[constant_reward], args=args,
-                      train_dataset=get_task("arithmetic", split="train", n=64, seed=0), processing_class=tokenizer)
-trainer.train()
-trainer.state.save_to_json(out + "/trainer_state.json")
-"""
-
-
 @pytest.mark.slow
-def test_a_real_trl_run_with_a_constant_reward_and_a_short_budget(tmp_path):
-    """TRL 1.16's GRPOTrainer, the tiny model, 8 steps: its own log names the same failures.
-
-    TRL runs in a child process: its trainer changes process-wide settings that later tests
-    in the same process would inherit."""
-    import os
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    root = str(Path(__file__).resolve().parents[2])
-    env = {**os.environ, "PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    subprocess.run([sys.executable, "-c", _TRL_RUN, str(tmp_path)], check=True, env=env, timeout=600,
-                   capture_output=True)
-    findings, text, figure = doctor_run(tmp_path)
+@pytest.mark.xdist_group("trl_doctor_runs")
+def test_a_real_trl_run_with_a_constant_reward_and_a_short_budget(trl_doctor_runs):
+    """TRL 1.16's GRPOTrainer, the tiny model, 8 steps (``trl_doctor_runs.py``, in a child
+    process): its own log names the same failures."""
+    out, done = trl_doctor_runs
+    assert done.returncode == 0, done.stderr[-3000:]
+    findings, text, figure = doctor_run(out / "report")
     fired = {f.rule for f in findings}
     assert {"no_learning_signal", "zero_spread_groups", "completions_truncated", "dead_reward_function"} <= fired
     assert "TRL log" in text and figure.exists()

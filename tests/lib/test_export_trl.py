@@ -4,10 +4,9 @@ built from it, computes on its first batch the loss the course library computes.
 from __future__ import annotations
 
 import importlib
-import os
-import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 import torch
@@ -114,10 +113,16 @@ DIGIT_SUM_REWARDS = textwrap.dedent('''
 ''')
 
 
-def test_trl_trains_the_exported_run_with_a_custom_reward_from_a_moved_folder(tmp_path):
-    """The export carries the user's reward module: ``trl grpo`` runs 2 steps in a copy of the
-    export folder, with the module's original folder gone and no absolute path left behind."""
+def test_the_export_carries_a_custom_reward_that_scores_from_a_moved_folder(tmp_path, monkeypatch):
+    """The export carries the user's reward module: in a copy of the export folder, with the
+    module's original folder gone and no absolute path left behind, every dotted path of
+    ``reward_funcs`` in grpo.yaml imports (as TRL's script imports them, from the working
+    folder) and the user's reward scores. ``trl grpo`` training on such an export (a task and
+    rewards of one's own, exported by the command line, in a moved folder) is
+    ``tests/lib/test_own_task.py``'s."""
     import shutil
+
+    import yaml
 
     source = tmp_path / "user"
     source.mkdir()
@@ -132,18 +137,21 @@ def test_trl_trains_the_exported_run_with_a_custom_reward_from_a_moved_folder(tm
     shutil.copytree(tmp_path / "export", moved)
     shutil.rmtree(tmp_path / "export")
     shutil.rmtree(source)
-    sys.modules.pop("digit_sum_rewards", None)
-    assert str(tmp_path) not in (moved / "grpo.yaml").read_text()
+    for name in ("digit_sum_rewards", "course_rewards"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    grpo_yaml = (moved / "grpo.yaml").read_text()
+    assert str(tmp_path) not in grpo_yaml
+    paths = yaml.safe_load(grpo_yaml)["reward_funcs"]
+    assert len(paths) == 2 and all(path.startswith("course_rewards.") for path in paths), paths
     calls = tmp_path / "calls.txt"
-    env = {**os.environ, "DIGIT_SUM_CALLS": str(calls), "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
-           "TRANSFORMERS_OFFLINE": "1", "WANDB_DISABLED": "true",
-           "PYTHONPATH": os.pathsep.join(p for p in sys.path if p and "site-packages" not in p and
-                                         str(tmp_path) not in p)}
-    trl = os.path.join(os.path.dirname(sys.executable), "trl")
-    result = subprocess.run([trl, "grpo", "--config", "grpo.yaml", "--use_cpu", "true", "--report_to", "none",
-                             "--save_strategy", "no", "--max_steps", "2", "--logging_steps", "1"],
-                            cwd=moved, env=env, capture_output=True, text=True, timeout=900)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    assert calls.is_file() and len(calls.read_text().split()) >= 2  # the custom reward scored both steps
-    assert "rewards/digit_sum_reward/mean" in result.stdout + result.stderr
-    assert "'global_step': 2" in result.stdout + result.stderr or "train_runtime" in result.stdout + result.stderr
+    monkeypatch.setenv("DIGIT_SUM_CALLS", str(calls))
+    monkeypatch.syspath_prepend(str(moved))
+    monkeypatch.chdir(moved)
+    functions = [getattr(importlib.import_module(path.rpartition(".")[0]), path.rpartition(".")[2]) for path in paths]
+    assert Path(sys.modules["digit_sum_rewards"].__file__).resolve() == (moved / "digit_sum_rewards.py").resolve()
+    completions = [[{"role": "assistant", "content": "13"}], [{"role": "assistant", "content": "x"}]]
+    assert functions[0](prompts=[None, None], completions=completions, answer=[13, 13]) == [1.0, 0.0]
+    assert calls.read_text().split() == ["2"]  # the user's own function ran, from the copy
+    assert len(functions[1](prompts=[None, None], completions=completions, answer=[13, 13])) == 2
+    for name in ("digit_sum_rewards", "course_rewards"):
+        sys.modules.pop(name, None)

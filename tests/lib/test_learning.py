@@ -6,6 +6,8 @@ train/test split is disjoint by construction). Eval noise at this size is about
 +/-3 points, so the bar is a clear margin above the start.
 """
 
+import functools
+
 import pytest
 
 from course_lib.algos import make_config
@@ -20,10 +22,21 @@ from course_lib.trainer import Trainer
 MARGIN = 0.10
 
 
-def _run(algo: str, tmp_path):
+def _test_rows():
+    return get_task("arithmetic", split="test", n=200, seed=1)
+
+
+@functools.cache
+def _accuracy_before() -> float:
+    """The untrained model's held-out accuracy: both tests start from it, so it is measured once."""
     model, tokenizer = load_policy("tiny")
-    test = get_task("arithmetic", split="test", n=200, seed=1)
-    before = evaluate_accuracy(model, tokenizer, test, max_new_tokens=6)
+    return evaluate_accuracy(model, tokenizer, _test_rows(), max_new_tokens=6)
+
+
+def _run(algo: str, tmp_path):
+    before = _accuracy_before()
+    model, tokenizer = load_policy("tiny")
+    test = _test_rows()
     # Exactly the settings `python -m course_lib train --model tiny --task arithmetic` starts from.
     settings = dict(run_settings("tiny", "arithmetic", algo), model_name_or_path="tiny", output_dir=str(tmp_path),
                     seed=0, save_steps=0, logging_steps=100)

@@ -150,20 +150,29 @@ def _rows_text(tmp_path: Path) -> str:
     return path.read_text()
 
 
-def test_trl_trains_the_exported_own_task_in_a_moved_folder(tmp_path):
+def test_trl_trains_the_exported_own_task_in_a_moved_folder(tmp_path, tmp_path_factory):
+    """``trl grpo`` trains the command line's export of a task and rewards of one's own: the
+    export folder moved, the user's module (a copy, here) deleted, course_lib off the path.
+    The only run of ``trl grpo`` on an export with the user's own rewards in the suite."""
     trl = shutil.which("trl", path=os.path.dirname(sys.executable))
     if trl is None:
         pytest.skip("the trl command is not installed beside this Python")
-    task = f"{MODULE}:next_letter_task"
-    exported = _run(PY + ["export-trl", "--task", task, "--rewards", REWARDS, "--correct", CORRECT,
-                          "--max-steps", "2", "--set", "per_device_train_batch_size=8", "--set", "num_generations=4",
+    user = tmp_path_factory.mktemp("user")  # outside tmp_path: the README may say where a module was copied from
+    module = shutil.copy(MODULE, user / MODULE.name)
+    task = f"{module}:next_letter_task"
+    rewards = f"{module}:next_letter_reward,{module}:short_reward"
+    exported = _run(PY + ["export-trl", "--task", task, "--rewards", rewards, "--correct", f"{module}:is_next_letter",
+                          "--max-steps", "2",
+                          "--set", "per_device_train_batch_size=8", "--set", "num_generations=4",
                           "--train-rows", "16", "--output", str(tmp_path / "export")], cwd=tmp_path)
     assert "--correct" in exported.stderr and "is not exported" in exported.stderr  # said, not dropped silently
     readme = (tmp_path / "export" / "README.txt").read_text()
     assert "from this folder" in readme and str(tmp_path) not in readme  # nothing points to the old place
+    assert str(tmp_path) not in (tmp_path / "export" / "grpo.yaml").read_text()
     moved = tmp_path / "elsewhere" / "next-letter-trl"
     moved.parent.mkdir()
     shutil.move(str(tmp_path / "export"), moved)
+    shutil.rmtree(user)  # the rewards must come from the export's own copy
     first = json.loads((moved / "data" / "train.jsonl").read_text().splitlines()[0])
     assert first["prompt"][0]["role"] == "user"  # the task's conversational prompts, as they were
     env = {k: v for k, v in _env().items() if k != "PYTHONPATH"}  # course_lib is not needed there
@@ -171,5 +180,8 @@ def test_trl_trains_the_exported_own_task_in_a_moved_folder(tmp_path):
                              "--logging_steps", "1"], cwd=moved, env=env, capture_output=True, text=True,
                             timeout=900)
     assert handed.returncode == 0, handed.stderr[-3000:]
-    assert "rewards/next_letter_reward/mean" in handed.stdout + handed.stderr
+    logged = handed.stdout + handed.stderr
+    # logged at both steps: TRL called the user's rewards on each step's completions
+    assert logged.count("rewards/next_letter_reward/mean") >= 2, logged[-3000:]
+    assert "rewards/short_reward/mean" in logged
     assert (moved / "trl-output" / "checkpoint-2").is_dir()  # TRL's end-of-run checkpoint, as ours

@@ -37,7 +37,7 @@ NOT_RUN = {
     "accelerate launch --config_file configs/multi_gpu.yaml": "'...' is a placeholder for the train options; "
                                                               "needs several GPUs",
     "accelerate launch --config_file configs/deepspeed_zero2.yaml": "needs DeepSpeed and CUDA GPUs; "
-                                                                    "tests/lib/test_export_trl.py runs trl grpo "
+                                                                    "tests/lib/test_own_task.py runs trl grpo "
                                                                     "on an export",
     "cd sft-run && trl sft --config sft.yaml": "trains the exported run with TRL (100 steps); "
                                                "tests/lib/test_export_trl_post_training.py runs trl sft and trl dpo "

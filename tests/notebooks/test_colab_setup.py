@@ -7,10 +7,15 @@ refuses to install outside Colab unless asked, and with ``COURSE_SETUP=1`` it cl
 
 The slow test plays Colab: a fresh virtual environment holding only what a Colab runtime
 ships (torch, transformers, accelerate, datasets, matplotlib, ipywidgets, the IPython
-kernel, pip; not TRL, peft, jupytext or the course), then lesson 00's committed ``.ipynb``
-top to bottom in one interpreter, as a kernel runs it: its first cell clones this
-repository (its committed HEAD, through a ``file://`` URL) and installs the course.
+kernel, pip; not TRL, peft, jupytext or the course), then, in one interpreter as a kernel
+runs them, lesson 00's committed first cell, which clones this repository (its committed
+HEAD, through a ``file://`` URL) and installs the course, and after it what only this
+environment can tell: every import statement of every lesson, lesson 00's report of the
+machine, the tiny model answering a problem and the SmolLM2 GGUF file found in the package
+the cell installed. The lessons' own cells run top to bottom elsewhere
+(``tests/notebooks/test_notebooks.py``, the browser test), in the course's environment.
 """
+import ast
 import importlib.metadata
 import importlib.util
 import json
@@ -194,8 +199,65 @@ def probe(python: Path, env: dict, cwd: Path) -> dict:
     return json.loads(result.stdout)
 
 
+def lesson_imports() -> list[str]:
+    """Every top-level import statement of every lesson's code cells (the first, setup cell
+    aside), once each, in lesson order; those of modules that are neither the course's, the
+    standard library's nor an installed distribution's (a benchmark script a lesson puts on
+    ``sys.path`` itself) are left out."""
+    installed = set(importlib.metadata.packages_distributions()) | set(sys.stdlib_module_names) | {"course_lib"}
+    statements = []
+    for path in NOTEBOOKS:
+        for source in [cell.source for cell in jupytext.read(path).cells if cell.cell_type == "code"][1:]:
+            lines = [line for line in source.splitlines() if not line.lstrip().startswith(("%", "!"))]
+            for node in ast.parse("\n".join(lines)).body:
+                if isinstance(node, ast.Import):
+                    tops = [alias.name.partition(".")[0] for alias in node.names]
+                elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                    tops = [node.module.partition(".")[0]]
+                else:
+                    continue
+                statement = ast.unparse(node)
+                if all(top in installed for top in tops) and statement not in statements:
+                    statements.append(statement)
+    return statements
+
+
+# What runs after the first cell, in the same interpreter: lesson 00's report of the machine,
+# the tiny model answering one problem, the GGUF file of the package the first cell installed.
+COLAB_CHECKS = """
+from course_lib.data import get_task
+from course_lib.evaluation import greedy_completions
+from course_lib.machine import environment_report, format_report
+from course_lib.models import load_policy, smollm2_gguf_path
+
+print(format_report(environment_report()))
+tiny, tiny_tokenizer = load_policy("tiny")
+problem = get_task("arithmetic", split="test", n=1, seed=0)
+print("tiny answers:", greedy_completions(tiny, tiny_tokenizer, problem["prompt"], max_new_tokens=6))
+gguf = smollm2_gguf_path()
+assert gguf.stat().st_size > 50_000_000 and gguf.read_bytes()[:4] == b"GGUF", gguf
+print("SmolLM2 GGUF:", gguf)
+"""
+
+
+def colab_notebook(first_cell: list[str], imports: list[str]) -> dict:
+    """A notebook of three code cells: the committed first cell, every lesson's imports, the checks."""
+    cells = [first_cell, "\n".join(imports), COLAB_CHECKS.strip()]
+    return {"cells": [{"cell_type": "code", "metadata": {}, "execution_count": None, "outputs": [],
+                       "source": cell if isinstance(cell, list) else cell.splitlines(keepends=True)}
+                      for cell in cells],
+            "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+
+
+def test_lesson_imports_are_collected():
+    imports = lesson_imports()
+    assert "import torch" in imports and "from trl import GRPOConfig, GRPOTrainer" in imports
+    assert any(line.startswith("from course_lib.") for line in imports)
+    assert not any("post_training" == line.split()[-1] for line in imports)  # a benchmark script, not a package
+
+
 @pytest.mark.slow
-def test_playing_colab_first_cell_then_lesson_00(tmp_path):
+def test_playing_colab_first_cell_then_every_lessons_imports(tmp_path):
     if shutil.which("git") is None or subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"],
                                                      capture_output=True).returncode != 0:
         pytest.skip("needs git and a git checkout of the course (the first cell clones it)")
@@ -216,9 +278,11 @@ def test_playing_colab_first_cell_then_lesson_00(tmp_path):
         preinstalled = distribution_closure(COLAB_PREINSTALLED)
         files = populate_site_packages(preinstalled, site)
         content.mkdir()
-        notebook = content / "00_setup.ipynb"  # Colab opens the committed notebook
-        notebook.write_bytes(subprocess.run(["git", "-C", str(ROOT), "show", "HEAD:notebooks/00_setup.ipynb"],
-                                            capture_output=True, check=True).stdout)
+        committed = json.loads(subprocess.run(["git", "-C", str(ROOT), "show", "HEAD:notebooks/00_setup.ipynb"],
+                                              capture_output=True, check=True).stdout)  # what Colab opens
+        first_cell = next(cell["source"] for cell in committed["cells"] if cell["cell_type"] == "code")
+        notebook = content / "colab_checks.ipynb"
+        notebook.write_text(json.dumps(colab_notebook(first_cell, lesson_imports())))
         skip = {"PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "COURSE_ROOT", "COURSE_IMPL", "COLAB_RELEASE_TAG"}
         env = {name: value for name, value in os.environ.items() if name not in skip}
         env.update(PATH=f"{venv / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}", PIP_NO_INPUT="1",
@@ -233,7 +297,8 @@ def test_playing_colab_first_cell_then_lesson_00(tmp_path):
                                 capture_output=True, text=True, timeout=900)
         ran = time.time()
         assert result.returncode == 0, (
-            f"lesson 00 failed on the simulated Colab:\n{result.stdout[-3000:]}\n{result.stderr[-4000:]}")
+            f"the first cell or what follows it failed on the simulated Colab:\n{result.stdout[-3000:]}\n"
+            f"{result.stderr[-4000:]}")
         after = probe(python, env, content)
 
         assert after["torch"] == before["torch"], "the install replaced the runtime's torch"
@@ -247,8 +312,8 @@ def test_playing_colab_first_cell_then_lesson_00(tmp_path):
         setup_cell = re.search(r"^code cell 1: ([\d.]+) s$", result.stdout, re.MULTILINE).group(1)
         print(f"simulated Colab: {len(preinstalled)} preinstalled distributions ({files} files) "
               f"in {built - started:.0f} s; "
-              f"lesson 00 in {ran - built:.0f} s, its first cell (clone and install) {setup_cell} s; "
+              f"the cells in {ran - built:.0f} s, the first (clone and install) {setup_cell} s; "
               f"installed {len(added)} distributions: {', '.join(sorted(added))}")
-    finally:  # the fp32 SmolLM2 copy (about 520 MB) and the new packages; pytest keeps three runs
+    finally:  # the new packages; pytest keeps three runs
         shutil.rmtree(venv, ignore_errors=True)
         shutil.rmtree(tmp_path / "cache", ignore_errors=True)
