@@ -4,8 +4,7 @@
 # [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/rl-for-llms/course/blob/main/notebooks/00_setup.ipynb)
 #
 # *Fast mode (`COURSE_FAST=1`), as the notebook test runs it: 54 s of CPU time, measured on a
-# 2-core CPU shared with other jobs (an idle one needs less); the wall time grows with the
-# machine's load.*
+# 2-core CPU; the wall time grows with the machine's load.*
 #
 # This course teaches reinforcement learning for language models, from bandits to PPO,
 # GRPO and RLOO. Every lesson is a notebook that imports `course_lib`, the tested library

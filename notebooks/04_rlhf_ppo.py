@@ -4,8 +4,8 @@
 # [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/rl-for-llms/course/blob/main/notebooks/04_rlhf_ppo.ipynb)
 #
 # *Fast mode (`COURSE_FAST=1`), as the notebook test runs it: 201 s of CPU time, measured on a
-# 2-core CPU shared with other jobs (an idle one needs less), three quarters of it the five PPO
-# runs of sections 8 and 10; the wall time grows with the machine's load.*
+# 2-core CPU, three quarters of it the five PPO runs of sections 8 and 10; the wall time grows
+# with the machine's load.*
 #
 # Lesson 03 built PPO's pieces on small tensors: the clipped ratio, the KL penalty, the
 # value function and GAE. This lesson puts them on a language model, the way OpenAI's

@@ -4,8 +4,7 @@
 # [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/rl-for-llms/course/blob/main/notebooks/10_inference_memory.ipynb)
 #
 # *Fast mode (`COURSE_FAST=1`), as the notebook test runs it: 53 s of CPU time, measured on a
-# 2-core CPU shared with other jobs (an idle one needs less); the wall time grows with the
-# machine's load.*
+# 2-core CPU; the wall time grows with the machine's load.*
 #
 # An RL step for a language model does two very different things: it **generates**
 # completions (one token at a time, for every sample of every prompt) and it **trains** on
