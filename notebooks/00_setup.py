@@ -3,8 +3,8 @@
 #
 # [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/rl-for-llms/course/blob/main/notebooks/00_setup.ipynb)
 #
-# *Fast mode (`COURSE_FAST=1`), as the notebook test runs it: about 90 s of CPU time on a 2-core CPU
-# (the wall time grows when the machine is busy with other work).*
+# *Fast mode (`COURSE_FAST=1`), as the notebook test runs it: 54 s of CPU time, measured on a
+# 2-core CPU; the wall time grows with the machine's load.*
 #
 # This course teaches reinforcement learning for language models, from bandits to PPO,
 # GRPO and RLOO. Every lesson is a notebook that imports `course_lib`, the tested library
@@ -133,7 +133,7 @@ for row, completion in zip(tagged, greedy_completions(smol, smol_tokenizer, tagg
 #
 # Greedy accuracy on held-out problems. A measured accuracy is an estimate: with *n*
 # problems, its 95% interval (Wilson's, which stays inside [0, 1]) is roughly ±1/√n wide,
-# about ±12 points at 64 problems (fast mode) and ±7 at 200. The black bars on the plot
+# about ±18 points at 32 problems (fast mode) and ±7 at 200. The black bars on the plot
 # are those intervals. For two *independent* samples (different problems, or different
 # models measured on separate sets), read two accuracies as different only when their
 # intervals barely overlap or not at all. When the same problems are answered twice
@@ -145,7 +145,7 @@ import matplotlib.pyplot as plt
 
 from course_lib.evaluation import format_accuracy, greedy_completions, is_correct, wilson_interval
 
-n_eval = scaled(64, 200)
+n_eval = scaled(32, 200)  # SmolLM2's greedy answers cost about 1 s of CPU a problem here
 runs = {"tiny": (tiny, tiny_tokenizer, "arithmetic", 6),
         "smollm2-135m": (smol, smol_tokenizer, "arithmetic-tagged", 32)}
 correct = {}
@@ -169,9 +169,9 @@ plt.show()
 
 # %% [markdown]
 # Both models get some problems right and many wrong, which is the "partly competent"
-# regime RL needs. What we measured: in fast mode (64 problems) `tiny` 28.1% [18.6, 40.1]
-# and SmolLM2-135M 14.1% [7.6, 24.6]; in full mode (200 problems) `tiny` 35.5%
-# [29.2, 42.3] and SmolLM2-135M 16.5% [12.0, 22.3]. The fast-mode intervals overlap: 64
+# regime RL needs. What we measured: in fast mode (32 problems) `tiny` 28.1% [15.6, 45.4]
+# and SmolLM2-135M 12.5% [5.0, 28.1]; in full mode (200 problems) `tiny` 35.5%
+# [29.2, 42.3] and SmolLM2-135M 16.5% [12.0, 22.3]. The fast-mode intervals overlap: 32
 # problems are too few to rank the two models with confidence. SmolLM2 copies the
 # `<answer>` format from the worked example, but its sums are often wrong
 # (`77 + 56 = 121`). The correct answers it samples now and then are what GRPO

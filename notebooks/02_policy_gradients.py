@@ -3,8 +3,8 @@
 #
 # [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/rl-for-llms/course/blob/main/notebooks/02_policy_gradients.ipynb)
 #
-# *Fast mode (`COURSE_FAST=1`), as the notebook test runs it: about 20 s of CPU time on a 2-core CPU
-# (the wall time grows when the machine is busy with other work).*
+# *Fast mode (`COURSE_FAST=1`), as the notebook test runs it: 20 s of CPU time, measured on a
+# 2-core CPU; the wall time grows with the machine's load.*
 #
 # Lesson 01 showed RL *moving probability* away from bad answers. This lesson opens the
 # box: the update is a gradient, and one line of calculus — the log-derivative trick —

@@ -3,8 +3,9 @@
 #
 # [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/rl-for-llms/course/blob/main/notebooks/04_rlhf_ppo.ipynb)
 #
-# *Fast mode (`COURSE_FAST=1`), as the notebook test runs it: about 220 s of CPU time on a 2-core CPU
-# (the wall time grows when the machine is busy with other work).*
+# *Fast mode (`COURSE_FAST=1`), as the notebook test runs it: 201 s of CPU time, measured on a
+# 2-core CPU, three quarters of it the five PPO runs of sections 8 and 10; the wall time grows
+# with the machine's load.*
 #
 # Lesson 03 built PPO's pieces on small tensors: the clipped ratio, the KL penalty, the
 # value function and GAE. This lesson puts them on a language model, the way OpenAI's
@@ -497,7 +498,7 @@ config = make_config(
     save_steps=0,
     seed=0,
 )
-dashboard = LiveDashboard(keys=PPO_PANELS, every=20, columns=4)
+dashboard = LiveDashboard(keys=PPO_PANELS, every=scaled(50, 20), columns=4)  # 4 redraws in fast mode, 10 in full
 trainer = Trainer(config, reward_funcs, train_prompts, model, tokenizer, progress=False, on_step=dashboard.update)
 history = trainer.train()
 correct_after = held_out_correct(trainer.model)

@@ -3,8 +3,8 @@
 #
 # [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/rl-for-llms/course/blob/main/notebooks/05_grpo.ipynb)
 #
-# *Fast mode (`COURSE_FAST=1`), as the notebook test runs it: about 35 s of CPU time on a 2-core CPU
-# (the wall time grows when the machine is busy with other work).*
+# *Fast mode (`COURSE_FAST=1`), as the notebook test runs it: 28 s of CPU time, measured on a
+# 2-core CPU; the wall time grows with the machine's load.*
 #
 # PPO (lessons 03–04) needs a value model to know what reward to *expect* from a prompt.
 # GRPO, introduced by DeepSeek (DeepSeekMath, then DeepSeek-R1), gets that expectation for

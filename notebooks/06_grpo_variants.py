@@ -3,8 +3,8 @@
 #
 # [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/rl-for-llms/course/blob/main/notebooks/06_grpo_variants.ipynb)
 #
-# *Fast mode (`COURSE_FAST=1`), as the notebook test runs it: about 50 s of CPU time on a 2-core CPU
-# (the wall time grows when the machine is busy with other work).*
+# *Fast mode (`COURSE_FAST=1`), as the notebook test runs it: 45 s of CPU time, measured on a
+# 2-core CPU; the wall time grows with the machine's load.*
 #
 # Within a year of GRPO, several papers found biases and instabilities in it and proposed
 # fixes. TRL (and `course_lib`) expose each fix as a config field, so you can switch them

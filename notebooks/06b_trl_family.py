@@ -3,8 +3,8 @@
 #
 # [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/rl-for-llms/course/blob/main/notebooks/06b_trl_family.ipynb)
 #
-# *Fast mode (`COURSE_FAST=1`), as the notebook test runs it: about 30 s of CPU time on a 2-core CPU
-# (the wall time grows when the machine is busy with other work).*
+# *Fast mode (`COURSE_FAST=1`), as the notebook test runs it: 24 s of CPU time, measured on a
+# 2-core CPU; the wall time grows with the machine's load.*
 #
 # Lesson 06 kept PPO's clipped surrogate and changed what surrounds it: the averaging,
 # the advantage scale, the clip range, the ratio's level. The losses of this lesson change

@@ -3,8 +3,8 @@
 #
 # [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/rl-for-llms/course/blob/main/notebooks/07_batch_schedule.ipynb)
 #
-# *Fast mode (`COURSE_FAST=1`), as the notebook test runs it: about 20 s of CPU time on a 2-core CPU
-# (the wall time grows when the machine is busy with other work).*
+# *Fast mode (`COURSE_FAST=1`), as the notebook test runs it: 20 s of CPU time, measured on a
+# 2-core CPU; the wall time grows with the machine's load.*
 #
 # A GRPO trainer does two different things with batches: it **generates** completions
 # (many at once, because generation is slow) and it **trains** on them (in micro-batches

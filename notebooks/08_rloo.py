@@ -3,8 +3,8 @@
 #
 # [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/rl-for-llms/course/blob/main/notebooks/08_rloo.ipynb)
 #
-# *Fast mode (`COURSE_FAST=1`), as the notebook test runs it: about 35 s of CPU time on a 2-core CPU
-# (the wall time grows when the machine is busy with other work).*
+# *Fast mode (`COURSE_FAST=1`), as the notebook test runs it: 30 s of CPU time, measured on a
+# 2-core CPU; the wall time grows with the machine's load.*
 #
 # GRPO (lesson 05) dropped PPO's value model by comparing the completions of one prompt
 # with each other. **RLOO** — REINFORCE Leave-One-Out — does the same with an even simpler

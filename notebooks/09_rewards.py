@@ -3,9 +3,10 @@
 #
 # [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/rl-for-llms/course/blob/main/notebooks/09_rewards.ipynb)
 #
-# *Fast mode (`COURSE_FAST=1`), as the notebook test runs it: about 25 s of CPU time on a 2-core CPU
-# (the wall time grows when the machine is busy with other work). The judge's verdicts and the two
-# training runs of sections 12-13 are replayed from files the benchmarks wrote, so no run waits on them.*
+# *Fast mode (`COURSE_FAST=1`), as the notebook test runs it: 20 s of CPU time, measured on a
+# 2-core CPU; the wall time grows with the machine's load. The judge's verdicts and the two
+# training runs of sections 12-13 are replayed from files the benchmarks wrote, so no run waits
+# on them.*
 #
 # GRPO and RLOO need only two things besides the model: prompts and a **reward function**.
 # The algorithm then maximizes whatever that function measures — including its mistakes.

@@ -3,9 +3,8 @@
 #
 # [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/rl-for-llms/course/blob/main/notebooks/10_inference_memory.ipynb)
 #
-# *Time in fast mode (`COURSE_FAST=1`, how the tests run this notebook): 1,112 s of wall time
-# and 58 s of CPU time, measured on the shared 2-core CPU with other jobs running (load
-# average 15); a free core needs about the CPU time.*
+# *Fast mode (`COURSE_FAST=1`), as the notebook test runs it: 53 s of CPU time, measured on a
+# 2-core CPU; the wall time grows with the machine's load.*
 #
 # An RL step for a language model does two very different things: it **generates**
 # completions (one token at a time, for every sample of every prompt) and it **trains** on

@@ -3,10 +3,9 @@
 #
 # [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/rl-for-llms/course/blob/main/notebooks/13_debugging.ipynb)
 #
-# *Time in fast mode (`COURSE_FAST=1`, how the tests run this notebook): 82 s on an idle
-# 2-core CPU, measured before the dynamic-sampling cell's fast mode was cut from 30 to 10
-# steps (about 117 sampling rounds to about 39). With other jobs running (load average 5-15)
-# it took 1,194 s of wall time and 180 s of CPU time after the cut, 187 s of CPU before.*
+# *Fast mode (`COURSE_FAST=1`), as the notebook test runs it: 168 s of CPU time, measured on a
+# 2-core CPU, 97 s of it section 4's museum runs and their fixes; the wall time grows with the
+# machine's load.*
 #
 # "Why is my loss 0?", "why is the reward flat?", "why did it collapse?" are the questions
 # people ask most about GRPO runs. The trainers log the signals that answer them

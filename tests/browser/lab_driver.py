@@ -15,6 +15,11 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
+try:
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+except ImportError:  # the test skips (or fails under MUST_RUN) before driving a page
+    PlaywrightTimeout = TimeoutError
+
 # Chromium flags for an unattended, offline run (no sandbox: CI containers run as root).
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
@@ -23,6 +28,11 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic"
 # its Python repr (the front end did not load the widget manager), a traceback.
 FORBIDDEN_TEXT = ("Error displaying widget", "Traceback (most recent call last)", "children=(",
                   "VBox(", "HBox(", "interactive(", "Loading widget...")
+
+# How often the test asks the page how far a run has come. The page is polled from Python, and
+# each poll costs the kernels' cores a little (the browser, Playwright's driver and this
+# process all work for it), so it stays coarse: the run of a notebook takes tens of seconds.
+POLL_MS = 500
 
 # Every control kind the lessons use, by its ipywidgets CSS class.
 CONTROL_SELECTOR = (".widget-slider, .widget-dropdown, .widget-text, .widget-textarea, "
@@ -33,18 +43,32 @@ CONTROL_SELECTOR = (".widget-slider, .widget-dropdown, .widget-text, .widget-tex
 _PANEL_JS = """(name) => [...window.jupyterapp.shell.widgets('main')]
   .find(w => w.context && w.context.path === name && w.content && w.content.widgets)"""
 
+# Polled while the notebook runs, so it stays cheap: counts, and the source of the first cell
+# that raised (or of the first one not finished) only; no output is serialised.
 _NOTEBOOK_STATE_JS = """(name) => {
   const panel = (""" + _PANEL_JS + """)(name);
   const cells = panel.content.widgets.filter(c => c.model.type === 'code');
+  const done = c => c.model.executionCount !== null && !(c.promptNode && c.promptNode.textContent.trim() === '[*]:');
+  let error = null;
+  for (let i = 0; i < cells.length && !error; i++) {
+    const outputs = cells[i].model.outputs;
+    for (let k = 0; k < outputs.length; k++) {
+      const output = outputs.get(k);
+      if (output.type === 'error') {
+        const json = output.toJSON();
+        error = {cell: i + 1, error: json.ename + ': ' + json.evalue,
+                 source: cells[i].model.sharedModel.getSource().slice(0, 300)};
+        break;
+      }
+    }
+  }
+  const pending = cells.findIndex(c => !done(c));
   return {
     kernel: panel.sessionContext.session?.kernel?.status ?? 'none',
-    cells: cells.map(c => ({
-      count: c.model.executionCount,
-      prompt: c.promptNode ? c.promptNode.textContent.trim() : '',
-      errors: c.model.outputs.toJSON().filter(o => o.output_type === 'error')
-                .map(o => o.ename + ': ' + o.evalue),
-      source: c.model.sharedModel.getSource().slice(0, 300),
-    })),
+    cells: cells.length,
+    finished: cells.filter(done).length,
+    error,
+    pending: pending < 0 ? null : {cell: pending + 1, source: cells[pending].model.sharedModel.getSource().slice(0, 300)},
   };
 }"""
 
@@ -82,6 +106,14 @@ _FRESH_JS = """(r) => {
           images: fresh.reduce((n, o) => n + o.querySelectorAll('img').length, 0),
           text: fresh.filter(o => !o.querySelector('img')).map(o => o.textContent).join('').trim()};
 }"""
+
+# Waited for inside the page (no round trip to Python per check): a new output in the root,
+# then the notebook's kernel idle again.
+_ANSWERED_JS = """(r) => {
+  const now = (""" + _FRESH_JS + """)(r);
+  return now.images > 0 || now.text.length > 0;
+}"""
+_IDLE_JS = """(name) => (""" + _PANEL_JS + """)(name).sessionContext.session?.kernel?.status === 'idle'"""
 
 # Layout problems of one root: labels whose text is cut (ellipsis), slider tracks too
 # narrow to use, content wider than the output area.
@@ -149,8 +181,17 @@ def report_lines(answers: list[Answer]) -> list[str]:
 
 
 def open_notebook(page, lab, name: str, timeout: float = 120.0) -> None:
-    """Open `name` in JupyterLab; accept the kernel dialog if one asks; wait for an idle kernel."""
-    page.goto(lab.lab_url(name))
+    """Open `name` in JupyterLab; accept the kernel dialog if one asks; wait for an idle kernel.
+
+    A page that already shows this JupyterLab opens the notebook in the running app (as a
+    double click in the file browser does), so that the app's scripts load once per page,
+    not once per notebook; a blank page loads the app at the notebook's address.
+    """
+    if page.evaluate("() => !!window.jupyterapp") and page.url.startswith(lab.url):
+        page.evaluate("(name) => window.jupyterapp.commands.execute('docmanager:open', {path: name}).then(() => true)",
+                      name)
+    else:
+        page.goto(lab.lab_url(name))
     page.wait_for_function(f"window.jupyterapp && ({_PANEL_JS})({name!r})", timeout=timeout * 1000)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -176,27 +217,36 @@ def run_all_cells(page, name: str, cell_timeout: float) -> tuple[int, float]:
     done, last_progress = -1, time.monotonic()
     while True:
         state = page.evaluate(_NOTEBOOK_STATE_JS, name)
-        cells = state["cells"]
-        errors = [(i + 1, e, c["source"]) for i, c in enumerate(cells) for e in c["errors"]]
-        if errors:
-            number, error, source = errors[0]
-            raise AssertionError(f"{name}: code cell {number} raised {error}\n{source}")
-        finished = sum(c["count"] is not None and c["prompt"] != "[*]:" for c in cells)
-        if finished == len(cells) and state["kernel"] == "idle":
-            return len(cells), time.monotonic() - started
+        if state["error"]:
+            error = state["error"]
+            raise AssertionError(f"{name}: code cell {error['cell']} raised {error['error']}\n{error['source']}")
+        finished = state["finished"]
+        if finished == state["cells"] and state["kernel"] == "idle":
+            return state["cells"], time.monotonic() - started
         if finished != done:
             done, last_progress = finished, time.monotonic()
         elif time.monotonic() - last_progress > cell_timeout:
-            stuck = next(i for i, c in enumerate(cells) if c["count"] is None or c["prompt"] == "[*]:")
-            raise TimeoutError(f"{name}: code cell {stuck + 1} of {len(cells)} did not finish within "
-                               f"{cell_timeout:.0f} s (kernel {state['kernel']}):\n{cells[stuck]['source']}")
-        page.wait_for_timeout(200)
+            stuck = state["pending"] or {"cell": "?", "source": ""}
+            raise TimeoutError(f"{name}: code cell {stuck['cell']} of {state['cells']} did not finish within "
+                               f"{cell_timeout:.0f} s (kernel {state['kernel']}):\n{stuck['source']}")
+        page.wait_for_timeout(POLL_MS)
 
 
-def close_notebook(page, name: str) -> None:
-    """Shut the notebook's kernel down (each holds a model in memory), then close the page."""
+def close_notebook(page, name: str, keep_page: bool = False) -> None:
+    """Shut the notebook's kernel down (each holds a model in memory), then close the page,
+    or with `keep_page` only the notebook's tab (unsaved: the served copy stays as it was),
+    leaving the app loaded for the next notebook."""
     page.evaluate(f"(name) => ({_PANEL_JS})(name)?.sessionContext.shutdown()", name)
-    page.close()
+    if not keep_page:
+        page.close()
+        return
+    try:
+        page.evaluate(f"(name) => ({_PANEL_JS})(name)?.dispose()", name)
+        page.wait_for_function(f"(name) => !({_PANEL_JS})(name) && !document.querySelector('.jp-OutputArea-output')",
+                               arg=name, timeout=30_000)
+    except Exception:
+        page.close()  # the next notebook starts on a fresh page
+        raise
 
 
 def page_problems(page) -> list[str]:
@@ -290,10 +340,6 @@ def perform(page, control: Control, edit: str | float | None = None) -> str:
     return f"type {edit!r}"
 
 
-def _kernel_status(page, notebook: str) -> str:
-    return page.evaluate(f"(name) => ({_PANEL_JS})(name).sessionContext.session?.kernel?.status", notebook)
-
-
 def move_control(page, control: Control, edit: str | float | None = None, timeout: float = 30.0) -> Answer:
     """`perform` one change and wait until the output shows a new figure or message.
 
@@ -307,16 +353,17 @@ def move_control(page, control: Control, edit: str | float | None = None, timeou
     page.evaluate(_MARK_JS, control.root)
     started = time.monotonic()
     action = perform(page, control, edit)
-    deadline, seconds = started + timeout, None
-    while True:
-        now = page.evaluate(_FRESH_JS, control.root)
-        if seconds is None and (now["images"] or now["text"]):
-            seconds = time.monotonic() - started
-        if seconds is not None and _kernel_status(page, control.notebook) == "idle":
-            now = page.evaluate(_FRESH_JS, control.root)
-            outcome = "figure" if now["images"] else f"message: {now['text']}"
-            return Answer(control, action, outcome, seconds)
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{control.notebook}: control {control.description!r} ({action}) did not redraw "
-                               f"within {timeout:.0f} s; new output: {now}")
-        page.wait_for_timeout(20)
+    try:
+        # Checked in the page every 25 ms (a redraw's time is read to that precision), then
+        # the outcome once the kernel is idle again.
+        page.wait_for_function(_ANSWERED_JS, arg=control.root, polling=25,
+                               timeout=timeout * 1000)
+        seconds = time.monotonic() - started
+        page.wait_for_function(_IDLE_JS, arg=control.notebook, polling=25,
+                               timeout=max(1.0, started + timeout - time.monotonic()) * 1000)
+    except PlaywrightTimeout:
+        raise TimeoutError(f"{control.notebook}: control {control.description!r} ({action}) did not redraw "
+                           f"within {timeout:.0f} s; new output: {page.evaluate(_FRESH_JS, control.root)}") from None
+    now = page.evaluate(_FRESH_JS, control.root)
+    outcome = "figure" if now["images"] else f"message: {now['text']}"
+    return Answer(control, action, outcome, seconds)

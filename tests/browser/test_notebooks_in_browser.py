@@ -1,7 +1,8 @@
 """Every lesson in JupyterLab, in a real (headless) Chromium, as a learner meets it.
 
-For each notebook: open it in a private JupyterLab on 127.0.0.1 (see lab_server.py),
-run all cells in fast mode with a finite per-cell timeout, and check that no output
+For each notebook: open it in a private JupyterLab on 127.0.0.1 (see lab_server.py; one
+server, browser and app page per worker, each notebook with a fresh kernel and closed
+after its test), run all cells in fast mode with a finite per-cell timeout, and check that no output
 shows a traceback, "Error displaying widget" or a widget's Python repr. Then every
 control is moved with mouse or keyboard events (lab_driver.py) and must redraw its
 figure, or print a one-line message where the value is refused on purpose, within
@@ -26,9 +27,12 @@ import pytest
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 # The lessons that take longest in fast mode go first, so that with two notebooks at a time
-# (xdist hands out the next notebook to whichever worker is free) no long lesson starts last
-# while the other worker idles; the rest follow in lesson order.
-LONGEST_FIRST = ("12_agents", "04_rlhf_ppo", "11_capstone", "13_debugging", "00_setup", "10_inference_memory")
+# no long lesson starts last while the other worker idles; the rest follow in lesson order.
+# xdist's load scheduling gives each worker two notebooks at the start (the first two to one
+# worker, the next two to the other), then more to whichever runs low: the four longest are
+# ordered so that the two opening pairs are close in CPU time (the lessons' stated fast-mode
+# times: 12 + 11 against 04 + 13).
+LONGEST_FIRST = ("12_agents", "11_capstone", "04_rlhf_ppo", "13_debugging", "10_inference_memory", "00_setup")
 NOTEBOOKS = sorted((Path(__file__).resolve().parents[2] / "notebooks").glob("[0-9][0-9]*_*.ipynb"),
                    key=lambda p: (LONGEST_FIRST.index(p.stem) if p.stem in LONGEST_FIRST else len(LONGEST_FIRST),
                                   p.stem))
@@ -119,12 +123,31 @@ def browser():
         shutil.rmtree(profile, ignore_errors=True)
 
 
+@pytest.fixture(scope="module")
+def lab_page(browser):
+    """A page for the next notebook: the one the last notebook left open on the app, or a
+    new one. Each worker loads JupyterLab's scripts once instead of once per notebook (5 to
+    7 s of the browser's CPU each on a 2-core machine); a notebook whose test fails closes
+    its page, and the next one starts on a fresh page."""
+    pages = []
+
+    def next_page():
+        if not pages or pages[-1].is_closed():
+            pages.append(browser.new_page())
+        return pages[-1]
+
+    yield next_page
+    for page in pages:
+        if not page.is_closed():
+            page.close()
+
+
 @pytest.mark.parametrize("notebook", NOTEBOOKS, ids=lambda p: p.stem)
-def test_notebook_in_jupyterlab(notebook, lab, browser):
+def test_notebook_in_jupyterlab(notebook, lab, lab_page):
     import lab_driver as drive
 
     name, stem = notebook.name, notebook.stem
-    page = browser.new_page()
+    page, passed = lab_page(), False
     try:
         drive.open_notebook(page, lab, name)
         cells, seconds = drive.run_all_cells(page, name, CELL_TIMEOUT)
@@ -153,5 +176,6 @@ def test_notebook_in_jupyterlab(notebook, lab, browser):
                     assert "\n" not in answer.outcome, f"{name}: a message of several lines: {answer.outcome!r}"
                 problems = drive.page_problems(page)
                 assert not problems, f"{name}: after {control.description!r} ({answer.action}): {problems}"
+        passed = True
     finally:
-        drive.close_notebook(page, name)
+        drive.close_notebook(page, name, keep_page=passed)
