@@ -19,12 +19,8 @@ museum's (``benchmarks/doctor_museum2_build.py``).
 
 from __future__ import annotations
 
-import argparse
-import tempfile
-import time
-from pathlib import Path
 
-from doctor_museum2_build import LR_HIGH, ROOT, _course_run, _keep, _trl_run, _write_manifest
+from doctor_museum2_build import LR_HIGH, ROOT, build
 
 OUT = ROOT / "benchmarks" / "data" / "doctor_museum3"
 
@@ -129,22 +125,7 @@ RUNS: dict[str, dict] = {
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--runs", nargs="*", default=list(RUNS), choices=list(RUNS))
-    parser.add_argument("--reindex", action="store_true", help="rewrite manifest.json, training nothing")
-    args = parser.parse_args()
-    OUT.mkdir(parents=True, exist_ok=True)
-    for name in [] if args.reindex else args.runs:
-        spec = RUNS[name]
-        started = time.time()
-        with tempfile.TemporaryDirectory(prefix=f"museum3-{name}-") as work:
-            work = Path(work)
-            {"course": _course_run, "trl": _trl_run}[spec["trainer"]](name, spec, work)
-            path = _keep(name, spec, work, OUT)
-        _write_manifest({name: round(time.time() - started, 1)}, RUNS, OUT)
-        print(f"{name:28s} {time.time() - started:7.1f} s -> {path}", flush=True)
-    if args.reindex:
-        _write_manifest({}, RUNS, OUT)
+    build(RUNS, OUT, "museum3", __doc__)
 
 
 if __name__ == "__main__":
