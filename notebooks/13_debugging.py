@@ -67,7 +67,7 @@ print("fast mode:", fast_mode())
 # (a config field and a value, or a lesson). Severity: **info** (normal behaviour that looks
 # alarming), **warning** (compute wasted or drifting), **error** (the run cannot learn or is
 # breaking; `doctor="stop"` ends it). The table lists them all; `course_lib/doctor/rules.py`,
-# `rules_hacking.py` and `rules_policy.py` are short enough to read top to bottom.
+# `rules_hacking.py`, `rules_step_size.py` and `rules_policy.py` are short enough to read top to bottom.
 #
 # Each rule also has a **stage**, its place in a causal order: the optimizer and learning
 # rate, then sampling, then the rewards, then the data (groups all alike), then the budget

@@ -5,8 +5,9 @@
 - ``core.py``: the findings, the ``@rule`` registry and :func:`diagnose`.
 - ``live.py``: ``LiveDoctor``, what the trainer runs (``config.doctor``): a ``Doctor`` over the
   history so far every ``logging_steps``; under ``doctor="stop"`` an error finding stops the run.
-- :data:`RULES`: the registry (``course_lib/doctor/rules.py``, ``rules_hacking.py`` and
-  ``rules_policy.py`` hold the rules, each with its signals, thresholds and their reasons).
+- :data:`RULES`: the registry (``course_lib/doctor/rules.py``, ``rules_hacking.py``,
+  ``rules_step_size.py`` and ``rules_policy.py`` hold the rules, each with its signals, thresholds
+  and their reasons).
 - :class:`DoctorCallback`: the same rules live inside TRL's ``GRPOTrainer`` / ``RLOOTrainer``
   (any ``transformers.Trainer``): ``callbacks=[DoctorCallback()]`` (``callback.py``).
 - ``museum2.py``: the doctor's score on the second museum, stored runs of this trainer and
@@ -15,7 +16,7 @@
   TRL ``trainer_state.json`` (``course_lib.doctor.report``).
 """
 
-from . import rules, rules_hacking, rules_policy  # noqa: F401  (registers the rules, in the report's tie order)
+from . import rules, rules_hacking, rules_step_size, rules_policy  # noqa: F401  (registers the rules, in the report's tie order)
 from .core import RULES, SEVERITIES, STAGES, Diagnosis, Doctor, Finding, Rule, diagnose, format_report, rule
 
 __all__ = ["RULES", "SEVERITIES", "STAGES", "Diagnosis", "Doctor", "DoctorCallback", "Finding", "Rule", "diagnose",
