@@ -87,3 +87,34 @@ def test_smollm2_shaped_llama_with_lora_step_time_and_memory(tmp_path):
     print(f"\nSmolLM2-shaped Llama + LoRA, 32 completions x 64 tokens, bf16: {per_step:.3f} s/step, "
           f"peak {peak:.2f} GiB ({torch.cuda.get_device_name()})")
     assert per_step > 0 and peak > 0
+
+
+def _sft_run(tmp_path, **overrides):
+    from course_lib.algos import make_config
+    from course_lib.data import get_task
+    from course_lib.models import load_policy
+    from course_lib.post_training.data import demonstrations
+    from course_lib.trainer import Trainer
+
+    settings = dict(model_name_or_path="tiny", output_dir=str(tmp_path), max_steps=2, per_device_train_batch_size=8,
+                    learning_rate=1e-4, save_steps=0, seed=0, lr_scheduler_type="constant", dtype="float32")
+    settings.update(overrides)
+    model, tokenizer = load_policy("tiny")
+    return Trainer(make_config("sft", **settings), None, demonstrations(get_task("arithmetic", n=64, seed=0)), model,
+                   tokenizer, progress=False)
+
+
+def test_sft_packed_on_the_gpu_equals_unpacked_and_logs_token_accuracy(tmp_path):
+    """Packing (one row, restarting positions, a block mask) and the gradient-free argmax pass of the
+    LM head on CUDA: the same loss, gradient norm, token count and token accuracy as the unpacked run."""
+    plain = _sft_run(tmp_path / "plain").train()
+    trainer = _sft_run(tmp_path / "packed", packing=True)
+    assert trainer.accelerator.device.type == "cuda"
+    packed = trainer.train()
+    assert len(plain) == len(packed) == 2
+    for a, b in zip(plain, packed):
+        assert abs(a["loss"] - b["loss"]) < 1e-5, (a["loss"], b["loss"])
+        assert abs(a["grad_norm"] - b["grad_norm"]) < 1e-4 * max(1.0, a["grad_norm"]), (a["grad_norm"], b["grad_norm"])
+        assert a["num_tokens"] == b["num_tokens"]
+        assert 0.0 <= a["mean_token_accuracy"] <= 1.0
+        assert abs(a["mean_token_accuracy"] - b["mean_token_accuracy"]) < 1e-6
