@@ -485,8 +485,8 @@ plt.show()
 #   and TRL's `GRPOTrainer`, on the tiny model: `benchmarks/doctor_museum.py --museum2`),
 #   then on a third set trained and labelled before the last revision (`--museum3`): there the
 #   first finding was right for 4 of 7 broken runs before that revision and 6 of 7 after it,
-#   and all 5 healthy runs stay quiet (three SmolLM2 runs added after it and scored once: 2 of 2
-#   broken named, `make demo`'s settings quiet); the run it still misses samples at temperature 0.3,
+#   and all 5 healthy runs stay quiet (four SmolLM2 runs added after it and scored once: 2 of 2
+#   broken named, `make demo` quiet on a CPU and on a GPU); the run it still misses samples at temperature 0.3,
 #   with a third of its groups alike, fewer than the half a warning needs. On a larger model
 #   treat a finding as a question to check, not a verdict: 30
 #   AdamW steps at 1e-6 (a summed rate of 3e-5) toward four fixed completions raised their
