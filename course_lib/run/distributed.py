@@ -70,7 +70,8 @@ def make_accelerator(config):
 
 
 def _forget_other_device(cpu: bool) -> None:
-    """Let one process train on the GPU, then on the CPU (a notebook's second run with device="cpu").
+    """Let one process train on the GPU, then on the CPU (a notebook's second run with device="cpu"),
+    and drop another trainer's mixed-precision setting from accelerate's process-wide state.
 
     accelerate keeps the first run's device for the whole process and refuses another. A single
     process holds no process group, so its state can be dropped and built again; a launched
@@ -82,6 +83,11 @@ def _forget_other_device(cpu: bool) -> None:
         return
     if (PartialState().device.type == "cpu") != cpu:
         AcceleratorState._reset_state(reset_partial_state=True)
+    elif AcceleratorState._shared_state and AcceleratorState().mixed_precision != "no":
+        # Another library's trainer in this process (TRL's SFTTrainer with bf16=True) left its
+        # mixed precision in the shared state; this trainer's precision is config.dtype on the
+        # weights, never accelerate's autocast, so that setting must not carry over silently.
+        AcceleratorState._reset_state()
 
 
 def _destroy_process_group_at_exit() -> None:

@@ -353,3 +353,31 @@ def test_trainer_generate_is_greedy_decoding_of_the_current_policy(tmp_path):
     prompts = get_task("arithmetic", split="test", n=6, seed=0)["prompt"]
     expected = greedy_completions(trainer.model, trainer.tokenizer, prompts, max_new_tokens=6)
     assert trainer.generate(prompts).texts == expected
+
+
+def test_a_trainer_built_after_another_librarys_bf16_trainer_runs_in_float32(tmp_path):
+    """TRL's SFTTrainer(bf16=True) leaves mixed precision "bf16" in accelerate's process-wide state;
+    a course trainer built later in the same process must not inherit it silently: its config
+    says float32 (the tiny model's dtype), so its accelerator trains without autocast."""
+    from accelerate import Accelerator
+    from accelerate.state import AcceleratorState
+
+    from course_lib.algos import make_config
+    from course_lib.data import get_task
+    from course_lib.models import load_policy
+    from course_lib.rewards import get_reward_functions
+    from course_lib.trainer import Trainer
+
+    AcceleratorState._reset_state(reset_partial_state=True)
+    try:
+        assert Accelerator(cpu=True, mixed_precision="bf16").mixed_precision == "bf16"  # what the other trainer left
+        model, tokenizer = load_policy("tiny")
+        config = make_config("grpo", model_name_or_path="tiny", output_dir=str(tmp_path), max_steps=1,
+                             per_device_train_batch_size=4, num_generations=4, max_completion_length=4,
+                             save_steps=0, device="cpu")
+        trainer = Trainer(config, get_reward_functions(["proximity_reward"]), get_task("arithmetic", n=8), model,
+                          tokenizer, progress=False)
+        assert trainer.accelerator.mixed_precision == "no"
+        assert next(trainer.model.parameters()).dtype.is_floating_point
+    finally:
+        AcceleratorState._reset_state(reset_partial_state=True)
