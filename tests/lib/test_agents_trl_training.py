@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from trl_child import env_for_trl_child
 
 from course_lib.models import load_policy
 from course_lib.rollout.tool_calls import (COMPACT_TOOL_CHAT_TEMPLATE, TOOL_CHAT_TEMPLATE, prepare_for_trl,
@@ -40,7 +41,7 @@ def test_compact_template_is_the_default_for_small_contexts():
 
 def test_two_trl_steps_with_the_lessons_environment(tmp_path):
     script = Path(__file__).with_name("trl_tool_training.py")
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2]), "OMP_NUM_THREADS": "1"}
+    env = env_for_trl_child({**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2]), "OMP_NUM_THREADS": "1"})
     done = subprocess.run([sys.executable, str(script), str(tmp_path)], env=env, capture_output=True, text=True,
                           timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]

@@ -7,13 +7,14 @@ import sys
 from pathlib import Path
 
 import pytest
+from trl_child import env_for_trl_child
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "benchmarks" / "step_vs_trl.py"
 
 
 def _run(*args: str, timeout: int) -> subprocess.CompletedProcess:
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    env = env_for_trl_child({**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"})
     return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, env=env,
                           timeout=timeout, cwd=ROOT)
 
@@ -101,13 +102,15 @@ def test_tool_lift_benchmark_reports_paired_lifts():
         pytest.skip(str(error))
     script = ROOT / "benchmarks" / "tool_lift.py"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-    result = subprocess.run([sys.executable, str(script), "--eval-n", "3", "--warmup-batches", "1",
-                             "--warmup-batch-size", "2", "--steps", "1", "--batch", "4", "--max-completion-length", "64"],
+    # two held-out problems and one group of two rollouts: the smallest run that still walks every stage
+    result = subprocess.run([sys.executable, str(script), "--eval-n", "2", "--warmup-batches", "1",
+                             "--warmup-batch-size", "2", "--steps", "1", "--batch", "2", "--generations", "2",
+                             "--max-completion-length", "64"],
                             capture_output=True, text=True, env=env, timeout=900, cwd=ROOT)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
     out = result.stdout
     for stage in ("base", "warm", "grpo"):
-        assert re.search(rf"\] {stage}\s+accuracy \d+\.\d% \[.*\] \(\d/3\)", out), out
+        assert re.search(rf"\] {stage}\s+accuracy \d+\.\d% \[.*\] \(\d/2\)", out), out
     for pair in ("warm - base", "grpo - warm", "grpo - base"):
         assert re.search(rf"{pair}: [+-]\d+\.\d \[[+-]\d+\.\d, [+-]\d+\.\d\]", out), out
     assert re.search(r"^\s+1\s+\d\.\d\d\s+\d\.\d{3}", out, re.M), out  # the step's call frequency and reward

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from trl_child import env_for_trl_child
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "benchmarks" / "gpu_check.py"
@@ -24,6 +25,7 @@ def _run(out: Path, *args: str, env: dict | None = None, timeout: int = 600) -> 
     environment = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
                    **(env or {})}
     environment.pop("OUT", None)
+    environment = env_for_trl_child(environment)  # TRL's step runs without vLLM on a CPU
     done = subprocess.run([sys.executable, str(SCRIPT), "--out", str(out), *args], capture_output=True, text=True,
                           env=environment, timeout=timeout, cwd=ROOT)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]

@@ -18,6 +18,7 @@ import warnings
 from pathlib import Path
 
 import pytest
+from trl_child import env_for_trl_child
 
 ROOT = Path(__file__).resolve().parents[2]
 TASK_DIR = Path(__file__).resolve().parent / "own_task"
@@ -175,7 +176,7 @@ def test_trl_trains_the_exported_own_task_in_a_moved_folder(tmp_path, tmp_path_f
     shutil.rmtree(user)  # the rewards must come from the export's own copy
     first = json.loads((moved / "data" / "train.jsonl").read_text().splitlines()[0])
     assert first["prompt"][0]["role"] == "user"  # the task's conversational prompts, as they were
-    env = {k: v for k, v in _env().items() if k != "PYTHONPATH"}  # course_lib is not needed there
+    env = env_for_trl_child({k: v for k, v in _env().items() if k != "PYTHONPATH"})  # course_lib is not needed there
     handed = subprocess.run([trl, "grpo", "--config", "grpo.yaml", "--use_cpu", "true", "--report_to", "none",
                              "--logging_steps", "1"], cwd=moved, env=env, capture_output=True, text=True,
                             timeout=900)

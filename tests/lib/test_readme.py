@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from trl_child import env_for_trl_child
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
@@ -138,6 +139,8 @@ def test_the_readme_block_runs_as_written(language, code, tmp_path):
     else:
         (cwd / "block.py").write_text(runnable_python(code))
         command = [sys.executable, "block.py"]
+    if "from trl import" in code and "vllm" not in code:  # TRL's trainers on a CPU: without vLLM's import
+        env = env_for_trl_child(env)
     result = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, f"{command[-1][:2000]}\n--- stdout\n{result.stdout[-3000:]}\n--- stderr\n" \
                                    f"{result.stderr[-4000:]}"

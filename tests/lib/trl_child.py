@@ -1,0 +1,20 @@
+"""The environment of a child process that runs TRL's trainers on a CPU in the tests.
+
+``env_for_trl_child`` adds ``trl_child_site/`` to ``PYTHONPATH``: its ``sitecustomize``
+hides vLLM from the child, so that TRL does not import it (about 7 CPU s a process, and
+no run here samples with it). Use it only for children that never use the vLLM engine.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+SITE = Path(__file__).resolve().parent / "trl_child_site"
+
+
+def env_for_trl_child(env: dict | None = None) -> dict:
+    """A copy of ``env`` (default: this process's environment) whose children see no vLLM."""
+    env = dict(os.environ if env is None else env)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(SITE), env.get("PYTHONPATH", "")]))
+    return env
