@@ -3,8 +3,8 @@
 #
 # [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/rl-for-llms/course/blob/main/notebooks/11_capstone.ipynb)
 #
-# *Fast mode (`COURSE_FAST=1`), as the notebook test runs it: 165 s of CPU time, measured on a
-# 2-core CPU, 86 s of it section 8's two sorting runs, 53 s the 200-step tiny run; the wall time
+# *Fast mode (`COURSE_FAST=1`), as the notebook test runs it: 102 s of CPU time, measured on a
+# 2-core CPU, 60 s of it section 8's two sorting runs, 18 s the 60-step tiny run; the wall time
 # grows with the machine's load.*
 #
 # Everything so far was a part; this lesson assembles the whole machine. You will take a
