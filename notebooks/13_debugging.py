@@ -158,17 +158,38 @@ for letter, name in MYSTERY.items():
 # Now apply two fixes the doctor named and compare the curves. For `short_budget` the doctor
 # says double the budget (2 -> 4 tokens); the cell gives 8, since the answers need 3-4 tokens
 # and their end-of-sequence token, the value the doctor reaches by doubling twice.
+# For `near_greedy` the fix, temperature 1.0, is the preset's own value: the fixed run *is*
+# the museum's `healthy_grpo` run. The cell trains that run once and reads its first 30
+# steps: with a constant learning rate and a fixed seed a run is the same step for step
+# whatever its `max_steps` (only the timings differ), so the same run stands beside every
+# broken run that a fix turns back into the preset (three more in section 4).
 # The dashboard marks the
 # findings (dashed lines, coloured by severity) on the curves each rule reads.
 
 # %%
+from course_lib.machine import scaled
+
+# The preset's own run, as long as the longest broken run that a fix turns back into it (frozen's,
+# section 4; fast mode runs it for 30 steps instead of 40, all its rule needs).
+HEALTHY_STEPS = scaled(30, 40)
+healthy_rows, healthy_config = run_exhibit("healthy_grpo", RUNS / "healthy_grpo", max_steps=HEALTHY_STEPS)
+
+
+def first_steps(rows, steps):
+    """The rows of a run's first `steps` optimizer steps."""
+    return [r for r in rows if r.get("step", 0) <= steps]
+
+
 for name, fix in (("short_budget", {"max_completion_length": 8}), ("near_greedy", {"temperature": 1.0})):
-    run_exhibit(name, RUNS / f"{name}-fixed", **fix)
-    before, after = RUNS / name / "history.jsonl", RUNS / f"{name}-fixed" / "history.jsonl"
+    if name == "near_greedy":  # temperature 1.0 is the preset's: the fixed run is the healthy one
+        after = first_steps(load_history(RUNS / "healthy_grpo"), histories[name][1].max_steps)
+    else:
+        run_exhibit(name, RUNS / f"{name}-fixed", **fix)
+        after = load_history(RUNS / f"{name}-fixed")
     keys = ["reward", "frac_reward_zero_std", "entropy", "completions/clipped_ratio"]
-    display(plot_training_history(before, keys=keys, columns=4, title=f"{name}: before"))
+    display(plot_training_history(RUNS / name / "history.jsonl", keys=keys, columns=4, title=f"{name}: before"))
     display(plot_training_history(after, keys=keys, columns=4, title=f"{name}: after {fix}"))
-    fired = [f.rule for f in diagnose(load_history(after)) if f.severity != "info"]
+    fired = [f.rule for f in diagnose(after) if f.severity != "info"]
     print(f"{name} after {fix}: warnings and errors: {fired or 'none'}")
 
 # %% [markdown]
@@ -220,9 +241,10 @@ def say(findings, expected=()):
 
 
 REST = [name for name, e in EXHIBITS.items() if e.expect and name not in MYSTERY.values()]
+STEPS = {"frozen": HEALTHY_STEPS}  # fast mode: 30 steps, the rows nothing_moves reads (full mode: the museum's 40)
 museum = {}
 for name in REST:
-    rows, config = train_quietly(name, RUNS / name)
+    rows, config = train_quietly(name, RUNS / name, **({"max_steps": STEPS[name]} if name in STEPS else {}))
     findings = first_firing(rows, config.to_dict())
     museum[name] = (rows, config, findings)
     expect = EXHIBITS[name].expect
@@ -281,8 +303,10 @@ print(f"long_rollouts: generation took {share:.0%} of the step time "
 # keyword arguments (config values set last): the preset's learning rate for the runs that
 # move too fast and for the frozen one; a weight that brings the raw-units reward to the 0/1
 # scale (`reward_weights`); and the dead reward removed (the same run with the correctness
-# reward alone, the museum's healthy GRPO run for as many steps). Each panel draws a signal
-# the rule reads, before and after.
+# reward alone, the museum's healthy GRPO run for as many steps). Three of these fixes give
+# back the preset exactly (`learning_rate_300x` and `frozen` at the preset's rate, and the
+# dead reward removed): their "after" is section 3's healthy run, read for as many steps as
+# the broken run. Each panel draws a signal the rule reads, before and after.
 
 # %%
 import matplotlib.pyplot as plt
@@ -290,15 +314,13 @@ import matplotlib.pyplot as plt
 from course_lib.presets import run_settings
 
 preset_lr = run_settings("tiny", "arithmetic", "grpo")["learning_rate"]
-steps = {name: EXHIBITS[name].overrides["max_steps"] for name in REST}
-FIXES = [  # (broken exhibit, the fix in words, the exhibit to run, its config values)
+FIXES = [  # (broken exhibit, the fix in words, the exhibit to run, its config values; None: the preset's run)
     ("kl_runaway", f"learning_rate={preset_lr:g} (the preset's)", "kl_runaway", {"learning_rate": preset_lr}),
-    ("learning_rate_300x", f"learning_rate={preset_lr:g} (the preset's)", "learning_rate_300x",
-     {"learning_rate": preset_lr}),
+    ("learning_rate_300x", f"learning_rate={preset_lr:g} (the preset's)", None, None),
     ("raw_units_reward", "reward_weights=[1.0, 0.01]: the distance in hundreds", "raw_units_reward",
      {"reward_weights": [1.0, 0.01]}),
-    ("dead_second_reward", "the constant reward removed", "healthy_grpo", {"max_steps": steps["dead_second_reward"]}),
-    ("frozen", f"learning_rate={preset_lr:g} (the preset's)", "frozen", {"learning_rate": preset_lr}),
+    ("dead_second_reward", "the constant reward removed", None, None),
+    ("frozen", f"learning_rate={preset_lr:g} (the preset's)", None, None),
 ]
 
 
@@ -332,7 +354,10 @@ def spread_share(rows, config, exhibit):
 
 for broken, words, exhibit, fix in FIXES:
     before_rows, _, before_findings = museum[broken]
-    after_rows, after_config = train_quietly(exhibit, RUNS / f"{broken}-fixed", **fix)
+    if exhibit is None:  # the fix gives back the preset: the healthy run of section 3, as many steps as the broken one
+        after_rows, after_config = first_steps(healthy_rows, museum[broken][1].max_steps), healthy_config
+    else:
+        after_rows, after_config = train_quietly(exhibit, RUNS / f"{broken}-fixed", **fix)
     after_findings = first_firing(after_rows, after_config.to_dict())
     keys = signal_keys(EXHIBITS[broken].expect, before_rows)
     if "dominant_reward_function" in EXHIBITS[broken].expect:  # the rule reads weight x std, so draw that
@@ -365,7 +390,8 @@ for broken, words, exhibit, fix in FIXES:
 # - **Dead reward**: removing it changes nothing but the reward's offset: the printed
 #   differences show the reward lower by the constant at every step and the same gradients,
 #   step for step. A constant reward never taught anything; it only hid in the sum.
-# - **Frozen**: the curves after look much like the curves before. Over 40 steps the preset's
+# - **Frozen**: the curves after look much like the curves before. Over 40 steps (30 in fast
+#   mode, the rows `nothing_moves` reads) the preset's
 #   rate moves the tiny model little more than noise, which is exactly why `nothing_moves`
 #   reads the summed learning rate rather than the curves (question 5): the doctor is silent
 #   because the weights can now move, and a longer run shows whether they move the right way.
