@@ -50,7 +50,7 @@ from IPython.display import display
 
 from course_lib.doctor import RULES, diagnose
 from course_lib.museum import EXHIBITS, run_exhibit
-from course_lib.machine import fast_mode
+from course_lib.machine import fast_mode, scaled
 from course_lib.run.history import load_history
 from course_lib.widgets.dashboard import plot_training_history
 
@@ -100,9 +100,12 @@ for spec in RULES.values():
 PANELS = ["reward", "frac_reward_zero_std", "entropy", "grad_norm", "clip_ratio/region_mean",
           "completions/clipped_ratio", "completions/mean_length", "sampling/sampling_logp_difference/mean"]
 MYSTERY = {"A": "learning_rate_100x", "B": "short_budget", "C": "stale_sampler", "D": "near_greedy"}
+# Fast mode stops these runs a few steps after the doctor's findings fired; full mode runs the museum's lengths.
+STEPS = {"learning_rate_100x": scaled(12, 30), "short_budget": scaled(10, 20), "stale_sampler": scaled(10, 30),
+         "near_greedy": scaled(20, 30)}
 histories = {}
 for letter, name in MYSTERY.items():
-    rows, config = run_exhibit(name, RUNS / name)
+    rows, config = run_exhibit(name, RUNS / name, max_steps=STEPS[name])
     histories[name] = (rows, config)
     keys = [k for k in PANELS if any(k in r for r in rows)]
     display(plot_training_history(rows, keys=keys, columns=4, title=f"Dashboard {letter}"))
@@ -159,16 +162,15 @@ for letter, name in MYSTERY.items():
 # says double the budget (2 -> 4 tokens); the cell gives 8, since the answers need 3-4 tokens
 # and their end-of-sequence token, the value the doctor reaches by doubling twice.
 # For `near_greedy` the fix, temperature 1.0, is the preset's own value: the fixed run *is*
-# the museum's `healthy_grpo` run. The cell trains that run once and reads its first 30
-# steps: with a constant learning rate and a fixed seed a run is the same step for step
-# whatever its `max_steps` (only the timings differ), so the same run stands beside every
-# broken run that a fix turns back into the preset (three more in section 4).
+# the museum's `healthy_grpo` run. The cell trains that run once and reads as many of its
+# first steps as the broken run has: with a constant learning rate and a fixed seed a run is
+# the same step for step whatever its `max_steps` (only the timings differ), so the same run
+# stands beside every broken run that a fix turns back into the preset (three more in
+# section 4).
 # The dashboard marks the
 # findings (dashed lines, coloured by severity) on the curves each rule reads.
 
 # %%
-from course_lib.machine import scaled
-
 # The preset's own run, as long as the longest broken run that a fix turns back into it (frozen's,
 # section 4; fast mode runs it for 30 steps instead of 40, all its rule needs).
 HEALTHY_STEPS = scaled(30, 40)
@@ -184,7 +186,7 @@ for name, fix in (("short_budget", {"max_completion_length": 8}), ("near_greedy"
     if name == "near_greedy":  # temperature 1.0 is the preset's: the fixed run is the healthy one
         after = first_steps(load_history(RUNS / "healthy_grpo"), histories[name][1].max_steps)
     else:
-        run_exhibit(name, RUNS / f"{name}-fixed", **fix)
+        run_exhibit(name, RUNS / f"{name}-fixed", max_steps=STEPS[name], **fix)
         after = load_history(RUNS / f"{name}-fixed")
     keys = ["reward", "frac_reward_zero_std", "entropy", "completions/clipped_ratio"]
     display(plot_training_history(RUNS / name / "history.jsonl", keys=keys, columns=4, title=f"{name}: before"))
@@ -241,10 +243,13 @@ def say(findings, expected=()):
 
 
 REST = [name for name, e in EXHIBITS.items() if e.expect and name not in MYSTERY.values()]
-STEPS = {"frozen": HEALTHY_STEPS}  # fast mode: 30 steps, the rows nothing_moves reads (full mode: the museum's 40)
+# Fast mode: frozen runs the 30 steps nothing_moves reads (full mode: the museum's 40), and the others
+# stop a few steps after their findings fired.
+STEPS.update(frozen=HEALTHY_STEPS, constant_reward=scaled(6, 10), dead_second_reward=scaled(6, 10),
+             kl_runaway=scaled(6, 10), learning_rate_300x=scaled(15, 30), long_rollouts=scaled(4, 6))
 museum = {}
 for name in REST:
-    rows, config = train_quietly(name, RUNS / name, **({"max_steps": STEPS[name]} if name in STEPS else {}))
+    rows, config = train_quietly(name, RUNS / name, max_steps=STEPS.get(name, EXHIBITS[name].overrides["max_steps"]))
     findings = first_firing(rows, config.to_dict())
     museum[name] = (rows, config, findings)
     expect = EXHIBITS[name].expect
@@ -357,7 +362,8 @@ for broken, words, exhibit, fix in FIXES:
     if exhibit is None:  # the fix gives back the preset: the healthy run of section 3, as many steps as the broken one
         after_rows, after_config = first_steps(healthy_rows, museum[broken][1].max_steps), healthy_config
     else:
-        after_rows, after_config = train_quietly(exhibit, RUNS / f"{broken}-fixed", **fix)
+        after_rows, after_config = train_quietly(exhibit, RUNS / f"{broken}-fixed",
+                                                 max_steps=museum[broken][1].max_steps, **fix)
     after_findings = first_firing(after_rows, after_config.to_dict())
     keys = signal_keys(EXHIBITS[broken].expect, before_rows)
     if "dominant_reward_function" in EXHIBITS[broken].expect:  # the rule reads weight x std, so draw that
@@ -391,8 +397,8 @@ for broken, words, exhibit, fix in FIXES:
 #   differences show the reward lower by the constant at every step and the same gradients,
 #   step for step. A constant reward never taught anything; it only hid in the sum.
 # - **Frozen**: the curves after look much like the curves before. Over 40 steps (30 in fast
-#   mode, the rows `nothing_moves` reads) the preset's
-#   rate moves the tiny model little more than noise, which is exactly why `nothing_moves`
+#   mode, the rows `nothing_moves` reads) the preset's rate moves the tiny model little more
+#   than noise, which is exactly why `nothing_moves`
 #   reads the summed learning rate rather than the curves (question 5): the doctor is silent
 #   because the weights can now move, and a longer run shows whether they move the right way.
 # - `reward_weights` rescales; `multi_objective_aggregation="normalize_then_sum"` (the
