@@ -101,7 +101,7 @@ PANELS = ["reward", "frac_reward_zero_std", "entropy", "grad_norm", "clip_ratio/
           "completions/clipped_ratio", "completions/mean_length", "sampling/sampling_logp_difference/mean"]
 MYSTERY = {"A": "learning_rate_100x", "B": "short_budget", "C": "stale_sampler", "D": "near_greedy"}
 # Fast mode stops these runs a few steps after the doctor's findings fired; full mode runs the museum's lengths.
-STEPS = {"learning_rate_100x": scaled(12, 30), "short_budget": scaled(10, 20), "stale_sampler": scaled(10, 30),
+STEPS = {"learning_rate_100x": scaled(10, 30), "short_budget": scaled(8, 20), "stale_sampler": scaled(6, 30),
          "near_greedy": scaled(20, 30)}
 histories = {}
 for letter, name in MYSTERY.items():
@@ -245,8 +245,9 @@ def say(findings, expected=()):
 REST = [name for name, e in EXHIBITS.items() if e.expect and name not in MYSTERY.values()]
 # Fast mode: frozen runs the 30 steps nothing_moves reads (full mode: the museum's 40), and the others
 # stop a few steps after their findings fired.
-STEPS.update(frozen=HEALTHY_STEPS, constant_reward=scaled(6, 10), dead_second_reward=scaled(6, 10),
-             kl_runaway=scaled(6, 10), learning_rate_300x=scaled(15, 30), long_rollouts=scaled(4, 6))
+STEPS.update(frozen=HEALTHY_STEPS, constant_reward=scaled(5, 10), dead_second_reward=scaled(5, 10),
+             raw_units_reward=scaled(6, 10), length_paid=scaled(55, 60), kl_runaway=scaled(5, 10),
+             learning_rate_300x=scaled(13, 30), long_rollouts=scaled(3, 6))
 museum = {}
 for name in REST:
     rows, config = train_quietly(name, RUNS / name, max_steps=STEPS.get(name, EXHIBITS[name].overrides["max_steps"]))
@@ -439,10 +440,10 @@ if feedback(ex13.check_truncation_rule, ex.truncation_rule):
 # near-greedy run, where most groups are alike:
 
 # %%
-# Fast mode samples for the first 10 steps only (each takes up to 4 rounds) and compares them
+# Fast mode samples for the first 5 steps only (each takes up to 4 rounds) and compares them
 # with the same steps of the plain run; full mode runs all 30.
 rows_ds, rows_ds_config = run_exhibit("near_greedy", RUNS / "near_greedy-dynamic", dynamic_sampling=True,
-                                      max_num_gen_batches=4, **({"max_steps": 10} if fast_mode() else {}))
+                                      max_num_gen_batches=4, max_steps=scaled(5, 30))
 plain = histories["near_greedy"][0][:len(rows_ds)]
 mean = lambda rows, key: sum(r[key] for r in rows) / len(rows)  # noqa: E731
 print(f"frac_reward_zero_std of the trained batches: {mean(plain, 'frac_reward_zero_std'):.2f} without, "
