@@ -3,8 +3,8 @@
 #
 # [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/rl-for-llms/course/blob/main/notebooks/13_debugging.ipynb)
 #
-# *Fast mode (`COURSE_FAST=1`), as the notebook test runs it: 168 s of CPU time, measured on a
-# 2-core CPU, 97 s of it section 4's museum runs and their fixes; the wall time grows with the
+# *Fast mode (`COURSE_FAST=1`), as the notebook test runs it: 105 s of CPU time, measured on a
+# 2-core CPU, 55 s of it section 4's museum runs and their fixes; the wall time grows with the
 # machine's load.*
 #
 # "Why is my loss 0?", "why is the reward flat?", "why did it collapse?" are the questions
@@ -88,13 +88,14 @@ for spec in RULES.values():
 # ## 2. Four broken runs: name the failure (exercise 1)
 #
 # Each dashboard below is a real run of the tiny model on two-digit addition, broken in one
-# way (the museum, `course_lib.museum`). The doctor's markers are hidden. For each,
-# find the curve that no healthy run shows. Healthy values for this model (the museum's
-# `healthy_grpo` run trained for 200 steps, means over steps 1-30 and over steps 171-200):
-# reward about 0.18 rising to 0.27, `frac_reward_zero_std` about 0.26 falling to 0.18,
-# entropy 0.69 to 0.61 nats, clip fraction 0 (one pass per batch) to a few percent,
-# `completions/clipped_ratio` 0, sampler gap 0 (the same model samples and trains). A
-# reward in that band is not enough to call a run healthy: read it with the others.
+# way (the museum, `course_lib.museum`; fast mode stops each run a few steps after the
+# doctor's findings fired, full mode runs the museum's lengths). The doctor's markers are
+# hidden. For each, find the curve that no healthy run shows. Healthy values for this model
+# (the museum's `healthy_grpo` run trained for 200 steps, means over steps 1-30 and over
+# steps 171-200): reward about 0.18 rising to 0.27, `frac_reward_zero_std` about 0.26
+# falling to 0.18, entropy 0.69 to 0.61 nats, clip fraction 0 (one pass per batch) to a few
+# percent, `completions/clipped_ratio` 0, sampler gap 0 (the same model samples and trains).
+# A reward in that band is not enough to call a run healthy: read it with the others.
 
 # %%
 PANELS = ["reward", "frac_reward_zero_std", "entropy", "grad_norm", "clip_ratio/region_mean",
@@ -399,9 +400,9 @@ for broken, words, exhibit, fix in FIXES:
 #   step for step. A constant reward never taught anything; it only hid in the sum.
 # - **Frozen**: the curves after look much like the curves before. Over 40 steps (30 in fast
 #   mode, the rows `nothing_moves` reads) the preset's rate moves the tiny model little more
-#   than noise, which is exactly why `nothing_moves`
-#   reads the summed learning rate rather than the curves (question 5): the doctor is silent
-#   because the weights can now move, and a longer run shows whether they move the right way.
+#   than noise, which is exactly why `nothing_moves` reads the summed learning rate rather
+#   than the curves (question 5): the doctor is silent because the weights can now move, and
+#   a longer run shows whether they move the right way.
 # - `reward_weights` rescales; `multi_objective_aggregation="normalize_then_sum"` (the
 #   doctor's other suggestion) normalises each function within its group before the sum, so
 #   no function can dominate by its units. The dead reward has no weight that helps: remove
