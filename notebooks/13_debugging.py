@@ -3,8 +3,8 @@
 #
 # [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/rl-for-llms/course/blob/main/notebooks/13_debugging.ipynb)
 #
-# *Fast mode (`COURSE_FAST=1`), as the notebook test runs it: 105 s of CPU time, measured on a
-# 2-core CPU, 55 s of it section 4's museum runs and their fixes; the wall time grows with the
+# *Fast mode (`COURSE_FAST=1`), as the notebook test runs it: 99 s of CPU time, measured on a
+# 2-core CPU, 48 s of it section 4's museum runs and their fixes; the wall time grows with the
 # machine's load.*
 #
 # "Why is my loss 0?", "why is the reward flat?", "why did it collapse?" are the questions
