@@ -3,8 +3,8 @@
 #
 # [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/rl-for-llms/course/blob/main/notebooks/13_debugging.ipynb)
 #
-# *Fast mode (`COURSE_FAST=1`), as the notebook test runs it: 168 s of CPU time, measured on a
-# 2-core CPU, 97 s of it section 4's museum runs and their fixes; the wall time grows with the
+# *Fast mode (`COURSE_FAST=1`), as the notebook test runs it: 99 s of CPU time, measured on a
+# 2-core CPU, 48 s of it section 4's museum runs and their fixes; the wall time grows with the
 # machine's load.*
 #
 # "Why is my loss 0?", "why is the reward flat?", "why did it collapse?" are the questions
@@ -50,7 +50,7 @@ from IPython.display import display
 
 from course_lib.doctor import RULES, diagnose
 from course_lib.museum import EXHIBITS, run_exhibit
-from course_lib.machine import fast_mode
+from course_lib.machine import fast_mode, scaled
 from course_lib.run.history import load_history
 from course_lib.widgets.dashboard import plot_training_history
 
@@ -88,21 +88,25 @@ for spec in RULES.values():
 # ## 2. Four broken runs: name the failure (exercise 1)
 #
 # Each dashboard below is a real run of the tiny model on two-digit addition, broken in one
-# way (the museum, `course_lib.museum`). The doctor's markers are hidden. For each,
-# find the curve that no healthy run shows. Healthy values for this model (the museum's
-# `healthy_grpo` run trained for 200 steps, means over steps 1-30 and over steps 171-200):
-# reward about 0.18 rising to 0.27, `frac_reward_zero_std` about 0.26 falling to 0.18,
-# entropy 0.69 to 0.61 nats, clip fraction 0 (one pass per batch) to a few percent,
-# `completions/clipped_ratio` 0, sampler gap 0 (the same model samples and trains). A
-# reward in that band is not enough to call a run healthy: read it with the others.
+# way (the museum, `course_lib.museum`; fast mode stops each run a few steps after the
+# doctor's findings fired, full mode runs the museum's lengths). The doctor's markers are
+# hidden. For each, find the curve that no healthy run shows. Healthy values for this model
+# (the museum's `healthy_grpo` run trained for 200 steps, means over steps 1-30 and over
+# steps 171-200): reward about 0.18 rising to 0.27, `frac_reward_zero_std` about 0.26
+# falling to 0.18, entropy 0.69 to 0.61 nats, clip fraction 0 (one pass per batch) to a few
+# percent, `completions/clipped_ratio` 0, sampler gap 0 (the same model samples and trains).
+# A reward in that band is not enough to call a run healthy: read it with the others.
 
 # %%
 PANELS = ["reward", "frac_reward_zero_std", "entropy", "grad_norm", "clip_ratio/region_mean",
           "completions/clipped_ratio", "completions/mean_length", "sampling/sampling_logp_difference/mean"]
 MYSTERY = {"A": "learning_rate_100x", "B": "short_budget", "C": "stale_sampler", "D": "near_greedy"}
+# Fast mode stops these runs a few steps after the doctor's findings fired; full mode runs the museum's lengths.
+STEPS = {"learning_rate_100x": scaled(10, 30), "short_budget": scaled(8, 20), "stale_sampler": scaled(6, 30),
+         "near_greedy": scaled(20, 30)}
 histories = {}
 for letter, name in MYSTERY.items():
-    rows, config = run_exhibit(name, RUNS / name)
+    rows, config = run_exhibit(name, RUNS / name, max_steps=STEPS[name])
     histories[name] = (rows, config)
     keys = [k for k in PANELS if any(k in r for r in rows)]
     display(plot_training_history(rows, keys=keys, columns=4, title=f"Dashboard {letter}"))
@@ -158,17 +162,37 @@ for letter, name in MYSTERY.items():
 # Now apply two fixes the doctor named and compare the curves. For `short_budget` the doctor
 # says double the budget (2 -> 4 tokens); the cell gives 8, since the answers need 3-4 tokens
 # and their end-of-sequence token, the value the doctor reaches by doubling twice.
+# For `near_greedy` the fix, temperature 1.0, is the preset's own value: the fixed run *is*
+# the museum's `healthy_grpo` run. The cell trains that run once and reads as many of its
+# first steps as the broken run has: with a constant learning rate and a fixed seed a run is
+# the same step for step whatever its `max_steps` (only the timings differ), so the same run
+# stands beside every broken run that a fix turns back into the preset (three more in
+# section 4).
 # The dashboard marks the
 # findings (dashed lines, coloured by severity) on the curves each rule reads.
 
 # %%
+# The preset's own run, as long as the longest broken run that a fix turns back into it (frozen's,
+# section 4; fast mode runs it for 30 steps instead of 40, all its rule needs).
+HEALTHY_STEPS = scaled(30, 40)
+healthy_rows, healthy_config = run_exhibit("healthy_grpo", RUNS / "healthy_grpo", max_steps=HEALTHY_STEPS)
+
+
+def first_steps(rows, steps):
+    """The rows of a run's first `steps` optimizer steps."""
+    return [r for r in rows if r.get("step", 0) <= steps]
+
+
 for name, fix in (("short_budget", {"max_completion_length": 8}), ("near_greedy", {"temperature": 1.0})):
-    run_exhibit(name, RUNS / f"{name}-fixed", **fix)
-    before, after = RUNS / name / "history.jsonl", RUNS / f"{name}-fixed" / "history.jsonl"
+    if name == "near_greedy":  # temperature 1.0 is the preset's: the fixed run is the healthy one
+        after = first_steps(load_history(RUNS / "healthy_grpo"), histories[name][1].max_steps)
+    else:
+        run_exhibit(name, RUNS / f"{name}-fixed", max_steps=STEPS[name], **fix)
+        after = load_history(RUNS / f"{name}-fixed")
     keys = ["reward", "frac_reward_zero_std", "entropy", "completions/clipped_ratio"]
-    display(plot_training_history(before, keys=keys, columns=4, title=f"{name}: before"))
+    display(plot_training_history(RUNS / name / "history.jsonl", keys=keys, columns=4, title=f"{name}: before"))
     display(plot_training_history(after, keys=keys, columns=4, title=f"{name}: after {fix}"))
-    fired = [f.rule for f in diagnose(load_history(after)) if f.severity != "info"]
+    fired = [f.rule for f in diagnose(after) if f.severity != "info"]
     print(f"{name} after {fix}: warnings and errors: {fired or 'none'}")
 
 # %% [markdown]
@@ -220,9 +244,14 @@ def say(findings, expected=()):
 
 
 REST = [name for name, e in EXHIBITS.items() if e.expect and name not in MYSTERY.values()]
+# Fast mode: frozen runs the 30 steps nothing_moves reads (full mode: the museum's 40), and the others
+# stop a few steps after their findings fired.
+STEPS.update(frozen=HEALTHY_STEPS, constant_reward=scaled(5, 10), dead_second_reward=scaled(5, 10),
+             raw_units_reward=scaled(6, 10), length_paid=scaled(55, 60), kl_runaway=scaled(5, 10),
+             learning_rate_300x=scaled(13, 30), long_rollouts=scaled(3, 6))
 museum = {}
 for name in REST:
-    rows, config = train_quietly(name, RUNS / name)
+    rows, config = train_quietly(name, RUNS / name, max_steps=STEPS.get(name, EXHIBITS[name].overrides["max_steps"]))
     findings = first_firing(rows, config.to_dict())
     museum[name] = (rows, config, findings)
     expect = EXHIBITS[name].expect
@@ -281,8 +310,10 @@ print(f"long_rollouts: generation took {share:.0%} of the step time "
 # keyword arguments (config values set last): the preset's learning rate for the runs that
 # move too fast and for the frozen one; a weight that brings the raw-units reward to the 0/1
 # scale (`reward_weights`); and the dead reward removed (the same run with the correctness
-# reward alone, the museum's healthy GRPO run for as many steps). Each panel draws a signal
-# the rule reads, before and after.
+# reward alone, the museum's healthy GRPO run for as many steps). Three of these fixes give
+# back the preset exactly (`learning_rate_300x` and `frozen` at the preset's rate, and the
+# dead reward removed): their "after" is section 3's healthy run, read for as many steps as
+# the broken run. Each panel draws a signal the rule reads, before and after.
 
 # %%
 import matplotlib.pyplot as plt
@@ -290,15 +321,13 @@ import matplotlib.pyplot as plt
 from course_lib.presets import run_settings
 
 preset_lr = run_settings("tiny", "arithmetic", "grpo")["learning_rate"]
-steps = {name: EXHIBITS[name].overrides["max_steps"] for name in REST}
-FIXES = [  # (broken exhibit, the fix in words, the exhibit to run, its config values)
+FIXES = [  # (broken exhibit, the fix in words, the exhibit to run, its config values; None: the preset's run)
     ("kl_runaway", f"learning_rate={preset_lr:g} (the preset's)", "kl_runaway", {"learning_rate": preset_lr}),
-    ("learning_rate_300x", f"learning_rate={preset_lr:g} (the preset's)", "learning_rate_300x",
-     {"learning_rate": preset_lr}),
+    ("learning_rate_300x", f"learning_rate={preset_lr:g} (the preset's)", None, None),
     ("raw_units_reward", "reward_weights=[1.0, 0.01]: the distance in hundreds", "raw_units_reward",
      {"reward_weights": [1.0, 0.01]}),
-    ("dead_second_reward", "the constant reward removed", "healthy_grpo", {"max_steps": steps["dead_second_reward"]}),
-    ("frozen", f"learning_rate={preset_lr:g} (the preset's)", "frozen", {"learning_rate": preset_lr}),
+    ("dead_second_reward", "the constant reward removed", None, None),
+    ("frozen", f"learning_rate={preset_lr:g} (the preset's)", None, None),
 ]
 
 
@@ -332,7 +361,11 @@ def spread_share(rows, config, exhibit):
 
 for broken, words, exhibit, fix in FIXES:
     before_rows, _, before_findings = museum[broken]
-    after_rows, after_config = train_quietly(exhibit, RUNS / f"{broken}-fixed", **fix)
+    if exhibit is None:  # the fix gives back the preset: the healthy run of section 3, as many steps as the broken one
+        after_rows, after_config = first_steps(healthy_rows, museum[broken][1].max_steps), healthy_config
+    else:
+        after_rows, after_config = train_quietly(exhibit, RUNS / f"{broken}-fixed",
+                                                 max_steps=museum[broken][1].max_steps, **fix)
     after_findings = first_firing(after_rows, after_config.to_dict())
     keys = signal_keys(EXHIBITS[broken].expect, before_rows)
     if "dominant_reward_function" in EXHIBITS[broken].expect:  # the rule reads weight x std, so draw that
@@ -365,10 +398,11 @@ for broken, words, exhibit, fix in FIXES:
 # - **Dead reward**: removing it changes nothing but the reward's offset: the printed
 #   differences show the reward lower by the constant at every step and the same gradients,
 #   step for step. A constant reward never taught anything; it only hid in the sum.
-# - **Frozen**: the curves after look much like the curves before. Over 40 steps the preset's
-#   rate moves the tiny model little more than noise, which is exactly why `nothing_moves`
-#   reads the summed learning rate rather than the curves (question 5): the doctor is silent
-#   because the weights can now move, and a longer run shows whether they move the right way.
+# - **Frozen**: the curves after look much like the curves before. Over 40 steps (30 in fast
+#   mode, the rows `nothing_moves` reads) the preset's rate moves the tiny model little more
+#   than noise, which is exactly why `nothing_moves` reads the summed learning rate rather
+#   than the curves (question 5): the doctor is silent because the weights can now move, and
+#   a longer run shows whether they move the right way.
 # - `reward_weights` rescales; `multi_objective_aggregation="normalize_then_sum"` (the
 #   doctor's other suggestion) normalises each function within its group before the sum, so
 #   no function can dominate by its units. The dead reward has no weight that helps: remove
@@ -407,10 +441,10 @@ if feedback(ex13.check_truncation_rule, ex.truncation_rule):
 # near-greedy run, where most groups are alike:
 
 # %%
-# Fast mode samples for the first 10 steps only (each takes up to 4 rounds) and compares them
+# Fast mode samples for the first 5 steps only (each takes up to 4 rounds) and compares them
 # with the same steps of the plain run; full mode runs all 30.
 rows_ds, rows_ds_config = run_exhibit("near_greedy", RUNS / "near_greedy-dynamic", dynamic_sampling=True,
-                                      max_num_gen_batches=4, **({"max_steps": 10} if fast_mode() else {}))
+                                      max_num_gen_batches=4, max_steps=scaled(5, 30))
 plain = histories["near_greedy"][0][:len(rows_ds)]
 mean = lambda rows, key: sum(r[key] for r in rows) / len(rows)  # noqa: E731
 print(f"frac_reward_zero_std of the trained batches: {mean(plain, 'frac_reward_zero_std'):.2f} without, "

@@ -178,7 +178,7 @@ def check_train_dataset(dataset: Any, name: str = "train_dataset", messages_rows
         return  # conversations: checked by course_lib.post_training.conversations.check_conversations
     if "prompt" not in dataset.column_names:
         raise ValueError(f"{name} has no 'prompt' column (columns: {dataset.column_names}).")
-    for row, prompt in enumerate(dataset["prompt"]):
+    for row, prompt in enumerate(dataset["prompt"][:]):  # [:] reads the column at once, not row by row
         problem = _prompt_problem(prompt)
         if problem is not None:
             raise ValueError(f"{name} row {row}: {problem}. Fix: a prompt is a non-empty string or a list of "

@@ -73,7 +73,8 @@ class DatasetRows:
     them instead of slicing the dataset); ``columns`` also goes to the reward and tool set-up."""
 
     def __init__(self, dataset):
-        self.columns: dict[str, list] = {name: list(dataset[name]) for name in dataset.column_names}
+        # dataset[name][:] reads the column in one batch; iterating dataset[name] formats row by row (~40x slower)
+        self.columns: dict[str, list] = {name: list(dataset[name][:]) for name in dataset.column_names}
 
     def __len__(self) -> int:
         return len(next(iter(self.columns.values()))) if self.columns else 0
