@@ -399,7 +399,7 @@ def multiply_problems(rows, seed, exclude=frozenset()):
                               "a": [a for a, _ in pairs], "b": [b for _, b in pairs]})
 
 
-EVAL_N = scaled(6, 100)
+EVAL_N = scaled(4, 100)
 MAX_COMPLETION = 64
 smol, smol_tokenizer = load_policy("smollm2-135m")
 SMOL_TEMPLATE = tool_chat_template(smol_tokenizer)  # TOOL_CHAT_TEMPLATE: SmolLM2's own template knows no tools
@@ -426,9 +426,10 @@ def smol_turn(text: str) -> str:
     return "The answer is " + text.rsplit("<|im_start|>tool\n", 1)[1].split("<|im_end|>")[0] + "."
 
 
+WARMUP_ROWS = scaled(1, 4)  # traces per warm-up step; fast mode: 4 steps of one trace
 traces = []
 for s in range(4):
-    rows = multiply_problems(4, seed=1000 + s, exclude=seen)
+    rows = multiply_problems(WARMUP_ROWS, seed=1000 + s, exclude=seen)
     ids = tokenize_prompts(smol_tokenizer, rows["prompt"], chat_template_kwargs={"tools": [multiply],
                                                                                  "chat_template": SMOL_TEMPLATE})
     traces.append(run_agent_rollouts(ScriptedPolicy(smol_tokenizer, smol_turn, context_limit=2048), smol_tokenizer,
