@@ -7,8 +7,9 @@
 # thread (`OMP_NUM_THREADS=1`; measured 160 s, 199 s before fast mode was cut to 4 held-out problems
 # and a warm-up of one trace a step). Most of it is the two GRPO steps (about 75 s with their
 # evaluation), SmolLM2's supervised warm-up (about 38 s with its evaluation) and loading SmolLM2
-# with its first evaluation (about 18 s); the TRL cell takes about 10 s, mostly importing TRL. Add a one-time conversion of SmolLM2's GGUF
-# file on a machine's first run; the wall time grows when the machine is busy with other work.*
+# with its first evaluation (about 18 s); the TRL cell takes about 10 s, mostly importing TRL.
+# Add a one-time conversion of SmolLM2's GGUF file on a machine's first run; the wall time grows
+# when the machine is busy with other work.*
 #
 # Until now a completion was one stretch of text the model wrote after the prompt, scored
 # once. An **agent** writes a little, calls a tool (a calculator, a search, a Python
