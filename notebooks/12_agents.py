@@ -3,12 +3,13 @@
 #
 # [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/rl-for-llms/course/blob/main/notebooks/12_agents.ipynb)
 #
-# *Fast mode (`COURSE_FAST=1`), as the notebook test runs it: about 210 s of CPU time with one
-# thread (`OMP_NUM_THREADS=1`; measured 209 s, 282 s before fast mode was cut to 6 held-out problems,
-# one group per GRPO step and no second sampling of the last group). Most of it is SmolLM2's
-# supervised warm-up (about 85 s with its evaluation) and the two GRPO steps (about 75 s with theirs);
-# the TRL cell takes about 9 s, mostly importing TRL. Add a one-time conversion of SmolLM2's GGUF
-# file on a machine's first run; the wall time grows when the machine is busy with other work.*
+# *Fast mode (`COURSE_FAST=1`), as the notebook test runs it: about 160 s of CPU time with one
+# thread (`OMP_NUM_THREADS=1`; measured 160 s, 199 s before fast mode was cut to 4 held-out problems
+# and a warm-up of one trace a step). Most of it is the two GRPO steps (about 75 s with their
+# evaluation), SmolLM2's supervised warm-up (about 38 s with its evaluation) and loading SmolLM2
+# with its first evaluation (about 18 s); the TRL cell takes about 10 s, mostly importing TRL.
+# Add a one-time conversion of SmolLM2's GGUF file on a machine's first run; the wall time grows
+# when the machine is busy with other work.*
 #
 # Until now a completion was one stretch of text the model wrote after the prompt, scored
 # once. An **agent** writes a little, calls a tool (a calculator, a search, a Python
@@ -369,16 +370,16 @@ feedback(ex12.check_guessing_game, ex.GuessingGame);
 #    `multiply` on the question's numbers, then write `The answer is <result>.`).
 #    `supervised_warmup` minimises the negative log-likelihood of the trajectory's
 #    **model** tokens, the same mask as the RL loss (the SFT stage before RL in DeepSeek-R1
-#    or Tülu 3, here on tool traces). It is deliberately short (4 steps of 4 traces): the
-#    model learns to call, not yet to stop and answer (4 more steps would teach that too:
-#    the control after the table below);
+#    or Tülu 3, here on tool traces). It is deliberately short (4 steps of 4 traces; fast
+#    mode: 4 steps of one trace): the model learns to call, not yet to stop and answer (4
+#    more steps would teach that too: the control after the table below);
 # 3. **after GRPO**: `Trainer(..., tools=[multiply])` with one reward, the correctness of the
 #    final answer. The trainer logs `tools/call_frequency` (calls per completion) and
 #    `tools/failure_frequency` (failed calls per call), with TRL's names.
 #
 # Full mode is the measured run of `benchmarks/tool_lift.py` (100 held-out problems, 8 GRPO
-# steps of 8 rollouts); fast mode runs the same cells on 6 problems and 2 steps of 4 rollouts
-# (one group), to show the mechanism.
+# steps of 8 rollouts); fast mode runs the same cells on 4 problems, a warm-up of 4 traces and
+# 2 steps of 4 rollouts (one group), to show the mechanism.
 
 # %%
 from course_lib.evaluation import lift_interval, wilson_interval
@@ -399,7 +400,7 @@ def multiply_problems(rows, seed, exclude=frozenset()):
                               "a": [a for a, _ in pairs], "b": [b for _, b in pairs]})
 
 
-EVAL_N = scaled(6, 100)
+EVAL_N = scaled(4, 100)
 MAX_COMPLETION = 64
 smol, smol_tokenizer = load_policy("smollm2-135m")
 SMOL_TEMPLATE = tool_chat_template(smol_tokenizer)  # TOOL_CHAT_TEMPLATE: SmolLM2's own template knows no tools
@@ -426,9 +427,10 @@ def smol_turn(text: str) -> str:
     return "The answer is " + text.rsplit("<|im_start|>tool\n", 1)[1].split("<|im_end|>")[0] + "."
 
 
+WARMUP_ROWS = scaled(1, 4)  # traces per warm-up step; fast mode: 4 steps of one trace
 traces = []
 for s in range(4):
-    rows = multiply_problems(4, seed=1000 + s, exclude=seen)
+    rows = multiply_problems(WARMUP_ROWS, seed=1000 + s, exclude=seen)
     ids = tokenize_prompts(smol_tokenizer, rows["prompt"], chat_template_kwargs={"tools": [multiply],
                                                                                  "chat_template": SMOL_TEMPLATE})
     traces.append(run_agent_rollouts(ScriptedPolicy(smol_tokenizer, smol_turn, context_limit=2048), smol_tokenizer,
@@ -511,9 +513,10 @@ plt.show()
 # collapses to the point: read the Wilson intervals above for that comparison). Over the 8
 # GRPO steps `tools/call_frequency` went 0.50, 0.38, 0.75, 0.88, 0.75, 0.75, 1.00, 0.88 and
 # the mean reward 0.12, 0.00, 0.25, 0.50, 0.50, 0.62, 0.25, 0.75 (8 rollouts a step: each
-# point is noisy, the trend is the held-out jump). Fast mode (6 problems, 2 GRPO steps of one
-# group of 4) measured 0/6, 2/6 and 6/6: the same direction, with far wider intervals (after
-# GRPO [61.0, 100.0]).
+# point is noisy, the trend is the held-out jump). Fast mode (4 problems, a warm-up of 4
+# traces, 2 GRPO steps of one group of 4) measured 0/4, 0/4 and 4/4: the warm-up made the
+# model call on all 4 problems, but every trajectory called again and ran out of tokens, and
+# GRPO made it answer; the intervals are far wider (after GRPO [51.0, 100.0]).
 #
 # What the stages show, and what they do not. The warm-up takes the model from never calling
 # to calling on nearly every problem, from 16 scripted traces; GRPO, with nothing but a
