@@ -525,8 +525,7 @@ plt.show()
 # otherwise: the same 4-step warm-up (the same losses, 0.96 / 0.44 / 0.23 / 0.13) followed
 # by **4 more supervised steps** on 16 new scripted traces (seeds 1004-1007, no held-out
 # pair) and no RL at all also reaches **100/100 [96.3, 100.0]** on the full mode's held-out
-# problems, every trajectory ending on its own end-of-turn token (10/10 on the first ten of
-# them in a fast-mode run, like GRPO there). The scripted traces already show the behaviour
+# problems, every trajectory ending on its own end-of-turn token. The scripted traces already show the behaviour
 # GRPO found, answering after the result, so on this task more warm-up does what the 8 GRPO
 # steps did: the split comes from stopping the warm-up at 4 steps. Whether RL adds anything
 # needs a task whose scripted traces cannot show the best behaviour. `benchmarks/guess_rl_vs_sft.py` builds one: the guessing
