@@ -839,27 +839,31 @@ for label, curve in curves.items():
 print("references:", list(test_prompts["answer"][:4]))
 
 # %% [markdown]
-# Read the three runs together; in fast mode (60 steps) ours printed:
+# Read the three runs together; in fast mode (30 steps) ours printed:
 #
 # - **The true reward** (green) does not improve the accuracy either: it slips from 35.5%
-#   to 28.5% (overlapping intervals). These settings are too aggressive even for the right
-#   reward. The doctor says so at
-#   step 10 of each run: `[doctor error] policy_moves_too_fast` (lesson 13 explains the
-#   doctor): about 10% of the tokens are clipped on every batch (`clip_ratio/region_mean`),
-#   because a learning rate of 1e-4 over 4 PPO epochs moves the policy far past the clip
-#   range. Its fixes are a lower learning rate, fewer epochs, or β > 0.
-# - **The random reward** (gray) collapses the accuracy on its own, to 13.0% at step 30
-#   and 6.5% at step 60, while the learned reward of its answers stays within its noise.
-#   With β = 0 nothing anchors the policy, and whitening (section 5) turns any reward, even
-#   noise, into unit-size advantages: PPO then pushes the policy around at full strength in
-#   random directions. **Most of the collapse is the settings, not the reward model.**
+#   to 30.5% (overlapping intervals), where section 8's gentler settings lifted it. These
+#   settings are too aggressive even for the right reward. The doctor (lesson 13 explains
+#   it) says so at step 10 of the learned-reward run: `[doctor error] policy_moves_too_fast`.
+#   Each batch's 4 PPO epochs at a learning rate of 1e-4 move the policy an approximate KL
+#   of 0.098 away from the one that sampled it (`policy/approxkl_avg`, the rule's limit is
+#   0.05), and about 10% of the tokens are clipped (`clip_ratio/region_mean`). The two
+#   controls clip tokens at a similar rate on the later epochs of each batch and stayed
+#   under the rule's limits. Its fixes are a lower learning rate, fewer epochs, or β > 0.
+# - **The random reward** (gray) collapses the accuracy on its own, to 13.0% at step 30,
+#   while the learned reward of its answers stays within its noise (0.90 ± 0.13 → 1.01 ±
+#   0.13). With β = 0 nothing anchors the policy, and whitening (section 5) turns any
+#   reward, even noise, into unit-size advantages: PPO then pushes the policy around at full
+#   strength in random directions. **Most of the collapse is the settings, not the reward
+#   model.**
 # - **The learned reward** (purple) does what the controls cannot explain: its score rises
-#   well beyond its interval (0.90 ± 0.13 → 1.30 ± 0.09), and at step 30 its accuracy
+#   well beyond its interval (0.90 ± 0.13 → 1.23 ± 0.10), and at step 30 its accuracy
 #   (6.0% [3.5, 10.2]) is below the random run's (13.0% [9.0, 18.4]), intervals apart. PPO
 #   climbed the proxy, toward answers the reward model rates higher (look at the first
 #   answers: clean numbers, drifting away from the sums), and that direction is worse than
-#   a random one. By step 60 both runs sit near the floor (3.0% and 6.5%, overlapping
-#   intervals).
+#   a random one. Run on to step 60 (`rlhf_steps = 60`; the learning rate is constant, so
+#   the first 30 steps are the same), both runs sit near the floor (3.0% and 6.5%,
+#   overlapping intervals).
 #
 # That gap between the learned-reward curve and the random-reward curve, not the fall of
 # the accuracy by itself, is the evidence of **reward over-optimisation** (Gao, Schulman
@@ -867,8 +871,9 @@ print("references:", list(test_prompts["answer"][:4]))
 # proxy harder makes the true objective worse. Here the evidence is thin, and honest about
 # it. The reward model is weak (its held-out interval does not exclude a coin), and the
 # result depends on it: with the head drawn from seed 0 instead of 1, the same cell gave
-# 12.5% for the learned reward and 6.5% for the random one at step 60, the learned reward
-# no longer the worse of the two, and its score not rising beyond its interval. Gao et al.
+# 21.5% for the learned reward and 13.0% for the random one at step 30, the learned reward
+# no longer the worse of the two, and its score not rising beyond its interval (0.57 ±
+# 0.06 → 0.59 ± 0.05). Gao et al.
 # measured the effect cleanly with reward models of up to 3B parameters: the true score
 # rising first, then falling, as the policy moves away from its start. The habit to keep:
 # **before blaming a reward, run a control with the same settings and a reward that knows
