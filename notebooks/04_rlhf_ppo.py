@@ -447,8 +447,8 @@ except ImportError as error:
 # and instead of a learned reward model the score is the sum of two reward functions
 # (lesson 09): 1 for a correct first number, and a proximity reward that gives partial
 # credit to near misses. Each generation batch is used for 4 PPO epochs, so every fourth
-# step is on-policy. The run is 200 steps; fast mode stops at 100 (the learning rate then
-# anneals to 0 over those 100). On this seed 100 steps still move the accuracy beyond its
+# step is on-policy. The run is 200 steps; fast mode stops at 90 (the learning rate then
+# anneals to 0 over those 90). On this seed 90 steps still move the accuracy beyond its
 # noise; 80 do not (a lift of +1.0 point [−5.7, +7.7]).
 #
 # Before and after, the cell measures greedy accuracy on the same 200 held-out problems
@@ -488,7 +488,7 @@ config = make_config(
     "ppo",
     output_dir=str(OUTPUT / "04_rlhf_ppo"),
     overwrite_output_dir=True,      # re-running the cell replaces the last run
-    max_steps=scaled(100, 200),  # the learning rate anneals to 0 over whichever it is
+    max_steps=scaled(90, 200),  # the learning rate anneals to 0 over whichever it is
     learning_rate=3e-5,
     lr_scheduler_type="linear",     # annealed to 0 over the run
     per_device_train_batch_size=16,  # 16 prompts, one completion each
@@ -499,7 +499,7 @@ config = make_config(
     save_steps=0,
     seed=0,
 )
-dashboard = LiveDashboard(keys=PPO_PANELS, every=scaled(25, 20), columns=4)  # 4 redraws in fast mode, 10 in full
+dashboard = LiveDashboard(keys=PPO_PANELS, every=scaled(30, 20), columns=4)  # 3 redraws in fast mode, 10 in full
 trainer = Trainer(config, reward_funcs, train_prompts, model, tokenizer, progress=False, on_step=dashboard.update)
 history = trainer.train()
 correct_after = held_out_correct(trainer.model)
@@ -518,35 +518,35 @@ display(plot_training_history(history, keys=PPO_PANELS, columns=4, smooth=10, ti
 
 # %% [markdown]
 # How to read it (lesson 08 reads the same metrics for RLOO in more detail). What a run of
-# this cell showed in fast mode (100 steps, seed 0, on a CPU):
+# this cell showed in fast mode (90 steps, seed 0, on a CPU):
 #
 # - **Accuracy** rose from 35.5% [29.2, 42.3] to 43.5% [36.8, 50.4] on the 200 held-out
-#   problems: a lift of +8.0 points [+1.6, +14.4], an interval that excludes 0 (the 200
-#   steps of full mode gave the same +8.0 points, [+1.7, +14.3]).
+#   problems: a lift of +8.0 points [+1.7, +14.3], an interval that excludes 0 (the 200
+#   steps of full mode gave the same lift).
 # - `objective/rlhf_reward` and `objective/scores` (score minus the KL price, and the
 #   score alone) are **noisy**: 16 completions a step, rewards between 0 and 2. Read the
 #   smoothed trend, not single steps; it is the held-out accuracy that shows the gain.
 # - `objective/kl` is a sum of per-token k1 estimates, log π − log π_ref on the sampled
 #   tokens. Its expectation is the KL (≥ 0), but a single token's k1 is negative whenever
 #   the policy now likes that token *less* than the reference did, and with 16 short
-#   completions the batch sum can dip **below 0** (it read −0.07 on steps 89 to 92) when
-#   the true KL is small. A negative reading is noise, not a bug, and so is a single jump:
-#   over the run it swings from 0 to 0.79 and back to −0.07. Read the smoothed curve (the
+#   completions the batch sum can dip **below 0** when the true KL is small (full mode's
+#   200 steps read −0.05 at the last one; fast mode's 90 stay above 0). A negative reading
+#   is noise, not a bug, and so is a single jump: in fast mode it leaps from 0.16 to 0.79
+#   at step 49 and is back at 0.14 one batch later. Read the smoothed curve (the
 #   dashboard smooths over 10 steps); a trend that keeps rising over many steps is what to
 #   watch.
 # - `val/ratio` is exactly 1 on the first epoch of each batch (on-policy) and stays near 1
 #   on the others. `policy/clipfrac_avg` (mean and peak printed under the run) averages
-#   under 1%, with rare steps near 11%: the learning rate of 3e-5 moves the policy
-#   gently, and a few tokens of a small batch move far enough to be clipped.
+#   under 1%, with rare steps near 9% (11% in full mode): the learning rate of 3e-5 moves
+#   the policy gently, and a few tokens of a small batch move far enough to be clipped.
 # - **The critic barely learns here.** `val/value_mean` (the critic's prediction, at
-#   rollout time) crawls from 0 to about 0.07 in 100 steps (0.14 in full mode's 200) while
+#   rollout time) crawls from 0 to about 0.07 in 90 steps (0.14 in full mode's 200) while
 #   `val/return_mean`, the target it regresses on, sits around 1.2; `loss/value_avg` hardly
 #   falls. The value head starts at zero and is trained by Adam at the policy's learning
 #   rate, 3e-5: Adam normalises each parameter's step, so `vf_coef` cannot speed it up, and
 #   a head that moves ~3e-5 per weight per update needs thousands of updates to cover a
-#   distance of 1.2.
-#   Because the value never moves more than `cliprange_value` (0.2) within one batch,
-#   `val/clipfrac_avg` stays at 0: the value clip never binds.
+#   distance of 1.2. Because the value never moves more than `cliprange_value` (0.2)
+#   within one batch, `val/clipfrac_avg` stays at 0: the value clip never binds.
 # - With V ≈ 0 the advantages are just the whitened returns: this run learned the way
 #   REINFORCE with a batch baseline does (lesson 02), which is enough on a task this short.
 # - The correctness reward carries about 85% of the spread of the summed reward
@@ -605,12 +605,11 @@ for name, correct in (("policy's rate", correct_after), ("own rate 3e-3", critic
 # above 0 while V is far from the returns). A good critic is what lets GAE hand credit to
 # the right tokens on long answers. On answers of at most 8 tokens with one score at the
 # end there is little credit to assign: the last lines of the printout measure both runs
-# (the same number of steps, otherwise the same) on the same held-out problems. In fast
-# mode (100 steps each) the learned critic's run *lost* accuracy, −7.0 points [−13.4,
-# −0.6], where the lazy critic's gained +8.0; over full mode's 200 steps (same seed, on a
-# CPU) its lift was +2.5 points [−3.8, +8.8], an interval that contains 0. Either way it
-# is no better than the lazy critic. That is one seed each; the honest conclusion is that
-# at this size the critic is not what limits learning.
+# (the same number of steps, otherwise the same) on the same held-out problems. The
+# learned critic's lift has an interval that contains 0 (fast mode, 90 steps each: −3.0
+# points [−9.4, +3.4]; full mode's 200 steps, same seed, on a CPU: +2.5 [−3.8, +8.8]), and
+# it is no better than the lazy critic's +8.0. That is one seed each; the honest
+# conclusion is that at this size the critic is not what limits learning.
 
 # %% [markdown]
 # ## 9. Inside the last batch
