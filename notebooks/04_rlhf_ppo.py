@@ -849,7 +849,8 @@ print("references:", list(test_prompts["answer"][:4]))
 #   of 0.098 away from the one that sampled it (`policy/approxkl_avg`, the rule's limit is
 #   0.05), and about 10% of the tokens are clipped (`clip_ratio/region_mean`). The two
 #   controls clip tokens at a similar rate on the later epochs of each batch and stayed
-#   under the rule's limits. Its fixes are a lower learning rate, fewer epochs, or β > 0.
+#   under the rule's limits. The doctor's fixes are a lower learning rate, fewer epochs, or
+#   β > 0.
 # - **The random reward** (gray) collapses the accuracy on its own, to 13.0% at step 30,
 #   while the learned reward of its answers stays within its noise (0.90 ± 0.13 → 1.01 ±
 #   0.13). With β = 0 nothing anchors the policy, and whitening (section 5) turns any
@@ -873,9 +874,9 @@ print("references:", list(test_prompts["answer"][:4]))
 # result depends on it: with the head drawn from seed 0 instead of 1, the same cell gave
 # 21.5% for the learned reward and 13.0% for the random one at step 30, the learned reward
 # no longer the worse of the two, and its score not rising beyond its interval (0.57 ±
-# 0.06 → 0.59 ± 0.05). Gao et al.
-# measured the effect cleanly with reward models of up to 3B parameters: the true score
-# rising first, then falling, as the policy moves away from its start. The habit to keep:
+# 0.06 → 0.59 ± 0.05). Gao et al. measured the effect cleanly with reward models of up to
+# 3B parameters: the true score rising first, then falling, as the policy moves away from
+# its start. The habit to keep:
 # **before blaming a reward, run a control with the same settings and a reward that knows
 # nothing.** The guards are the ones this lesson built: the KL penalty to the reference
 # (β, section 3) and a gentler learning rate (section 8's run, β = 0.05 and 3e-5, lifted
