@@ -531,7 +531,7 @@ display(plot_training_history(history, keys=PPO_PANELS, columns=4, smooth=10, ti
 #   tokens. Its expectation is the KL (≥ 0), but a single token's k1 is negative whenever
 #   the policy now likes that token *less* than the reference did, and with 16 short
 #   completions the batch sum can dip **below 0** when the true KL is small (full mode's
-#   200 steps read −0.05 at the last one; fast mode's 90 stay above 0). A negative reading
+#   run read −0.05 at its last step; fast mode's 90 steps stay above 0). A negative reading
 #   is noise, not a bug, and so is a single jump: in fast mode it leaps from 0.16 to 0.79
 #   at step 49 and is back at 0.14 one batch later. Read the smoothed curve (the
 #   dashboard smooths over 10 steps); a trend that keeps rising over many steps is what to
