@@ -3,7 +3,7 @@
 #
 # [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/rl-for-llms/course/blob/main/notebooks/04_rlhf_ppo.ipynb)
 #
-# *Fast mode (`COURSE_FAST=1`), as the notebook test runs it: 115 s of CPU time, measured on a
+# *Fast mode (`COURSE_FAST=1`), as the notebook test runs it: 119 s of CPU time, measured on a
 # 2-core CPU, three fifths of it the five PPO runs of sections 8 and 10 (90, 90 and 3 × 30
 # steps, with their held-out evaluations) and a fifth the reward model of section 10; the
 # wall time grows with the machine's load.*
