@@ -117,6 +117,20 @@ def test_training_learns_a_learnable_preference(tiny):
     torch.testing.assert_close(torch.tensor(scores), score_texts(model, tokenizer, ["q", "q"], ["abx", "aby"]))
 
 
+def test_training_without_train_accuracy_trains_the_same(tiny):
+    """Leaving out the training pairs' accuracy skips a scoring pass, not a step of the training."""
+    policy, tokenizer = tiny
+    pairs = PreferencePairs(["q"] * 12, ["ab" + "x" * (i % 3) for i in range(12)], ["cd"] * 12)
+    models = [RewardModel.from_causal_lm(policy, seed=1) for _ in range(2)]
+    rows = [train_reward_model(model, tokenizer, pairs, epochs=2, batch_size=4, learning_rate=1e-3,
+                               test_pairs=pairs, train_accuracy=flag) for model, flag in zip(models, (True, False))]
+    assert "train_accuracy" in rows[0][-1] and "train_accuracy" not in rows[1][-1]
+    assert [r["loss"] for r in rows[0]] == [r["loss"] for r in rows[1]]
+    assert [r["test_accuracy"] for r in rows[0]] == [r["test_accuracy"] for r in rows[1]]
+    for a, b in zip(models[0].parameters(), models[1].parameters()):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
 def test_training_refuses_no_pairs(tiny):
     policy, tokenizer = tiny
     with pytest.raises(ValueError, match="pairs is empty"):
