@@ -31,7 +31,7 @@ pytestmark = [pytest.mark.browser, pytest.mark.slow]
 # xdist's load scheduling gives each worker two notebooks at the start (the first two to one
 # worker, the next two to the other), then more to whichever runs low: the four longest are
 # ordered so that the two opening pairs are close in CPU time (the lessons' stated fast-mode
-# times: 12 + 13, 259 s, against 04 + 11, 217 s).
+# times: 12 + 13, 259 s, against 04 + 11, 221 s).
 LONGEST_FIRST = ("12_agents", "13_debugging", "04_rlhf_ppo", "11_capstone", "00_setup", "10_inference_memory")
 NOTEBOOKS = sorted((Path(__file__).resolve().parents[2] / "notebooks").glob("[0-9][0-9]*_*.ipynb"),
                    key=lambda p: (LONGEST_FIRST.index(p.stem) if p.stem in LONGEST_FIRST else len(LONGEST_FIRST),
