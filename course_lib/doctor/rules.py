@@ -287,7 +287,7 @@ def dead_reward_function(rows, config):
       {"share": (0.9, "when one function carries 90% of the weighted spread, the others change "
                       "advantages by less than a tenth: they are decoration. Not reported when the dominant "
                       "function is a 0/1 success (a verifier) and the others shape around it: lesson 04's and "
-                      "lesson 11's correctness beside a proximity bonus carry 91-92% by design, while the "
+                      "lesson 11's correctness beside a proximity bonus carry 85-92% by design, while the "
                       "museum's raw-units distance reward carries 93% over a 0/1 correctness")}, stage="rewards")
 def dominant_reward_function(rows, config):
     """One reward function carries nearly all of the weighted sum's spread."""
