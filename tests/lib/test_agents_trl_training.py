@@ -41,7 +41,8 @@ def test_compact_template_is_the_default_for_small_contexts():
 
 def test_two_trl_steps_with_the_lessons_environment(tmp_path):
     script = Path(__file__).with_name("trl_tool_training.py")
-    env = env_for_trl_child({**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2]), "OMP_NUM_THREADS": "1"})
+    env = env_for_trl_child({**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2]),
+                             "OMP_NUM_THREADS": "1"})
     done = subprocess.run([sys.executable, str(script), str(tmp_path)], env=env, capture_output=True, text=True,
                           timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]

@@ -13,8 +13,8 @@ from pathlib import Path
 SITE = Path(__file__).resolve().parent / "trl_child_site"
 
 
-def env_for_trl_child(env: dict | None = None) -> dict:
-    """A copy of ``env`` (default: this process's environment) whose children see no vLLM."""
-    env = dict(os.environ if env is None else env)
+def env_for_trl_child(env: dict) -> dict:
+    """A copy of the child environment ``env`` in which vLLM counts as not installed."""
+    env = dict(env)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(SITE), env.get("PYTHONPATH", "")]))
     return env
