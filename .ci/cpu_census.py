@@ -1,0 +1,112 @@
+#!/usr/bin/env python3
+"""Who used the CPUs during a CI run: this run's own processes, or others on the machine.
+
+A CI phase that takes longer than the same tree did before is either more work or a machine
+that gave the run less of its cores (other programs, a neighbour's steal). This census tells
+them apart. Every `--every` seconds it reads /proc: each process's CPU time (utime + stime),
+its parent, and the machine's steal time. A process belongs to the run when the run's root
+process (`--root`) is among its ancestors the first time it is seen; orphans that the run left
+keep that mark. When the root exits (or on SIGTERM) it prints, and appends to `--log`:
+
+    busy CPU s of the machine, of which the run's processes, other processes, and the rest
+    (processes too short-lived to be sampled), steal, and the other processes that used most.
+
+Standard library only: it runs under the system python3 before the environment exists.
+    python3 .ci/cpu_census.py --root $$ --log ~/.cache/rl-for-llms/ci-census.log &
+"""
+import argparse
+import os
+import signal
+import sys
+import time
+
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def machine_ticks():
+    """(busy, steal) clock ticks of all cores since boot, from /proc/stat's first line."""
+    with open("/proc/stat") as stat:
+        fields = [int(value) for value in stat.readline().split()[1:]]
+    user, nice, system, idle, iowait, irq, softirq, steal = (fields + [0] * 8)[:8]
+    return user + nice + system + irq + softirq + steal, steal
+
+
+def read_processes():
+    """{(pid, start time): (parent pid, CPU ticks, command)} of every process now alive."""
+    processes = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat") as stat:
+                text = stat.read()
+            with open(f"/proc/{name}/cmdline", "rb") as cmdline:
+                command = cmdline.read().replace(b"\0", b" ").decode(errors="replace").strip()
+        except OSError:  # it exited between listdir and open
+            continue
+        # The command name (field 2) may hold spaces and parentheses: split after the last ')'.
+        rest = text[text.rfind(")") + 2:].split()
+        parent, user_ticks, system_ticks, start = int(rest[1]), int(rest[11]), int(rest[12]), int(rest[19])
+        command = command or text[text.find("(") + 1:text.rfind(")")]
+        processes[(int(name), start)] = (parent, user_ticks + system_ticks, command[:150])
+    return processes
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--root", type=int, required=True, help="pid of the run's top process")
+    parser.add_argument("--every", type=float, default=2.0, help="seconds between samples")
+    parser.add_argument("--log", help="file to append the summary to (its folder is made)")
+    parser.add_argument("--title", default="CI run", help="first line of the summary")
+    args = parser.parse_args()
+
+    stopping = []
+    signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
+    started = time.time()
+    busy_start, steal_start = machine_ticks()
+    before = read_processes()  # CPU already spent before the census started is not counted
+    ours, used, commands = set(), {}, {}
+    while not stopping and os.path.exists(f"/proc/{args.root}"):
+        now = read_processes()
+        parent_of = {pid: parent for (pid, _), (parent, _, _) in now.items()}
+        for key, (parent, ticks, command) in now.items():
+            if key not in used and key not in commands:
+                ancestor, hops = key[0], 0
+                while ancestor > 1 and ancestor != args.root and hops < 64:
+                    ancestor, hops = parent_of.get(ancestor, 0), hops + 1
+                if ancestor == args.root:
+                    ours.add(key)
+                commands[key] = command
+            used[key] = ticks - (before[key][1] if key in before else 0)
+        time.sleep(args.every)
+
+    busy_end, steal_end = machine_ticks()
+    busy = (busy_end - busy_start) / CLOCK_TICKS
+    steal = (steal_end - steal_start) / CLOCK_TICKS
+    run = sum(ticks for key, ticks in used.items() if key in ours) / CLOCK_TICKS
+    others = {}
+    for key, ticks in used.items():
+        if key not in ours and ticks > 0:
+            command = commands[key][:90] or "?"
+            others[command] = others.get(command, 0) + ticks / CLOCK_TICKS
+    other = sum(others.values())
+    wall = time.time() - started
+    lines = [f"== {args.title}: from {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(started))}, {wall:.0f} s wall, {os.cpu_count()} cores",
+             f"busy {busy:.0f} CPU s: this run's processes {run:.0f}, other processes {other:.0f}, "
+             f"not sampled (short-lived) {max(busy - run - other - steal, 0):.0f}, steal {steal:.0f}"]
+    for command, seconds in sorted(others.items(), key=lambda item: -item[1])[:8]:
+        if seconds >= 1:
+            lines.append(f"  other: {seconds:7.0f} CPU s  {command}")
+    summary = "\n".join(lines) + "\n"
+    sys.stdout.write("\n" + summary)
+    if args.log:
+        try:
+            os.makedirs(os.path.dirname(os.path.abspath(args.log)), exist_ok=True)
+            with open(args.log, "a") as log:
+                log.write(summary)
+        except OSError as error:
+            print(f"cpu_census: could not append to {args.log}: {error}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
