@@ -6,7 +6,8 @@ that gave the run less of its cores (other programs, a neighbour's steal). This 
 them apart. Every `--every` seconds it reads /proc: each process's CPU time (utime + stime),
 its parent, and the machine's steal time. A process belongs to the run when the run's root
 process (`--root`) is among its ancestors the first time it is seen; orphans that the run left
-keep that mark. When the root exits (or on SIGTERM) it prints, and appends to `--log`:
+keep that mark. Every 15 s it also times a fixed loop in CPU time (`core_speed`): how fast a
+core is, which on a shared host moves with the neighbours' load. When the root exits (or on SIGTERM) it prints, and appends to `--log`:
 
     busy CPU s of the machine, of which the run's processes, other processes, and the rest
     (processes too short-lived to be sampled), steal, and the other processes that used most.
@@ -16,6 +17,7 @@ Standard library only: it runs under the system python3 before the environment e
 """
 import argparse
 import os
+import statistics
 import signal
 import sys
 import time
@@ -29,6 +31,31 @@ def machine_ticks():
         fields = [int(value) for value in stat.readline().split()[1:]]
     user, nice, system, idle, iowait, irq, softirq, steal = (fields + [0] * 8)[:8]
     return user + nice + system + irq + softirq + steal, steal
+
+
+def core_speed(work: int = 200_000) -> float:
+    """Millions of steps of a fixed pure-Python loop per CPU second of this thread.
+
+    CPU time, not wall time: waiting for a core (both busy with the run) does not count, so this
+    reads how fast a core is while the run uses it. On a shared host that changes with the
+    neighbours' load (SMT siblings, memory bandwidth, clock), and every test's CPU seconds change
+    with it: a run's CPU seconds divided by the speed's ratio between two runs compares them."""
+    started = time.thread_time()
+    total = 0
+    for step in range(work):
+        total += step % 7
+    spent = time.thread_time() - started
+    return work / max(spent, 1e-6) / 1e6
+
+
+def alive(pid: int) -> bool:
+    """Whether the process runs: a zombie (ended, not yet waited for by its parent) does not."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            text = stat.read()
+    except OSError:
+        return False
+    return text[text.rfind(")") + 2:].split()[0] != "Z"
 
 
 def read_processes():
@@ -47,7 +74,7 @@ def read_processes():
         # The command name (field 2) may hold spaces and parentheses: split after the last ')'.
         rest = text[text.rfind(")") + 2:].split()
         parent, user_ticks, system_ticks, start = int(rest[1]), int(rest[11]), int(rest[12]), int(rest[19])
-        command = command or text[text.find("(") + 1:text.rfind(")")]
+        command = " ".join((command or text[text.find("(") + 1:text.rfind(")")]).split())  # one line
         processes[(int(name), start)] = (parent, user_ticks + system_ticks, command[:150])
     return processes
 
@@ -66,7 +93,11 @@ def main():
     busy_start, steal_start = machine_ticks()
     before = read_processes()  # CPU already spent before the census started is not counted
     ours, used, commands = set(), {}, {}
-    while not stopping and os.path.exists(f"/proc/{args.root}"):
+    speeds, next_speed = [], time.time()
+    while not stopping and alive(args.root):
+        if time.time() >= next_speed:  # about 20 ms of one core every 15 s
+            speeds.append(core_speed())
+            next_speed = time.time() + 15
         now = read_processes()
         parent_of = {pid: parent for (pid, _), (parent, _, _) in now.items()}
         for key, (parent, ticks, command) in now.items():
@@ -94,6 +125,9 @@ def main():
     lines = [f"== {args.title}: from {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(started))}, {wall:.0f} s wall, {os.cpu_count()} cores",
              f"busy {busy:.0f} CPU s: this run's processes {run:.0f}, other processes {other:.0f}, "
              f"not sampled (short-lived) {max(busy - run - other - steal, 0):.0f}, steal {steal:.0f}"]
+    if speeds:
+        lines.append(f"core speed (fixed Python loop, M steps per CPU s; higher is faster): median "
+                     f"{statistics.median(speeds):.1f}, range {min(speeds):.1f}-{max(speeds):.1f} over {len(speeds)} samples")
     for command, seconds in sorted(others.items(), key=lambda item: -item[1])[:8]:
         if seconds >= 1:
             lines.append(f"  other: {seconds:7.0f} CPU s  {command}")
