@@ -7,13 +7,14 @@ them apart. Every `--every` seconds it reads /proc: each process's CPU time (uti
 its parent, and the machine's steal time. A process belongs to the run when the run's root
 process (`--root`) is among its ancestors the first time it is seen; orphans that the run left
 keep that mark. Every 15 s it also times a fixed loop in CPU time (`core_speed`): how fast a
-core is, which on a shared host moves with the neighbours' load. When the root exits (or on SIGTERM) it prints, and appends to `--log`:
+core runs code that stays in its caches (its clock, a neighbour on the same core). When the root
+exits (or on SIGTERM) it prints, and appends to `--log`:
 
     busy CPU s of the machine, of which the run's processes, other processes, and the rest
     (processes too short-lived to be sampled), steal, and the other processes that used most.
 
 Standard library only: it runs under the system python3 before the environment exists.
-    python3 .ci/cpu_census.py --root $$ --log ~/.cache/rl-for-llms/ci-census.log &
+    python3 .ci/cpu_census.py --root $$ --log ~/.cache/rl-for-llms/ci-runs.log &
 """
 import argparse
 import os
@@ -37,9 +38,9 @@ def core_speed(work: int = 200_000) -> float:
     """Millions of steps of a fixed pure-Python loop per CPU second of this thread.
 
     CPU time, not wall time: waiting for a core (both busy with the run) does not count, so this
-    reads how fast a core is while the run uses it. On a shared host that changes with the
-    neighbours' load (SMT siblings, memory bandwidth, clock), and every test's CPU seconds change
-    with it: a run's CPU seconds divided by the speed's ratio between two runs compares them."""
+    reads how fast a core runs while the run uses it. The loop stays in the core's caches: a
+    steady speed with more CPU seconds for the same tests points at what it does not exercise
+    (memory bandwidth, the shared cache), a lower speed at the core itself."""
     started = time.thread_time()
     total = 0
     for step in range(work):
