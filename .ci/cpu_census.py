@@ -11,7 +11,8 @@ core runs code that stays in its caches (its clock, a neighbour on the same core
 exits (or on SIGTERM) it prints, and appends to `--log`:
 
     busy CPU s of the machine, of which the run's processes, other processes, and the rest
-    (processes too short-lived to be sampled), steal, and the other processes that used most.
+    (processes too short-lived to be sampled), steal, the core speed, and the other processes
+    that used most.
 
 Standard library only: it runs under the system python3 before the environment exists.
     python3 .ci/cpu_census.py --root $$ --log ~/.cache/rl-for-llms/ci-runs.log &
@@ -49,18 +50,9 @@ def core_speed(work: int = 200_000) -> float:
     return work / max(spent, 1e-6) / 1e6
 
 
-def alive(pid: int) -> bool:
-    """Whether the process runs: a zombie (ended, not yet waited for by its parent) does not."""
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            text = stat.read()
-    except OSError:
-        return False
-    return text[text.rfind(")") + 2:].split()[0] != "Z"
-
-
 def read_processes():
-    """{(pid, start time): (parent pid, CPU ticks, command)} of every process now alive."""
+    """{(pid, start time): (parent pid, CPU ticks, command, state)} of every process in /proc now;
+    state "Z" is a zombie (ended, not yet waited for by its parent)."""
     processes = {}
     for name in os.listdir("/proc"):
         if not name.isdigit():
@@ -74,9 +66,10 @@ def read_processes():
             continue
         # The command name (field 2) may hold spaces and parentheses: split after the last ')'.
         rest = text[text.rfind(")") + 2:].split()
-        parent, user_ticks, system_ticks, start = int(rest[1]), int(rest[11]), int(rest[12]), int(rest[19])
+        state, parent, start = rest[0], int(rest[1]), int(rest[19])
+        user_ticks, system_ticks = int(rest[11]), int(rest[12])
         command = " ".join((command or text[text.find("(") + 1:text.rfind(")")]).split())  # one line
-        processes[(int(name), start)] = (parent, user_ticks + system_ticks, command[:150])
+        processes[(int(name), start)] = (parent, user_ticks + system_ticks, command[:150], state)
     return processes
 
 
@@ -95,14 +88,16 @@ def main():
     before = read_processes()  # CPU already spent before the census started is not counted
     ours, used, commands = set(), {}, {}
     speeds, next_speed = [], time.time()
-    while not stopping and alive(args.root):
+    while not stopping:
+        now = read_processes()
+        if not any(pid == args.root and state != "Z" for (pid, _), (_, _, _, state) in now.items()):
+            break  # the run has ended
         if time.time() >= next_speed:  # about 20 ms of one core every 15 s
             speeds.append(core_speed())
             next_speed = time.time() + 15
-        now = read_processes()
-        parent_of = {pid: parent for (pid, _), (parent, _, _) in now.items()}
-        for key, (parent, ticks, command) in now.items():
-            if key not in used and key not in commands:
+        parent_of = {pid: parent for (pid, _), (parent, *_) in now.items()}
+        for key, (parent, ticks, command, _) in now.items():
+            if key not in commands:  # first seen: the run's when its root is an ancestor
                 ancestor, hops = key[0], 0
                 while ancestor > 1 and ancestor != args.root and hops < 64:
                     ancestor, hops = parent_of.get(ancestor, 0), hops + 1
@@ -123,12 +118,14 @@ def main():
             others[command] = others.get(command, 0) + ticks / CLOCK_TICKS
     other = sum(others.values())
     wall = time.time() - started
-    lines = [f"== {args.title}: from {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(started))}, {wall:.0f} s wall, {os.cpu_count()} cores",
+    began = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(started))
+    lines = [f"== {args.title}: from {began}, {wall:.0f} s wall, {os.cpu_count()} cores",
              f"busy {busy:.0f} CPU s: this run's processes {run:.0f}, other processes {other:.0f}, "
              f"not sampled (short-lived) {max(busy - run - other - steal, 0):.0f}, steal {steal:.0f}"]
     if speeds:
         lines.append(f"core speed (fixed Python loop, M steps per CPU s; higher is faster): median "
-                     f"{statistics.median(speeds):.1f}, range {min(speeds):.1f}-{max(speeds):.1f} over {len(speeds)} samples")
+                     f"{statistics.median(speeds):.1f}, range {min(speeds):.1f}-{max(speeds):.1f} "
+                     f"over {len(speeds)} samples")
     for command, seconds in sorted(others.items(), key=lambda item: -item[1])[:8]:
         if seconds >= 1:
             lines.append(f"  other: {seconds:7.0f} CPU s  {command}")
