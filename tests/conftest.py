@@ -105,14 +105,20 @@ def working_sandbox():
 NO_CUDA_REASON = "no CUDA device: a test marked gpu needs one (torch.cuda.is_available() is False here)"
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
 def pytest_collection_modifyitems(config, items):
     """The files that hold a test marked ``slow`` run first, so that under pytest-xdist
     (`make test`: two workers) no long test starts last while the other worker has nothing
-    left to do; each file's tests stay together and in their order (module fixtures are
-    built once). Tests marked ``gpu`` skip, saying why, where PyTorch sees no CUDA device
-    (run them on a GPU machine with ``pytest -m gpu``)."""
+    left to do; each file's tests stay together and in their order. Each file is one unit of
+    work for `--dist loadgroup`: a test without an ``xdist_group`` mark joins its file's group,
+    so a file's module fixtures and cached runs are built on one worker, once (xdist sends
+    ungrouped tests one by one, to either worker). Tests marked ``gpu`` skip, saying why,
+    where PyTorch sees no CUDA device (run them on a GPU machine with ``pytest -m gpu``)."""
     slow_files = {item.path for item in items if item.get_closest_marker("slow") is not None}
     items.sort(key=lambda item: item.path not in slow_files)  # a stable sort: the order is kept otherwise
+    for item in items:
+        if item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
     if torch.cuda.is_available():
         return
     skip = pytest.mark.skip(reason=NO_CUDA_REASON)

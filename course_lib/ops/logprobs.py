@@ -34,9 +34,33 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from course_lib.ops.triton_logprobs import prefer_triton, triton_available, triton_linear_logprobs
-
 Tensor = torch.Tensor
+
+
+# The Triton module is imported on first use: importing Triton costs about half a second of
+# CPU, in every process that loads a model, and only a CUDA device (or the interpreter) runs it.
+def prefer_triton(device: torch.device | str) -> bool:
+    """`course_lib.ops.triton_logprobs.prefer_triton`; False off CUDA without importing Triton."""
+    if torch.device(device).type != "cuda":
+        return False
+    from course_lib.ops import triton_logprobs
+
+    return triton_logprobs.prefer_triton(device)
+
+
+def triton_available(device: torch.device | str | None = None) -> bool:
+    """`course_lib.ops.triton_logprobs.triton_available` (imports Triton)."""
+    from course_lib.ops import triton_logprobs
+
+    return triton_logprobs.triton_available(device)
+
+
+def triton_linear_logprobs(*args, **kwargs):
+    """`course_lib.ops.triton_logprobs.triton_linear_logprobs` (imports Triton)."""
+    from course_lib.ops import triton_logprobs
+
+    return triton_logprobs.triton_linear_logprobs(*args, **kwargs)
+
 
 # Memory allowed for one chunk of logits (bytes). 64 MiB holds 341 rows of a 49,152-token
 # vocabulary in float32: large enough for matrix products to run at full speed, small

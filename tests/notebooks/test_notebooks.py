@@ -47,7 +47,8 @@ def test_pair_in_sync_and_without_outputs(source):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("source", SOURCES, ids=lambda p: p.stem)
+@pytest.mark.parametrize("source", [pytest.param(source, id=source.stem, marks=pytest.mark.xdist_group(source.stem))
+                                    for source in SOURCES])  # each lesson a unit of its own for pytest-xdist
 def test_notebook_runs_in_fast_mode(source, tmp_path):
     """A fresh interpreter runs every code cell in order, from the notebook's folder."""
     if RUN_IN_BROWSER:
