@@ -3,9 +3,11 @@ and the export for TRL, on the tiny model (offline).
 
 What is checked is the path, not learning (the tiny model was trained on arithmetic, not digit
 sums): each step runs, reads the user's own functions and writes what the next one reads; the
-export carries the user's reward module. That TRL trains such an export (``trl grpo`` on a
-command-line export of a task and rewards of one's own, in a moved folder) is checked once, in
-``tests/lib/test_own_task.py``.
+export carries the user's reward module. The command line's path (``train``, ``eval`` of its
+checkpoint and ``export-trl`` of the example) is the README's block, run as written and checked
+for what it leaves in ``tests/lib/test_readme.py``. That TRL trains such an export (``trl grpo``
+on a command-line export of a task and rewards of one's own, in a moved folder) is checked once,
+in ``tests/lib/test_own_task.py``.
 """
 
 from __future__ import annotations
@@ -90,27 +92,3 @@ def test_the_python_api_script_stops_on_sigterm_without_evaluating_or_exporting(
     assert not [line for line in stdout.splitlines() if line.startswith("{")]  # no summary: nothing evaluated after
     assert not (out / "trl").exists() and not (out / "final").exists()
     assert list(out.glob("checkpoint-*/trainer_state.json"))  # the stop saved a checkpoint
-
-
-def test_the_command_line_trains_evaluates_and_exports_for_trl(tmp_path):
-    task = f"{MODULE}:digit_sum_task"
-    rewards = f"{MODULE}:digit_sum_reward,{MODULE}:brevity_reward"
-    correct = f"{MODULE}:is_digit_sum_correct"
-    common = ["--model", "tiny", "--task", task, "--rewards", rewards, "--train-rows", "64", "--max-steps", "2",
-              "--set", "per_device_train_batch_size=8", "--set", "num_generations=4",
-              "--set", "max_completion_length=6", "--set", "save_steps=2"]
-    python = [sys.executable, "-m", "course_lib"]
-    trained = _run(python + ["train", *common, "--correct", correct, "--eval-n", "8",
-                             "--output-dir", str(tmp_path / "cli")], cwd=tmp_path)
-    summary = _last_json(trained.stdout)
-    assert summary["steps"] == 2 and summary["accuracy_after"] is not None
-    history = [json.loads(line) for line in (tmp_path / "cli" / "history.jsonl").read_text().splitlines()]
-    assert {"rewards/digit_sum_reward/mean", "rewards/brevity_reward/mean"} <= set(history[-1])
-    evaluated = _run(python + ["eval", "--model", str(tmp_path / "cli" / "checkpoint-2"), "--task", task,
-                               "--correct", correct, "--n", "8", "--max-new-tokens", "6"], cwd=tmp_path)
-    assert _last_json(evaluated.stdout)["accuracy"] == summary["accuracy_after"]
-    _run(python + ["export-trl", *common, "--output-dir", str(tmp_path / "unused"),
-                   "--output", str(tmp_path / "trl")], cwd=tmp_path)
-    assert (tmp_path / "trl" / "digit_sum.py").read_text() == MODULE.read_text()  # the reward module travels
-    config = (tmp_path / "trl" / "grpo.yaml").read_text()
-    assert "course_rewards.digit_sum_reward" in config and "course_rewards.brevity_reward" in config

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import ast
+import importlib.util
 import json
 import os
 import re
@@ -104,12 +105,17 @@ def test_lesson11_settings_are_the_notebooks_full_mode():
 @pytest.mark.slow
 def test_small_run_on_cpu_measures_every_part(tmp_path):
     """Toy sizes on a CPU: the heads agree with float32 logits, both trainers start from the
-    same weights and time their step, lesson 11's cell trains and evaluates."""
-    data = _run(tmp_path, "--device", "cpu", "--small", "--parts", "logprobs,step,lesson11")
+    same weights and time their step, lesson 11's cell trains and evaluates. Under Triton's
+    interpreter (``TRITON_INTERPRET=1``, which the trainers on a CPU do not use) the Triton head
+    is one of the heads compared, where Triton is installed."""
+    data = _run(tmp_path, "--device", "cpu", "--small", "--parts", "logprobs,step,lesson11",
+                env={"TRITON_INTERPRET": "1"})
     parts = data["parts"]
     assert all(part["status"] == "ok" for part in parts.values()), {k: v["reason"] for k, v in parts.items()}
     rows = {row["variant"]: row for row in parts["logprobs"]["data"]["rows"] if "skipped" not in row}
     assert {"naive", "chunked", "trl"} <= set(rows)
+    if importlib.util.find_spec("triton") is not None:
+        assert "triton" in rows, parts["logprobs"]["data"]["rows"]
     for row in rows.values():  # float32 inputs: every variant equals the float32 head to rounding
         assert row["forward_s"] > 0 and row["backward_s"] > 0
         assert max(row["max_diff_logp"], row["max_diff_grad_hidden"], row["max_diff_grad_weight"]) < 1e-5, row
@@ -122,15 +128,6 @@ def test_small_run_on_cpu_measures_every_part(tmp_path):
     assert lesson["steps"] == 2 and lesson["test_n"] == 8 and lesson["device"] == "cpu"
     table = (tmp_path / "gpu_check.md").read_text()
     assert "Ratio ours / TRL" in table and "## Lesson 11, fast-mode settings" in table
-
-
-@pytest.mark.slow
-def test_triton_head_in_the_comparison_under_the_interpreter(tmp_path):
-    pytest.importorskip("triton")
-    data = _run(tmp_path, "--device", "cpu", "--small", "--parts", "logprobs", env={"TRITON_INTERPRET": "1"})
-    row = next(r for r in data["parts"]["logprobs"]["data"]["rows"] if r["variant"] == "triton")
-    assert "skipped" not in row, row
-    assert max(row["max_diff_logp"], row["max_diff_grad_hidden"], row["max_diff_grad_weight"]) < 1e-5, row
 
 
 def test_a_part_that_breaks_is_reported_with_its_traceback_and_the_next_part_still_runs(tmp_path, monkeypatch):

@@ -84,6 +84,8 @@ def test_grade_reports_every_function_done_on_the_solutions():
 
 
 def test_grade_reports_every_untouched_stub_not_started():
+    """Every exercise test fails on the untouched stubs, so no stub passes for a finished exercise
+    (`make test` runs `check-stubs` first: here it cannot skip)."""
     from course_lib.grading import format_grades, grade_functions, project_root
 
     if check_stubs(project_root()):

@@ -151,10 +151,14 @@ def _rows_text(tmp_path: Path) -> str:
     return path.read_text()
 
 
-def test_trl_trains_the_exported_own_task_in_a_moved_folder(tmp_path, tmp_path_factory):
+def test_trl_trains_the_exported_own_task_in_a_moved_folder(tmp_path, tmp_path_factory, capsys, monkeypatch):
     """``trl grpo`` trains the command line's export of a task and rewards of one's own: the
     export folder moved, the user's module (a copy, here) deleted, course_lib off the path.
-    The only run of ``trl grpo`` on an export with the user's own rewards in the suite."""
+    The only run of ``trl grpo`` on an export with the user's own rewards in the suite. The
+    export is ``python -m course_lib export-trl ...`` run in this process
+    (``course_lib.__main__.main``); ``trl grpo`` runs as a command, in a fresh interpreter."""
+    from course_lib.__main__ import main
+
     trl = shutil.which("trl", path=os.path.dirname(sys.executable))
     if trl is None:
         pytest.skip("the trl command is not installed beside this Python")
@@ -162,11 +166,14 @@ def test_trl_trains_the_exported_own_task_in_a_moved_folder(tmp_path, tmp_path_f
     module = shutil.copy(MODULE, user / MODULE.name)
     task = f"{module}:next_letter_task"
     rewards = f"{module}:next_letter_reward,{module}:short_reward"
-    exported = _run(PY + ["export-trl", "--task", task, "--rewards", rewards, "--correct", f"{module}:is_next_letter",
-                          "--max-steps", "2",
-                          "--set", "per_device_train_batch_size=8", "--set", "num_generations=4",
-                          "--train-rows", "16", "--output", str(tmp_path / "export")], cwd=tmp_path)
-    assert "--correct" in exported.stderr and "is not exported" in exported.stderr  # said, not dropped silently
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", list(sys.path))  # the user's folder, which the import appends, is dropped after
+    monkeypatch.setattr(warnings, "formatwarning", warnings.formatwarning)  # main() shortens warnings for good
+    assert main(["export-trl", "--task", task, "--rewards", rewards, "--correct", f"{module}:is_next_letter",
+                 "--max-steps", "2", "--set", "per_device_train_batch_size=8", "--set", "num_generations=4",
+                 "--train-rows", "16", "--output", str(tmp_path / "export")]) == 0
+    exported = capsys.readouterr()
+    assert "--correct" in exported.err and "is not exported" in exported.err  # said, not dropped silently
     readme = (tmp_path / "export" / "README.txt").read_text()
     assert "from this folder" in readme and str(tmp_path) not in readme  # nothing points to the old place
     assert str(tmp_path) not in (tmp_path / "export" / "grpo.yaml").read_text()

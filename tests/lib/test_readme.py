@@ -6,11 +6,14 @@ repository's ``examples/``, ``configs/`` and ``.venv`` linked into it, ``python`
 blocks: a ``train`` line with no ``--max-steps`` gets ``--max-steps 2``, and
 ``max_steps=200`` in Python becomes ``max_steps=2``. Lines that cannot run in a test are
 listed in :data:`NOT_RUN` with the reason, and each listed line must still be in the README,
-so the list cannot outlive what it excuses.
+so the list cannot outlive what it excuses. The blocks that train and evaluate from the command
+line are also checked for what they leave (:data:`OUTPUT_CHECKS`): these runs are the suite's
+checks of ``train`` and ``eval`` as a user types them.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -50,6 +53,57 @@ FRAGMENTS = {
                       "(tests/lib/test_agents_trainer.py trains with environments of this shape)",
 }
 SHORT_STEPS = 2
+EXAMPLE_MODULE = ROOT / "examples" / "digit_sum" / "digit_sum.py"
+
+
+def _summaries(stdout: str) -> tuple[dict, dict]:
+    """The last lines of ``train`` and of ``eval`` in a block's output: their JSON summaries."""
+    printed = [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
+    trained = [summary for summary in printed if "algo" in summary]
+    evaluated = [summary for summary in printed if "accuracy" in summary]
+    assert len(trained) == len(evaluated) == 1, stdout[-3000:]
+    return trained[0], evaluated[0]
+
+
+def _step_rows(run: Path) -> list[dict]:
+    """The run's metric rows, one per optimizer step (events, such as the doctor's findings,
+    carry a ``type`` and share the file)."""
+    rows = [json.loads(line) for line in (run / "history.jsonl").read_text().splitlines()]
+    return [row for row in rows if "type" not in row]
+
+
+def _check_tiny_train_then_eval(cwd: Path, stdout: str) -> None:
+    """``train`` logs each of its 2 steps and writes ``final/``, which ``eval`` reads and
+    scores on the 200 problems asked for."""
+    summary, evaluated = _summaries(stdout)
+    assert summary["algo"] == "grpo" and summary["steps"] == SHORT_STEPS
+    assert [row["step"] for row in _step_rows(cwd / "runs" / "tiny")] == list(range(1, SHORT_STEPS + 1))
+    assert evaluated["model"] == "runs/tiny/final" and evaluated["n"] == 200
+    assert 0.0 <= evaluated["accuracy"] <= 1.0
+
+
+def _check_own_task_and_rewards(cwd: Path, stdout: str) -> None:
+    """The example's own task, rewards and check from a file: ``train`` logs each reward by
+    its function's name and evaluates with the check, ``eval`` reads the run's checkpoint
+    with the same task and check, and the TRL export carries the reward module with it."""
+    summary, evaluated = _summaries(stdout)
+    assert summary["steps"] == 10 and summary["accuracy_after"] is not None
+    history = _step_rows(cwd / "runs" / "digits")
+    assert history[-1]["step"] == 10
+    assert {"rewards/digit_sum_reward/mean", "rewards/brevity_reward/mean"} <= set(history[-1])
+    assert (cwd / "runs" / "digits" / "checkpoint-10" / "trainer_state.json").is_file()
+    assert evaluated["model"] == "runs/digits/checkpoint-10" and evaluated["n"] == 32
+    assert 0.0 <= evaluated["accuracy"] <= 1.0
+    export = cwd / "runs" / "digits-trl"
+    assert (export / "digit_sum.py").read_text() == EXAMPLE_MODULE.read_text()  # the reward module travels
+    assert "course_rewards.digit_sum_reward" in (export / "grpo.yaml").read_text()
+
+
+#: What a block leaves, checked after it ran, by a line the block holds.
+OUTPUT_CHECKS = {
+    "python -m course_lib train --model tiny --task arithmetic --output-dir runs/tiny": _check_tiny_train_then_eval,
+    "T=examples/digit_sum/digit_sum.py": _check_own_task_and_rewards,
+}
 
 
 def readme_blocks(text: str | None = None) -> list[tuple[str, str]]:
@@ -114,6 +168,8 @@ def test_every_excused_line_is_still_in_the_readme_and_every_block_is_run_or_exc
         assert prefix in text, f"NOT_RUN/FRAGMENTS names {prefix!r}, which the README no longer holds"
     blocks = readme_blocks(text)
     assert len(blocks) >= 8  # the extraction found the README's blocks
+    for line in OUTPUT_CHECKS:  # each check has its block, and that block runs
+        assert sum(line in runnable_bash(code) for language, code in blocks if language == "bash") == 1, line
     for language, code in blocks:
         if language == "python" and not any(line in code for line in FRAGMENTS):
             compile(code, "README.md", "exec")  # every Python block that runs is a whole program
@@ -144,3 +200,6 @@ def test_the_readme_block_runs_as_written(language, code, tmp_path):
     result = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, f"{command[-1][:2000]}\n--- stdout\n{result.stdout[-3000:]}\n--- stderr\n" \
                                    f"{result.stderr[-4000:]}"
+    for line, check in OUTPUT_CHECKS.items():
+        if language == "bash" and line in code:
+            check(cwd, result.stdout)

@@ -83,23 +83,48 @@ def test_nan_weights_in_a_model_folder(tmp_path, capsys, command):
     _one_error_line(argv, capsys, r"hold NaN or infinity")
 
 
-@pytest.mark.parametrize("command", ["eval", "train"])
-def test_weights_that_do_not_fit_the_config(tmp_path, command):
-    """In a child process: transformers prints its load report through a logging handler bound to
-    the first stderr it saw, which pytest's capture replaces between tests."""
+#: Runs each ``python -m course_lib`` command given as JSON ``{name: argv}`` through ``main``, in order,
+#: each after a line ``=== name`` on stderr; prints the exit codes as JSON.
+COMMANDS_IN_ONE_CHILD = """
+import json, sys
+from course_lib.__main__ import main
+
+codes = {}
+for name, argv in json.loads(sys.argv[1]).items():
+    print(f"=== {name}", file=sys.stderr, flush=True)
+    try:
+        codes[name] = main(argv)
+    except SystemExit as exit_:  # argparse refusals
+        codes[name] = exit_.code
+    sys.stderr.flush()
+print(json.dumps(codes))
+"""
+
+
+def test_weights_that_do_not_fit_the_config(tmp_path):
+    """``eval`` and ``train`` on a model folder whose weights have other shapes than its
+    config.json. In a child process: transformers prints its load report through a logging
+    handler bound to the first stderr it saw, which pytest's capture replaces between tests.
+    One child runs both commands, as this file runs the others, through ``main``; each
+    command's stderr is what it printed after its ``=== <command>`` line."""
     import subprocess
     import sys
 
     folder = _other_shapes(tmp_path)
-    argv = (["eval", "--model", str(folder), "--n", "2"] if command == "eval"
-            else [*TRAIN[:1], "--model", str(folder), *TRAIN[3:], "--output-dir", str(tmp_path / "run")])
+    commands = {"eval": ["eval", "--model", str(folder), "--n", "2"],
+                "train": [*TRAIN[:1], "--model", str(folder), *TRAIN[3:], "--output-dir", str(tmp_path / "run")]}
     root = Path(__file__).resolve().parents[2]
-    result = subprocess.run([sys.executable, "-m", "course_lib", *argv], capture_output=True, text=True, cwd=root,
-                            env={**os.environ, "PYTHONPATH": str(root)}, timeout=300)
-    assert "Traceback" not in result.stderr, result.stderr[-2000:]
-    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
-    assert result.returncode == 2 and len(errors) == 1, result.stderr[-2000:]
-    assert "do not fit its config.json" in errors[0]
+    result = subprocess.run([sys.executable, "-c", COMMANDS_IN_ONE_CHILD, json.dumps(commands)], capture_output=True,
+                            text=True, cwd=root, env={**os.environ, "PYTHONPATH": str(root)}, timeout=300)
+    assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr[-2000:]
+    codes = json.loads(result.stdout.splitlines()[-1])
+    parts = re.split(r"^=== (\w+)\n", result.stderr, flags=re.M)[1:]
+    stderr = dict(zip(parts[::2], parts[1::2]))
+    assert list(codes) == list(stderr) == list(commands), result.stderr[-2000:]
+    for command in commands:
+        errors = [line for line in stderr[command].splitlines() if line.startswith("error:")]
+        assert codes[command] == 2 and len(errors) == 1, (command, stderr[command][-2000:])
+        assert "do not fit its config.json" in errors[0]
 
 
 def test_a_resumed_checkpoint_of_another_shape(tmp_path, capsys):
