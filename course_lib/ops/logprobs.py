@@ -22,49 +22,36 @@ vocabulary that is tens of gigabytes, while the answer is `N` numbers.
   for turning a model's final hidden states into logits: its output embedding, bias, logit
   scale and soft cap (Gemma-2), read from its config.
 
-The Triton kernels live in :mod:`course_lib.ops.triton_logprobs`; `head_logprobs` picks them
-on CUDA. A model whose config transforms its logits in a way `LMHead` does not model is
-scored through its own forward pass (full logits).
+The Triton kernels live in :mod:`course_lib.ops.triton_logprobs`, imported when `head_logprobs`
+picks them (on CUDA; the import costs about half a second of CPU). A model whose config transforms
+its logits in a way `LMHead` does not model is scored through its own forward pass (full logits).
 """
 
 from __future__ import annotations
 
+import functools
+import importlib
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
 Tensor = torch.Tensor
+_triton_logprobs = functools.partial(importlib.import_module, "course_lib.ops.triton_logprobs")
 
 
-# The Triton module is imported on first use: importing Triton costs about half a second of
-# CPU, in every process that loads a model, and only a CUDA device (or the interpreter) runs it.
 def prefer_triton(device: torch.device | str) -> bool:
-    """`course_lib.ops.triton_logprobs.prefer_triton`; False off CUDA without importing Triton."""
-    if torch.device(device).type != "cuda":
-        return False
-    from course_lib.ops import triton_logprobs
-
-    return triton_logprobs.prefer_triton(device)
+    """`triton_logprobs.prefer_triton`: False off CUDA, without importing Triton."""
+    return torch.device(device).type == "cuda" and _triton_logprobs().prefer_triton(device)
 
 
-def triton_available(device: torch.device | str | None = None) -> bool:
-    """`course_lib.ops.triton_logprobs.triton_available` (imports Triton)."""
-    from course_lib.ops import triton_logprobs
-
-    return triton_logprobs.triton_available(device)
+def triton_linear_logprobs(*args, **kwargs) -> tuple[Tensor, Tensor]:
+    """`triton_logprobs.triton_linear_logprobs` (imports Triton)."""
+    return _triton_logprobs().triton_linear_logprobs(*args, **kwargs)
 
 
-def triton_linear_logprobs(*args, **kwargs):
-    """`course_lib.ops.triton_logprobs.triton_linear_logprobs` (imports Triton)."""
-    from course_lib.ops import triton_logprobs
-
-    return triton_logprobs.triton_linear_logprobs(*args, **kwargs)
-
-
-# Memory allowed for one chunk of logits (bytes). 64 MiB holds 341 rows of a 49,152-token
-# vocabulary in float32: large enough for matrix products to run at full speed, small
-# next to the `(N, V)` tensors that it replaces.
+# Memory for one chunk of logits (bytes): 64 MiB holds 341 rows of a 49,152-token vocabulary in
+# float32, enough for matrix products to run at full speed, small next to the `(N, V)` tensors.
 DEFAULT_CHUNK_BYTES = 64 * 2**20
 
 
@@ -406,14 +393,12 @@ def head_logprobs(head: LMHead, hidden: Tensor, ids: Tensor, *, temperature: flo
         `(logps, entropies)`, each shaped like `ids`.
     """
     use_triton = prefer_triton(hidden.device) if triton is None else triton
-    if use_triton and fused and not triton_available(hidden.device):
+    if use_triton and fused and not _triton_logprobs().triton_available(hidden.device):
         raise ValueError(f"logprob_kernel='triton' needs Triton on a CUDA device; this head runs on {hidden.device}. "
                          "Fix: set logprob_kernel='auto' (Triton where it runs, the chunked path elsewhere).")
     if fused and head.bias is None and use_triton:
-        # On CUDA: the Triton kernels (course_lib.ops.triton_logprobs), same head, same results.
-        logps, entropies = triton_linear_logprobs(hidden.to(head.weight.dtype), head.weight, ids,
-                                                  temperature=temperature, softcap=head.softcap,
-                                                  logit_scale=head.scale)
+        logps, entropies = triton_linear_logprobs(hidden.to(head.weight.dtype), head.weight, ids,  # on CUDA
+                                                  temperature=temperature, softcap=head.softcap, logit_scale=head.scale)
         return logps, (entropies if with_entropy else None)
     if fused and head.bias is None:
         result = fused_linear_logprobs(hidden.to(head.weight.dtype), head.weight, ids, temperature=temperature,
