@@ -72,9 +72,13 @@ demo: install
 # check-stubs: exercises/ holds the stubs generated from solutions/. The suite then proves that
 # every exercise test fails on those untouched stubs (tests/lib/test_grading.py, which cannot
 # skip after check-stubs) and passes on solutions/ (tests/exercises with --impl solutions).
+# Two workers, each test file one unit of work (tests/conftest.py), the files that hold slow
+# tests first: --no-loadscope-reorder keeps that order (xdist would start with the files that
+# hold the most tests, and leave the long ones for last).
 test: install
 	$(PY) -m course_lib check-stubs
-	$(PY) -m pytest tests -q -n 2 --dist loadgroup --impl solutions --durations=15 --cpu-durations=15 -m "not browser"
+	$(PY) -m pytest tests -q -n 2 --dist loadgroup --no-loadscope-reorder --impl solutions --durations=15 \
+	  --cpu-durations=15 -m "not browser"
 
 # Every notebook in JupyterLab, driven by a headless Chromium (Debian: apt-get install
 # chromium; CHROMIUM=/path/to/chrome for another one): all cells run in fast mode, every

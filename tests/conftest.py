@@ -1,5 +1,6 @@
 """Shared pytest set-up: offline, one thread, headless plots."""
 import os
+import re
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -67,6 +68,7 @@ def pytest_runtest_makereport(item, call):
 
 
 _CPU_BY_TEST: dict[str, float] = {}
+_XDIST_GROUP = re.compile(r"@[^@\]]*$")
 
 
 def pytest_runtest_logreport(report):
@@ -84,7 +86,8 @@ def pytest_terminal_summary(terminalreporter, config):
     terminalreporter.section(f"{len(slowest)} tests that used the most CPU time "
                              f"(of {sum(_CPU_BY_TEST.values()):.0f} CPU s in all)")
     for nodeid, seconds in slowest:
-        terminalreporter.write_line(f"{seconds:8.1f} CPU s  {nodeid}")
+        name = _XDIST_GROUP.sub("", nodeid)  # without the "@group" that pytest-xdist's loadgroup appends
+        terminalreporter.write_line(f"{seconds:8.1f} CPU s  {name}")
 
 
 @pytest.fixture
