@@ -23,6 +23,8 @@ from pathlib import Path
 import pytest
 from trl_child import env_for_trl_child
 
+from course_lib.run.history import load_history
+
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
 
@@ -68,8 +70,7 @@ def _summaries(stdout: str) -> tuple[dict, dict]:
 def _step_rows(run: Path) -> list[dict]:
     """The run's metric rows, one per optimizer step (events, such as the doctor's findings,
     carry a ``type`` and share the file)."""
-    rows = [json.loads(line) for line in (run / "history.jsonl").read_text().splitlines()]
-    return [row for row in rows if "type" not in row]
+    return [row for row in load_history(run) if "type" not in row]
 
 
 def _check_tiny_train_then_eval(cwd: Path, stdout: str) -> None:
