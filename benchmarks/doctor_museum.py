@@ -57,7 +57,8 @@ def main() -> None:
     if not (args.museum1 or everything):
         return
     print("--- first museum (trained now)", flush=True)
-    root = Path(args.output_dir or tempfile.mkdtemp(prefix="museum-"))
+    scratch = None if args.output_dir else tempfile.TemporaryDirectory(prefix="museum-")  # goes at the end
+    root = Path(args.output_dir or scratch.name)
     results = {}
     for name in args.runs:
         started = time.time()

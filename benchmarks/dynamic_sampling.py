@@ -33,9 +33,10 @@ def _correct(model, tokenizer, test) -> list[bool]:
 def run(seed: int, dynamic: bool, steps: int, test) -> dict:
     model, tokenizer = load_policy("tiny")
     before = _correct(model, tokenizer, test)
+    run_folder = tempfile.TemporaryDirectory(prefix="ds-")  # goes when the run's results are returned
     settings = dict(run_settings("tiny", "arithmetic", "grpo"), model_name_or_path="tiny", num_generations=4,
                     max_steps=steps, seed=seed, save_steps=0, doctor="off", dynamic_sampling=dynamic,
-                    output_dir=tempfile.mkdtemp(prefix="ds-"))
+                    output_dir=run_folder.name)
     trainer = Trainer(make_config("grpo", **settings), get_reward_functions(task_settings("arithmetic")["rewards"]),
                       get_task("arithmetic", split="train", n=4000, seed=seed), model, tokenizer, progress=False)
     started = time.time()

@@ -225,7 +225,9 @@ def main() -> None:
     results["sft"] = evaluate("sft", model)
 
     model.load_state_dict(warm_state)
-    config = make_config("grpo", model_name_or_path=args.model, output_dir=tempfile.mkdtemp(prefix="guess-"),
+    # the run's folder (history, the trained model) goes when the script ends
+    run_folder = tempfile.TemporaryDirectory(prefix="guess-")
+    config = make_config("grpo", model_name_or_path=args.model, output_dir=run_folder.name,
                          max_steps=args.steps, learning_rate=args.lr, per_device_train_batch_size=args.batch,
                          num_generations=args.generations, temperature=1.0, beta=0.0, max_completion_length=length,
                          max_tool_calling_iterations=budget, save_steps=0, logging_steps=1, seed=args.seed)

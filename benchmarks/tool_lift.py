@@ -137,7 +137,9 @@ def main() -> None:
           f"traces, loss {' '.join(f'{x:.2f}' for x in losses)}", flush=True)
     results["warm"] = evaluate("warm")
 
-    config = make_config("grpo", model_name_or_path=args.model, output_dir=tempfile.mkdtemp(prefix="tool-lift-"),
+    # the run's folder (history, the trained model) goes when the script ends
+    run_folder = tempfile.TemporaryDirectory(prefix="tool-lift-")
+    config = make_config("grpo", model_name_or_path=args.model, output_dir=run_folder.name,
                          max_steps=args.steps, learning_rate=args.lr, per_device_train_batch_size=args.batch,
                          num_generations=args.generations, temperature=1.0, beta=0.0, max_completion_length=length,
                          max_tool_calling_iterations=1, save_steps=0, logging_steps=1, seed=0)

@@ -134,7 +134,9 @@ def main() -> None:
           f"traces, loss {losses[0]:.2f} -> {losses[-1]:.2f}", flush=True)
     results["warm"] = evaluate("warm")
     if args.steps:
-        config = make_config("grpo", model_name_or_path="tiny", output_dir=tempfile.mkdtemp(prefix="tool-lift-"),
+        # the run's folder (history, the trained model) goes when the script ends
+        run_folder = tempfile.TemporaryDirectory(prefix="tool-lift-")
+        config = make_config("grpo", model_name_or_path="tiny", output_dir=run_folder.name,
                              max_steps=args.steps, learning_rate=args.lr, per_device_train_batch_size=16,
                              num_generations=8, temperature=1.0, beta=0.0, max_completion_length=128,
                              max_tool_calling_iterations=1, save_steps=0, logging_steps=1, seed=0)

@@ -57,7 +57,7 @@ if importlib.util.find_spec("course_lib") is None:
 # %matplotlib inline
 import random
 import re
-import tempfile
+from pathlib import Path
 
 import matplotlib.pyplot as plt
 import torch
@@ -72,6 +72,8 @@ from course_lib.rollout.tool_calls import TOOL_CHAT_TEMPLATE
 from course_lib.rollout.tools import ToolBox
 from course_lib.rollout.warmup import ScriptedPolicy, supervised_warmup
 from course_lib.trainer import Trainer
+
+OUTPUT = Path(os.environ.get("COURSE_OUTPUT", "outputs"))  # the runs' folders; a re-run replaces its own
 
 torch.manual_seed(0)
 print("fast mode:", fast_mode())
@@ -337,7 +339,7 @@ desk_rows = Dataset.from_dict({"prompt": [[{"role": "user", "content": f"{a}*{b}
 trl_trainer = GRPOTrainer(
     model=copy.deepcopy(policy), reward_funcs=[], train_dataset=desk_rows, processing_class=trl_tokenizer,
     environment_factory=MultiplyDesk,
-    args=GRPOConfig(output_dir=tempfile.mkdtemp(prefix="trl-agents-"), use_cpu=not torch.cuda.is_available(), bf16=False, report_to="none",
+    args=GRPOConfig(output_dir=str(OUTPUT / "12_agents_trl"), use_cpu=not torch.cuda.is_available(), bf16=False, report_to="none",
                     save_strategy="no", disable_tqdm=True, seed=0, max_steps=2, logging_steps=1,
                     per_device_train_batch_size=4, num_generations=4, max_completion_length=64,
                     max_tool_calling_iterations=2, learning_rate=1e-5))
@@ -458,8 +460,8 @@ def correct_answer(prompts, completions, answer, **_):
 
 
 STEPS, BATCH = scaled(2, 8), scaled(4, 8)  # fast mode: one group of 4 rollouts a step
-config = make_config("grpo", model_name_or_path="smollm2-135m", output_dir=tempfile.mkdtemp(prefix="agents-"),
-                     max_steps=STEPS, learning_rate=2e-5, per_device_train_batch_size=BATCH, num_generations=4,
+config = make_config("grpo", model_name_or_path="smollm2-135m", output_dir=str(OUTPUT / "12_agents"),
+                     overwrite_output_dir=True, max_steps=STEPS, learning_rate=2e-5, per_device_train_batch_size=BATCH, num_generations=4,
                      temperature=1.0, beta=0.0, max_completion_length=MAX_COMPLETION, max_tool_calling_iterations=1,
                      save_steps=0, logging_steps=1, seed=0)
 trainer = Trainer(config, [correct_answer], multiply_problems(STEPS * BATCH, seed=0, exclude=seen), smol,

@@ -42,7 +42,6 @@ if importlib.util.find_spec("course_lib") is None:
 
 # %%
 # %matplotlib inline
-import tempfile
 import warnings
 from pathlib import Path
 
@@ -55,7 +54,7 @@ from course_lib.run.history import load_history
 from course_lib.widgets.dashboard import plot_training_history
 
 warnings.filterwarnings("ignore")  # the broken runs warn a lot; the doctor says it better
-RUNS = Path(tempfile.mkdtemp(prefix="museum-"))
+RUNS = Path(os.environ.get("COURSE_OUTPUT", "outputs")) / "13_debugging"  # one folder a run, replaced on a re-run
 print("fast mode:", fast_mode())
 
 # %% [markdown]

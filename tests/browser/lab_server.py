@@ -32,6 +32,7 @@ class LabServer:
     url: str          # http://127.0.0.1:PORT
     token: str
     root: Path        # the folder it serves (a copy of notebooks/)
+    temp: Path        # the kernels' temporary folder (TMPDIR)
     log: Path         # the server's stdout + stderr
 
     def lab_url(self, path: str = "") -> str:
@@ -117,6 +118,8 @@ def running_lab(notebooks: list[Path], env: Mapping[str, str] | None = None,
             shutil.copy(notebook, root / notebook.name)
         settings = home / "settings"
         _settings(settings)
+        temp = home / "tmp"
+        temp.mkdir()
         port, token = free_port(), secrets.token_hex(24)
         server_env = {
             **os.environ,
@@ -126,6 +129,7 @@ def running_lab(notebooks: list[Path], env: Mapping[str, str] | None = None,
             "JUPYTERLAB_WORKSPACES_DIR": str(home / "workspaces"),
             "IPYTHONDIR": str(home / "ipython"),
             "MPLCONFIGDIR": str(home / "matplotlib"),
+            "TMPDIR": str(temp),
             "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
             **(env or {}),
         }
@@ -147,7 +151,7 @@ def running_lab(notebooks: list[Path], env: Mapping[str, str] | None = None,
                                        preexec_fn=_die_with_parent if sys.platform == "linux" else None)
         url = f"http://127.0.0.1:{port}"
         _wait_ready(url, token, process, log, startup_timeout)
-        yield LabServer(url=url, token=token, root=root, log=log)
+        yield LabServer(url=url, token=token, root=root, temp=temp, log=log)
     finally:
         if process is not None:
             _stop(process)

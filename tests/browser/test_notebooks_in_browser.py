@@ -153,6 +153,9 @@ def test_notebook_in_jupyterlab(notebook, lab, lab_page):
         cells, seconds = drive.run_all_cells(page, name, CELL_TIMEOUT)
         print(f"{name}: {cells} code cells ran in {seconds:.1f} s")
         assert not drive.page_problems(page), f"{name} after running all cells: {drive.page_problems(page)}"
+        # a lesson's runs go to its output folder, where a re-run replaces them, not to new temporary folders
+        left = sorted(str(path.parent.relative_to(lab.temp)) for path in lab.temp.rglob("history.jsonl"))
+        assert not left, f"{name} left training runs in the temporary folder: {left}"
 
         controls = drive.find_controls(page, name)
         assert [c.description for c in controls] == EXPECTED_CONTROLS.get(stem, []), (

@@ -92,7 +92,7 @@ def test_async_benchmark_prints_sync_and_both_staleness_bounds():
 
 
 @pytest.mark.slow
-def test_tool_lift_benchmark_reports_paired_lifts():
+def test_tool_lift_benchmark_reports_paired_lifts(tmp_path):
     """A minimal run of benchmarks/tool_lift.py: every stage is evaluated and every lift printed."""
     from course_lib.models import ModelNotAvailableError, resolve_model_path
 
@@ -101,7 +101,10 @@ def test_tool_lift_benchmark_reports_paired_lifts():
     except ModelNotAvailableError as error:
         pytest.skip(str(error))
     script = ROOT / "benchmarks" / "tool_lift.py"
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+           "TMPDIR": str(temp)}
     # two held-out problems and one group of two rollouts: the smallest run that still walks every stage
     result = subprocess.run([sys.executable, str(script), "--eval-n", "2", "--warmup-batches", "1",
                              "--warmup-batch-size", "2", "--steps", "1", "--batch", "2", "--generations", "2",
@@ -114,6 +117,8 @@ def test_tool_lift_benchmark_reports_paired_lifts():
     for pair in ("warm - base", "grpo - warm", "grpo - base"):
         assert re.search(rf"{pair}: [+-]\d+\.\d \[[+-]\d+\.\d, [+-]\d+\.\d\]", out), out
     assert re.search(r"^\s+1\s+\d\.\d\d\s+\d\.\d{3}", out, re.M), out  # the step's call frequency and reward
+    # the GRPO run's folder (history and the trained SmolLM2, 540 MB) goes when the script ends
+    assert not list(temp.rglob("history.jsonl")), sorted(str(p) for p in temp.rglob("*"))[:20]
 
 
 @pytest.mark.slow

@@ -54,11 +54,18 @@ def test_notebook_runs_in_fast_mode(source, tmp_path):
     if RUN_IN_BROWSER:
         pytest.skip("COURSE_NOTEBOOKS_RUN_IN_BROWSER=1: the browser test runs this notebook top to bottom "
                     "in fast mode (make test-browser), and must not skip")
-    env = {**os.environ, "COURSE_FAST": "1", "MPLBACKEND": "Agg", "COURSE_OUTPUT": str(tmp_path)}
+    temp = tmp_path / "tmp"  # the lesson's temporary folder: its runs must not end up there
+    temp.mkdir()
+    env = {**os.environ, "COURSE_FAST": "1", "MPLBACKEND": "Agg", "COURSE_OUTPUT": str(tmp_path / "outputs"),
+           "TMPDIR": str(temp)}
     try:
         result = subprocess.run([sys.executable, str(RUNNER), str(source)], cwd=NOTEBOOKS, env=env,
                                 capture_output=True, text=True, timeout=600)
     except subprocess.TimeoutExpired:
         pytest.fail(f"{source.name} did not finish within 600 s in fast mode")
     assert result.returncode == 0, f"{source.name} failed:\n{result.stderr[-4000:]}"
+    # A training run's folder (a SmolLM2 run's holds a 540 MB model) goes to COURSE_OUTPUT, where a
+    # re-run replaces it, never to a fresh temporary folder that every re-run would add to.
+    left = sorted(str(path.parent.relative_to(temp)) for path in temp.rglob("history.jsonl"))
+    assert not left, f"{source.name} left training runs in the temporary folder: {left}"
     print(result.stdout.strip().splitlines()[-1])
