@@ -121,7 +121,8 @@ def greedy_completions(model, tokenizer, prompts, max_new_tokens: int = 32, batc
     ``progress``: show a bar (periodic lines where no bar can be drawn, see
     :mod:`course_lib.progress`); None (default) shows one when there is more than one batch.
     """
-    from .rollout.base import left_pad, tokenize_prompts
+    from .rollout.base import tokenize_prompts
+    from .rollout.shared_prefix import prefix_shared_inputs
 
     prompt_ids = tokenize_prompts(tokenizer, list(prompts))
     if max_prompt_length is not None:  # keep each prompt's end (the question), as training does
@@ -133,10 +134,11 @@ def greedy_completions(model, tokenizer, prompts, max_new_tokens: int = 32, batc
     show = len(prompt_ids) > batch_size if progress is None else progress
     with eval_mode(model), progress_bar(total=len(prompt_ids), desc=desc, unit="prompt", disable=not show) as bar:
         for start in range(0, len(prompt_ids), batch_size):
-            ids, mask = left_pad(prompt_ids[start:start + batch_size], pad_id)
-            output = model.generate(input_ids=ids.to(device), attention_mask=mask.to(device),
-                                    max_new_tokens=max_new_tokens, do_sample=False,
-                                    pad_token_id=pad_id, eos_token_id=tokenizer.eos_token_id)
+            # the prompts' common beginning (system prompt, worked example) runs once, not once a row
+            ids, mask, shared = prefix_shared_inputs(model, prompt_ids[start:start + batch_size], pad_id, device)
+            output = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=max_new_tokens,
+                                    do_sample=False, pad_token_id=pad_id, eos_token_id=tokenizer.eos_token_id,
+                                    **shared)
             new_tokens = output[:, ids.shape[1]:]
             completions += tokenizer.batch_decode(new_tokens, skip_special_tokens=True)
             bar.update(len(new_tokens))

@@ -145,7 +145,7 @@ import matplotlib.pyplot as plt
 
 from course_lib.evaluation import format_accuracy, greedy_completions, is_correct, wilson_interval
 
-n_eval = scaled(32, 200)  # SmolLM2's greedy answers cost about 1 s of CPU a problem here
+n_eval = scaled(32, 200)  # SmolLM2's greedy answers cost about 0.4 s of CPU a problem here
 runs = {"tiny": (tiny, tiny_tokenizer, "arithmetic", 6),
         "smollm2-135m": (smol, smol_tokenizer, "arithmetic-tagged", 32)}
 correct = {}

@@ -1,6 +1,8 @@
 """Rollout engines: sample ``n`` completions per prompt, with the sampler's log-probs.
 
-- :class:`~course_lib.rollout.hf.HFEngine`: ``model.generate`` on the trainer's own model.
+- :class:`~course_lib.rollout.hf.HFEngine`: ``model.generate`` on the trainer's own model; rows
+  that start alike (a group's copies of a prompt, prompts behind one system prompt) run their
+  common beginning once (``shared_prefix.py``, which greedy evaluation uses too).
 - :class:`~course_lib.rollout.vllm_engine.VLLMEngine`: an in-process vLLM engine (optional
   dependency), faster, whose weights the trainer refreshes with ``sync_weights``.
 

@@ -39,6 +39,7 @@ import torch
 from ..models import eval_mode
 from .base import (Prompt, RolloutBatch, SamplingConfig, assemble_batch, check_context, completion_mask_from_eos,
                    eos_token_ids, left_pad, pad_token_id, row_seed, tokenize_prompts)
+from .shared_prefix import prefix_shared_inputs
 
 
 class _SamplingProcessor:
@@ -350,14 +351,16 @@ class HFEngine:
         logps: list[list[float]] | None = [] if self.record_logps else None
         with eval_mode(self.model), _seeded(None if seeds is None else int(seeds[0]), self.device):
             for start in range(0, len(prompt_ids), rows_per_call):
-                ids, mask = left_pad(prompt_ids[start:start + rows_per_call], pad_id)
+                # the rows' common beginning (the system prompt; a group's whole first turn) runs once
+                ids, mask, shared = prefix_shared_inputs(self.model, prompt_ids[start:start + rows_per_call], pad_id,
+                                                         self.device, config)
                 generators = None
                 if seeds is not None and not sampling.greedy:
                     generators = [torch.Generator(device=self.device).manual_seed(int(s))
                                   for s in seeds[start:start + len(ids)]]
                 processor = _SamplingProcessor(sampling, self.record_logps, mask, generators)
-                sequences = self.model.generate(input_ids=ids.to(self.device), attention_mask=mask.to(self.device),
-                                                generation_config=config, logits_processor=[processor])
+                sequences = self.model.generate(input_ids=ids, attention_mask=mask, generation_config=config,
+                                                logits_processor=[processor], **shared)
                 new_tokens = sequences[:, ids.shape[1]:].cpu()
                 chunk_logps = processor.finish(sequences[:, -1])
                 keep, _ = completion_mask_from_eos(new_tokens, eos_ids)
@@ -395,16 +398,19 @@ class HFEngine:
         with eval_mode(self.model), _seeded(sampling.seed, self.device):
             for start in range(0, len(prompt_ids), prompts_per_call):
                 chunk = prompt_ids[start:start + prompts_per_call]
-                ids, mask = left_pad(chunk, pad_id)
-                ids, mask = ids.repeat_interleave(n, dim=0), mask.repeat_interleave(n, dim=0)  # prompt-major
+                prompt_of_row = [index for index in _distinct_indices(chunk) for _ in range(n)]
+                if max(prompt_of_row) + 1 == len(prompt_of_row):  # no prompt repeats: share their opening
+                    ids, mask, shared = prefix_shared_inputs(self.model, chunk, pad_id, self.device, config)
+                else:  # groups (G copies of a prompt, or n > 1): each distinct prompt runs once
+                    ids, mask = left_pad(chunk, pad_id)
+                    ids, mask = ids.repeat_interleave(n, dim=0), mask.repeat_interleave(n, dim=0)  # prompt-major
+                    cache = self._shared_prompt_cache(ids, mask, prompt_of_row, config)
+                    ids, mask = ids.to(self.device), mask.to(self.device)
+                    shared = {} if cache is None else {"past_key_values": cache}
                 processor = _SamplingProcessor(sampling, self.record_logps, mask,
                                                self._row_generators(sampling, start * n, len(ids)))
-                prompt_of_row = [index for index in _distinct_indices(chunk) for _ in range(n)]
-                cache = self._shared_prompt_cache(ids, mask, prompt_of_row, config)
-                sequences = self.model.generate(
-                    input_ids=ids.to(self.device), attention_mask=mask.to(self.device),
-                    generation_config=config, logits_processor=[processor],
-                    **({} if cache is None else {"past_key_values": cache}))
+                sequences = self.model.generate(input_ids=ids, attention_mask=mask, generation_config=config,
+                                                logits_processor=[processor], **shared)
                 new_tokens = sequences[:, ids.shape[1]:].cpu()
                 chunk_logps = processor.finish(sequences[:, -1])
                 completions.extend(new_tokens.tolist())
