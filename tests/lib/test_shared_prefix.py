@@ -107,3 +107,18 @@ def test_the_engine_samples_what_it_samples_without_sharing(monkeypatch):
     assert torch.allclose(shared_batch.sampling_logps, plain_batch.sampling_logps, atol=1e-5)
     assert shared_turns == plain_turns
     assert all(torch.allclose(torch.tensor(a), torch.tensor(b), atol=1e-5) for a, b in zip(shared_logps, plain_logps))
+
+
+def test_the_benchmark_compares_both_arms_on_the_same_problems(capsys):
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "shared_prefix.py"
+    spec = importlib.util.spec_from_file_location("shared_prefix_benchmark", path)
+    benchmark = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(benchmark)
+    result = benchmark.main(["--model", "tiny", "--task", "arithmetic", "--n", "8"])
+    assert result["same_answers"] and result["common_prefix_tokens"] > 0
+    assert set(result["cpu_s"]) == {"plain (left padding)", "shared prefix"}
+    out = capsys.readouterr().out
+    assert "the same 8 answers: True" in out and "x plain" in out
