@@ -39,7 +39,7 @@ import torch
 from ..models import eval_mode
 from .base import (Prompt, RolloutBatch, SamplingConfig, assemble_batch, check_context, completion_mask_from_eos,
                    eos_token_ids, left_pad, pad_token_id, row_seed, tokenize_prompts)
-from .shared_prefix import prefix_shared_inputs
+from .shared_prefix import prefix_shared_inputs, sharing_decoder
 
 
 class _SamplingProcessor:
@@ -307,17 +307,10 @@ class HFEngine:
         distinct = max(prompt_of_row) + 1
         if not _SHARE_PROMPT_PREFILL or distinct == len(prompt_of_row) or ids.shape[1] < 2:
             return None
-        if getattr(config, "cache_implementation", None) is not None or getattr(config, "prefill_chunk_size", None):
+        found = sharing_decoder(self.model, config)
+        if found is None:
             return None
-        from ..policy import _shareable_cache, unwrap_peft
-
-        causal_lm = unwrap_peft(self.model)
-        if getattr(getattr(causal_lm, "config", None), "is_encoder_decoder", False):
-            return None
-        body = causal_lm.get_decoder() if hasattr(causal_lm, "get_decoder") else None
-        cache = _shareable_cache(causal_lm, body) if body is not None else None
-        if cache is None:
-            return None
+        body, cache = found
         first = torch.as_tensor([prompt_of_row.index(p) for p in range(distinct)], dtype=torch.long)
         prefix_ids, prefix_mask = ids[first, :-1].to(self.device), mask[first, :-1].to(self.device)
         position_ids = (prefix_mask.long().cumsum(-1) - 1).masked_fill(prefix_mask == 0, 0)  # generate's positions

@@ -46,24 +46,38 @@ def middle_pad(rows: Sequence[Sequence[int]], prefix_length: int, pad_id: int) -
     return torch.cat([prefix, rest_ids], dim=1), torch.cat([torch.ones_like(prefix), rest_mask], dim=1)
 
 
-def _prefix_cache(model, prefix: torch.Tensor, rows: int, generation_config=None):
-    """The key/value cache of ``prefix`` (``(1, L)``) copied to ``rows`` rows, or None when the
-    model's cache cannot be shared so (see ``course_lib.policy._shareable_cache``)."""
+def sharing_decoder(model, generation_config=None):
+    """``(decoder, empty cache)`` when a prompt pass can run through the model's decoder and its
+    key/value cache be handed to ``generate``, else None.
+
+    None for an encoder-decoder model or one without ``get_decoder``; when ``generate`` is to build
+    its own cache (``cache_implementation``: static, quantized) or prefill in chunks
+    (``prefill_chunk_size``), in the model's generation config or in ``generation_config``; and in
+    the cases of ``course_lib.policy._shareable_cache`` (sliding-window layers, gradient
+    checkpointing in training).
+    """
     from ..policy import _shareable_cache, unwrap_peft
 
     causal_lm = unwrap_peft(model)
-    config = getattr(causal_lm, "config", None)
-    if getattr(config, "is_encoder_decoder", False) or not hasattr(causal_lm, "get_decoder"):
+    if getattr(getattr(causal_lm, "config", None), "is_encoder_decoder", False) or not hasattr(causal_lm,
+                                                                                             "get_decoder"):
         return None
     for settings in (getattr(causal_lm, "generation_config", None), generation_config):
-        # generate builds a static or quantized cache itself, or prefills in chunks
         if getattr(settings, "cache_implementation", None) is not None or getattr(settings, "prefill_chunk_size",
                                                                                   None):
             return None
     body = causal_lm.get_decoder()
     cache = _shareable_cache(causal_lm, body)
-    if cache is None:
+    return None if cache is None else (body, cache)
+
+
+def _prefix_cache(model, prefix: torch.Tensor, rows: int, generation_config=None):
+    """The key/value cache of ``prefix`` (``(1, L)``) copied to ``rows`` rows, or None when it
+    cannot be shared (:func:`sharing_decoder`)."""
+    found = sharing_decoder(model, generation_config)
+    if found is None:
         return None
+    body, cache = found
     with torch.no_grad():
         body(input_ids=prefix, attention_mask=torch.ones_like(prefix), use_cache=True, past_key_values=cache)
     cache.batch_select_indices(torch.zeros(rows, dtype=torch.long, device=prefix.device))

@@ -122,3 +122,21 @@ def test_the_benchmark_compares_both_arms_on_the_same_problems(capsys):
     assert set(result["cpu_s"]) == {"plain (left padding)", "shared prefix"}
     out = capsys.readouterr().out
     assert "the same 8 answers: True" in out and "x plain" in out
+
+
+def test_a_cache_that_generate_builds_itself_turns_sharing_off():
+    """A static cache asked for (the model's generation config or the call's) or a chunked
+    prefill: generate must build that cache itself, so the rows are left-padded, nothing passed."""
+    from transformers import GenerationConfig
+
+    model, _ = _model("tiny")
+    rows = [list(range(3, 20)) + [30], list(range(3, 20)) + [31, 32]]
+    assert "past_key_values" in prefix_shared_inputs(model, rows, pad_id=0, device="cpu")[2]
+    for asked in (GenerationConfig(cache_implementation="static"), GenerationConfig(prefill_chunk_size=4)):
+        ids, mask, extra = prefix_shared_inputs(model, rows, pad_id=0, device="cpu", generation_config=asked)
+        assert extra == {} and mask[1].tolist() == [1] * 19 and mask[0].tolist() == [0] + [1] * 18
+    model.generation_config.cache_implementation = "static"
+    try:
+        assert prefix_shared_inputs(model, rows, pad_id=0, device="cpu")[2] == {}
+    finally:
+        model.generation_config.cache_implementation = None
