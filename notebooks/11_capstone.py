@@ -570,7 +570,7 @@ def sorted_exactly(prompts=None, completions=(), answer=(), **kwargs):
 
 
 sort_train = get_task("sorting", split="train", n=2000, seed=0)
-sort_test = get_task("sorting", split="test", n=scaled(3, 200), seed=0)  # greedy evaluation costs ~1 s of CPU a list
+sort_test = get_task("sorting", split="test", n=scaled(3, 200), seed=0)  # greedy evaluation costs ~0.5 s of CPU a list
 sort_policy, sort_tokenizer = load_policy("smollm2-135m")
 sort_config = GRPOConfig(
     model_name_or_path="smollm2-135m", output_dir=str(OUTPUT / "11_capstone_sorting"), overwrite_output_dir=True,
