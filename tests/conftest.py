@@ -88,6 +88,16 @@ def pytest_terminal_summary(terminalreporter, config):
     for nodeid, seconds in slowest:
         name = _XDIST_GROUP.sub("", nodeid)  # without the "@group" that pytest-xdist's loadgroup appends
         terminalreporter.write_line(f"{seconds:8.1f} CPU s  {name}")
+    # A file's module fixtures (shared runs) count in its first test only: the sum per file
+    # says which file a cut would shorten.
+    by_file: dict[str, float] = {}
+    for nodeid, seconds in _CPU_BY_TEST.items():
+        path = nodeid.split("::", 1)[0]
+        by_file[path] = by_file.get(path, 0.0) + seconds
+    heaviest = sorted(by_file.items(), key=lambda pair: -pair[1])[:2 * count]
+    terminalreporter.section(f"{len(heaviest)} test files that used the most CPU time")
+    for path, seconds in heaviest:
+        terminalreporter.write_line(f"{seconds:8.1f} CPU s  {path}")
 
 
 @pytest.fixture

@@ -10,8 +10,9 @@ the parameters after 3 optimizer steps must agree.
 Starting Python and importing torch, transformers and accelerate costs far more CPU time
 than 3 steps of the tiny model, so the cases' one-process runs share one launch and their
 two-process runs another (the same runs in the same order in both); each run still builds
-its own model, config and trainer. The resumed run, the launch that must fail and the
-teardown check each get a launch of their own.
+its own model, config and trainer. The two-process launch ends by the ordinary interpreter exit
+(not `exit_worker`), which the teardown check reads. The resumed run and the launch that must
+fail each get a launch of their own.
 """
 
 from __future__ import annotations
@@ -91,12 +92,14 @@ def _comparison_jobs(tmp_path: Path, processes: int) -> list[dict]:
 @pytest.fixture(scope="module")
 def launches(tmp_path_factory):
     """Every case's one-process run (one launch) and two-process run (one launch of two
-    processes, which then trains the resume test's uninterrupted run and its stopped first leg)."""
+    processes, which then trains the resume test's uninterrupted run and its stopped first leg,
+    and at its exit reports whether each process's group is still alive: ``alive.rank<N>``)."""
     tmp_path = tmp_path_factory.mktemp("data_parallel")
     one = _launch(tmp_path, _comparison_jobs(tmp_path, 1), processes=1)
     two = _launch(tmp_path, _comparison_jobs(tmp_path, 2)
                   + [_job(tmp_path, "straight", "grpo", RESUME_COMMON + ["max_steps=3"], 2),
-                     _job(tmp_path, "legs", "grpo", RESUME_COMMON + ["max_steps=1"], 2)], processes=2)
+                     _job(tmp_path, "legs", "grpo", RESUME_COMMON + ["max_steps=1"], 2)], processes=2,
+                  env={"TEARDOWN_REPORT": str(tmp_path / "alive")})
     return tmp_path, one, two
 
 
@@ -168,11 +171,11 @@ def test_a_launch_that_does_not_match_num_processes_is_refused(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.xdist_group("distributed")
-def test_workers_tear_their_process_group_down_before_the_interpreter_exits(tmp_path):
+def test_workers_tear_their_process_group_down_before_the_interpreter_exits(launches):
     """A gloo group left alive at interpreter finalization can abort a worker (SIGABRT after a
-    finished run); the trainer destroys it at exit on every process."""
-    report = tmp_path / "alive"
-    _run(tmp_path, "teardown", "grpo", ["max_steps=1"], processes=2, env={"TEARDOWN_REPORT": str(report)})
+    finished run); the trainer destroys it at exit on every process (the two-process launch of
+    the comparisons ends by the ordinary exit, after its last run)."""
+    tmp_path, _, _ = launches
     assert [(tmp_path / f"alive.rank{rank}").read_text() for rank in (0, 1)] == ["False", "False"]
 
 
