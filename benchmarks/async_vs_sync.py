@@ -1,8 +1,9 @@
 """Synchronous against asynchronous GRPO (``async_generation``): learning per minute of wall time.
 
 Each mode trains a fresh copy of the same model on the same task, settings and seed, for
-``warmup`` optimizer steps and then for ``--seconds`` of wall time (the worker's start-up,
-~10 s of imports under spawn, falls in the warm-up): ``sync`` (generate, then learn, on one
+``warmup`` optimizer steps and then for ``--seconds`` of wall time (the worker's start-up falls
+in the warm-up: ~10 s of imports for the first asynchronous mode, which starts the fork server,
+about a second for the next, forked from it): ``sync`` (generate, then learn, on one
 core), ``async S=1`` / ``async S=2`` (``async_generation=True, max_staleness=S``: a worker
 process samples the next generation batches while the trainer learns, and its log-probs are
 the clip's old ones, ``async_old_logps="sampler"``), and ``async S=1 recompute`` (the trainer
@@ -137,5 +138,5 @@ def main() -> None:
     print(f"\nload average at the end {os.getloadavg()[0]:.2f}")
 
 
-if __name__ == "__main__":  # the worker process is spawned: this module must not run again on import
+if __name__ == "__main__":  # the worker process imports this module again: it must not run then
     main()

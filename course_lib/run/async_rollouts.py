@@ -2,7 +2,8 @@
 
 With ``async_generation=True`` the trainer's batches come from :class:`AsyncSampledBatches`, the
 synchronous batch generator whose completions :class:`AsyncGeneration` samples: a second process
-(``torch.multiprocessing``, spawn) holding its own copy of the policy and an HF engine. The
+(``torch.multiprocessing``, a fork server: see :func:`_worker_context`) holding its own copy of
+the policy and an HF engine. The
 trainer keeps drawing every cycle's prompts, seeds and rows exactly as the synchronous loop
 does; the worker only samples them, with the weights of an older optimizer step, while the
 trainer's core learns from the batch before. Rewards, log-probs and advantages stay in the
@@ -71,8 +72,46 @@ from .loop_state import LoopState
 from .sampled_batches import SampledBatches
 
 
-#: Least seconds the worker's start-up may take (a spawned interpreter imports torch and copies the model).
+#: Least seconds the worker's start-up may take (a new interpreter imports torch and copies the model).
 STARTUP_S = 600.0
+#: What the fork server imports once, before it forks any worker (the model's own module is added).
+WORKER_PRELOAD = ("torch", "transformers", "course_lib.run.async_rollouts", "course_lib.rollout.hf")
+
+
+def _worker_context(model):
+    """The multiprocessing context the worker starts from: a fork server on Linux, else spawn (on
+    macOS a process forked after system frameworks loaded may crash, so Python spawns there too).
+
+    A spawned worker is a new interpreter that imports torch, transformers and the library before
+    it can sample: about 10 CPU s on a laptop core, paid by every run. The fork server does those
+    imports once per trainer process (:data:`WORKER_PRELOAD`, and the module of the model's class)
+    and forks each worker from there, already imported, so a second run in the same process (a
+    notebook re-run, a benchmark's modes, the tests) starts its worker in about a second. Forking
+    from a server that has imported torch but never ran an operator is safe (no thread pool to
+    inherit), unlike forking the trainer itself."""
+    import sys
+
+    if not sys.platform.startswith("linux"):
+        return torch.multiprocessing.get_context("spawn")
+    context = torch.multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload([*WORKER_PRELOAD, type(model).__module__])  # read when the server starts
+    return context
+
+
+def _trainer_gone(trainer_pid: int, first_parent: int) -> bool:
+    """True once the trainer's process has ended. A forked worker's parent is the fork server,
+    which exits when the trainer does (its pipe to the trainer closes); a spawned worker's parent
+    is the trainer. Either way the worker is re-parented, and a trainer pid that no longer
+    exists says the same."""
+    if os.getppid() != first_parent:
+        return True
+    try:
+        os.kill(trainer_pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:  # exists, owned by another user (a reused pid): the parent check decides
+        pass
+    return False
 
 
 class GenerationWorkerError(RuntimeError):
@@ -189,6 +228,7 @@ def _worker_main(model, tokenizer, slots, inbox, outbox, parent_pid: int, thread
     from ..rollout.hf import HFEngine
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the trainer's: it saves, then stops us
+    first_parent = os.getppid()
     torch.set_num_threads(threads)
     try:
         engine, version = HFEngine(model, tokenizer, record_logps=True), None
@@ -197,7 +237,7 @@ def _worker_main(model, tokenizer, slots, inbox, outbox, parent_pid: int, thread
             try:
                 message = inbox.get(timeout=0.5)
             except queue.Empty:
-                if os.getppid() != parent_pid:  # the trainer is gone
+                if _trainer_gone(parent_pid, first_parent):
                     return
                 continue
             if isinstance(message, Stop):
@@ -234,7 +274,7 @@ class AsyncGeneration:
         self.metrics: dict = {}
         self.worker_seconds = 0.0
         self.ready, self.started_at = False, time.monotonic()  # the worker says "ready" once it has started
-        context = torch.multiprocessing.get_context("spawn")
+        context = _worker_context(model)
         self.inbox, self.outbox = context.Queue(), context.Queue()
         import copy
 

@@ -243,3 +243,92 @@ def test_a_batch_crosses_the_process_boundary_unchanged():
             got, want = getattr(back, name), getattr(batch, name)
             assert got.dtype == want.dtype and torch.equal(got, want), name
         assert back.texts == ["a"]
+
+
+_ORPHANED_TRAINER = """
+import sys
+
+from course_lib.algos import make_config
+from course_lib.data import get_task
+from course_lib.models import load_policy
+from course_lib.rewards import get_reward_functions
+from course_lib.trainer import Trainer
+
+
+def main():
+    model, tokenizer = load_policy("tiny")
+    config = make_config("grpo", model_name_or_path="tiny", output_dir=sys.argv[1], max_steps=100_000,
+                         per_device_train_batch_size=4, num_generations=4, max_completion_length=6, save_steps=0,
+                         logging_steps=1, async_generation=True, max_staleness=1)
+    trainer = Trainer(config, get_reward_functions(["proximity_reward"]), get_task("arithmetic", n=64), model,
+                      tokenizer, progress=False)
+    trainer.on_step = lambda row: print("WORKER", trainer.pipeline.process.pid, flush=True) if row["step"] == 1 else None
+    trainer.train()
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def test_the_worker_exits_when_the_trainers_process_is_killed(tmp_path):
+    """SIGKILL leaves the trainer no chance to stop its worker: the worker notices that the trainer's
+    process is gone (its parent, the fork server, exits with the trainer) and ends within seconds."""
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    script = tmp_path / "trainer.py"
+    script.write_text(_ORPHANED_TRAINER)
+    root = Path(__file__).resolve().parents[2]
+    trainer = subprocess.Popen([sys.executable, str(script), str(tmp_path / "run")], stdout=subprocess.PIPE, text=True,
+                               env={**os.environ, "PYTHONPATH": str(root), "OMP_NUM_THREADS": "1"})
+    try:
+        with _deadline(300):
+            line = trainer.stdout.readline()
+        assert line.startswith("WORKER "), line
+        worker = int(line.split()[1])
+        os.kill(trainer.pid, signal.SIGKILL)
+        trainer.wait(timeout=30)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and _exists(worker):
+            time.sleep(0.2)
+        assert not _exists(worker), f"the worker (pid {worker}) outlived its trainer by 20 s"
+    finally:
+        if trainer.poll() is None:
+            trainer.kill()
+
+
+def _exists(pid: int) -> bool:
+    """The process runs (a zombie, ended and not yet reaped, counts as gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_the_worker_forks_from_a_server_on_linux_and_is_spawned_elsewhere(monkeypatch):
+    """A fork server imports torch and the library once per trainer process; macOS and Windows spawn."""
+    from course_lib.run import async_rollouts
+
+    model, _ = load_policy("tiny")
+    monkeypatch.setattr("sys.platform", "linux")
+    assert async_rollouts._worker_context(model).get_start_method() == "forkserver"
+    for platform in ("darwin", "win32"):
+        monkeypatch.setattr("sys.platform", platform)
+        assert async_rollouts._worker_context(model).get_start_method() == "spawn"
+
+
+def test_trainer_gone_reads_the_parent_and_the_trainers_pid():
+    import subprocess
+    import sys
+
+    from course_lib.run.async_rollouts import _trainer_gone
+
+    assert not _trainer_gone(os.getpid(), os.getppid())
+    assert _trainer_gone(os.getpid(), os.getppid() + 1)  # re-parented: the parent it started under is gone
+    ended = subprocess.Popen([sys.executable, "-c", "pass"])
+    ended.wait()
+    assert _trainer_gone(ended.pid, os.getppid())  # the trainer's pid no longer exists
