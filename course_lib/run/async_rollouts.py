@@ -88,7 +88,8 @@ def _worker_context(model):
     and forks each worker from there, already imported, so a second run in the same process (a
     notebook re-run, a benchmark's modes, the tests) starts its worker in about a second. Forking
     from a server that has imported torch but never ran an operator is safe (no thread pool to
-    inherit), unlike forking the trainer itself."""
+    inherit), unlike forking the trainer itself. The server keeps the environment variables it
+    started with: a variable changed later in the same process does not reach the next worker."""
     import sys
 
     if not sys.platform.startswith("linux"):
