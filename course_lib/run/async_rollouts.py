@@ -83,10 +83,11 @@ def _worker_context(model):
     macOS a process forked after system frameworks loaded may crash, so Python spawns there too).
 
     A spawned worker is a new interpreter that imports torch, transformers and the library before
-    it can sample: about 10 CPU s on a laptop core, paid by every run. The fork server does those
-    imports once per trainer process (:data:`WORKER_PRELOAD`, and the module of the model's class)
-    and forks each worker from there, already imported, so a second run in the same process (a
-    notebook re-run, a benchmark's modes, the tests) starts its worker in about a second. Forking
+    it can sample: about 10 CPU s (measured on a 2-core x86 machine), paid by every run. The fork
+    server does those imports once per trainer process (:data:`WORKER_PRELOAD`, and the module of
+    the model's class) and forks each worker from there, already imported, so a second run in the
+    same process (a notebook re-run, a benchmark's modes, the tests) starts its worker in about a
+    second (a 3-step run of the tiny model: 15 s of wall time with a spawned worker, 1.5 s). Forking
     from a server that has imported torch but never ran an operator is safe (no thread pool to
     inherit), unlike forking the trainer itself. The server keeps the environment variables it
     started with: a variable changed later in the same process does not reach the next worker."""
