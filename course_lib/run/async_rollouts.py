@@ -68,6 +68,7 @@ import numpy as np
 import torch
 
 from .batches import DatasetRows, Generated, PromptSampler, cycle_seed, micro_steps_per_cycle, repeat_prompts
+from .folder import _owner_is_dead, _owner_record
 from .loop_state import LoopState
 from .sampled_batches import SampledBatches
 
@@ -100,20 +101,13 @@ def _worker_context(model):
     return context
 
 
-def _trainer_gone(trainer_pid: int, first_parent: int) -> bool:
+def _trainer_gone(trainer: dict, first_parent: int) -> bool:
     """True once the trainer's process has ended. A forked worker's parent is the fork server,
     which exits when the trainer does (its pipe to the trainer closes); a spawned worker's parent
-    is the trainer. Either way the worker is re-parented, and a trainer pid that no longer
-    exists says the same."""
-    if os.getppid() != first_parent:
-        return True
-    try:
-        os.kill(trainer_pid, 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:  # exists, owned by another user (a reused pid): the parent check decides
-        pass
-    return False
+    is the trainer. Either way the worker is re-parented. ``trainer`` is the trainer's
+    :func:`~course_lib.run.folder._owner_record` (pid, host, start time): the run folder's lock
+    asks the same question of its owner, reused pids included."""
+    return os.getppid() != first_parent or _owner_is_dead(trainer)
 
 
 class GenerationWorkerError(RuntimeError):
@@ -225,7 +219,7 @@ def _as_tensors(rollout):
                                            if isinstance(getattr(rollout, f.name), np.ndarray)})
 
 
-def _worker_main(model, tokenizer, slots, inbox, outbox, parent_pid: int, threads: int) -> None:
+def _worker_main(model, tokenizer, slots, inbox, outbox, trainer: dict, threads: int) -> None:
     """The worker's loop: load weights and sample cycles, in the order the trainer sent them."""
     from ..rollout.hf import HFEngine
 
@@ -239,7 +233,7 @@ def _worker_main(model, tokenizer, slots, inbox, outbox, parent_pid: int, thread
             try:
                 message = inbox.get(timeout=0.5)
             except queue.Empty:
-                if _trainer_gone(parent_pid, first_parent):
+                if _trainer_gone(trainer, first_parent):
                     return
                 continue
             if isinstance(message, Stop):
@@ -287,7 +281,7 @@ class AsyncGeneration:
         self.slots, self.sends = _weight_slots(worker_model, config.max_staleness + 2), 0
         self.process = context.Process(target=_worker_main, name="course-lib-generation", daemon=True,
                                        args=(worker_model, tokenizer, self.slots, self.inbox, self.outbox,
-                                             os.getpid(), torch.get_num_threads()))
+                                             _owner_record(), torch.get_num_threads()))
         self.process.start()
         del worker_model
         self.advance(state.step)

@@ -326,9 +326,12 @@ def test_trainer_gone_reads_the_parent_and_the_trainers_pid():
     import sys
 
     from course_lib.run.async_rollouts import _trainer_gone
+    from course_lib.run.folder import _owner_record
 
-    assert not _trainer_gone(os.getpid(), os.getppid())
-    assert _trainer_gone(os.getpid(), os.getppid() + 1)  # re-parented: the parent it started under is gone
+    me = _owner_record()
+    assert not _trainer_gone(me, os.getppid())
+    assert _trainer_gone(me, os.getppid() + 1)  # re-parented: the parent it started under is gone
+    assert _trainer_gone({**me, "start": "0"}, os.getppid())  # the trainer's pid now names another process
     ended = subprocess.Popen([sys.executable, "-c", "pass"])
     ended.wait()
-    assert _trainer_gone(ended.pid, os.getppid())  # the trainer's pid no longer exists
+    assert _trainer_gone({**me, "pid": ended.pid}, os.getppid())  # the trainer's pid no longer exists
